@@ -1,0 +1,24 @@
+//! `ferrovs-sys`: the only crate of ferrovs that contains `unsafe` code.
+//!
+//! Everything that touches memory shared with an untrusted guest, raw file descriptors or
+//! system calls that have no safe wrapper in `std` lives here, behind safe APIs whose
+//! invariants are stated once:
+//!
+//! * [`mmap`]: owned shared mappings of file descriptors (guest RAM, packet pools).
+//! * [`guest`]: the guest memory table: guest-physical and frontend-virtual address
+//!   translation and bounds-checked copies in and out of guest memory.
+//! * [`vring`]: a split virtqueue laid over guest memory, validated once when it is set up;
+//!   its accessors cannot read or write outside the ring.
+//! * [`pool`]: a preallocated packet-buffer pool, hugepage-backed when possible.
+//! * [`os`]: eventfds, fd passing (SCM_RIGHTS), epoll, CPU affinity, memfd, TSC.
+//!
+//! Guest memory is concurrently written by the guest. We never form Rust references
+//! (`&[u8]`/`&mut [u8]`) into it: data is moved with raw copies and ring indices with atomics,
+//! as DPDK and vm-memory do. A guest changing bytes under us can only change the values we
+//! read, never make us access memory outside the mapping.
+
+pub mod guest;
+pub mod mmap;
+pub mod os;
+pub mod pool;
+pub mod vring;

@@ -1,0 +1,325 @@
+//! Thin safe wrappers over system calls that `std` does not offer.
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+
+fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+fn cvt_size(r: libc::ssize_t) -> io::Result<usize> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
+}
+
+/// Creates a memfd of `size` bytes; with `hugetlb`, backed by 2 MiB huge pages.
+pub fn memfd(name: &str, size: u64, hugetlb: bool) -> io::Result<OwnedFd> {
+    let cname = std::ffi::CString::new(name)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "name has a NUL byte"))?;
+    let mut flags = libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING;
+    if hugetlb {
+        flags = libc::MFD_CLOEXEC | libc::MFD_HUGETLB;
+    }
+    // SAFETY: `cname` is a valid C string for the duration of the call.
+    let fd = cvt(unsafe { libc::memfd_create(cname.as_ptr(), flags) })?;
+    // SAFETY: `fd` was just returned by the kernel and is owned by nobody else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let len = libc::off_t::try_from(size)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "memfd too large"))?;
+    // SAFETY: plain syscall on an fd we own.
+    cvt(unsafe { libc::ftruncate(fd.as_raw_fd(), len) })?;
+    Ok(fd)
+}
+
+/// Size and preferred block size (the page size for hugetlbfs) of the file behind `fd`.
+pub fn fd_size(fd: BorrowedFd<'_>) -> io::Result<(u64, u64)> {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: `st` is a valid out-pointer for `fstat`.
+    cvt(unsafe { libc::fstat(fd.as_raw_fd(), st.as_mut_ptr()) })?;
+    // SAFETY: `fstat` succeeded and initialised `st`.
+    let st = unsafe { st.assume_init() };
+    Ok((st.st_size.max(0) as u64, st.st_blksize.max(0) as u64))
+}
+
+/// Sets or clears O_NONBLOCK.
+pub fn set_nonblocking(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
+    // SAFETY: F_GETFL on a valid fd.
+    let fl = cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) })?;
+    let nfl = if on { fl | libc::O_NONBLOCK } else { fl & !libc::O_NONBLOCK };
+    if nfl != fl {
+        // SAFETY: F_SETFL on a valid fd with flags derived from its own.
+        cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, nfl) })?;
+    }
+    Ok(())
+}
+
+/// A non-blocking eventfd.
+pub fn eventfd() -> io::Result<OwnedFd> {
+    // SAFETY: plain syscall.
+    let fd = cvt(unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) })?;
+    // SAFETY: `fd` is fresh and owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Signals an eventfd (or writes 8 bytes to whatever fd a frontend gave us: a pipe works too,
+/// and a full non-blocking one just reports `WouldBlock`).
+#[inline]
+pub fn notify(fd: BorrowedFd<'_>) -> io::Result<()> {
+    let one = 1u64.to_ne_bytes();
+    // SAFETY: writes 8 bytes from a valid buffer.
+    cvt_size(unsafe { libc::write(fd.as_raw_fd(), one.as_ptr().cast(), 8) }).map(|_| ())
+}
+
+/// Drains an eventfd (or a pipe); returns the number of bytes read.
+pub fn drain(fd: BorrowedFd<'_>) -> io::Result<usize> {
+    let mut buf = [0u8; 64];
+    // SAFETY: reads into a valid buffer of the given length.
+    cvt_size(unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) })
+}
+
+/// Most fds one vhost-user message may carry.
+pub const MAX_FDS: usize = 32;
+
+/// Sends `data` with `fds` attached (SCM_RIGHTS). Returns bytes sent.
+pub fn send_with_fds(sock: &UnixStream, data: &[u8], fds: &[RawFd]) -> io::Result<usize> {
+    if fds.len() > MAX_FDS {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "too many fds"));
+    }
+    let mut iov = libc::iovec { iov_base: data.as_ptr() as *mut _, iov_len: data.len() };
+    // Enough room for MAX_FDS descriptors, aligned for cmsghdr.
+    let mut cbuf = [0u64; 32];
+    // SAFETY: zeroed msghdr is a valid initial value.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    if !fds.is_empty() {
+        let payload = std::mem::size_of_val(fds) as u32;
+        // SAFETY: CMSG_SPACE is a pure computation.
+        let space = unsafe { libc::CMSG_SPACE(payload) } as usize;
+        msg.msg_control = cbuf.as_mut_ptr().cast();
+        msg.msg_controllen = space;
+        // SAFETY: msg_control points to `cbuf`, large enough for one cmsg of `space` bytes
+        // (MAX_FDS * 4 + header <= 256 bytes), so CMSG_FIRSTHDR is non-null and in bounds.
+        unsafe {
+            let c = libc::CMSG_FIRSTHDR(&msg);
+            (*c).cmsg_level = libc::SOL_SOCKET;
+            (*c).cmsg_type = libc::SCM_RIGHTS;
+            (*c).cmsg_len = libc::CMSG_LEN(payload) as usize;
+            std::ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(c).cast(), fds.len());
+        }
+    }
+    // SAFETY: `msg` points to live buffers for the duration of the call.
+    cvt_size(unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) })
+}
+
+/// Receives into `buf`, collecting any fds passed with the data (SCM_RIGHTS). Returns
+/// `(bytes, fds)`; zero bytes means the peer closed. Truncated control data (more fds than
+/// [`MAX_FDS`]) is an error: those fds would be lost.
+pub fn recv_with_fds(sock: &UnixStream, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
+    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    let mut cbuf = [0u64; 40];
+    // SAFETY: zeroed msghdr is a valid initial value.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&cbuf);
+    // SAFETY: `msg` points to live buffers for the duration of the call.
+    let n = cvt_size(unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) })?;
+    let mut fds = Vec::new();
+    // SAFETY: walking the control buffer the kernel filled, with the libc CMSG macros,
+    // which stay within `msg_controllen`.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(c).cast::<RawFd>();
+                let count = ((*c).cmsg_len - libc::CMSG_LEN(0) as usize) / 4;
+                for i in 0..count {
+                    let fd = std::ptr::read_unaligned(data.add(i));
+                    // The kernel installed these fds in our table for us.
+                    fds.push(OwnedFd::from_raw_fd(fd));
+                }
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    if msg.msg_flags & libc::MSG_CTRUNC != 0 {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "too many fds in one message"));
+    }
+    Ok((n, fds))
+}
+
+/// An epoll instance.
+#[derive(Debug)]
+pub struct Epoll {
+    fd: OwnedFd,
+}
+
+impl Epoll {
+    pub fn new() -> io::Result<Epoll> {
+        // SAFETY: plain syscall.
+        let fd = cvt(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
+        // SAFETY: `fd` is fresh and owned by nobody else.
+        Ok(Epoll { fd: unsafe { OwnedFd::from_raw_fd(fd) } })
+    }
+
+    fn ctl(&self, op: i32, fd: RawFd, token: u64, readable: bool, writable: bool) -> io::Result<()> {
+        let mut events = 0u32;
+        if readable {
+            events |= (libc::EPOLLIN | libc::EPOLLRDHUP) as u32;
+        }
+        if writable {
+            events |= libc::EPOLLOUT as u32;
+        }
+        let mut ev = libc::epoll_event { events, u64: token };
+        // SAFETY: `ev` is a valid epoll_event for the call.
+        cvt(unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), op, fd, &mut ev) }).map(|_| ())
+    }
+
+    /// Watches `fd` for input (and output if `writable`), reporting `token`.
+    pub fn add(&self, fd: BorrowedFd<'_>, token: u64, writable: bool) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_ADD, fd.as_raw_fd(), token, true, writable)
+    }
+
+    /// Changes the interest of a watched fd.
+    pub fn modify(&self, fd: BorrowedFd<'_>, token: u64, writable: bool) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_MOD, fd.as_raw_fd(), token, true, writable)
+    }
+
+    /// Stops watching `fd`.
+    pub fn delete(&self, fd: BorrowedFd<'_>) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_DEL, fd.as_raw_fd(), 0, false, false)
+    }
+
+    /// Waits up to `timeout_ms` (-1: forever); fills `out` with `(token, readable, writable,
+    /// hangup)` and returns how many.
+    pub fn wait(&self, out: &mut [EpollEvent], timeout_ms: i32) -> io::Result<usize> {
+        let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 64];
+        let max = out.len().min(evs.len()) as i32;
+        // SAFETY: `evs` has room for `max` events.
+        let n = unsafe { libc::epoll_wait(self.fd.as_raw_fd(), evs.as_mut_ptr(), max, timeout_ms) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                return Ok(0);
+            }
+            return Err(e);
+        }
+        for (o, e) in out.iter_mut().zip(&evs[..n as usize]) {
+            let bits = e.events;
+            *o = EpollEvent {
+                token: e.u64,
+                readable: bits & libc::EPOLLIN as u32 != 0,
+                writable: bits & libc::EPOLLOUT as u32 != 0,
+                hangup: bits & (libc::EPOLLHUP | libc::EPOLLRDHUP | libc::EPOLLERR) as u32 != 0,
+            };
+        }
+        Ok(n as usize)
+    }
+}
+
+/// One readiness event.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EpollEvent {
+    pub token: u64,
+    pub readable: bool,
+    pub writable: bool,
+    pub hangup: bool,
+}
+
+/// Pins the calling thread to `cpus`.
+pub fn set_affinity(cpus: &[usize]) -> io::Result<()> {
+    // SAFETY: a zeroed cpu_set_t is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &c in cpus {
+        if c >= libc::CPU_SETSIZE as usize {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "cpu index too large"));
+        }
+        // SAFETY: `c` is below CPU_SETSIZE.
+        unsafe { libc::CPU_SET(c, &mut set) };
+    }
+    // SAFETY: `set` is a valid cpu_set_t of the size passed.
+    cvt(unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) }).map(|_| ())
+}
+
+/// CPUs the process may run on.
+pub fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: a zeroed cpu_set_t is a valid out-buffer.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid cpu_set_t of the size passed.
+    if unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) } != 0 {
+        return vec![0];
+    }
+    // SAFETY: CPU_ISSET reads the set we own.
+    (0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect()
+}
+
+/// The CPU's time-stamp counter.
+#[inline]
+pub fn rdtsc() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: RDTSC is available on every x86_64 CPU and has no memory effects.
+        unsafe { core::arch::x86_64::_rdtsc() }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        use std::time::Instant;
+        static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        START.get_or_init(Instant::now).elapsed().as_nanos() as u64
+    }
+}
+
+/// TSC ticks per second, measured once (about 20 ms) and cached.
+pub fn tsc_hz() -> u64 {
+    static HZ: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *HZ.get_or_init(|| {
+        let t0 = std::time::Instant::now();
+        let c0 = rdtsc();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let c1 = rdtsc();
+        let ns = t0.elapsed().as_nanos().max(1) as u64;
+        ((c1.wrapping_sub(c0)) as u128 * 1_000_000_000 / ns as u128) as u64
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn fds_travel_with_data() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let e = eventfd().unwrap();
+        send_with_fds(&a, b"hello", &[e.as_raw_fd()]).unwrap();
+        let mut buf = [0u8; 16];
+        let (n, fds) = recv_with_fds(&b, &mut buf).unwrap();
+        assert_eq!(&buf[..n], b"hello");
+        assert_eq!(fds.len(), 1);
+        notify(fds[0].as_fd()).unwrap();
+        assert_eq!(drain(e.as_fd()).unwrap(), 8);
+    }
+
+    #[test]
+    fn epoll_reports_readable() {
+        let ep = Epoll::new().unwrap();
+        let e = eventfd().unwrap();
+        ep.add(e.as_fd(), 7, false).unwrap();
+        let mut out = [EpollEvent::default(); 4];
+        assert_eq!(ep.wait(&mut out, 0).unwrap(), 0);
+        notify(e.as_fd()).unwrap();
+        assert_eq!(ep.wait(&mut out, 100).unwrap(), 1);
+        assert_eq!(out[0].token, 7);
+        assert!(out[0].readable);
+    }
+}
