@@ -80,7 +80,7 @@ impl SplitRing {
         }
         let n = size as u64;
         let place = |what: &'static str, addr: u64, len: u64, align: u64| {
-            if addr % align != 0 {
+            if !addr.is_multiple_of(align) {
                 return Err(RingError::Misaligned(what));
             }
             mem.uaddr_range(addr, len).ok_or(RingError::OutOfMemory(what))
@@ -200,6 +200,67 @@ impl SplitRing {
     /// dirty logging).
     pub fn used_area_len(&self) -> u64 {
         6 + 8 * self.size as u64
+    }
+}
+
+/// Driver-side accessors, for the frontend (`ferrovs-gen`, mock guests in tests), which
+/// owns the ring memory and plays the guest's part.
+impl SplitRing {
+    /// Writes descriptor `index` (ignored when out of range).
+    #[inline]
+    pub fn write_desc(&self, index: u16, d: Descriptor) {
+        if index >= self.size {
+            return;
+        }
+        let raw = d.to_bytes();
+        // SAFETY: `index < size`: the 16 bytes lie in the descriptor table checked in `new`.
+        unsafe { std::ptr::copy_nonoverlapping(raw.as_ptr(), self.desc.add(16 * index as usize), 16) };
+    }
+
+    /// Writes `avail.ring[slot % size]`.
+    #[inline]
+    pub fn write_avail_entry(&self, slot: u16, head: u16) {
+        let i = (slot & (self.size - 1)) as usize;
+        self.atomic_u16(self.avail, 4 + 2 * i).store(head.to_le(), Ordering::Relaxed);
+    }
+
+    /// Publishes `avail.idx` with Release.
+    #[inline]
+    pub fn publish_avail(&self, idx: u16) {
+        self.atomic_u16(self.avail, 2).store(idx.to_le(), Ordering::Release);
+    }
+
+    /// `avail.flags` (VRING_AVAIL_F_NO_INTERRUPT).
+    #[inline]
+    pub fn set_avail_flags(&self, flags: u16) {
+        self.atomic_u16(self.avail, 0).store(flags.to_le(), Ordering::Release);
+    }
+
+    /// Sets `used_event` (EVENT_IDX, driver side).
+    #[inline]
+    pub fn set_used_event(&self, idx: u16) {
+        let off = 4 + 2 * self.size as usize;
+        self.atomic_u16(self.avail, off).store(idx.to_le(), Ordering::Release);
+    }
+
+    /// `avail_event` (EVENT_IDX, written by the device).
+    #[inline]
+    pub fn avail_event(&self) -> u16 {
+        let off = 4 + 8 * self.size as usize;
+        u16::from_le(self.atomic_u16(self.used, off).load(Ordering::Acquire))
+    }
+
+    /// Reads used entry `slot % size` as `(id, len)` (untrusted when the device is).
+    #[inline]
+    pub fn read_used(&self, slot: u16) -> (u32, u32) {
+        let i = (slot & (self.size - 1)) as usize;
+        let mut raw = [0u8; 8];
+        // SAFETY: `i < size`: the 8 bytes lie in the used ring checked in `new`.
+        unsafe { std::ptr::copy_nonoverlapping(self.used.add(4 + 8 * i), raw.as_mut_ptr(), 8) };
+        (
+            u32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]]),
+            u32::from_le_bytes([raw[4], raw[5], raw[6], raw[7]]),
+        )
     }
 }
 

@@ -1,0 +1,457 @@
+//! The driver side of vhost-user: a "guest" in a process.
+//!
+//! [`Frontend`] connects to a vhost-user backend (ferrovs, DPDK's `net_vhost`, OVS), shares a
+//! memfd as guest memory, negotiates features and places the rings there, exactly as QEMU or
+//! DPDK's virtio-user would. [`TxQueue`] and [`RxQueue`] then play the virtio-net driver over
+//! those rings. `ferrovs-gen` is built on it, and tests use it as a mock guest — including a
+//! hostile one, since every ring field and descriptor is reachable through [`Frontend::ring`]
+//! and [`Frontend::memory`].
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+
+use ferrovs_sys::guest::{GuestMemory, RegionDesc};
+use ferrovs_sys::os;
+use ferrovs_sys::vring::{self, Descriptor, RingAddrs, SplitRing, VRING_DESC_F_WRITE};
+
+use crate::conn::{Conn, ConnError};
+use crate::features::*;
+use crate::msg::{self, payload, Code};
+
+/// Frontend-virtual base of our single memory region (any consistent value works).
+const UADDR_BASE: u64 = 0x7f00_0000_0000;
+
+/// How to set the device up.
+#[derive(Debug, Clone)]
+pub struct FrontendConfig {
+    pub queue_pairs: usize,
+    pub ring_size: u16,
+    /// Bytes per packet buffer.
+    pub buf_size: u32,
+    /// Virtio features to ask for (intersected with what the backend offers).
+    pub want_features: u64,
+}
+
+impl Default for FrontendConfig {
+    fn default() -> Self {
+        FrontendConfig {
+            queue_pairs: 1,
+            ring_size: 256,
+            buf_size: 2048,
+            want_features: VIRTIO_F_VERSION_1
+                | VIRTIO_NET_F_MRG_RXBUF
+                | VIRTIO_RING_F_EVENT_IDX
+                | VIRTIO_RING_F_INDIRECT_DESC
+                | VIRTIO_NET_F_MQ
+                | VHOST_USER_F_PROTOCOL_FEATURES,
+        }
+    }
+}
+
+/// Errors of the frontend.
+#[derive(Debug, thiserror::Error)]
+pub enum FrontendError {
+    #[error("i/o")]
+    Io(#[from] io::Error),
+    #[error("connection")]
+    Conn(#[from] ConnError),
+    #[error("backend refused {0:?} (ack {1})")]
+    Refused(Code, u64),
+    #[error("backend sent a malformed reply to {0:?}")]
+    BadReply(Code),
+    #[error("backend offers {offered} queue pairs, {wanted} wanted")]
+    TooFewQueues { offered: u64, wanted: usize },
+    #[error("guest memory")]
+    Memory(#[from] ferrovs_sys::guest::MemoryError),
+    #[error("ring")]
+    Ring(#[from] ferrovs_sys::vring::RingError),
+}
+
+/// Layout of one queue in our memory.
+#[derive(Debug, Clone, Copy)]
+struct QueueLayout {
+    desc: u64,
+    avail: u64,
+    used: u64,
+    bufs: u64,
+}
+
+/// A connected frontend.
+#[derive(Debug)]
+pub struct Frontend {
+    conn: Conn,
+    mem: Arc<GuestMemory>,
+    pub features: u64,
+    pub protocol: u64,
+    cfg: FrontendConfig,
+    layouts: Vec<QueueLayout>,
+    kicks: Vec<OwnedFd>,
+    calls: Vec<OwnedFd>,
+}
+
+fn align(v: u64, a: u64) -> u64 {
+    v.div_ceil(a) * a
+}
+
+impl Frontend {
+    /// Connects to the backend listening at `path`.
+    pub fn connect(path: &std::path::Path, cfg: FrontendConfig) -> Result<Frontend, FrontendError> {
+        let sock = UnixStream::connect(path)?;
+        Frontend::over(sock, cfg)
+    }
+
+    /// Sets the device up over an already-connected socket (either side may have listened).
+    pub fn over(sock: UnixStream, cfg: FrontendConfig) -> Result<Frontend, FrontendError> {
+        let n = cfg.ring_size as u64;
+        let nq = 2 * cfg.queue_pairs;
+        let mut layouts = Vec::with_capacity(nq);
+        let mut at = 0u64;
+        for _ in 0..nq {
+            let desc = at;
+            let avail = desc + 16 * n;
+            let used = align(avail + 6 + 2 * n, 4096);
+            let bufs = align(used + 6 + 8 * n, 4096);
+            at = align(bufs + n * cfg.buf_size as u64, 4096);
+            layouts.push(QueueLayout { desc, avail, used, bufs });
+        }
+        let size = align(at, 2 << 20);
+        let fd = os::memfd("ferrovs-gen-guest", size, false)?;
+        let region = RegionDesc { gpa: 0, size, uaddr: UADDR_BASE, mmap_offset: 0 };
+        let mem = Arc::new(GuestMemory::map(vec![(region, fd.try_clone()?)])?);
+        let mut fe = Frontend {
+            conn: Conn::new(sock, false)?,
+            mem,
+            features: 0,
+            protocol: 0,
+            cfg,
+            layouts,
+            kicks: Vec::new(),
+            calls: Vec::new(),
+        };
+        fe.setup(region, fd)?;
+        Ok(fe)
+    }
+
+    fn send(&mut self, code: Code, p: &[u8], fds: &[i32]) -> Result<(), FrontendError> {
+        let ack = self.protocol & PROTOCOL_F_REPLY_ACK != 0 && !code.has_reply();
+        let flags = if ack { msg::FLAG_NEED_REPLY } else { 0 };
+        self.conn.send(&msg::encode(code as u32, flags, p), fds)?;
+        if ack {
+            let v = self.reply(code)?;
+            if v != 0 {
+                return Err(FrontendError::Refused(code, v));
+            }
+        }
+        Ok(())
+    }
+
+    fn reply(&mut self, code: Code) -> Result<u64, FrontendError> {
+        let (h, p, _) = self.conn.recv_blocking()?;
+        if h.code != code as u32 || h.flags & msg::FLAG_REPLY == 0 || p.len() < 8 {
+            return Err(FrontendError::BadReply(code));
+        }
+        Ok(u64::from_le_bytes(p[..8].try_into().map_err(|_| FrontendError::BadReply(code))?))
+    }
+
+    fn get(&mut self, code: Code) -> Result<u64, FrontendError> {
+        self.conn.send(&msg::encode(code as u32, 0, &[]), &[])?;
+        self.reply(code)
+    }
+
+    fn setup(&mut self, region: RegionDesc, fd: OwnedFd) -> Result<(), FrontendError> {
+        let offered = self.get(Code::GetFeatures)?;
+        self.features = offered & self.cfg.want_features;
+        if self.features & VHOST_USER_F_PROTOCOL_FEATURES != 0 {
+            let p = self.get(Code::GetProtocolFeatures)?;
+            self.protocol = p & (PROTOCOL_F_MQ | PROTOCOL_F_REPLY_ACK);
+            self.send(Code::SetProtocolFeatures, &payload::u64(self.protocol), &[])?;
+        }
+        if self.cfg.queue_pairs > 1 {
+            let q = if self.protocol & PROTOCOL_F_MQ != 0 { self.get(Code::GetQueueNum)? } else { 1 };
+            if (q as usize) < self.cfg.queue_pairs {
+                return Err(FrontendError::TooFewQueues { offered: q, wanted: self.cfg.queue_pairs });
+            }
+        }
+        self.send(Code::SetOwner, &[], &[])?;
+        self.send(Code::SetFeatures, &payload::u64(self.features), &[])?;
+        self.send(Code::SetMemTable, &payload::mem_table(&[region]), &[fd.as_raw_fd()])?;
+        for q in 0..self.layouts.len() {
+            let l = self.layouts[q];
+            let n = self.cfg.ring_size as u32;
+            self.send(Code::SetVringNum, &payload::state(q as u32, n), &[])?;
+            let addrs = RingAddrs {
+                desc: UADDR_BASE + l.desc,
+                avail: UADDR_BASE + l.avail,
+                used: UADDR_BASE + l.used,
+            };
+            self.send(Code::SetVringAddr, &payload::addr(q as u32, addrs), &[])?;
+            self.send(Code::SetVringBase, &payload::state(q as u32, 0), &[])?;
+            let call = os::eventfd()?;
+            self.send(Code::SetVringCall, &payload::u64(q as u64), &[call.as_raw_fd()])?;
+            let kick = os::eventfd()?;
+            self.send(Code::SetVringKick, &payload::u64(q as u64), &[kick.as_raw_fd()])?;
+            self.kicks.push(kick);
+            self.calls.push(call);
+        }
+        if self.features & VHOST_USER_F_PROTOCOL_FEATURES != 0 {
+            for q in 0..self.layouts.len() {
+                self.send(Code::SetVringEnable, &payload::state(q as u32, 1), &[])?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Our view of the guest memory.
+    pub fn memory(&self) -> &Arc<GuestMemory> {
+        &self.mem
+    }
+
+    /// Direct access to queue `q`'s ring (for tests that misbehave on purpose).
+    pub fn ring(&self, q: usize) -> Result<SplitRing, FrontendError> {
+        let l = self.layouts[q];
+        let addrs = RingAddrs { desc: UADDR_BASE + l.desc, avail: UADDR_BASE + l.avail, used: UADDR_BASE + l.used };
+        Ok(SplitRing::new(self.mem.clone(), addrs, self.cfg.ring_size as u32)?)
+    }
+
+    /// Sends a raw message and returns the raw reply if one arrives (tests of bad input).
+    pub fn raw_request(&mut self, bytes: &[u8], fds: &[i32]) -> Result<(), FrontendError> {
+        self.conn.send(bytes, fds)?;
+        Ok(())
+    }
+
+    /// GET_VRING_BASE: stops queue `q` in the backend and returns its last_avail_idx.
+    pub fn get_vring_base(&mut self, q: u32) -> Result<u32, FrontendError> {
+        self.conn.send(&msg::encode(Code::GetVringBase as u32, 0, &payload::state(q, 0)), &[])?;
+        let (h, p, _) = self.conn.recv_blocking()?;
+        if h.code != Code::GetVringBase as u32 || p.len() != 8 {
+            return Err(FrontendError::BadReply(Code::GetVringBase));
+        }
+        Ok(u32::from_le_bytes([p[4], p[5], p[6], p[7]]))
+    }
+
+    /// Driver for guest TX queue of pair `pair`.
+    pub fn tx_queue(&self, pair: usize) -> Result<TxQueue, FrontendError> {
+        let q = 2 * pair + 1;
+        TxQueue::new(self.ring(q)?, self.layouts[q].bufs, self.cfg.buf_size, self.features, self.kicks[q].try_clone()?)
+    }
+
+    /// Driver for guest RX queue of pair `pair`; posts every buffer.
+    pub fn rx_queue(&self, pair: usize) -> Result<RxQueue, FrontendError> {
+        let q = 2 * pair;
+        RxQueue::new(self.ring(q)?, self.layouts[q].bufs, self.cfg.buf_size, self.features, self.kicks[q].try_clone()?)
+    }
+
+    pub fn config(&self) -> &FrontendConfig {
+        &self.cfg
+    }
+}
+
+fn kick_if_needed(ring: &SplitRing, features: u64, kick: &OwnedFd, old: u16, new: u16) {
+    vring::fence();
+    let want = if features & VIRTIO_RING_F_EVENT_IDX != 0 {
+        vring::need_event(ring.avail_event(), new, old)
+    } else {
+        ring.used_flags() & vring::VRING_USED_F_NO_NOTIFY == 0
+    };
+    if want {
+        let _ = os::notify(kick.as_fd());
+    }
+}
+
+/// Guest transmit side: packets go to the backend.
+#[derive(Debug)]
+pub struct TxQueue {
+    ring: SplitRing,
+    bufs: u64,
+    buf_size: u32,
+    hdr_len: usize,
+    features: u64,
+    kick: OwnedFd,
+    free: Vec<u16>,
+    avail_idx: u16,
+    used_seen: u16,
+}
+
+impl TxQueue {
+    fn new(ring: SplitRing, bufs: u64, buf_size: u32, features: u64, kick: OwnedFd) -> Result<TxQueue, FrontendError> {
+        let n = ring.size();
+        if features & VIRTIO_RING_F_EVENT_IDX != 0 {
+            ring.set_used_event(u16::MAX / 2);
+        } else {
+            ring.set_avail_flags(vring::VRING_AVAIL_F_NO_INTERRUPT);
+        }
+        Ok(TxQueue {
+            ring,
+            bufs,
+            buf_size,
+            hdr_len: net_hdr_len(features),
+            features,
+            kick,
+            free: (0..n).rev().collect(),
+            avail_idx: 0,
+            used_seen: 0,
+        })
+    }
+
+    /// Reclaims buffers the backend has consumed; returns how many.
+    #[inline]
+    pub fn reclaim(&mut self) -> usize {
+        let used = self.ring.used_idx();
+        let n = used.wrapping_sub(self.used_seen);
+        for i in 0..n {
+            let (id, _) = self.ring.read_used(self.used_seen.wrapping_add(i));
+            if (id as u16) < self.ring.size() {
+                self.free.push(id as u16);
+            }
+        }
+        self.used_seen = used;
+        if self.features & VIRTIO_RING_F_EVENT_IDX != 0 {
+            self.ring.set_used_event(used.wrapping_sub(1).wrapping_add(u16::MAX / 2));
+        }
+        n as usize
+    }
+
+    /// Free slots.
+    pub fn room(&self) -> usize {
+        self.free.len()
+    }
+
+    /// Queues packets produced by `fill(i, buf) -> len` (buf excludes the virtio-net header)
+    /// for up to `max` packets; publishes them at once. Returns how many were queued.
+    #[inline]
+    pub fn send_with(&mut self, max: usize, mut fill: impl FnMut(usize, &mut [u8]) -> usize) -> usize {
+        let old = self.avail_idx;
+        let mut scratch = [0u8; 2048];
+        let mut n = 0;
+        while n < max {
+            let Some(id) = self.free.pop() else { break };
+            let room = (self.buf_size as usize - self.hdr_len).min(scratch.len() - self.hdr_len);
+            let (hdr, body) = scratch.split_at_mut(self.hdr_len);
+            hdr.fill(0);
+            let len = fill(n, &mut body[..room]);
+            let addr = self.bufs + id as u64 * self.buf_size as u64;
+            let total = self.hdr_len + len;
+            let _ = self.ring.mem().write(addr, &scratch[..total]);
+            self.ring.write_desc(id, Descriptor { addr, len: total as u32, flags: 0, next: 0 });
+            self.ring.write_avail_entry(self.avail_idx, id);
+            self.avail_idx = self.avail_idx.wrapping_add(1);
+            n += 1;
+        }
+        if n > 0 {
+            self.ring.publish_avail(self.avail_idx);
+            kick_if_needed(&self.ring, self.features, &self.kick, old, self.avail_idx);
+        }
+        n
+    }
+
+    /// Sends one packet (convenience for tests); false when the ring is full.
+    pub fn send(&mut self, pkt: &[u8]) -> bool {
+        self.reclaim();
+        self.send_with(1, |_, b| {
+            b[..pkt.len()].copy_from_slice(pkt);
+            pkt.len()
+        }) == 1
+    }
+
+    /// The ring, for tests that corrupt it on purpose.
+    pub fn ring(&self) -> &SplitRing {
+        &self.ring
+    }
+
+    /// Publishes a raw available entry (tests: hostile chains).
+    pub fn publish_raw(&mut self, head: u16) {
+        self.ring.write_avail_entry(self.avail_idx, head);
+        self.avail_idx = self.avail_idx.wrapping_add(1);
+        self.ring.publish_avail(self.avail_idx);
+    }
+}
+
+/// Guest receive side: packets come from the backend.
+#[derive(Debug)]
+pub struct RxQueue {
+    ring: SplitRing,
+    bufs: u64,
+    buf_size: u32,
+    hdr_len: usize,
+    features: u64,
+    kick: OwnedFd,
+    avail_idx: u16,
+    used_seen: u16,
+    /// Malformed completions seen (bad id or length from the backend).
+    pub errors: u64,
+}
+
+impl RxQueue {
+    fn new(ring: SplitRing, bufs: u64, buf_size: u32, features: u64, kick: OwnedFd) -> Result<RxQueue, FrontendError> {
+        if features & VIRTIO_RING_F_EVENT_IDX != 0 {
+            ring.set_used_event(u16::MAX / 2);
+        } else {
+            ring.set_avail_flags(vring::VRING_AVAIL_F_NO_INTERRUPT);
+        }
+        let mut q = RxQueue {
+            ring,
+            bufs,
+            buf_size,
+            hdr_len: net_hdr_len(features),
+            features,
+            kick,
+            avail_idx: 0,
+            used_seen: 0,
+            errors: 0,
+        };
+        for id in 0..q.ring.size() {
+            q.post(id);
+        }
+        q.ring.publish_avail(q.avail_idx);
+        Ok(q)
+    }
+
+    fn post(&mut self, id: u16) {
+        let addr = self.bufs + id as u64 * self.buf_size as u64;
+        self.ring.write_desc(id, Descriptor { addr, len: self.buf_size, flags: VRING_DESC_F_WRITE, next: 0 });
+        self.ring.write_avail_entry(self.avail_idx, id);
+        self.avail_idx = self.avail_idx.wrapping_add(1);
+    }
+
+    /// Receives up to `max` packets, calling `f(packet_without_header)` for each, and
+    /// re-posts their buffers. Returns how many.
+    #[inline]
+    pub fn recv_with(&mut self, max: usize, mut f: impl FnMut(&[u8])) -> usize {
+        let used = self.ring.used_idx();
+        let n = (used.wrapping_sub(self.used_seen) as usize).min(max);
+        if n == 0 {
+            return 0;
+        }
+        let old = self.avail_idx;
+        let mut scratch = [0u8; 2048];
+        for i in 0..n {
+            let (id, len) = self.ring.read_used(self.used_seen.wrapping_add(i as u16));
+            let len = len as usize;
+            if id as u16 >= self.ring.size() || len < self.hdr_len || len > self.buf_size as usize || len > scratch.len() {
+                self.errors += 1;
+                if (id as u16) < self.ring.size() {
+                    self.post(id as u16);
+                }
+                continue;
+            }
+            let addr = self.bufs + id as u64 * self.buf_size as u64;
+            if self.ring.mem().read(addr, &mut scratch[..len]).is_ok() {
+                f(&scratch[self.hdr_len..len]);
+            }
+            self.post(id as u16);
+        }
+        self.used_seen = self.used_seen.wrapping_add(n as u16);
+        if self.features & VIRTIO_RING_F_EVENT_IDX != 0 {
+            self.ring.set_used_event(self.used_seen.wrapping_add(u16::MAX / 2));
+        }
+        self.ring.publish_avail(self.avail_idx);
+        kick_if_needed(&self.ring, self.features, &self.kick, old, self.avail_idx);
+        n
+    }
+
+    pub fn ring(&self) -> &SplitRing {
+        &self.ring
+    }
+}

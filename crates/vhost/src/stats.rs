@@ -1,0 +1,115 @@
+//! Per-queue counters: one per drop reason, as VPP does with its error counters.
+//!
+//! Writers add once per burst (`fetch_add`, relaxed); readers (the control plane) may see
+//! counters of one burst at slightly different moments, never torn values.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+macro_rules! reasons {
+    ($($name:ident => $text:literal),* $(,)?) => {
+        /// Why a packet (or a guest buffer) was dropped or refused.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum DropReason { $($name),* }
+        impl DropReason {
+            pub const ALL: &'static [DropReason] = &[$(DropReason::$name),*];
+            /// Stable name used by the CLI and metrics.
+            pub fn name(self) -> &'static str {
+                match self { $(DropReason::$name => $text),* }
+            }
+        }
+    };
+}
+
+reasons! {
+    NoMbuf => "no_mbuf",
+    GuestNoBuffers => "guest_no_rx_buffers",
+    Oversize => "oversize",
+    Runt => "runt",
+    BadDescIndex => "bad_desc_index",
+    ChainLoop => "desc_chain_loop",
+    BadIndirect => "bad_indirect_desc",
+    OutOfGuestMemory => "desc_out_of_guest_memory",
+    WrongDirection => "desc_wrong_direction",
+    BadAvailIdx => "bad_avail_idx",
+    QueueBroken => "queue_broken",
+    NotReady => "queue_not_ready",
+    NoRoute => "no_route",
+    Vlan => "vlan_mismatch",
+    TxError => "tx_error",
+}
+
+pub const NUM_REASONS: usize = DropReason::ALL.len();
+
+/// Counters of one queue (or one port).
+#[derive(Debug, Default)]
+pub struct QueueStats {
+    pub packets: AtomicU64,
+    pub bytes: AtomicU64,
+    /// Guest notifications (call eventfd writes) made.
+    pub calls: AtomicU64,
+    drops: [AtomicU64; NUM_REASONS],
+}
+
+impl QueueStats {
+    #[inline]
+    pub fn add(&self, packets: u64, bytes: u64) {
+        if packets != 0 {
+            self.packets.fetch_add(packets, Ordering::Relaxed);
+            self.bytes.fetch_add(bytes, Ordering::Relaxed);
+        }
+    }
+
+    #[inline]
+    pub fn drop(&self, reason: DropReason, n: u64) {
+        if n != 0 {
+            self.drops[reason as usize].fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    pub fn drops(&self, reason: DropReason) -> u64 {
+        self.drops[reason as usize].load(Ordering::Relaxed)
+    }
+
+    /// A plain copy of the counters.
+    pub fn snapshot(&self) -> StatsSnapshot {
+        let mut drops = [0u64; NUM_REASONS];
+        for (d, a) in drops.iter_mut().zip(&self.drops) {
+            *d = a.load(Ordering::Relaxed);
+        }
+        StatsSnapshot {
+            packets: self.packets.load(Ordering::Relaxed),
+            bytes: self.bytes.load(Ordering::Relaxed),
+            calls: self.calls.load(Ordering::Relaxed),
+            drops,
+        }
+    }
+}
+
+/// Counters as plain numbers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StatsSnapshot {
+    pub packets: u64,
+    pub bytes: u64,
+    pub calls: u64,
+    pub drops: [u64; NUM_REASONS],
+}
+
+impl StatsSnapshot {
+    pub fn total_drops(&self) -> u64 {
+        self.drops.iter().sum()
+    }
+
+    pub fn merge(&mut self, o: &StatsSnapshot) {
+        self.packets += o.packets;
+        self.bytes += o.bytes;
+        self.calls += o.calls;
+        for (a, b) in self.drops.iter_mut().zip(&o.drops) {
+            *a += b;
+        }
+    }
+
+    /// Non-zero drop counters by name.
+    pub fn named_drops(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        DropReason::ALL.iter().map(|r| (r.name(), self.drops[*r as usize])).filter(|(_, n)| *n != 0)
+    }
+}

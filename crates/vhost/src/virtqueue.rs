@@ -1,0 +1,503 @@
+//! One virtqueue of a vhost-user net device, backend side: the packet path over guest rings.
+//!
+//! Invariants:
+//! * Every value read from guest memory is untrusted. A descriptor index past the table, a
+//!   chain longer than the ring (a loop), a nested or malformed indirect table, a buffer
+//!   outside guest memory or a descriptor of the wrong direction marks the queue *broken*: the
+//!   offending chain is returned to the guest with length 0 (it leaks no descriptor), the
+//!   reason is counted, one log line is written, and the queue is not polled again until the
+//!   frontend re-initialises it. Other queues and ports are unaffected.
+//! * Used entries are written in a burst and published with one Release store of `used.idx`;
+//!   the guest is notified at most once per burst, and only if it asked (EVENT_IDX
+//!   `used_event`, or the NO_INTERRUPT flag).
+//! * The queue's plain state ([`VringState`]) is all another process needs to resume it.
+//!
+//! Thread-safety: a `VirtQueue` sits in a `Mutex` ([`crate::device::Queue`]); the PMD that
+//! polls it takes the lock with `try_lock` once per burst, the control thread takes it to
+//! change the queue, so configuration never races a burst.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::Arc;
+
+use ferrovs_sys::guest::{GuestMemory, OutOfBounds};
+use ferrovs_sys::os;
+use ferrovs_sys::pool::{Mbuf, Pool, MAX_DATA};
+use ferrovs_sys::vring::{
+    self, Descriptor, RingAddrs, RingError, SplitRing, VRING_AVAIL_F_NO_INTERRUPT,
+    VRING_DESC_F_INDIRECT, VRING_DESC_F_NEXT, VRING_DESC_F_WRITE, VRING_USED_F_NO_NOTIFY,
+};
+
+use crate::features;
+use crate::stats::{DropReason, QueueStats};
+
+/// Most packets one burst moves.
+pub const BURST: usize = 32;
+
+/// Plain, exportable state of a vring (what `GET_VRING_BASE` and a hot upgrade need).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct VringState {
+    pub size: u32,
+    pub addrs: Option<RingAddrs>,
+    pub last_avail: u16,
+    pub used_idx: u16,
+    pub enabled: bool,
+    /// A kick fd (or NOFD) was received: the ring is started.
+    pub kicked: bool,
+}
+
+/// A guest error found while walking a descriptor chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ChainError {
+    #[error("descriptor index out of range")]
+    BadIndex,
+    #[error("descriptor chain loops or exceeds the ring size")]
+    Loop,
+    #[error("malformed or nested indirect descriptor table")]
+    BadIndirect,
+    #[error("buffer outside guest memory")]
+    OutOfMemory,
+    #[error("descriptor direction does not match the queue")]
+    WrongDirection,
+    #[error("available index moved by more than the ring size")]
+    BadAvailIdx,
+}
+
+impl ChainError {
+    pub fn reason(self) -> DropReason {
+        match self {
+            ChainError::BadIndex => DropReason::BadDescIndex,
+            ChainError::Loop => DropReason::ChainLoop,
+            ChainError::BadIndirect => DropReason::BadIndirect,
+            ChainError::OutOfMemory => DropReason::OutOfGuestMemory,
+            ChainError::WrongDirection => DropReason::WrongDirection,
+            ChainError::BadAvailIdx => DropReason::BadAvailIdx,
+        }
+    }
+}
+
+impl From<OutOfBounds> for ChainError {
+    fn from(_: OutOfBounds) -> Self {
+        ChainError::OutOfMemory
+    }
+}
+
+/// Walks one descriptor chain, direct or through one indirect table, with a budget that
+/// bounds it however the guest links descriptors.
+struct Chain<'a> {
+    ring: &'a SplitRing,
+    mem: &'a GuestMemory,
+    indirect: Option<(u64, u32)>,
+    next: Option<u16>,
+    budget: u32,
+    first: bool,
+    indirect_ok: bool,
+}
+
+impl<'a> Chain<'a> {
+    fn new(ring: &'a SplitRing, head: u16, indirect_ok: bool) -> Chain<'a> {
+        Chain {
+            ring,
+            mem: ring.mem(),
+            indirect: None,
+            next: Some(head),
+            budget: ring.size() as u32,
+            first: true,
+            indirect_ok,
+        }
+    }
+
+    #[inline]
+    fn next(&mut self) -> Result<Option<Descriptor>, ChainError> {
+        let Some(i) = self.next else { return Ok(None) };
+        if self.budget == 0 {
+            return Err(ChainError::Loop);
+        }
+        self.budget -= 1;
+        let d = match self.indirect {
+            None => self.ring.desc(i).ok_or(ChainError::BadIndex)?,
+            Some((table, count)) => {
+                if i as u32 >= count {
+                    return Err(ChainError::BadIndex);
+                }
+                Descriptor::from_bytes(&self.mem.read_obj::<16>(table + 16 * i as u64)?)
+            }
+        };
+        let first = std::mem::replace(&mut self.first, false);
+        if d.flags & VRING_DESC_F_INDIRECT != 0 {
+            let count = d.len / 16;
+            if !first
+                || !self.indirect_ok
+                || self.indirect.is_some()
+                || d.flags & VRING_DESC_F_NEXT != 0
+                || d.len % 16 != 0
+                || count == 0
+                || count > 65536
+            {
+                return Err(ChainError::BadIndirect);
+            }
+            self.mem.check_range(d.addr, d.len as u64)?;
+            self.indirect = Some((d.addr, count));
+            self.budget = count;
+            self.next = Some(0);
+            return self.next();
+        }
+        self.next = (d.flags & VRING_DESC_F_NEXT != 0).then_some(d.next);
+        Ok(Some(d))
+    }
+}
+
+/// One virtqueue.
+#[derive(Debug, Default)]
+pub struct VirtQueue {
+    pub state: VringState,
+    ring: Option<SplitRing>,
+    pub kick: Option<OwnedFd>,
+    pub call: Option<OwnedFd>,
+    pub err: Option<OwnedFd>,
+    /// Set when the guest broke the ring; cleared when the frontend re-initialises it.
+    pub broken: Option<ChainError>,
+    features: u64,
+    hdr_len: usize,
+    /// Cached `avail.idx` (re-read only when exhausted).
+    avail_cache: u16,
+}
+
+impl VirtQueue {
+    /// Applies negotiated features (header length, mergeable buffers, EVENT_IDX).
+    pub fn set_features(&mut self, f: u64) {
+        self.features = f;
+        self.hdr_len = features::net_hdr_len(f);
+    }
+
+    fn event_idx(&self) -> bool {
+        self.features & features::VIRTIO_RING_F_EVENT_IDX != 0
+    }
+
+    fn mrg(&self) -> bool {
+        self.features & features::VIRTIO_NET_F_MRG_RXBUF != 0
+    }
+
+    fn indirect_ok(&self) -> bool {
+        self.features & features::VIRTIO_RING_F_INDIRECT_DESC != 0
+    }
+
+    /// Whether the datapath may use the ring.
+    #[inline]
+    pub fn ready(&self) -> bool {
+        self.ring.is_some() && self.state.enabled && self.broken.is_none()
+    }
+
+    /// Places the ring in `mem` if it is configured and started. Called when the kick fd
+    /// arrives and when the memory table changes.
+    pub fn start(&mut self, mem: Option<&Arc<GuestMemory>>) -> Result<(), RingError> {
+        self.ring = None;
+        let (Some(mem), Some(addrs), true) = (mem, self.state.addrs, self.state.kicked) else {
+            return Ok(());
+        };
+        let ring = SplitRing::new(mem.clone(), addrs, self.state.size)?;
+        // Start from the guest's view of the used ring (as DPDK does): after a reconnect the
+        // frontend restores last_avail from GET_VRING_BASE and used.idx is in guest memory.
+        self.state.used_idx = ring.used_idx();
+        self.avail_cache = self.state.last_avail;
+        if !self.event_idx() {
+            // We poll: ask the guest not to kick.
+            ring.set_used_flags(VRING_USED_F_NO_NOTIFY);
+        }
+        self.broken = None;
+        self.ring = Some(ring);
+        Ok(())
+    }
+
+    /// Stops the ring (GET_VRING_BASE, reset, disconnect) and returns its plain state.
+    pub fn stop(&mut self) -> VringState {
+        self.ring = None;
+        self.kick = None;
+        self.state.kicked = false;
+        self.broken = None;
+        self.state
+    }
+
+    /// Marks the ring broken by a guest error (once) and counts it.
+    #[cold]
+    fn mark_broken(&mut self, e: ChainError, stats: &QueueStats, name: &str) {
+        stats.drop(e.reason(), 1);
+        if self.broken.is_none() {
+            eprintln!("ferrovs: {name}: queue {}: guest error: {e}; queue disabled until reset", self.index_hint());
+        }
+        self.broken = Some(e);
+    }
+
+    fn index_hint(&self) -> String {
+        self.state.addrs.map(|a| format!("ring@{:#x}", a.desc)).unwrap_or_default()
+    }
+
+    /// Notifies the guest that used entries moved from `old` to `new`, if it wants that.
+    #[inline]
+    fn notify(&self, ring: &SplitRing, old: u16, new: u16, stats: &QueueStats) {
+        if old == new {
+            return;
+        }
+        vring::fence();
+        let want = if self.event_idx() {
+            vring::need_event(ring.used_event(), new, old)
+        } else {
+            ring.avail_flags() & VRING_AVAIL_F_NO_INTERRUPT == 0
+        };
+        if want {
+            if let Some(call) = &self.call {
+                // A full pipe or a closed peer only loses this notification.
+                let _ = os::notify(call.as_fd());
+                stats.calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Number of available entries not yet consumed, validated against the ring size.
+    #[inline]
+    fn pending(&mut self, ring: &SplitRing) -> Result<u16, ChainError> {
+        let mut n = self.avail_cache.wrapping_sub(self.state.last_avail);
+        if n == 0 {
+            self.avail_cache = ring.avail_idx();
+            n = self.avail_cache.wrapping_sub(self.state.last_avail);
+        }
+        if n > ring.size() {
+            return Err(ChainError::BadAvailIdx);
+        }
+        Ok(n)
+    }
+
+    /// Guest TX: moves up to `max` packets from the ring into buffers from `pool`, appended
+    /// to `out` (which must have room). Returns how many were added.
+    pub fn dequeue<'p>(
+        &mut self,
+        pool: &'p Pool,
+        out: &mut Vec<Mbuf<'p>>,
+        max: usize,
+        stats: &QueueStats,
+        name: &str,
+    ) -> usize {
+        let Some(ring) = self.ring.take() else { return 0 };
+        let r = self.dequeue_ring(&ring, pool, out, max, stats, name);
+        self.ring = Some(ring);
+        r
+    }
+
+    fn dequeue_ring<'p>(
+        &mut self,
+        ring: &SplitRing,
+        pool: &'p Pool,
+        out: &mut Vec<Mbuf<'p>>,
+        max: usize,
+        stats: &QueueStats,
+        name: &str,
+    ) -> usize {
+        if self.broken.is_some() {
+            return 0;
+        }
+        let avail = match self.pending(ring) {
+            Ok(n) => n as usize,
+            Err(e) => {
+                self.mark_broken(e, stats, name);
+                return 0;
+            }
+        };
+        let n = avail.min(max).min(out.capacity() - out.len());
+        let old_used = self.state.used_idx;
+        let (mut pkts, mut bytes, mut oversize, mut runts) = (0u64, 0u64, 0u64, 0u64);
+        for _ in 0..n {
+            let Some(mut m) = pool.alloc() else {
+                stats.drop(DropReason::NoMbuf, 1);
+                break;
+            };
+            let head = ring.avail_entry(self.state.last_avail);
+            let res = self.copy_chain_out(ring, head, &mut m);
+            ring.write_used(self.state.used_idx, head, 0);
+            self.state.used_idx = self.state.used_idx.wrapping_add(1);
+            self.state.last_avail = self.state.last_avail.wrapping_add(1);
+            match res {
+                Ok(Some(len)) if len >= 14 => {
+                    m.truncate(len);
+                    pkts += 1;
+                    bytes += len as u64;
+                    out.push(m);
+                }
+                Ok(Some(_)) => runts += 1,
+                Ok(None) => oversize += 1,
+                Err(e) => {
+                    self.mark_broken(e, stats, name);
+                    break;
+                }
+            }
+        }
+        if self.event_idx() {
+            // We poll; keep the guest's kicks rare but well-defined.
+            ring.set_avail_event(self.state.last_avail.wrapping_sub(1));
+        }
+        ring.publish_used(self.state.used_idx);
+        self.notify(ring, old_used, self.state.used_idx, stats);
+        stats.add(pkts, bytes);
+        stats.drop(DropReason::Oversize, oversize);
+        stats.drop(DropReason::Runt, runts);
+        pkts as usize
+    }
+
+    /// Copies the packet of chain `head` (after the virtio-net header) into `m`. `Ok(None)`:
+    /// the packet is larger than a buffer (dropped, the ring stays healthy).
+    #[inline]
+    fn copy_chain_out(
+        &self,
+        ring: &SplitRing,
+        head: u16,
+        m: &mut Mbuf<'_>,
+    ) -> Result<Option<usize>, ChainError> {
+        let mem = ring.mem();
+        let buf = m.fill(MAX_DATA).ok_or(ChainError::BadIndex)?;
+        let mut chain = Chain::new(ring, head, self.indirect_ok());
+        let mut skip = self.hdr_len as u64;
+        let mut len = 0usize;
+        let mut too_big = false;
+        while let Some(d) = chain.next()? {
+            if d.flags & VRING_DESC_F_WRITE != 0 {
+                return Err(ChainError::WrongDirection);
+            }
+            let s = skip.min(d.len as u64);
+            skip -= s;
+            let (addr, dlen) = (d.addr.wrapping_add(s), (d.len as u64 - s) as usize);
+            if dlen == 0 {
+                mem.check_range(d.addr, d.len as u64)?;
+                continue;
+            }
+            if too_big || len + dlen > MAX_DATA {
+                too_big = true;
+                mem.check_range(addr, dlen as u64)?;
+                continue;
+            }
+            mem.read(addr, &mut buf[len..len + dlen])?;
+            len += dlen;
+        }
+        Ok((!too_big).then_some(len))
+    }
+
+    /// Guest RX: copies packets into the guest's receive buffers (mergeable when negotiated).
+    /// Returns how many packets were delivered; the caller counts the rest as dropped.
+    pub fn enqueue<'a, I>(&mut self, pkts: I, stats: &QueueStats, name: &str) -> usize
+    where
+        I: IntoIterator<Item = &'a [u8]>,
+    {
+        let Some(ring) = self.ring.take() else { return 0 };
+        let r = self.enqueue_ring(&ring, pkts, stats, name);
+        self.ring = Some(ring);
+        r
+    }
+
+    fn enqueue_ring<'a, I>(&mut self, ring: &SplitRing, pkts: I, stats: &QueueStats, name: &str) -> usize
+    where
+        I: IntoIterator<Item = &'a [u8]>,
+    {
+        if self.broken.is_some() {
+            return 0;
+        }
+        let old_used = self.state.used_idx;
+        let (mut sent, mut bytes) = (0u64, 0u64);
+        for pkt in pkts {
+            match self.enqueue_one(ring, pkt) {
+                Ok(true) => {
+                    sent += 1;
+                    bytes += pkt.len() as u64;
+                }
+                Ok(false) => break,
+                Err(e) => {
+                    self.mark_broken(e, stats, name);
+                    break;
+                }
+            }
+        }
+        ring.publish_used(self.state.used_idx);
+        self.notify(ring, old_used, self.state.used_idx, stats);
+        stats.add(sent, bytes);
+        sent as usize
+    }
+
+    /// Places one packet; `Ok(false)` when the guest has too few buffers (nothing consumed).
+    #[inline]
+    fn enqueue_one(&mut self, ring: &SplitRing, pkt: &[u8]) -> Result<bool, ChainError> {
+        let mem = ring.mem();
+        let mrg = self.mrg();
+        let hdr_len = self.hdr_len;
+        let total = hdr_len + pkt.len();
+        let (saved_avail, saved_used) = (self.state.last_avail, self.state.used_idx);
+        let hdr = [0u8; 12];
+        let mut written = 0usize;
+        let mut nbufs = 0u16;
+        let mut hdr_addr = None;
+        while written < total {
+            if self.pending(ring)? == 0 {
+                self.state.last_avail = saved_avail;
+                self.state.used_idx = saved_used;
+                return Ok(false);
+            }
+            let head = ring.avail_entry(self.state.last_avail);
+            self.state.last_avail = self.state.last_avail.wrapping_add(1);
+            let mut chain = Chain::new(ring, head, self.indirect_ok());
+            let mut in_buf = 0usize;
+            while let Some(d) = chain.next()? {
+                if d.flags & VRING_DESC_F_WRITE == 0 {
+                    return Err(ChainError::WrongDirection);
+                }
+                let mut addr = d.addr;
+                let mut room = d.len as usize;
+                if hdr_addr.is_none() {
+                    if room < hdr_len {
+                        return Err(ChainError::OutOfMemory);
+                    }
+                    mem.check_range(addr, hdr_len as u64)?;
+                    hdr_addr = Some(addr);
+                }
+                while room > 0 && written < total {
+                    let n = if written < hdr_len {
+                        let n = (hdr_len - written).min(room);
+                        mem.write(addr, &hdr[written..written + n])?;
+                        n
+                    } else {
+                        let off = written - hdr_len;
+                        let n = (pkt.len() - off).min(room);
+                        mem.write(addr, &pkt[off..off + n])?;
+                        n
+                    };
+                    written += n;
+                    in_buf += n;
+                    room -= n;
+                    addr += n as u64;
+                }
+                if written == total && mrg {
+                    break;
+                }
+            }
+            if !mrg && written < total {
+                // One chain must hold the whole packet without mergeable buffers.
+                self.state.last_avail = saved_avail;
+                self.state.used_idx = saved_used;
+                return Ok(false);
+            }
+            ring.write_used(self.state.used_idx, head, in_buf as u32);
+            self.state.used_idx = self.state.used_idx.wrapping_add(1);
+            nbufs += 1;
+        }
+        if mrg {
+            if let Some(a) = hdr_addr {
+                mem.write(a + 10, &nbufs.to_le_bytes())?;
+            }
+        }
+        Ok(true)
+    }
+
+    /// Drains the kick eventfd (interrupt mode, later) and reports whether it fired.
+    pub fn drain_kick(&self) -> bool {
+        self.kick.as_ref().is_some_and(|k| os::drain(k.as_fd()).is_ok())
+    }
+
+    /// The guest-memory the ring lives in.
+    pub fn mem(&self) -> Option<&Arc<GuestMemory>> {
+        self.ring.as_ref().map(|r| r.mem())
+    }
+}
