@@ -1,1 +1,17 @@
+//! The control plane of ferrovsd.
+//!
+//! * [`config`]: the configuration model, its validation, the embedded default, and atomic
+//!   persistence (write to a temporary file, fsync, rename).
+//! * [`proto`]: the control-socket protocol: one JSON request per line, one JSON response
+//!   per line (documented in `docs/control-protocol.md`).
+//! * [`daemon`]: the control thread: one epoll loop over the control socket, vhost-user
+//!   listeners and connections (server and client mode, with reconnect backoff), and the PMD
+//!   threads' configuration, published to them RCU-style.
 #![forbid(unsafe_code)]
+
+pub mod config;
+pub mod daemon;
+pub mod proto;
+
+pub use config::{Config, PortConfig, PortType};
+pub use daemon::{Daemon, DaemonOptions};

@@ -1,1 +1,106 @@
+//! The ferrovs datapath: PMD threads that poll port queues in bursts, switch packets through
+//! the bridge, and transmit them — with no allocation, lock or system call per packet.
+//!
+//! * [`port`]: ports as the datapath sees them (vhost-user queues for now).
+//! * [`mac_table`]: the lock-free MAC learning table of a bridge.
+//! * [`l2`]: the learning-bridge decision for one packet (VLAN access/trunk, flood, learn).
+//! * [`pmd`]: the poll-mode thread loop and its cycle accounting.
+//! * [`Datapath`]: what the control plane publishes, RCU-style through `arc-swap`: a new
+//!   [`Snapshot`] replaces the old one atomically; PMDs pick it up at the next iteration and
+//!   the old one is freed when the last PMD lets go of it.
+//!
+//! This crate depends on no control-plane code (no serde, no config parsing, no async).
 #![forbid(unsafe_code)]
+
+pub mod l2;
+pub mod mac_table;
+pub mod pmd;
+pub mod port;
+
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+
+pub use mac_table::MacTable;
+pub use pmd::{PmdHandle, PmdStats};
+pub use port::{Port, PortIo, VlanMode};
+
+/// A bridge as the datapath sees it.
+#[derive(Debug)]
+pub struct Bridge {
+    pub name: String,
+    pub macs: Arc<MacTable>,
+    /// Ports of this bridge (indices into [`Snapshot::ports`]).
+    pub ports: Vec<u32>,
+}
+
+/// One rx queue assigned to a PMD: a port and its queue pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RxqRef {
+    pub port: u32,
+    pub pair: u16,
+}
+
+/// Everything a PMD needs, immutable once published.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    /// Indexed by bridge id; `None` for a deleted bridge's slot.
+    pub bridges: Vec<Option<Arc<Bridge>>>,
+    /// Indexed by port id; `None` for a deleted port's slot.
+    pub ports: Vec<Option<Arc<Port>>>,
+    /// Rx queues each PMD polls.
+    pub pmd_rxqs: Vec<Vec<RxqRef>>,
+}
+
+impl Snapshot {
+    #[inline]
+    pub fn bridge(&self, id: u32) -> Option<&Arc<Bridge>> {
+        self.bridges.get(id as usize).and_then(|b| b.as_ref())
+    }
+
+    #[inline]
+    pub fn port(&self, id: u32) -> Option<&Arc<Port>> {
+        self.ports.get(id as usize).and_then(|p| p.as_ref())
+    }
+}
+
+/// The published datapath configuration.
+#[derive(Debug, Default)]
+pub struct Datapath {
+    snap: ArcSwap<Snapshot>,
+}
+
+impl Datapath {
+    pub fn new() -> Datapath {
+        Datapath::default()
+    }
+
+    /// Publishes a new snapshot; PMDs use it from their next iteration.
+    pub fn publish(&self, s: Snapshot) {
+        self.snap.store(Arc::new(s));
+    }
+
+    /// The current snapshot.
+    pub fn load(&self) -> Arc<Snapshot> {
+        self.snap.load_full()
+    }
+
+    pub(crate) fn guard(&self) -> arc_swap::Guard<Arc<Snapshot>> {
+        self.snap.load()
+    }
+}
+
+/// Spreads rx queues over `pmds` PMDs round-robin, as OVS does by default
+/// (`pmd-rxq-assign=roundrobin`).
+pub fn assign_rxqs(ports: &[Option<Arc<Port>>], pmds: usize) -> Vec<Vec<RxqRef>> {
+    let pmds = pmds.max(1);
+    let mut out = vec![Vec::new(); pmds];
+    let mut next = 0;
+    for p in ports.iter().flatten() {
+        for pair in 0..p.rx_queues() {
+            out[next % pmds].push(RxqRef { port: p.id, pair: pair as u16 });
+            next += 1;
+        }
+    }
+    out
+}

@@ -1,1 +1,263 @@
-fn main() {}
+//! ferrovs: the command-line client of ferrovsd's control socket.
+#![forbid(unsafe_code)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use ferrovs_control::proto::{Request, Response};
+use serde_json::Value;
+
+const USAGE: &str = "usage: ferrovs [--run-dir DIR] COMMAND [--json]
+
+commands:
+  show                                   bridges, ports, link state, features
+  add-bridge BRIDGE | del-bridge BRIDGE
+  add-port BRIDGE PORT type=TYPE [path=SOCKET] [dev=NETDEV] [queues=N] [tag=VLAN] [trunks=V,V]
+                                         TYPE: vhost-user | vhost-user-client | tap | uplink
+  del-port BRIDGE PORT
+  port-stats [PORT]                      packets, bytes and drops by reason, per queue
+  pmd-stats | pmd-stats-clear            PMD busy/idle cycles, cycles per packet
+  mac-table BRIDGE                       learned addresses
+  config get [KEY] | config set KEY VALUE    pmd-cores, mac-aging, mac-table-size
+  monitor [SECONDS]                      live per-port rates, one line per second
+  version";
+
+struct Cli {
+    run_dir: PathBuf,
+    json: bool,
+}
+
+impl Cli {
+    fn call(&self, req: &Request) -> Result<Value, String> {
+        let path = self.run_dir.join("ferrovs.ctl");
+        let mut s = UnixStream::connect(&path)
+            .map_err(|e| format!("cannot reach ferrovsd at {}: {e} (is it running? --run-dir?)", path.display()))?;
+        s.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| e.to_string())?;
+        let mut line = serde_json::to_string(req).map_err(|e| e.to_string())?;
+        line.push('\n');
+        s.write_all(line.as_bytes()).map_err(|e| format!("send: {e}"))?;
+        let mut resp = String::new();
+        BufReader::new(&s).read_line(&mut resp).map_err(|e| format!("receive: {e}"))?;
+        let r: Response = serde_json::from_str(&resp).map_err(|e| format!("malformed response: {e}"))?;
+        if r.ok {
+            Ok(r.result.unwrap_or(Value::Null))
+        } else {
+            Err(r.error.unwrap_or_else(|| "request failed".into()))
+        }
+    }
+}
+
+fn s(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".into(),
+        other => other.to_string(),
+    }
+}
+
+fn print_show(v: &Value) {
+    println!("run-dir {}  pmd-cores {}  hugepages {}", s(&v["run_dir"]), s(&v["pmd_cores"]), s(&v["hugepages"]));
+    for b in v["bridges"].as_array().into_iter().flatten() {
+        println!("bridge {}", s(&b["name"]));
+        for p in b["ports"].as_array().into_iter().flatten() {
+            let feats: Vec<String> = p["features"].as_array().into_iter().flatten().map(s).collect();
+            println!(
+                "  port {} ({}) {}  path {}  queues {} ready {}  vlan {}",
+                s(&p["name"]),
+                s(&p["type"]),
+                s(&p["state"]),
+                s(&p["path"]),
+                s(&p["queues"]),
+                s(&p["ready_queues"]),
+                s(&p["vlan"]["mode"]) + &p["vlan"].get("tag").map(|t| format!(" {t}")).unwrap_or_default(),
+            );
+            if !feats.is_empty() {
+                println!("    features: {}", feats.join(" "));
+            }
+            if p["last_error"] != Value::Null {
+                println!("    last error: {}", s(&p["last_error"]));
+            }
+        }
+    }
+}
+
+fn dir_line(name: &str, d: &Value) -> String {
+    let mut out = format!(
+        "{name}: packets {} bytes {} dropped {}",
+        s(&d["packets"]),
+        s(&d["bytes"]),
+        s(&d["dropped"])
+    );
+    if let Some(m) = d["drops"].as_object() {
+        for (k, v) in m {
+            out.push_str(&format!(" {k}={v}"));
+        }
+    }
+    out
+}
+
+fn print_port_stats(v: &Value) {
+    for p in v.as_array().into_iter().flatten() {
+        println!("port {}", s(&p["port"]));
+        println!("  {}", dir_line("rx", &p["rx"]));
+        println!("  {}", dir_line("tx", &p["tx"]));
+        for q in p["queues"].as_array().into_iter().flatten() {
+            let broken = if q["broken"] != Value::Null { format!(" BROKEN: {}", s(&q["broken"])) } else { String::new() };
+            println!(
+                "    queue {} {:<10} ready {:<5} {}{}",
+                s(&q["queue"]),
+                s(&q["direction"]),
+                s(&q["ready"]),
+                dir_line("", &q["stats"]).trim_start_matches(": "),
+                broken
+            );
+        }
+    }
+}
+
+fn print_pmd_stats(v: &Value) {
+    for p in v.as_array().into_iter().flatten() {
+        println!("pmd {} core {}:", s(&p["pmd"]), s(&p["core"]));
+        println!("  rx queues: {}  rx packets: {}  tx packets: {}", s(&p["rx_queues"]), s(&p["rx_packets"]), s(&p["tx_packets"]));
+        println!(
+            "  busy cycles: {} ({}%)  idle cycles: {}  cycles per packet: {}",
+            s(&p["busy_cycles"]),
+            s(&p["busy_pct"]),
+            s(&p["idle_cycles"]),
+            s(&p["cycles_per_packet"])
+        );
+    }
+}
+
+fn monitor(cli: &Cli, secs: Option<u64>) -> Result<(), String> {
+    let start = Instant::now();
+    let mut prev: Option<(Instant, Value)> = None;
+    loop {
+        let v = cli.call(&Request::PortStats { port: None })?;
+        let now = Instant::now();
+        if let Some((t0, p0)) = &prev {
+            let dt = now.duration_since(*t0).as_secs_f64();
+            let mut line = String::new();
+            for (a, b) in v.as_array().into_iter().flatten().zip(p0.as_array().into_iter().flatten()) {
+                let rate = |dir: &str| {
+                    (a[dir]["packets"].as_u64().unwrap_or(0).saturating_sub(b[dir]["packets"].as_u64().unwrap_or(0))) as f64 / dt
+                };
+                let drops = a["rx"]["dropped"].as_u64().unwrap_or(0) + a["tx"]["dropped"].as_u64().unwrap_or(0);
+                line.push_str(&format!(
+                    "{}: rx {:.3} Mpps tx {:.3} Mpps drops {}   ",
+                    s(&a["port"]),
+                    rate("rx") / 1e6,
+                    rate("tx") / 1e6,
+                    drops
+                ));
+            }
+            if cli.json {
+                println!("{}", serde_json::json!({"t": start.elapsed().as_secs_f64(), "ports": v}));
+            } else {
+                println!("{line}");
+            }
+        }
+        prev = Some((now, v));
+        if secs.is_some_and(|n| start.elapsed().as_secs() >= n) {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+fn run() -> Result<(), String> {
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let json = args.iter().any(|a| a == "--json");
+    args.retain(|a| a != "--json");
+    let mut run_dir = std::env::var_os("FERROVS_RUN_DIR").map(PathBuf::from).unwrap_or_else(|| "/run/ferrovs".into());
+    if args.first().map(String::as_str) == Some("--run-dir") {
+        if args.len() < 2 {
+            return Err("--run-dir needs a value".into());
+        }
+        run_dir = args[1].clone().into();
+        args.drain(..2);
+    }
+    let cli = Cli { run_dir, json };
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    let need = |n: usize| if a.len() == n { Ok(()) } else { Err(format!("'{}' takes {} argument(s)\n{USAGE}", a[0], n - 1)) };
+    let (req, printer): (Request, fn(&Value)) = match a.first().copied() {
+        None | Some("-h") | Some("--help") | Some("help") => {
+            println!("{USAGE}");
+            return Ok(());
+        }
+        Some("show") => (Request::Show, print_show),
+        Some("version") => (Request::Version, |v| println!("ferrovsd {}", s(&v["version"]))),
+        Some("add-bridge") | Some("add-br") => {
+            need(2)?;
+            (Request::AddBridge { bridge: a[1].into() }, |_| {})
+        }
+        Some("del-bridge") | Some("del-br") => {
+            need(2)?;
+            (Request::DelBridge { bridge: a[1].into() }, |_| {})
+        }
+        Some("add-port") => {
+            if a.len() < 3 {
+                return Err(format!("add-port takes BRIDGE PORT and options\n{USAGE}"));
+            }
+            let options = a[3..].iter().map(|s| s.to_string()).collect();
+            (Request::AddPort { bridge: a[1].into(), port: a[2].into(), options }, |_| {})
+        }
+        Some("del-port") => {
+            need(3)?;
+            (Request::DelPort { bridge: a[1].into(), port: a[2].into() }, |_| {})
+        }
+        Some("port-stats") => {
+            if a.len() > 2 {
+                return Err(format!("port-stats takes at most one port\n{USAGE}"));
+            }
+            (Request::PortStats { port: a.get(1).map(|s| s.to_string()) }, print_port_stats)
+        }
+        Some("pmd-stats") => (Request::PmdStats, print_pmd_stats),
+        Some("pmd-stats-clear") => (Request::PmdStatsClear, |_| {}),
+        Some("mac-table") => {
+            need(2)?;
+            (Request::MacTable { bridge: a[1].into() }, |v| {
+                println!(" port                VLAN  MAC                Age");
+                for e in v.as_array().into_iter().flatten() {
+                    println!(" {:<18} {:>4}  {}  {:>4}", s(&e["port"]), s(&e["vlan"]), s(&e["mac"]), s(&e["age"]));
+                }
+            })
+        }
+        Some("config") => match a.get(1).copied() {
+            Some("get") if a.len() <= 3 => (Request::ConfigGet { key: a.get(2).map(|s| s.to_string()) }, |v| match v {
+                Value::Object(m) => m.iter().for_each(|(k, v)| println!("{k}={}", s(v))),
+                other => println!("{}", s(other)),
+            }),
+            Some("set") if a.len() == 4 => (Request::ConfigSet { key: a[2].into(), value: a[3].into() }, |_| {}),
+            _ => return Err(format!("usage: config get [KEY] | config set KEY VALUE\n{USAGE}")),
+        },
+        Some("monitor") => {
+            let secs = match a.get(1) {
+                Some(n) => Some(n.parse().map_err(|_| format!("monitor: '{n}' is not a number of seconds"))?),
+                None => None,
+            };
+            return monitor(&cli, secs);
+        }
+        Some(other) => return Err(format!("unknown command '{other}'\n{USAGE}")),
+    };
+    let v = cli.call(&req)?;
+    if cli.json {
+        println!("{}", serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?);
+    } else {
+        printer(&v);
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ferrovs: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

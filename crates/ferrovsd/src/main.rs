@@ -1,1 +1,77 @@
-fn main() {}
+//! ferrovsd: parses arguments and runs the control plane; all logic lives in the libraries.
+#![forbid(unsafe_code)]
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use ferrovs_control::config::parse_cores;
+use ferrovs_control::{Daemon, DaemonOptions};
+
+const USAGE: &str = "usage: ferrovsd [--run-dir DIR] [--config FILE] [--pmd-cores LIST]
+
+  --run-dir DIR      control socket, saved configuration and default port sockets
+                     (default: $FERROVS_RUN_DIR or /run/ferrovs)
+  --config FILE      start from this configuration (JSON) instead of the saved one
+  --pmd-cores LIST   cores for PMD threads, e.g. 1 or 2,3 or 2-5 (default: the last core)
+
+With no --config and nothing saved in DIR: bridge br0 with vhost-user server ports vm1 and
+vm2 at DIR/vm1.sock and DIR/vm2.sock.";
+
+fn parse() -> Result<DaemonOptions, String> {
+    let mut opts = DaemonOptions {
+        run_dir: std::env::var_os("FERROVS_RUN_DIR").map(PathBuf::from).unwrap_or_else(|| "/run/ferrovs".into()),
+        config: None,
+        pmd_cores: None,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut val = |name: &str| args.next().ok_or(format!("{name} needs a value"));
+        match a.as_str() {
+            "--run-dir" => opts.run_dir = val("--run-dir")?.into(),
+            "--config" => opts.config = Some(val("--config")?.into()),
+            "--pmd-cores" => opts.pmd_cores = Some(parse_cores(&val("--pmd-cores")?).map_err(|e| e.to_string())?),
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                std::process::exit(0);
+            }
+            other => return Err(format!("unknown argument '{other}'")),
+        }
+    }
+    Ok(opts)
+}
+
+fn main() -> ExitCode {
+    let opts = match parse() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("ferrovsd: {e}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        if let Err(e) = signal_hook::flag::register(sig, stop.clone()) {
+            eprintln!("ferrovsd: cannot handle signal {sig}: {e}");
+        }
+    }
+    let mut d = match Daemon::start(opts) {
+        Ok(d) => d,
+        Err(e) => {
+            let mut msg = e.to_string();
+            let mut src = std::error::Error::source(&e);
+            while let Some(s) = src {
+                msg.push_str(&format!(": {s}"));
+                src = s.source();
+            }
+            eprintln!("ferrovsd: {msg}");
+            return ExitCode::FAILURE;
+        }
+    };
+    eprintln!("ferrovsd: running, control socket {}/ferrovs.ctl", d.run_dir().display());
+    d.run(&stop);
+    d.shutdown();
+    eprintln!("ferrovsd: stopped");
+    ExitCode::SUCCESS
+}

@@ -4,18 +4,18 @@
 
 use crate::{Mac, ETH_P_IPV4};
 
-pub const MAGIC: u32 = 0xfe77_0b5e;
+pub const MAGIC: u16 = 0xfe77;
 /// Headers (Ethernet 14 + IPv4 20 + UDP 8) before the payload.
 pub const HDRS: usize = 42;
-/// Magic (4) + flow (4) + sequence (8) + timestamp (8).
-pub const STAMP: usize = 24;
+/// Magic (2) + flow (2) + sequence (6, 48 bits) + timestamp (8).
+pub const STAMP: usize = 18;
 /// Smallest frame that carries a full stamp.
 pub const MIN_FRAME: usize = HDRS + STAMP;
 
 /// What a received test frame said.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Stamp {
-    pub flow: u32,
+    pub flow: u16,
     pub seq: u64,
     pub tx_ns: u64,
 }
@@ -49,16 +49,16 @@ pub fn udp_frame(buf: &mut [u8], len: usize, dst: Mac, src: Mac, st: Stamp) -> u
     let c = csum(ip);
     ip[10..12].copy_from_slice(&c.to_be_bytes());
     let udp = &mut b[34..42];
-    udp[0..2].copy_from_slice(&(1024 + (st.flow % 60000) as u16).to_be_bytes());
+    udp[0..2].copy_from_slice(&(1024u16.wrapping_add(st.flow)).to_be_bytes());
     udp[2..4].copy_from_slice(&9u16.to_be_bytes());
     udp[4..6].copy_from_slice(&(ip_len - 20).to_be_bytes());
     udp[6..8].copy_from_slice(&0u16.to_be_bytes());
     let p = &mut b[42..];
-    p[0..4].copy_from_slice(&MAGIC.to_be_bytes());
-    p[4..8].copy_from_slice(&st.flow.to_be_bytes());
-    p[8..16].copy_from_slice(&st.seq.to_be_bytes());
-    p[16..24].copy_from_slice(&st.tx_ns.to_be_bytes());
-    for (i, x) in p[24..].iter_mut().enumerate() {
+    p[0..2].copy_from_slice(&MAGIC.to_be_bytes());
+    p[2..4].copy_from_slice(&st.flow.to_be_bytes());
+    p[4..10].copy_from_slice(&st.seq.to_be_bytes()[2..]);
+    p[10..18].copy_from_slice(&st.tx_ns.to_be_bytes());
+    for (i, x) in p[STAMP..].iter_mut().enumerate() {
         *x = filler(st.seq, i);
     }
     len
@@ -79,12 +79,13 @@ pub fn parse_udp_frame(b: &[u8]) -> Result<Stamp, Bad> {
         return Err(Bad::Foreign);
     }
     let p = &b[42..];
-    if p[0..4] != MAGIC.to_be_bytes() {
+    if p[0..2] != MAGIC.to_be_bytes() {
         return Err(Bad::Foreign);
     }
-    let word = |a: usize| u64::from_be_bytes(p[a..a + 8].try_into().unwrap_or([0; 8]));
-    let st = Stamp { flow: u32::from_be_bytes([p[4], p[5], p[6], p[7]]), seq: word(8), tx_ns: word(16) };
-    if p[24..].iter().enumerate().any(|(i, x)| *x != filler(st.seq, i)) {
+    let seq = u64::from_be_bytes([0, 0, p[4], p[5], p[6], p[7], p[8], p[9]]);
+    let tx_ns = u64::from_be_bytes(p[10..18].try_into().unwrap_or([0; 8]));
+    let st = Stamp { flow: u16::from_be_bytes([p[2], p[3]]), seq, tx_ns };
+    if p[STAMP..].iter().enumerate().any(|(i, x)| *x != filler(st.seq, i)) {
         return Err(Bad::Corrupt);
     }
     Ok(st)

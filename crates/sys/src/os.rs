@@ -323,3 +323,13 @@ mod tests {
         assert!(out[0].readable);
     }
 }
+
+/// CLOCK_MONOTONIC in nanoseconds: comparable between processes on one host (used for
+/// one-way latency between two traffic-generator processes).
+#[inline]
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}

@@ -1,0 +1,337 @@
+//! Configuration: what the operator asked for, as plain data.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// Kinds of port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PortType {
+    /// vhost-user, ferrovs listens (QEMU `-chardev socket,...` without server=on connects).
+    VhostUser,
+    /// vhost-user, ferrovs connects to the frontend's listening socket and reconnects.
+    VhostUserClient,
+    /// A TAP device (not implemented yet).
+    Tap,
+    /// A kernel netdev via AF_XDP / AF_PACKET (not implemented yet).
+    Uplink,
+}
+
+impl PortType {
+    pub fn parse(s: &str) -> Result<PortType, ConfigError> {
+        Ok(match s {
+            "vhost-user" => PortType::VhostUser,
+            "vhost-user-client" => PortType::VhostUserClient,
+            "tap" => PortType::Tap,
+            "uplink" => PortType::Uplink,
+            _ => return Err(ConfigError::Invalid(format!(
+                "unknown port type '{s}' (expected vhost-user, vhost-user-client, tap or uplink)"
+            ))),
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            PortType::VhostUser => "vhost-user",
+            PortType::VhostUserClient => "vhost-user-client",
+            PortType::Tap => "tap",
+            PortType::Uplink => "uplink",
+        }
+    }
+}
+
+/// One port.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortConfig {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub kind: PortType,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dev: Option<String>,
+    #[serde(default = "one")]
+    pub queues: u16,
+    /// Access VLAN.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<u16>,
+    /// Trunk VLANs (empty: all).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub trunks: Vec<u16>,
+}
+
+fn one() -> u16 {
+    1
+}
+
+/// One bridge.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BridgeConfig {
+    pub name: String,
+    #[serde(default)]
+    pub ports: Vec<PortConfig>,
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Config {
+    /// Format version of this file.
+    #[serde(default = "one_u32")]
+    pub version: u32,
+    #[serde(default)]
+    pub bridges: Vec<BridgeConfig>,
+    /// CPU cores for PMD threads; empty: the last allowed core.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pmd_cores: Vec<usize>,
+    /// Other settings (`mac-aging`, ...), as `ferrovs config get/set` sees them.
+    #[serde(default)]
+    pub other: BTreeMap<String, String>,
+}
+
+fn one_u32() -> u32 {
+    1
+}
+
+/// Configuration errors: the message says what is wrong and where.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error("cannot read {path}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path} is not valid configuration")]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("cannot write {path}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Known `other` keys with their validators.
+pub const SETTINGS: &[(&str, &str)] = &[
+    ("mac-aging", "seconds a learned MAC address stays valid (1..=86400, default 300)"),
+    ("mac-table-size", "entries per bridge MAC table (64..=1048576, default 8192)"),
+];
+
+impl Config {
+    /// The embedded default: bridge br0 with vhost-user server ports vm1 and vm2.
+    pub fn default_for(run_dir: &Path) -> Config {
+        let port = |n: &str| PortConfig {
+            name: n.to_string(),
+            kind: PortType::VhostUser,
+            path: Some(run_dir.join(format!("{n}.sock"))),
+            dev: None,
+            queues: 1,
+            tag: None,
+            trunks: vec![],
+        };
+        Config {
+            version: 1,
+            bridges: vec![BridgeConfig { name: "br0".into(), ports: vec![port("vm1"), port("vm2")] }],
+            pmd_cores: vec![],
+            other: BTreeMap::new(),
+        }
+    }
+
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError::Read { path: path.into(), source: e })?;
+        let c: Config = serde_json::from_str(&text)
+            .map_err(|e| ConfigError::Parse { path: path.into(), source: e })?;
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// Writes atomically: a crash leaves either the old or the new file, never a torn one.
+    pub fn save(&self, path: &Path) -> Result<(), ConfigError> {
+        let err = |e| ConfigError::Write { path: path.into(), source: e };
+        let tmp = path.with_extension("tmp");
+        let text = serde_json::to_string_pretty(self).map_err(|e| err(e.into()))?;
+        let mut f = std::fs::File::create(&tmp).map_err(err)?;
+        f.write_all(text.as_bytes()).map_err(err)?;
+        f.write_all(b"\n").map_err(err)?;
+        f.sync_all().map_err(err)?;
+        std::fs::rename(&tmp, path).map_err(err)?;
+        if let Some(dir) = path.parent() {
+            if let Ok(d) = std::fs::File::open(dir) {
+                let _ = d.sync_all();
+            }
+        }
+        Ok(())
+    }
+
+    pub fn setting_u32(&self, key: &str, default: u32) -> u32 {
+        self.other.get(key).and_then(|v| v.parse().ok()).unwrap_or(default)
+    }
+
+    /// Checks names, paths, VLANs and settings; the error names the offending item.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |s: String| Err(ConfigError::Invalid(s));
+        if self.version != 1 {
+            return bad(format!("configuration version {} is not supported (expected 1)", self.version));
+        }
+        let mut names = std::collections::HashSet::new();
+        let mut paths = std::collections::HashSet::new();
+        let mut bridges = std::collections::HashSet::new();
+        for b in &self.bridges {
+            validate_name("bridge", &b.name)?;
+            if !bridges.insert(&b.name) {
+                return bad(format!("bridge {} defined twice", b.name));
+            }
+            for p in &b.ports {
+                validate_port(p)?;
+                if !names.insert(&p.name) {
+                    return bad(format!("port {} defined twice", p.name));
+                }
+                if let Some(path) = &p.path {
+                    if !paths.insert(path) {
+                        return bad(format!("port {}: socket path {} used twice", p.name, path.display()));
+                    }
+                }
+            }
+        }
+        for (k, v) in &self.other {
+            validate_setting(k, v)?;
+        }
+        Ok(())
+    }
+}
+
+pub fn validate_name(what: &str, n: &str) -> Result<(), ConfigError> {
+    let ok = !n.is_empty()
+        && n.len() <= 64
+        && n.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+    if ok {
+        Ok(())
+    } else {
+        Err(ConfigError::Invalid(format!(
+            "{what} name '{n}' is invalid (1-64 characters of letters, digits, '-', '_', '.')"
+        )))
+    }
+}
+
+pub fn validate_port(p: &PortConfig) -> Result<(), ConfigError> {
+    let bad = |s: String| Err(ConfigError::Invalid(format!("port {}: {s}", p.name)));
+    validate_name("port", &p.name)?;
+    if p.queues == 0 || p.queues as usize > ferrovs_vhost::features::MAX_QUEUE_PAIRS {
+        return bad(format!(
+            "queues={} out of range 1..={}",
+            p.queues,
+            ferrovs_vhost::features::MAX_QUEUE_PAIRS
+        ));
+    }
+    if let Some(t) = p.tag {
+        if t == 0 || t > 4094 {
+            return bad(format!("tag={t} out of range 1..=4094"));
+        }
+        if !p.trunks.is_empty() {
+            return bad("tag and trunks are exclusive".into());
+        }
+    }
+    if let Some(t) = p.trunks.iter().find(|t| **t == 0 || **t > 4094) {
+        return bad(format!("trunk VLAN {t} out of range 1..=4094"));
+    }
+    match p.kind {
+        PortType::VhostUser | PortType::VhostUserClient => match &p.path {
+            None => return bad("path=SOCKET is required for vhost-user ports".into()),
+            Some(path) if path.as_os_str().len() >= 108 => {
+                return bad(format!("socket path {} is longer than 107 bytes", path.display()))
+            }
+            Some(_) => {}
+        },
+        PortType::Tap | PortType::Uplink => {
+            return bad(format!("type {} is not implemented yet", p.kind.name()));
+        }
+    }
+    Ok(())
+}
+
+pub fn validate_setting(k: &str, v: &str) -> Result<(), ConfigError> {
+    let range = |lo: u32, hi: u32| match v.parse::<u32>() {
+        Ok(n) if (lo..=hi).contains(&n) => Ok(()),
+        _ => Err(ConfigError::Invalid(format!("{k}={v}: expected an integer in {lo}..={hi}"))),
+    };
+    match k {
+        "mac-aging" => range(1, 86400),
+        "mac-table-size" => range(64, 1 << 20),
+        _ => Err(ConfigError::Invalid(format!(
+            "unknown setting '{k}' (known: {})",
+            SETTINGS.iter().map(|s| s.0).collect::<Vec<_>>().join(", ")
+        ))),
+    }
+}
+
+/// Parses a core list such as `1`, `0,2`, `2-5`.
+pub fn parse_cores(s: &str) -> Result<Vec<usize>, ConfigError> {
+    let bad = || ConfigError::Invalid(format!("core list '{s}' is invalid (e.g. 1 or 0,2 or 2-5)"));
+    let mut v = Vec::new();
+    for part in s.split(',') {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (usize, usize) = (a.trim().parse().map_err(|_| bad())?, b.trim().parse().map_err(|_| bad())?);
+                if a > b || b >= 1024 {
+                    return Err(bad());
+                }
+                v.extend(a..=b);
+            }
+            None => v.push(part.trim().parse().map_err(|_| bad())?),
+        }
+    }
+    v.sort_unstable();
+    v.dedup();
+    if v.is_empty() || v.iter().any(|c| *c >= 1024) {
+        return Err(bad());
+    }
+    Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_is_valid_and_round_trips() {
+        let dir = std::env::temp_dir().join(format!("ferrovs-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let c = Config::default_for(&dir);
+        c.validate().unwrap();
+        let f = dir.join("c.json");
+        c.save(&f).unwrap();
+        assert_eq!(Config::load(&f).unwrap(), c);
+        std::fs::write(&f, "{ not json").unwrap();
+        assert!(matches!(Config::load(&f), Err(ConfigError::Parse { .. })));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn rejects_bad_values_with_precise_messages() {
+        let mut c = Config::default_for(Path::new("/tmp"));
+        c.bridges[0].ports[1].path = c.bridges[0].ports[0].path.clone();
+        assert!(c.validate().unwrap_err().to_string().contains("used twice"));
+        let mut c = Config::default_for(Path::new("/tmp"));
+        c.bridges[0].ports[0].tag = Some(5000);
+        assert_eq!(c.validate().unwrap_err().to_string(), "port vm1: tag=5000 out of range 1..=4094");
+        let mut c = Config::default_for(Path::new("/tmp"));
+        c.bridges[0].ports[0].queues = 0;
+        assert!(c.validate().unwrap_err().to_string().contains("queues=0"));
+        assert!(validate_setting("mac-aging", "0").is_err());
+        assert!(validate_setting("nope", "1").unwrap_err().to_string().contains("unknown setting"));
+        assert_eq!(parse_cores("0,2-3").unwrap(), vec![0, 2, 3]);
+        assert!(parse_cores("3-1").is_err());
+        assert!(parse_cores("x").is_err());
+        assert!(PortType::parse("vhost").is_err());
+    }
+}

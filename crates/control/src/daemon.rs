@@ -1,0 +1,938 @@
+//! The control thread of ferrovsd.
+//!
+//! One thread runs one epoll loop over: the control socket and its clients, every
+//! vhost-user listener and connection, and a 100 ms tick (clock for MAC aging, client-mode
+//! reconnects). Every socket is non-blocking and every peer has its own buffers, so a client
+//! or frontend that sends half a message, floods, or never reads its replies delays nobody
+//! else. Configuration changes build a new datapath [`Snapshot`] and publish it; PMD threads
+//! pick it up at their next iteration without taking a lock.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::{self, Read, Write};
+use std::os::fd::AsFd;
+use std::os::unix::fs::FileTypeExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use ferrovs_datapath::{self as dp, Bridge, Datapath, MacTable, PmdHandle, Port, PortIo, Snapshot, VlanMode};
+use ferrovs_sys::os::{self, Epoll, EpollEvent};
+use ferrovs_vhost::conn::{Conn, Incoming};
+use ferrovs_vhost::device::Device;
+use ferrovs_vhost::features;
+
+use crate::config::{self, BridgeConfig, Config, ConfigError, PortConfig, PortType};
+use crate::proto::{self, Request, Response};
+
+/// Name of the control socket in the run directory.
+pub const CTL_SOCKET: &str = "ferrovs.ctl";
+/// Name of the saved configuration in the run directory.
+pub const SAVED_CONFIG: &str = "ferrovs.conf.json";
+
+const TICK: Duration = Duration::from_millis(100);
+const BACKOFF_MIN: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(2);
+
+/// How the daemon was started.
+#[derive(Debug, Clone)]
+pub struct DaemonOptions {
+    pub run_dir: PathBuf,
+    pub config: Option<PathBuf>,
+    pub pmd_cores: Option<Vec<usize>>,
+}
+
+/// Errors that stop the daemon from starting.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("{what}")]
+    Io {
+        what: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("another ferrovsd is running with control socket {0}")]
+    AlreadyRunning(PathBuf),
+}
+
+fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> DaemonError {
+    let what = what.into();
+    move |source| DaemonError::Io { what, source }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Source {
+    CtlListener,
+    CtlClient,
+    VhostListener,
+    VhostConn,
+}
+
+#[derive(Debug)]
+struct CtlClient {
+    stream: UnixStream,
+    inbuf: Vec<u8>,
+    out: Vec<u8>,
+    closing: bool,
+}
+
+/// Link state of a vhost-user port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Link {
+    Listening,
+    Connected,
+    Reconnecting { at: Instant, backoff: Duration },
+}
+
+#[derive(Debug)]
+struct PortState {
+    id: u32,
+    bridge: String,
+    cfg: PortConfig,
+    device: Device,
+    port: Arc<Port>,
+    listener: Option<(UnixListener, u64)>,
+    conn: Option<(Conn, u64)>,
+    link: Link,
+    connects: u64,
+    disconnects: u64,
+    refused_connections: u64,
+    last_error: Option<String>,
+}
+
+#[derive(Debug)]
+struct BridgeState {
+    id: u32,
+    macs: Arc<MacTable>,
+}
+
+/// The daemon.
+#[derive(Debug)]
+pub struct Daemon {
+    run_dir: PathBuf,
+    config: Config,
+    datapath: Arc<Datapath>,
+    clock: Arc<AtomicU32>,
+    started: Instant,
+    pmds: Vec<PmdHandle>,
+    pmd_baseline: Vec<[u64; 4]>,
+    epoll: Epoll,
+    ctl: UnixListener,
+    ctl_path: PathBuf,
+    clients: HashMap<u64, CtlClient>,
+    ports: BTreeMap<String, PortState>,
+    port_slots: Vec<bool>,
+    bridges: BTreeMap<String, BridgeState>,
+    bridge_slots: Vec<bool>,
+    tokens: HashMap<u64, (Source, String)>,
+    next_token: u64,
+    /// Control requests refused (malformed or invalid).
+    bad_requests: u64,
+}
+
+fn alloc_slot(slots: &mut Vec<bool>) -> u32 {
+    if let Some(i) = slots.iter().position(|u| !u) {
+        slots[i] = true;
+        i as u32
+    } else {
+        slots.push(true);
+        (slots.len() - 1) as u32
+    }
+}
+
+/// Binds a listening socket at `path`, replacing a stale socket file but never a live one.
+fn bind_socket(path: &Path) -> Result<UnixListener, String> {
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if !meta.file_type().is_socket() {
+            return Err(format!("{} exists and is not a socket", path.display()));
+        }
+        if UnixStream::connect(path).is_ok() {
+            return Err(format!("socket path {} is taken by a running process", path.display()));
+        }
+        let _ = std::fs::remove_file(path);
+    }
+    if let Some(dir) = path.parent() {
+        if !dir.as_os_str().is_empty() {
+            std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        }
+    }
+    let l = UnixListener::bind(path).map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
+    l.set_nonblocking(true).map_err(|e| e.to_string())?;
+    Ok(l)
+}
+
+impl Daemon {
+    /// Loads the configuration (given file, else saved, else the embedded default), binds the
+    /// control socket, starts the PMDs and creates every port.
+    pub fn start(opts: DaemonOptions) -> Result<Daemon, DaemonError> {
+        std::fs::create_dir_all(&opts.run_dir)
+            .map_err(io_err(format!("cannot create run directory {}", opts.run_dir.display())))?;
+        let saved = opts.run_dir.join(SAVED_CONFIG);
+        let mut config = match &opts.config {
+            Some(p) => Config::load(p)?,
+            None if saved.exists() => Config::load(&saved)?,
+            None => Config::default_for(&opts.run_dir),
+        };
+        if let Some(c) = &opts.pmd_cores {
+            config.pmd_cores = c.clone();
+        }
+        config.validate()?;
+        let ctl_path = opts.run_dir.join(CTL_SOCKET);
+        let ctl = bind_socket(&ctl_path).map_err(|e| {
+            if e.contains("taken") {
+                DaemonError::AlreadyRunning(ctl_path.clone())
+            } else {
+                DaemonError::Io { what: e, source: io::ErrorKind::Other.into() }
+            }
+        })?;
+        let epoll = Epoll::new().map_err(io_err("epoll"))?;
+        let mut d = Daemon {
+            run_dir: opts.run_dir.clone(),
+            config: Config { bridges: vec![], ..config.clone() },
+            datapath: Arc::new(Datapath::new()),
+            clock: Arc::new(AtomicU32::new(0)),
+            started: Instant::now(),
+            pmds: Vec::new(),
+            pmd_baseline: Vec::new(),
+            epoll,
+            ctl,
+            ctl_path,
+            clients: HashMap::new(),
+            ports: BTreeMap::new(),
+            port_slots: Vec::new(),
+            bridges: BTreeMap::new(),
+            bridge_slots: Vec::new(),
+            tokens: HashMap::new(),
+            next_token: 1,
+            bad_requests: 0,
+        };
+        let t = d.token(Source::CtlListener, "");
+        d.epoll.add(d.ctl.as_fd(), t, false).map_err(io_err("epoll"))?;
+        d.start_pmds().map_err(io_err("cannot start PMD threads"))?;
+        for b in &config.bridges {
+            d.add_bridge(&b.name).map_err(DaemonError::Config)?;
+            for p in &b.ports {
+                if let Err(e) = d.add_port(&b.name, p.clone()) {
+                    // A port that cannot come up (socket taken...) is reported, not fatal.
+                    eprintln!("ferrovs: {e}");
+                }
+            }
+        }
+        d.save();
+        Ok(d)
+    }
+
+    /// The run directory.
+    pub fn run_dir(&self) -> &Path {
+        &self.run_dir
+    }
+
+    fn token(&mut self, s: Source, name: &str) -> u64 {
+        let t = self.next_token;
+        self.next_token += 1;
+        self.tokens.insert(t, (s, name.to_string()));
+        t
+    }
+
+    fn save(&mut self) {
+        if let Err(e) = self.config.save(&self.run_dir.join(SAVED_CONFIG)) {
+            eprintln!("ferrovs: cannot save configuration: {e}");
+        }
+    }
+
+    fn pmd_cores(&self) -> Vec<usize> {
+        if !self.config.pmd_cores.is_empty() {
+            return self.config.pmd_cores.clone();
+        }
+        vec![*os::allowed_cpus().last().unwrap_or(&0)]
+    }
+
+    fn start_pmds(&mut self) -> io::Result<()> {
+        for mut p in self.pmds.drain(..) {
+            p.stop();
+        }
+        let cores = self.pmd_cores();
+        for (i, c) in cores.iter().enumerate() {
+            self.pmds.push(PmdHandle::spawn(i, Some(*c), self.datapath.clone(), self.clock.clone())?);
+        }
+        self.pmd_baseline = vec![[0; 4]; cores.len()];
+        self.publish();
+        Ok(())
+    }
+
+    /// Builds and publishes the datapath snapshot from the current state.
+    fn publish(&mut self) {
+        let mut ports: Vec<Option<Arc<Port>>> = vec![None; self.port_slots.len()];
+        for p in self.ports.values() {
+            ports[p.id as usize] = Some(p.port.clone());
+        }
+        let mut bridges: Vec<Option<Arc<Bridge>>> = vec![None; self.bridge_slots.len()];
+        for (name, b) in &self.bridges {
+            let members = self.ports.values().filter(|p| &p.bridge == name).map(|p| p.id).collect();
+            bridges[b.id as usize] = Some(Arc::new(Bridge { name: name.clone(), macs: b.macs.clone(), ports: members }));
+        }
+        let pmd_rxqs = dp::assign_rxqs(&ports, self.pmds.len());
+        self.datapath.publish(Snapshot { bridges, ports, pmd_rxqs });
+    }
+
+    fn cfg_bridge(&mut self, name: &str) -> Option<&mut BridgeConfig> {
+        self.config.bridges.iter_mut().find(|b| b.name == name)
+    }
+
+    fn add_bridge(&mut self, name: &str) -> Result<(), ConfigError> {
+        config::validate_name("bridge", name)?;
+        if self.bridges.contains_key(name) {
+            return Err(ConfigError::Invalid(format!("bridge {name} already exists")));
+        }
+        let id = alloc_slot(&mut self.bridge_slots);
+        let size = self.config.setting_u32("mac-table-size", 8192) as usize;
+        let aging = self.config.setting_u32("mac-aging", 300);
+        self.bridges.insert(name.into(), BridgeState { id, macs: Arc::new(MacTable::new(size, aging)) });
+        if self.cfg_bridge(name).is_none() {
+            self.config.bridges.push(BridgeConfig { name: name.into(), ports: vec![] });
+        }
+        self.publish();
+        Ok(())
+    }
+
+    fn del_bridge(&mut self, name: &str) -> Result<(), ConfigError> {
+        let Some(b) = self.bridges.get(name) else {
+            return Err(ConfigError::Invalid(format!("no bridge named {name}")));
+        };
+        let id = b.id;
+        let members: Vec<String> = self.ports.values().filter(|p| p.bridge == name).map(|p| p.cfg.name.clone()).collect();
+        for p in members {
+            self.del_port(name, &p)?;
+        }
+        self.bridges.remove(name);
+        self.bridge_slots[id as usize] = false;
+        self.config.bridges.retain(|b| b.name != name);
+        self.publish();
+        Ok(())
+    }
+
+    fn add_port(&mut self, bridge: &str, cfg: PortConfig) -> Result<(), ConfigError> {
+        let bad = |s: String| Err(ConfigError::Invalid(s));
+        config::validate_port(&cfg)?;
+        let Some(b) = self.bridges.get(bridge) else { return bad(format!("no bridge named {bridge}")) };
+        let bridge_id = b.id;
+        if let Some(p) = self.ports.get(&cfg.name) {
+            return bad(format!("port {} already exists on bridge {}", cfg.name, p.bridge));
+        }
+        if let Some(other) = self.ports.values().find(|p| p.cfg.path.is_some() && p.cfg.path == cfg.path) {
+            return bad(format!("port {}: socket path is already used by port {}", cfg.name, other.cfg.name));
+        }
+        let path = cfg.path.clone().unwrap_or_default();
+        let listener = if cfg.kind == PortType::VhostUser {
+            let l = bind_socket(&path).map_err(|e| ConfigError::Invalid(format!("port {}: {e}", cfg.name)))?;
+            Some(l)
+        } else {
+            None
+        };
+        let id = alloc_slot(&mut self.port_slots);
+        let device = Device::new(&cfg.name, cfg.queues as usize);
+        let vlan = match (cfg.tag, cfg.trunks.is_empty()) {
+            (Some(t), _) => VlanMode::Access(t),
+            (None, true) => VlanMode::Trunk,
+            (None, false) => VlanMode::TrunkOf(cfg.trunks.clone()),
+        };
+        let port = Arc::new(Port {
+            id,
+            name: cfg.name.clone(),
+            bridge: bridge_id,
+            vlan,
+            io: PortIo::Vhost { queues: device.queues().to_vec() },
+            rx_drops: Default::default(),
+            tx_not_ready: Default::default(),
+        });
+        let listener = match listener {
+            Some(l) => {
+                let t = self.token(Source::VhostListener, &cfg.name);
+                if let Err(e) = self.epoll.add(l.as_fd(), t, false) {
+                    return bad(format!("port {}: epoll: {e}", cfg.name));
+                }
+                Some((l, t))
+            }
+            None => None,
+        };
+        let link = if listener.is_some() {
+            Link::Listening
+        } else {
+            Link::Reconnecting { at: Instant::now(), backoff: BACKOFF_MIN }
+        };
+        let st = PortState {
+            id,
+            bridge: bridge.into(),
+            cfg: cfg.clone(),
+            device,
+            port,
+            listener,
+            conn: None,
+            link,
+            connects: 0,
+            disconnects: 0,
+            refused_connections: 0,
+            last_error: None,
+        };
+        self.ports.insert(cfg.name.clone(), st);
+        if let Some(b) = self.cfg_bridge(bridge) {
+            if !b.ports.iter().any(|p| p.name == cfg.name) {
+                b.ports.push(cfg.clone());
+            }
+        }
+        self.publish();
+        if cfg.kind == PortType::VhostUserClient {
+            self.try_connect(&cfg.name);
+        }
+        Ok(())
+    }
+
+    fn del_port(&mut self, bridge: &str, name: &str) -> Result<(), ConfigError> {
+        match self.ports.get(name) {
+            None => return Err(ConfigError::Invalid(format!("no port named {name}"))),
+            Some(p) if p.bridge != bridge => {
+                return Err(ConfigError::Invalid(format!("port {name} is on bridge {}, not {bridge}", p.bridge)))
+            }
+            Some(_) => {}
+        }
+        self.disconnect(name, None);
+        let Some(mut p) = self.ports.remove(name) else { return Ok(()) };
+        if let Some((l, t)) = p.listener.take() {
+            let _ = self.epoll.delete(l.as_fd());
+            self.tokens.remove(&t);
+            if let Some(path) = &p.cfg.path {
+                let _ = std::fs::remove_file(path);
+            }
+        }
+        self.port_slots[p.id as usize] = false;
+        if let Some(b) = self.bridges.get(bridge) {
+            b.macs.flush_port(p.id);
+        }
+        if let Some(b) = self.cfg_bridge(bridge) {
+            b.ports.retain(|x| x.name != name);
+        }
+        self.publish();
+        Ok(())
+    }
+
+    /// Drops a port's vhost-user connection and resets its device.
+    fn disconnect(&mut self, name: &str, why: Option<String>) {
+        let Some(p) = self.ports.get_mut(name) else { return };
+        if let Some((c, t)) = p.conn.take() {
+            let _ = self.epoll.delete(c.as_fd());
+            self.tokens.remove(&t);
+            p.disconnects += 1;
+            if let Some(w) = &why {
+                eprintln!("ferrovs: {name}: vhost-user connection closed: {w}");
+                p.last_error = Some(w.clone());
+            }
+        }
+        p.device.reset();
+        p.link = match p.cfg.kind {
+            PortType::VhostUserClient => Link::Reconnecting { at: Instant::now() + BACKOFF_MIN, backoff: BACKOFF_MIN },
+            _ => Link::Listening,
+        };
+    }
+
+    fn attach(&mut self, name: &str, stream: UnixStream) {
+        let conn = match Conn::new(stream, true) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("ferrovs: {name}: {e}");
+                return;
+            }
+        };
+        let t = self.token(Source::VhostConn, name);
+        if let Err(e) = self.epoll.add(conn.as_fd(), t, false) {
+            eprintln!("ferrovs: {name}: epoll: {e}");
+            self.tokens.remove(&t);
+            return;
+        }
+        if let Some(p) = self.ports.get_mut(name) {
+            p.conn = Some((conn, t));
+            p.link = Link::Connected;
+            p.connects += 1;
+        }
+    }
+
+    fn try_connect(&mut self, name: &str) {
+        let Some(p) = self.ports.get_mut(name) else { return };
+        let Link::Reconnecting { backoff, .. } = p.link else { return };
+        let Some(path) = p.cfg.path.clone() else { return };
+        match UnixStream::connect(&path) {
+            Ok(s) => self.attach(name, s),
+            Err(e) => {
+                let next = (backoff * 2).min(BACKOFF_MAX);
+                p.last_error = Some(format!("connect {}: {e}", path.display()));
+                p.link = Link::Reconnecting { at: Instant::now() + backoff, backoff: next };
+            }
+        }
+    }
+
+    fn on_vhost_listener(&mut self, name: &str) {
+        loop {
+            let Some(p) = self.ports.get_mut(name) else { return };
+            let Some((l, _)) = &p.listener else { return };
+            match l.accept() {
+                Ok((s, _)) => {
+                    if p.conn.is_some() {
+                        // One frontend per port: a second one is refused, the first goes on.
+                        p.refused_connections += 1;
+                        eprintln!("ferrovs: {name}: refused a second vhost-user connection");
+                        drop(s);
+                        continue;
+                    }
+                    self.attach(name, s);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) => {
+                    eprintln!("ferrovs: {name}: accept: {e}");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Serves a vhost-user connection: at most a bounded number of messages per wake-up so
+    /// that one chatty frontend cannot monopolise the control thread.
+    fn on_vhost_conn(&mut self, name: &str, ev: &EpollEvent) {
+        let mut failure = None;
+        {
+            let Some(p) = self.ports.get_mut(name) else { return };
+            let Some((conn, _)) = p.conn.as_mut() else { return };
+            if ev.writable {
+                if let Err(e) = conn.flush() {
+                    failure = Some(e.to_string());
+                }
+            }
+            for _ in 0..64 {
+                if failure.is_some() {
+                    break;
+                }
+                match conn.poll_message() {
+                    Ok(Incoming::Message(h, payload, fds)) => {
+                        if let Some(reply) = p.device.handle_message(&h, &payload, fds) {
+                            if let Err(e) = conn.send(&reply, &[]) {
+                                failure = Some(e.to_string());
+                            }
+                        }
+                    }
+                    Ok(Incoming::Pending) => break,
+                    Ok(Incoming::Closed) => {
+                        failure = Some("peer closed the connection".into());
+                    }
+                    Err(e) => failure = Some(e.to_string()),
+                }
+            }
+            if failure.is_none() {
+                let w = conn.wants_write();
+                let t = p.conn.as_ref().map(|c| c.1).unwrap_or(0);
+                if let Some((c, _)) = p.conn.as_ref() {
+                    let _ = self.epoll.modify(c.as_fd(), t, w);
+                }
+            }
+        }
+        if let Some(f) = failure {
+            self.disconnect(name, Some(f));
+        }
+    }
+
+    fn on_ctl_listener(&mut self) {
+        loop {
+            match self.ctl.accept() {
+                Ok((s, _)) => {
+                    if s.set_nonblocking(true).is_err() {
+                        continue;
+                    }
+                    let t = self.token(Source::CtlClient, "");
+                    if self.epoll.add(s.as_fd(), t, false).is_err() {
+                        self.tokens.remove(&t);
+                        continue;
+                    }
+                    self.clients.insert(t, CtlClient { stream: s, inbuf: Vec::new(), out: Vec::new(), closing: false });
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(_) => return,
+            }
+        }
+    }
+
+    fn on_ctl_client(&mut self, t: u64, ev: &EpollEvent) {
+        let Some(mut c) = self.clients.remove(&t) else { return };
+        let mut eof = false;
+        if ev.readable || ev.hangup {
+            let mut buf = [0u8; 4096];
+            loop {
+                match c.stream.read(&mut buf) {
+                    Ok(0) => {
+                        eof = true;
+                        break;
+                    }
+                    Ok(n) => {
+                        c.inbuf.extend_from_slice(&buf[..n]);
+                        if c.inbuf.len() > proto::MAX_REQUEST {
+                            break;
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(_) => {
+                        eof = true;
+                        break;
+                    }
+                }
+            }
+        }
+        while let Some(pos) = c.inbuf.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = c.inbuf.drain(..=pos).collect();
+            let resp = self.handle_line(&line[..line.len() - 1]);
+            c.out.extend_from_slice(resp.as_bytes());
+            c.out.push(b'\n');
+        }
+        if c.inbuf.len() > proto::MAX_REQUEST {
+            self.bad_requests += 1;
+            let r = serde_json::to_string(&Response::err("request too long")).unwrap_or_default();
+            c.out.extend_from_slice(r.as_bytes());
+            c.out.push(b'\n');
+            c.inbuf.clear();
+            c.closing = true;
+        }
+        if eof && !c.inbuf.is_empty() {
+            // A last request without a newline.
+            let line = std::mem::take(&mut c.inbuf);
+            let resp = self.handle_line(&line);
+            c.out.extend_from_slice(resp.as_bytes());
+            c.out.push(b'\n');
+        }
+        while !c.out.is_empty() {
+            match c.stream.write(&c.out) {
+                Ok(n) => {
+                    c.out.drain(..n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(_) => {
+                    c.out.clear();
+                    eof = true;
+                    break;
+                }
+            }
+        }
+        if (eof || c.closing) && c.out.is_empty() || c.out.len() > 16 << 20 {
+            let _ = self.epoll.delete(c.stream.as_fd());
+            self.tokens.remove(&t);
+            return;
+        }
+        let _ = self.epoll.modify(c.stream.as_fd(), t, !c.out.is_empty());
+        self.clients.insert(t, c);
+    }
+
+    fn handle_line(&mut self, line: &[u8]) -> String {
+        let resp = match serde_json::from_slice::<Request>(line) {
+            Ok(req) => self.handle(req),
+            Err(e) => Response::err(format!("malformed request: {e}")),
+        };
+        if !resp.ok {
+            self.bad_requests += 1;
+        }
+        serde_json::to_string(&resp).unwrap_or_else(|_| r#"{"ok":false,"error":"internal"}"#.into())
+    }
+
+    /// Handles one control request (also usable in-process by tests).
+    pub fn handle(&mut self, req: Request) -> Response {
+        let changed = matches!(
+            req,
+            Request::AddBridge { .. }
+                | Request::DelBridge { .. }
+                | Request::AddPort { .. }
+                | Request::DelPort { .. }
+                | Request::ConfigSet { .. }
+        );
+        let r = match req {
+            Request::Show => Ok(self.show()),
+            Request::Version => Ok(json!({ "version": env!("CARGO_PKG_VERSION") })),
+            Request::AddBridge { bridge } => self.add_bridge(&bridge).map(|_| Value::Null),
+            Request::DelBridge { bridge } => self.del_bridge(&bridge).map(|_| Value::Null),
+            Request::AddPort { bridge, port, options } => {
+                proto::port_from_options(&port, &options).and_then(|p| self.add_port(&bridge, p)).map(|_| Value::Null)
+            }
+            Request::DelPort { bridge, port } => self.del_port(&bridge, &port).map(|_| Value::Null),
+            Request::PortStats { port } => self.port_stats(port.as_deref()),
+            Request::PmdStats => Ok(self.pmd_stats()),
+            Request::PmdStatsClear => {
+                self.pmd_baseline = self.pmds.iter().map(|p| Self::pmd_raw(&p.stats)).collect();
+                Ok(Value::Null)
+            }
+            Request::MacTable { bridge } => self.mac_table(&bridge),
+            Request::ConfigGet { key } => self.config_get(key.as_deref()),
+            Request::ConfigSet { key, value } => self.config_set(&key, &value).map(|_| Value::Null),
+        };
+        match r {
+            Ok(v) => {
+                if changed {
+                    self.save();
+                }
+                Response::ok(v)
+            }
+            Err(e) => Response::err(e),
+        }
+    }
+
+    fn config_get(&self, key: Option<&str>) -> Result<Value, ConfigError> {
+        let mut all = serde_json::Map::new();
+        all.insert("pmd-cores".into(), json!(self.pmd_cores().iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",")));
+        all.insert("mac-aging".into(), json!(self.config.setting_u32("mac-aging", 300).to_string()));
+        all.insert("mac-table-size".into(), json!(self.config.setting_u32("mac-table-size", 8192).to_string()));
+        match key {
+            None => Ok(Value::Object(all)),
+            Some(k) => all
+                .get(k)
+                .cloned()
+                .ok_or_else(|| ConfigError::Invalid(format!("unknown setting '{k}' (known: pmd-cores, mac-aging, mac-table-size)"))),
+        }
+    }
+
+    fn config_set(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
+        if key == "pmd-cores" {
+            let cores = config::parse_cores(value)?;
+            let allowed = os::allowed_cpus();
+            if let Some(c) = cores.iter().find(|c| !allowed.contains(c)) {
+                return Err(ConfigError::Invalid(format!("pmd-cores: core {c} is not available (allowed: {allowed:?})")));
+            }
+            self.config.pmd_cores = cores;
+            self.start_pmds().map_err(|e| ConfigError::Invalid(format!("cannot start PMD threads: {e}")))?;
+            return Ok(());
+        }
+        config::validate_setting(key, value)?;
+        self.config.other.insert(key.into(), value.into());
+        if key == "mac-aging" {
+            let secs = self.config.setting_u32("mac-aging", 300);
+            for b in self.bridges.values() {
+                b.macs.set_aging(secs);
+            }
+        }
+        Ok(())
+    }
+
+    fn link_name(l: &Link) -> &'static str {
+        match l {
+            Link::Listening => "listening",
+            Link::Connected => "connected",
+            Link::Reconnecting { .. } => "reconnecting",
+        }
+    }
+
+    fn show(&self) -> Value {
+        let bridges: Vec<Value> = self
+            .bridges
+            .keys()
+            .map(|b| {
+                let ports: Vec<Value> = self
+                    .ports
+                    .values()
+                    .filter(|p| &p.bridge == b)
+                    .map(|p| {
+                        let ready = p.device.queues().iter().filter(|q| q.ready.load(Ordering::Relaxed)).count();
+                        json!({
+                            "name": p.cfg.name,
+                            "id": p.id,
+                            "type": p.cfg.kind.name(),
+                            "path": p.cfg.path,
+                            "state": Self::link_name(&p.link),
+                            "queues": p.cfg.queues,
+                            "ready_queues": ready,
+                            "features": features::names(p.device.features()),
+                            "offloads": Vec::<&str>::new(),
+                            "vlan": match &p.port.vlan {
+                                VlanMode::Access(t) => json!({"mode": "access", "tag": t}),
+                                VlanMode::Trunk => json!({"mode": "trunk"}),
+                                VlanMode::TrunkOf(l) => json!({"mode": "trunk", "trunks": l}),
+                            },
+                            "connects": p.connects,
+                            "disconnects": p.disconnects,
+                            "last_error": p.last_error,
+                        })
+                    })
+                    .collect();
+                json!({ "name": b, "ports": ports })
+            })
+            .collect();
+        json!({
+            "run_dir": self.run_dir,
+            "bridges": bridges,
+            "pmd_cores": self.pmd_cores(),
+            "hugepages": self.pmds.iter().all(|p| p.stats.hugepages.load(Ordering::Relaxed)),
+            "bad_control_requests": self.bad_requests,
+        })
+    }
+
+    fn port_stats(&self, only: Option<&str>) -> Result<Value, ConfigError> {
+        if let Some(n) = only {
+            if !self.ports.contains_key(n) {
+                return Err(ConfigError::Invalid(format!("no port named {n}")));
+            }
+        }
+        let stats_json = |s: &ferrovs_vhost::stats::StatsSnapshot| {
+            let drops: serde_json::Map<String, Value> = s.named_drops().map(|(k, v)| (k.to_string(), json!(v))).collect();
+            json!({ "packets": s.packets, "bytes": s.bytes, "dropped": s.total_drops(), "drops": drops, "guest_notifications": s.calls })
+        };
+        let ports: Vec<Value> = self
+            .ports
+            .values()
+            .filter(|p| only.is_none_or(|n| n == p.cfg.name))
+            .map(|p| {
+                let queues: Vec<Value> = p
+                    .device
+                    .queues()
+                    .iter()
+                    .enumerate()
+                    .map(|(i, q)| {
+                        let s = q.stats.snapshot();
+                        let vq = q.lock();
+                        json!({
+                            "queue": i,
+                            "direction": if i % 2 == 0 { "to-guest" } else { "from-guest" },
+                            "ready": q.ready.load(Ordering::Relaxed),
+                            "broken": vq.broken.map(|e| e.to_string()),
+                            "size": vq.state.size,
+                            "stats": stats_json(&s),
+                        })
+                    })
+                    .collect();
+                json!({
+                    "port": p.cfg.name,
+                    "rx": stats_json(&p.port.rx_stats()),
+                    "tx": stats_json(&p.port.tx_stats()),
+                    "vhost_user_errors": p.device.errors,
+                    "refused_connections": p.refused_connections,
+                    "queues": queues,
+                })
+            })
+            .collect();
+        Ok(Value::Array(ports))
+    }
+
+    fn pmd_raw(s: &dp::PmdStats) -> [u64; 4] {
+        [
+            s.busy_cycles.load(Ordering::Relaxed),
+            s.idle_cycles.load(Ordering::Relaxed),
+            s.rx_packets.load(Ordering::Relaxed),
+            s.tx_packets.load(Ordering::Relaxed),
+        ]
+    }
+
+    fn pmd_stats(&self) -> Value {
+        let hz = os::tsc_hz();
+        let v: Vec<Value> = self
+            .pmds
+            .iter()
+            .zip(&self.pmd_baseline)
+            .map(|(p, base)| {
+                let s = &p.stats;
+                let raw = Self::pmd_raw(s);
+                let [busy, idle, rx, tx] = [0, 1, 2, 3].map(|i| raw[i].saturating_sub(base[i]));
+                let total = (busy + idle).max(1);
+                json!({
+                    "pmd": s.index,
+                    "core": s.core,
+                    "rx_queues": s.rxqs.load(Ordering::Relaxed),
+                    "rx_packets": rx,
+                    "tx_packets": tx,
+                    "busy_cycles": busy,
+                    "idle_cycles": idle,
+                    "busy_pct": (busy as f64 * 100.0 / total as f64 * 10.0).round() / 10.0,
+                    "cycles_per_packet": if rx > 0 { (busy as f64 / rx as f64 * 10.0).round() / 10.0 } else { 0.0 },
+                    "iterations": s.iterations.load(Ordering::Relaxed),
+                    "tsc_hz": hz,
+                    "hugepages": s.hugepages.load(Ordering::Relaxed),
+                })
+            })
+            .collect();
+        Value::Array(v)
+    }
+
+    fn mac_table(&self, bridge: &str) -> Result<Value, ConfigError> {
+        let b = self.bridges.get(bridge).ok_or_else(|| ConfigError::Invalid(format!("no bridge named {bridge}")))?;
+        let now = self.clock.load(Ordering::Relaxed);
+        let names: HashMap<u32, &str> = self.ports.values().map(|p| (p.id, p.cfg.name.as_str())).collect();
+        let v: Vec<Value> = b
+            .macs
+            .dump(now)
+            .into_iter()
+            .map(|e| {
+                json!({
+                    "mac": ferrovs_packet::mac_to_string(e.mac),
+                    "vlan": e.vlan,
+                    "port": names.get(&e.port).copied().unwrap_or("?"),
+                    "age": e.age,
+                })
+            })
+            .collect();
+        Ok(Value::Array(v))
+    }
+
+    fn tick(&mut self) {
+        self.clock.store(self.started.elapsed().as_secs() as u32, Ordering::Relaxed);
+        let now = Instant::now();
+        let due: Vec<String> = self
+            .ports
+            .values()
+            .filter(|p| matches!(p.link, Link::Reconnecting { at, .. } if at <= now))
+            .map(|p| p.cfg.name.clone())
+            .collect();
+        for n in due {
+            self.try_connect(&n);
+        }
+    }
+
+    /// Runs the control loop until `stop` is set.
+    pub fn run(&mut self, stop: &AtomicBool) {
+        let mut events = [EpollEvent::default(); 64];
+        let mut last_tick = Instant::now();
+        while !stop.load(Ordering::Relaxed) {
+            let n = match self.epoll.wait(&mut events, TICK.as_millis() as i32) {
+                Ok(n) => n,
+                Err(e) => {
+                    eprintln!("ferrovs: epoll: {e}");
+                    std::thread::sleep(TICK);
+                    0
+                }
+            };
+            for ev in &events[..n] {
+                let Some((src, name)) = self.tokens.get(&ev.token).cloned() else { continue };
+                match src {
+                    Source::CtlListener => self.on_ctl_listener(),
+                    Source::CtlClient => self.on_ctl_client(ev.token, ev),
+                    Source::VhostListener => self.on_vhost_listener(&name),
+                    Source::VhostConn => self.on_vhost_conn(&name, ev),
+                }
+            }
+            if last_tick.elapsed() >= TICK {
+                last_tick = Instant::now();
+                self.tick();
+            }
+        }
+    }
+
+    /// Stops PMDs, closes connections and removes sockets.
+    pub fn shutdown(&mut self) {
+        for mut p in self.pmds.drain(..) {
+            p.stop();
+        }
+        let names: Vec<String> = self.ports.keys().cloned().collect();
+        for n in names {
+            self.disconnect(&n, None);
+            if let Some(p) = self.ports.get(&n) {
+                if p.cfg.kind == PortType::VhostUser {
+                    if let Some(path) = &p.cfg.path {
+                        let _ = std::fs::remove_file(path);
+                    }
+                }
+            }
+        }
+        let _ = std::fs::remove_file(&self.ctl_path);
+    }
+}

@@ -1,0 +1,111 @@
+//! The control-socket protocol.
+//!
+//! A client connects to `RUN_DIR/ferrovs.ctl`, writes one JSON object per line and reads one
+//! JSON object per line back. Requests are tagged by `"cmd"`; responses are
+//! `{"ok": true, "result": ...}` or `{"ok": false, "error": "message"}`.
+//! See `docs/control-protocol.md` for every command.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::{ConfigError, PortConfig, PortType};
+
+/// Longest request line accepted.
+pub const MAX_REQUEST: usize = 64 * 1024;
+
+/// A control request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "cmd", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum Request {
+    Show,
+    Version,
+    AddBridge { bridge: String },
+    DelBridge { bridge: String },
+    AddPort { bridge: String, port: String, options: Vec<String> },
+    DelPort { bridge: String, port: String },
+    PortStats { port: Option<String> },
+    PmdStats,
+    PmdStatsClear,
+    MacTable { bridge: String },
+    ConfigGet { key: Option<String> },
+    ConfigSet { key: String, value: String },
+}
+
+/// A response.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Response {
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl Response {
+    pub fn ok(v: serde_json::Value) -> Response {
+        Response { ok: true, result: Some(v), error: None }
+    }
+
+    pub fn err(e: impl std::fmt::Display) -> Response {
+        Response { ok: false, result: None, error: Some(e.to_string()) }
+    }
+}
+
+/// Builds a port from `key=value` options as `ferrovs add-port` takes them.
+pub fn port_from_options(name: &str, opts: &[String]) -> Result<PortConfig, ConfigError> {
+    let bad = |s: String| ConfigError::Invalid(format!("port {name}: {s}"));
+    let mut p = PortConfig {
+        name: name.to_string(),
+        kind: PortType::VhostUser,
+        path: None,
+        dev: None,
+        queues: 1,
+        tag: None,
+        trunks: vec![],
+    };
+    let mut kind = None;
+    for o in opts {
+        let (k, v) = o.split_once('=').ok_or_else(|| bad(format!("option '{o}' is not KEY=VALUE")))?;
+        let num = |v: &str| v.parse::<u16>().map_err(|_| bad(format!("{k}={v}: not a number")));
+        match k {
+            "type" => kind = Some(PortType::parse(v)?),
+            "path" => p.path = Some(PathBuf::from(v)),
+            "dev" => p.dev = Some(v.to_string()),
+            "queues" => p.queues = num(v)?,
+            "tag" => p.tag = Some(num(v)?),
+            "trunks" => {
+                p.trunks = v.split(',').map(num).collect::<Result<_, _>>()?;
+            }
+            _ => return Err(bad(format!("unknown option '{k}' (known: type, path, dev, queues, tag, trunks)"))),
+        }
+    }
+    p.kind = kind.ok_or_else(|| bad("type=TYPE is required".into()))?;
+    crate::config::validate_port(&p)?;
+    Ok(p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_are_tagged_json() {
+        let r: Request = serde_json::from_str(r#"{"cmd":"del-port","bridge":"br0","port":"vm1"}"#).unwrap();
+        assert_eq!(r, Request::DelPort { bridge: "br0".into(), port: "vm1".into() });
+        assert!(serde_json::from_str::<Request>(r#"{"cmd":"explode"}"#).is_err());
+        assert!(serde_json::from_str::<Request>(r#"{"cmd":"show","x":1}"#).is_err());
+    }
+
+    #[test]
+    fn port_options() {
+        let p = port_from_options("p", &["type=vhost-user".into(), "path=/tmp/p.sock".into(), "queues=4".into(), "tag=10".into()]).unwrap();
+        assert_eq!((p.queues, p.tag), (4, Some(10)));
+        let e = port_from_options("p", &["type=vhost-user".into()]).unwrap_err().to_string();
+        assert!(e.contains("path=SOCKET is required"), "{e}");
+        let e = port_from_options("p", &["type=vhost-user".into(), "path=/x".into(), "queues=abc".into()]).unwrap_err().to_string();
+        assert!(e.contains("queues=abc: not a number"), "{e}");
+        assert!(port_from_options("p", &["colour=red".into()]).is_err());
+        assert!(port_from_options("p", &["path=/x".into()]).unwrap_err().to_string().contains("type=TYPE"));
+    }
+}

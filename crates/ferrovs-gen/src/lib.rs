@@ -1,0 +1,392 @@
+//! ferrovs-gen: drive a vhost-user backend as a guest would.
+//!
+//! Modes: `txonly` (max rate or fixed pps, N flows, packet size), `rxonly` (counts, checks
+//! per-flow sequence numbers and payload integrity, one-way latency from the transmit
+//! timestamp), `pingpong` (round-trip latency against a `reflect` peer) and `reflect`
+//! (swaps MAC addresses and sends every packet back).
+//!
+//! The loops are burst-oriented like a DPDK application: a burst of 32, one avail-index
+//! publish per burst, notifications suppressed, one clock read per burst.
+#![forbid(unsafe_code)]
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use ferrovs_packet::build::{self, Stamp};
+use ferrovs_packet::Mac;
+use ferrovs_sys::os::monotonic_ns;
+use ferrovs_vhost::frontend::{Frontend, RxQueue, TxQueue};
+use serde_json::{json, Value};
+
+pub const BURST: usize = 32;
+
+/// What to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    TxOnly,
+    RxOnly,
+    PingPong,
+    Reflect,
+}
+
+/// Traffic parameters.
+#[derive(Debug, Clone)]
+pub struct Params {
+    pub mode: Mode,
+    /// Packets per second; 0 = as fast as possible.
+    pub rate: u64,
+    pub flows: u16,
+    pub size: usize,
+    pub duration: Duration,
+    /// Stop after this many packets (txonly), 0 = no limit.
+    pub count: u64,
+    pub src: Mac,
+    pub dst: Mac,
+    /// Print a line per second on stderr.
+    pub live: bool,
+    /// rxonly: stop after this long without traffic once some arrived.
+    pub idle_timeout: Duration,
+}
+
+/// Latency histogram in 100 ns buckets up to 10 ms, plus the maximum.
+#[derive(Debug, Clone)]
+pub struct Histogram {
+    buckets: Vec<u64>,
+    count: u64,
+    max: u64,
+    sum: u128,
+}
+
+impl Default for Histogram {
+    fn default() -> Self {
+        Histogram { buckets: vec![0; 100_001], count: 0, max: 0, sum: 0 }
+    }
+}
+
+impl Histogram {
+    pub fn add(&mut self, ns: u64) {
+        let b = ((ns / 100) as usize).min(self.buckets.len() - 1);
+        self.buckets[b] += 1;
+        self.count += 1;
+        self.max = self.max.max(ns);
+        self.sum += ns as u128;
+    }
+
+    pub fn percentile(&self, p: f64) -> u64 {
+        if self.count == 0 {
+            return 0;
+        }
+        let target = ((self.count as f64) * p / 100.0).ceil().max(1.0) as u64;
+        let mut acc = 0;
+        for (i, c) in self.buckets.iter().enumerate() {
+            acc += c;
+            if acc >= target {
+                return i as u64 * 100 + 50;
+            }
+        }
+        self.max
+    }
+
+    pub fn to_json(&self) -> Value {
+        let us = |ns: u64| (ns as f64 / 100.0).round() / 10.0;
+        json!({
+            "samples": self.count,
+            "p50_us": us(self.percentile(50.0)),
+            "p99_us": us(self.percentile(99.0)),
+            "p999_us": us(self.percentile(99.9)),
+            "max_us": us(self.max),
+            "mean_us": if self.count > 0 { us((self.sum / self.count as u128) as u64) } else { 0.0 },
+        })
+    }
+}
+
+/// Receive-side accounting per flow.
+#[derive(Debug, Default, Clone)]
+struct FlowRx {
+    next: u64,
+    received: u64,
+    lost: u64,
+    reordered: u64,
+}
+
+/// Results.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub sent: u64,
+    pub received: u64,
+    pub bytes: u64,
+    pub lost: u64,
+    pub reordered: u64,
+    pub corrupt: u64,
+    pub foreign: u64,
+    pub elapsed: Duration,
+    pub latency: Histogram,
+    pub size: usize,
+}
+
+impl Report {
+    pub fn to_json(&self, mode: Mode) -> Value {
+        let secs = self.elapsed.as_secs_f64().max(1e-9);
+        let pkts = if mode == Mode::TxOnly { self.sent } else { self.received };
+        let wire_bits = pkts as f64 * ((self.size + 24) as f64) * 8.0; // + preamble, FCS, IFG
+        json!({
+            "mode": format!("{mode:?}").to_lowercase(),
+            "seconds": (secs * 1000.0).round() / 1000.0,
+            "sent": self.sent,
+            "received": self.received,
+            "lost": self.lost,
+            "reordered": self.reordered,
+            "corrupt": self.corrupt,
+            "foreign": self.foreign,
+            "mpps": (pkts as f64 / secs / 1e4).round() / 100.0,
+            "gbps": (wire_bits / secs / 1e7).round() / 100.0,
+            "size": self.size,
+            "latency": self.latency.to_json(),
+        })
+    }
+}
+
+struct Live {
+    on: bool,
+    last: Instant,
+    last_pkts: u64,
+}
+
+impl Live {
+    fn tick(&mut self, what: &str, pkts: u64, extra: &str) {
+        if !self.on || self.last.elapsed() < Duration::from_secs(1) {
+            return;
+        }
+        let dt = self.last.elapsed().as_secs_f64();
+        eprintln!("ferrovs-gen: {what} {:.3} Mpps (total {pkts}){extra}", (pkts - self.last_pkts) as f64 / dt / 1e6);
+        self.last = Instant::now();
+        self.last_pkts = pkts;
+    }
+}
+
+/// Receives one burst on `rxq`, accounting every test packet in `r`/`flows`.
+fn rx_burst(rxq: &mut RxQueue, r: &mut Report, flows: &mut HashMap<u16, FlowRx>) -> usize {
+    let now = monotonic_ns();
+    rxq.recv_with(BURST, |pkt| match build::parse_udp_frame(pkt) {
+        Ok(st) if st.flow != u16::MAX => {
+            r.received += 1;
+            r.bytes += pkt.len() as u64;
+            if st.tx_ns > 0 && now >= st.tx_ns {
+                r.latency.add(now - st.tx_ns);
+            }
+            let f = flows.entry(st.flow).or_default();
+            f.received += 1;
+            if st.seq >= f.next {
+                f.lost += st.seq - f.next;
+                f.next = st.seq + 1;
+            } else {
+                f.reordered += 1;
+                f.lost = f.lost.saturating_sub(1);
+            }
+        }
+        Ok(_) => {}
+        Err(build::Bad::Corrupt) => r.corrupt += 1,
+        Err(build::Bad::Foreign) => r.foreign += 1,
+    })
+}
+
+/// Runs `p` on every queue pair of `fe` until the duration ends or `stop` is set. With
+/// `sink`, txonly also receives on the sink's queues in the same thread (one process, one
+/// core, exact end-to-end accounting: the `txrx` of the bench).
+pub fn run(fe: &Frontend, sink: Option<&Frontend>, p: &Params, stop: &AtomicBool) -> Result<Report, String> {
+    let mut sink_rxs: Vec<RxQueue> = match sink {
+        Some(s) => (0..s.config().queue_pairs).map(|i| s.rx_queue(i)).collect::<Result<_, _>>().map_err(|e| e.to_string())?,
+        None => Vec::new(),
+    };
+    if let Some(s) = sink {
+        // Announce the sink's MAC so the switch learns it.
+        let mut t = s.tx_queue(0).map_err(|e| e.to_string())?;
+        let mut f = [0u8; 64];
+        let n = build::udp_frame(&mut f, 64, ferrovs_packet::BROADCAST, p.dst, Stamp { flow: u16::MAX, seq: 0, tx_ns: 0 });
+        t.send(&f[..n]);
+    }
+    let pairs = fe.config().queue_pairs;
+    let mut txs: Vec<TxQueue> = (0..pairs).map(|i| fe.tx_queue(i)).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
+    let mut rxs: Vec<RxQueue> = (0..pairs).map(|i| fe.rx_queue(i)).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
+    let mut r = Report { size: p.size, ..Default::default() };
+    let mut live = Live { on: p.live, last: Instant::now(), last_pkts: 0 };
+    let start = Instant::now();
+    let mut flows: HashMap<u16, FlowRx> = HashMap::new();
+    let mut seq = vec![0u64; p.flows.max(1) as usize];
+    let mut flow_rr = 0u16;
+    let mut last_rx = Instant::now();
+    let mut q = 0usize;
+    if p.mode == Mode::RxOnly || p.mode == Mode::Reflect {
+        // Announce our MAC so the switch learns it (as a guest's gratuitous ARP would).
+        let mut f = [0u8; 64];
+        let n = build::udp_frame(&mut f, 64, ferrovs_packet::BROADCAST, p.src, Stamp { flow: u16::MAX, seq: 0, tx_ns: 0 });
+        txs[0].send(&f[..n]);
+    }
+    let mut pending_ping: Option<(u64, Instant)> = None;
+    let mut ping_seq = 0u64;
+    loop {
+        if stop.load(Ordering::Relaxed) || start.elapsed() >= p.duration {
+            break;
+        }
+        match p.mode {
+            Mode::TxOnly => {
+                if p.count > 0 && r.sent >= p.count {
+                    break;
+                }
+                let mut allowed = BURST as u64;
+                if p.rate > 0 {
+                    let due = (start.elapsed().as_secs_f64() * p.rate as f64) as u64;
+                    allowed = allowed.min(due.saturating_sub(r.sent));
+                }
+                if p.count > 0 {
+                    allowed = allowed.min(p.count - r.sent);
+                }
+                let tx = &mut txs[q];
+                tx.reclaim();
+                if allowed > 0 {
+                    let now = monotonic_ns();
+                    let nflows = p.flows.max(1);
+                    let n = tx.send_with(allowed as usize, |_, buf| {
+                        let flow = flow_rr;
+                        flow_rr = (flow_rr + 1) % nflows;
+                        let s = &mut seq[flow as usize];
+                        let st = Stamp { flow, seq: *s, tx_ns: now };
+                        *s += 1;
+                        build::udp_frame(buf, p.size, p.dst, p.src, st)
+                    });
+                    r.sent += n as u64;
+                    r.bytes += (n * p.size) as u64;
+                }
+                // Keep the receive ring drained so the peer side never stalls on us.
+                rxs[q].recv_with(BURST, |_| {});
+                let mut got = 0;
+                for srx in sink_rxs.iter_mut() {
+                    got += rx_burst(srx, &mut r, &mut flows);
+                }
+                if allowed == 0 && got == 0 && p.rate > 0 && p.rate < 1_000_000 {
+                    // Ahead of schedule: give the core away rather than spin.
+                    std::thread::sleep(Duration::from_micros(20));
+                }
+                live.tick("tx", r.sent, "");
+            }
+            Mode::RxOnly => {
+                let n = rx_burst(&mut rxs[q], &mut r, &mut flows);
+                if n > 0 {
+                    last_rx = Instant::now();
+                } else if r.received > 0 && last_rx.elapsed() >= p.idle_timeout {
+                    break;
+                }
+                live.tick("rx", r.received, "");
+            }
+            Mode::Reflect => {
+                let mut back: Vec<[u8; 2048]> = Vec::new();
+                let mut lens = Vec::new();
+                rxs[q].recv_with(BURST, |pkt| {
+                    let mut b = [0u8; 2048];
+                    let n = pkt.len().min(2048);
+                    b[..n].copy_from_slice(&pkt[..n]);
+                    if n >= 12 {
+                        let (d, s) = b.split_at_mut(6);
+                        d.swap_with_slice(&mut s[..6]);
+                    }
+                    back.push(b);
+                    lens.push(n);
+                });
+                if !back.is_empty() {
+                    r.received += back.len() as u64;
+                    let tx = &mut txs[q];
+                    tx.reclaim();
+                    let sent = tx.send_with(back.len(), |i, buf| {
+                        buf[..lens[i]].copy_from_slice(&back[i][..lens[i]]);
+                        lens[i]
+                    });
+                    r.sent += sent as u64;
+                } else {
+                    std::thread::yield_now();
+                }
+                live.tick("reflect", r.received, "");
+            }
+            Mode::PingPong => {
+                if pending_ping.is_none() {
+                    let tx = &mut txs[q];
+                    tx.reclaim();
+                    let now = monotonic_ns();
+                    let s = ping_seq;
+                    if tx.send_with(1, |_, buf| build::udp_frame(buf, p.size, p.dst, p.src, Stamp { flow: 0, seq: s, tx_ns: now })) == 1 {
+                        r.sent += 1;
+                        pending_ping = Some((s, Instant::now()));
+                    }
+                }
+                let now = monotonic_ns();
+                let mut got = None;
+                rxs[q].recv_with(BURST, |pkt| {
+                    if let Ok(st) = build::parse_udp_frame(pkt) {
+                        got = Some((st, now));
+                    }
+                });
+                if let (Some((st, now)), Some((s, _))) = (got, pending_ping) {
+                    if st.seq == s {
+                        r.received += 1;
+                        r.latency.add(now.saturating_sub(st.tx_ns));
+                        pending_ping = None;
+                        ping_seq += 1;
+                        if p.rate > 0 {
+                            std::thread::sleep(Duration::from_nanos(1_000_000_000 / p.rate));
+                        }
+                    }
+                }
+                if let Some((_, t)) = pending_ping {
+                    if t.elapsed() > Duration::from_millis(200) {
+                        r.lost += 1;
+                        pending_ping = None;
+                        ping_seq += 1;
+                    }
+                }
+                live.tick("pingpong", r.received, "");
+            }
+        }
+        q = (q + 1) % pairs;
+    }
+    r.elapsed = start.elapsed();
+    if !sink_rxs.is_empty() {
+        // Collect what is still in flight.
+        let mut idle = Instant::now();
+        while idle.elapsed() < Duration::from_millis(300) {
+            let mut got = 0;
+            for srx in sink_rxs.iter_mut() {
+                got += rx_burst(srx, &mut r, &mut flows);
+            }
+            if got > 0 {
+                idle = Instant::now();
+            }
+        }
+        // Packets never seen at all after the last one per flow count as lost too.
+        for (flow, f) in flows.iter_mut() {
+            if let Some(sent) = seq.get(*flow as usize) {
+                f.lost += sent.saturating_sub(f.next);
+            }
+        }
+    }
+    if p.mode == Mode::RxOnly || !sink_rxs.is_empty() {
+        if p.mode == Mode::RxOnly && r.received > 0 {
+            // Measure up to the last packet, not the idle wait after it.
+            r.elapsed = r.elapsed.saturating_sub(last_rx.elapsed());
+        }
+        for f in flows.values() {
+            r.lost += f.lost;
+            r.reordered += f.reordered;
+        }
+    }
+    if p.mode == Mode::TxOnly {
+        // Let the backend consume what is queued before we report.
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_millis(200) && txs.iter_mut().any(|tx| {
+            tx.reclaim();
+            tx.room() < tx.ring().size() as usize
+        }) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    Ok(r)
+}
