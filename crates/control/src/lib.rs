@@ -9,6 +9,7 @@
 //!   threads' configuration, published to them RCU-style.
 #![forbid(unsafe_code)]
 
+pub mod client;
 pub mod config;
 pub mod daemon;
 pub mod proto;

@@ -1,13 +1,11 @@
 //! ferrovs: the command-line client of ferrovsd's control socket.
 #![forbid(unsafe_code)]
 
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use ferrovs_control::proto::{Request, Response};
+use ferrovs_control::proto::Request;
 use serde_json::Value;
 
 const USAGE: &str = "usage: ferrovs [--run-dir DIR] COMMAND [--json]
@@ -32,21 +30,7 @@ struct Cli {
 
 impl Cli {
     fn call(&self, req: &Request) -> Result<Value, String> {
-        let path = self.run_dir.join("ferrovs.ctl");
-        let mut s = UnixStream::connect(&path)
-            .map_err(|e| format!("cannot reach ferrovsd at {}: {e} (is it running? --run-dir?)", path.display()))?;
-        s.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| e.to_string())?;
-        let mut line = serde_json::to_string(req).map_err(|e| e.to_string())?;
-        line.push('\n');
-        s.write_all(line.as_bytes()).map_err(|e| format!("send: {e}"))?;
-        let mut resp = String::new();
-        BufReader::new(&s).read_line(&mut resp).map_err(|e| format!("receive: {e}"))?;
-        let r: Response = serde_json::from_str(&resp).map_err(|e| format!("malformed response: {e}"))?;
-        if r.ok {
-            Ok(r.result.unwrap_or(Value::Null))
-        } else {
-            Err(r.error.unwrap_or_else(|| "request failed".into()))
-        }
+        ferrovs_control::client::call(&self.run_dir, req)
     }
 }
 
