@@ -27,9 +27,11 @@ impl PortType {
             "vhost-user-client" => PortType::VhostUserClient,
             "tap" => PortType::Tap,
             "uplink" => PortType::Uplink,
-            _ => return Err(ConfigError::Invalid(format!(
+            _ => {
+                return Err(ConfigError::Invalid(format!(
                 "unknown port type '{s}' (expected vhost-user, vhost-user-client, tap or uplink)"
-            ))),
+            )))
+            }
         })
     }
 
@@ -122,8 +124,14 @@ pub enum ConfigError {
 
 /// Known `other` keys with their validators.
 pub const SETTINGS: &[(&str, &str)] = &[
-    ("mac-aging", "seconds a learned MAC address stays valid (1..=86400, default 300)"),
-    ("mac-table-size", "entries per bridge MAC table (64..=1048576, default 8192)"),
+    (
+        "mac-aging",
+        "seconds a learned MAC address stays valid (1..=86400, default 300)",
+    ),
+    (
+        "mac-table-size",
+        "entries per bridge MAC table (64..=1048576, default 8192)",
+    ),
 ];
 
 impl Config {
@@ -140,24 +148,34 @@ impl Config {
         };
         Config {
             version: 1,
-            bridges: vec![BridgeConfig { name: "br0".into(), ports: vec![port("vm1"), port("vm2")] }],
+            bridges: vec![BridgeConfig {
+                name: "br0".into(),
+                ports: vec![port("vm1"), port("vm2")],
+            }],
             pmd_cores: vec![],
             other: BTreeMap::new(),
         }
     }
 
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ConfigError::Read { path: path.into(), source: e })?;
-        let c: Config = serde_json::from_str(&text)
-            .map_err(|e| ConfigError::Parse { path: path.into(), source: e })?;
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
+            path: path.into(),
+            source: e,
+        })?;
+        let c: Config = serde_json::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: path.into(),
+            source: e,
+        })?;
         c.validate()?;
         Ok(c)
     }
 
     /// Writes atomically: a crash leaves either the old or the new file, never a torn one.
     pub fn save(&self, path: &Path) -> Result<(), ConfigError> {
-        let err = |e| ConfigError::Write { path: path.into(), source: e };
+        let err = |e| ConfigError::Write {
+            path: path.into(),
+            source: e,
+        };
         let tmp = path.with_extension("tmp");
         let text = serde_json::to_string_pretty(self).map_err(|e| err(e.into()))?;
         let mut f = std::fs::File::create(&tmp).map_err(err)?;
@@ -174,14 +192,20 @@ impl Config {
     }
 
     pub fn setting_u32(&self, key: &str, default: u32) -> u32 {
-        self.other.get(key).and_then(|v| v.parse().ok()).unwrap_or(default)
+        self.other
+            .get(key)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
     }
 
     /// Checks names, paths, VLANs and settings; the error names the offending item.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |s: String| Err(ConfigError::Invalid(s));
         if self.version != 1 {
-            return bad(format!("configuration version {} is not supported (expected 1)", self.version));
+            return bad(format!(
+                "configuration version {} is not supported (expected 1)",
+                self.version
+            ));
         }
         let mut names = std::collections::HashSet::new();
         let mut paths = std::collections::HashSet::new();
@@ -198,7 +222,11 @@ impl Config {
                 }
                 if let Some(path) = &p.path {
                     if !paths.insert(path) {
-                        return bad(format!("port {}: socket path {} used twice", p.name, path.display()));
+                        return bad(format!(
+                            "port {}: socket path {} used twice",
+                            p.name,
+                            path.display()
+                        ));
                     }
                 }
             }
@@ -213,7 +241,8 @@ impl Config {
 pub fn validate_name(what: &str, n: &str) -> Result<(), ConfigError> {
     let ok = !n.is_empty()
         && n.len() <= 64
-        && n.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+        && n.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
     if ok {
         Ok(())
     } else {
@@ -248,7 +277,10 @@ pub fn validate_port(p: &PortConfig) -> Result<(), ConfigError> {
         PortType::VhostUser | PortType::VhostUserClient => match &p.path {
             None => return bad("path=SOCKET is required for vhost-user ports".into()),
             Some(path) if path.as_os_str().len() >= 108 => {
-                return bad(format!("socket path {} is longer than 107 bytes", path.display()))
+                return bad(format!(
+                    "socket path {} is longer than 107 bytes",
+                    path.display()
+                ))
             }
             Some(_) => {}
         },
@@ -262,7 +294,9 @@ pub fn validate_port(p: &PortConfig) -> Result<(), ConfigError> {
 pub fn validate_setting(k: &str, v: &str) -> Result<(), ConfigError> {
     let range = |lo: u32, hi: u32| match v.parse::<u32>() {
         Ok(n) if (lo..=hi).contains(&n) => Ok(()),
-        _ => Err(ConfigError::Invalid(format!("{k}={v}: expected an integer in {lo}..={hi}"))),
+        _ => Err(ConfigError::Invalid(format!(
+            "{k}={v}: expected an integer in {lo}..={hi}"
+        ))),
     };
     match k {
         "mac-aging" => range(1, 86400),
@@ -281,7 +315,10 @@ pub fn parse_cores(s: &str) -> Result<Vec<usize>, ConfigError> {
     for part in s.split(',') {
         match part.split_once('-') {
             Some((a, b)) => {
-                let (a, b): (usize, usize) = (a.trim().parse().map_err(|_| bad())?, b.trim().parse().map_err(|_| bad())?);
+                let (a, b): (usize, usize) = (
+                    a.trim().parse().map_err(|_| bad())?,
+                    b.trim().parse().map_err(|_| bad())?,
+                );
                 if a > b || b >= 1024 {
                     return Err(bad());
                 }
@@ -323,12 +360,18 @@ mod tests {
         assert!(c.validate().unwrap_err().to_string().contains("used twice"));
         let mut c = Config::default_for(Path::new("/tmp"));
         c.bridges[0].ports[0].tag = Some(5000);
-        assert_eq!(c.validate().unwrap_err().to_string(), "port vm1: tag=5000 out of range 1..=4094");
+        assert_eq!(
+            c.validate().unwrap_err().to_string(),
+            "port vm1: tag=5000 out of range 1..=4094"
+        );
         let mut c = Config::default_for(Path::new("/tmp"));
         c.bridges[0].ports[0].queues = 0;
         assert!(c.validate().unwrap_err().to_string().contains("queues=0"));
         assert!(validate_setting("mac-aging", "0").is_err());
-        assert!(validate_setting("nope", "1").unwrap_err().to_string().contains("unknown setting"));
+        assert!(validate_setting("nope", "1")
+            .unwrap_err()
+            .to_string()
+            .contains("unknown setting"));
         assert_eq!(parse_cores("0,2-3").unwrap(), vec![0, 2, 3]);
         assert!(parse_cores("3-1").is_err());
         assert!(parse_cores("x").is_err());

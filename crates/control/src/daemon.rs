@@ -19,7 +19,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use ferrovs_datapath::{self as dp, Bridge, Datapath, MacTable, PmdHandle, Port, PortIo, Snapshot, VlanMode};
+use ferrovs_datapath::{
+    self as dp, Bridge, Datapath, MacTable, PmdHandle, Port, PortIo, Snapshot, VlanMode,
+};
 use ferrovs_sys::os::{self, Epoll, EpollEvent};
 use ferrovs_vhost::conn::{Conn, Incoming};
 use ferrovs_vhost::device::Device;
@@ -152,16 +154,21 @@ fn bind_socket(path: &Path) -> Result<UnixListener, String> {
             return Err(format!("{} exists and is not a socket", path.display()));
         }
         if UnixStream::connect(path).is_ok() {
-            return Err(format!("socket path {} is taken by a running process", path.display()));
+            return Err(format!(
+                "socket path {} is taken by a running process",
+                path.display()
+            ));
         }
         let _ = std::fs::remove_file(path);
     }
     if let Some(dir) = path.parent() {
         if !dir.as_os_str().is_empty() {
-            std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            std::fs::create_dir_all(dir)
+                .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         }
     }
-    let l = UnixListener::bind(path).map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
+    let l = UnixListener::bind(path)
+        .map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
     l.set_nonblocking(true).map_err(|e| e.to_string())?;
     Ok(l)
 }
@@ -170,8 +177,10 @@ impl Daemon {
     /// Loads the configuration (given file, else saved, else the embedded default), binds the
     /// control socket, starts the PMDs and creates every port.
     pub fn start(opts: DaemonOptions) -> Result<Daemon, DaemonError> {
-        std::fs::create_dir_all(&opts.run_dir)
-            .map_err(io_err(format!("cannot create run directory {}", opts.run_dir.display())))?;
+        std::fs::create_dir_all(&opts.run_dir).map_err(io_err(format!(
+            "cannot create run directory {}",
+            opts.run_dir.display()
+        )))?;
         let saved = opts.run_dir.join(SAVED_CONFIG);
         let mut config = match &opts.config {
             Some(p) => Config::load(p)?,
@@ -187,13 +196,19 @@ impl Daemon {
             if e.contains("taken") {
                 DaemonError::AlreadyRunning(ctl_path.clone())
             } else {
-                DaemonError::Io { what: e, source: io::ErrorKind::Other.into() }
+                DaemonError::Io {
+                    what: e,
+                    source: io::ErrorKind::Other.into(),
+                }
             }
         })?;
         let epoll = Epoll::new().map_err(io_err("epoll"))?;
         let mut d = Daemon {
             run_dir: opts.run_dir.clone(),
-            config: Config { bridges: vec![], ..config.clone() },
+            config: Config {
+                bridges: vec![],
+                ..config.clone()
+            },
             datapath: Arc::new(Datapath::new()),
             clock: Arc::new(AtomicU32::new(0)),
             started: Instant::now(),
@@ -212,7 +227,9 @@ impl Daemon {
             bad_requests: 0,
         };
         let t = d.token(Source::CtlListener, "");
-        d.epoll.add(d.ctl.as_fd(), t, false).map_err(io_err("epoll"))?;
+        d.epoll
+            .add(d.ctl.as_fd(), t, false)
+            .map_err(io_err("epoll"))?;
         d.start_pmds().map_err(io_err("cannot start PMD threads"))?;
         for b in &config.bridges {
             d.add_bridge(&b.name).map_err(DaemonError::Config)?;
@@ -258,7 +275,12 @@ impl Daemon {
         }
         let cores = self.pmd_cores();
         for (i, c) in cores.iter().enumerate() {
-            self.pmds.push(PmdHandle::spawn(i, Some(*c), self.datapath.clone(), self.clock.clone())?);
+            self.pmds.push(PmdHandle::spawn(
+                i,
+                Some(*c),
+                self.datapath.clone(),
+                self.clock.clone(),
+            )?);
         }
         self.pmd_baseline = vec![[0; 4]; cores.len()];
         self.publish();
@@ -273,11 +295,24 @@ impl Daemon {
         }
         let mut bridges: Vec<Option<Arc<Bridge>>> = vec![None; self.bridge_slots.len()];
         for (name, b) in &self.bridges {
-            let members = self.ports.values().filter(|p| &p.bridge == name).map(|p| p.id).collect();
-            bridges[b.id as usize] = Some(Arc::new(Bridge { name: name.clone(), macs: b.macs.clone(), ports: members }));
+            let members = self
+                .ports
+                .values()
+                .filter(|p| &p.bridge == name)
+                .map(|p| p.id)
+                .collect();
+            bridges[b.id as usize] = Some(Arc::new(Bridge {
+                name: name.clone(),
+                macs: b.macs.clone(),
+                ports: members,
+            }));
         }
         let pmd_rxqs = dp::assign_rxqs(&ports, self.pmds.len());
-        self.datapath.publish(Snapshot { bridges, ports, pmd_rxqs });
+        self.datapath.publish(Snapshot {
+            bridges,
+            ports,
+            pmd_rxqs,
+        });
     }
 
     fn cfg_bridge(&mut self, name: &str) -> Option<&mut BridgeConfig> {
@@ -287,14 +322,25 @@ impl Daemon {
     fn add_bridge(&mut self, name: &str) -> Result<(), ConfigError> {
         config::validate_name("bridge", name)?;
         if self.bridges.contains_key(name) {
-            return Err(ConfigError::Invalid(format!("bridge {name} already exists")));
+            return Err(ConfigError::Invalid(format!(
+                "bridge {name} already exists"
+            )));
         }
         let id = alloc_slot(&mut self.bridge_slots);
         let size = self.config.setting_u32("mac-table-size", 8192) as usize;
         let aging = self.config.setting_u32("mac-aging", 300);
-        self.bridges.insert(name.into(), BridgeState { id, macs: Arc::new(MacTable::new(size, aging)) });
+        self.bridges.insert(
+            name.into(),
+            BridgeState {
+                id,
+                macs: Arc::new(MacTable::new(size, aging)),
+            },
+        );
         if self.cfg_bridge(name).is_none() {
-            self.config.bridges.push(BridgeConfig { name: name.into(), ports: vec![] });
+            self.config.bridges.push(BridgeConfig {
+                name: name.into(),
+                ports: vec![],
+            });
         }
         self.publish();
         Ok(())
@@ -305,7 +351,12 @@ impl Daemon {
             return Err(ConfigError::Invalid(format!("no bridge named {name}")));
         };
         let id = b.id;
-        let members: Vec<String> = self.ports.values().filter(|p| p.bridge == name).map(|p| p.cfg.name.clone()).collect();
+        let members: Vec<String> = self
+            .ports
+            .values()
+            .filter(|p| p.bridge == name)
+            .map(|p| p.cfg.name.clone())
+            .collect();
         for p in members {
             self.del_port(name, &p)?;
         }
@@ -319,17 +370,30 @@ impl Daemon {
     fn add_port(&mut self, bridge: &str, cfg: PortConfig) -> Result<(), ConfigError> {
         let bad = |s: String| Err(ConfigError::Invalid(s));
         config::validate_port(&cfg)?;
-        let Some(b) = self.bridges.get(bridge) else { return bad(format!("no bridge named {bridge}")) };
+        let Some(b) = self.bridges.get(bridge) else {
+            return bad(format!("no bridge named {bridge}"));
+        };
         let bridge_id = b.id;
         if let Some(p) = self.ports.get(&cfg.name) {
-            return bad(format!("port {} already exists on bridge {}", cfg.name, p.bridge));
+            return bad(format!(
+                "port {} already exists on bridge {}",
+                cfg.name, p.bridge
+            ));
         }
-        if let Some(other) = self.ports.values().find(|p| p.cfg.path.is_some() && p.cfg.path == cfg.path) {
-            return bad(format!("port {}: socket path is already used by port {}", cfg.name, other.cfg.name));
+        if let Some(other) = self
+            .ports
+            .values()
+            .find(|p| p.cfg.path.is_some() && p.cfg.path == cfg.path)
+        {
+            return bad(format!(
+                "port {}: socket path is already used by port {}",
+                cfg.name, other.cfg.name
+            ));
         }
         let path = cfg.path.clone().unwrap_or_default();
         let listener = if cfg.kind == PortType::VhostUser {
-            let l = bind_socket(&path).map_err(|e| ConfigError::Invalid(format!("port {}: {e}", cfg.name)))?;
+            let l = bind_socket(&path)
+                .map_err(|e| ConfigError::Invalid(format!("port {}: {e}", cfg.name)))?;
             Some(l)
         } else {
             None
@@ -346,7 +410,9 @@ impl Daemon {
             name: cfg.name.clone(),
             bridge: bridge_id,
             vlan,
-            io: PortIo::Vhost { queues: device.queues().to_vec() },
+            io: PortIo::Vhost {
+                queues: device.queues().to_vec(),
+            },
             rx_drops: Default::default(),
             tx_not_ready: Default::default(),
         });
@@ -363,7 +429,10 @@ impl Daemon {
         let link = if listener.is_some() {
             Link::Listening
         } else {
-            Link::Reconnecting { at: Instant::now(), backoff: BACKOFF_MIN }
+            Link::Reconnecting {
+                at: Instant::now(),
+                backoff: BACKOFF_MIN,
+            }
         };
         let st = PortState {
             id,
@@ -396,12 +465,17 @@ impl Daemon {
         match self.ports.get(name) {
             None => return Err(ConfigError::Invalid(format!("no port named {name}"))),
             Some(p) if p.bridge != bridge => {
-                return Err(ConfigError::Invalid(format!("port {name} is on bridge {}, not {bridge}", p.bridge)))
+                return Err(ConfigError::Invalid(format!(
+                    "port {name} is on bridge {}, not {bridge}",
+                    p.bridge
+                )))
             }
             Some(_) => {}
         }
         self.disconnect(name, None);
-        let Some(mut p) = self.ports.remove(name) else { return Ok(()) };
+        let Some(mut p) = self.ports.remove(name) else {
+            return Ok(());
+        };
         if let Some((l, t)) = p.listener.take() {
             let _ = self.epoll.delete(l.as_fd());
             self.tokens.remove(&t);
@@ -422,7 +496,9 @@ impl Daemon {
 
     /// Drops a port's vhost-user connection and resets its device.
     fn disconnect(&mut self, name: &str, why: Option<String>) {
-        let Some(p) = self.ports.get_mut(name) else { return };
+        let Some(p) = self.ports.get_mut(name) else {
+            return;
+        };
         if let Some((c, t)) = p.conn.take() {
             let _ = self.epoll.delete(c.as_fd());
             self.tokens.remove(&t);
@@ -434,7 +510,10 @@ impl Daemon {
         }
         p.device.reset();
         p.link = match p.cfg.kind {
-            PortType::VhostUserClient => Link::Reconnecting { at: Instant::now() + BACKOFF_MIN, backoff: BACKOFF_MIN },
+            PortType::VhostUserClient => Link::Reconnecting {
+                at: Instant::now() + BACKOFF_MIN,
+                backoff: BACKOFF_MIN,
+            },
             _ => Link::Listening,
         };
     }
@@ -461,22 +540,33 @@ impl Daemon {
     }
 
     fn try_connect(&mut self, name: &str) {
-        let Some(p) = self.ports.get_mut(name) else { return };
-        let Link::Reconnecting { backoff, .. } = p.link else { return };
-        let Some(path) = p.cfg.path.clone() else { return };
+        let Some(p) = self.ports.get_mut(name) else {
+            return;
+        };
+        let Link::Reconnecting { backoff, .. } = p.link else {
+            return;
+        };
+        let Some(path) = p.cfg.path.clone() else {
+            return;
+        };
         match UnixStream::connect(&path) {
             Ok(s) => self.attach(name, s),
             Err(e) => {
                 let next = (backoff * 2).min(BACKOFF_MAX);
                 p.last_error = Some(format!("connect {}: {e}", path.display()));
-                p.link = Link::Reconnecting { at: Instant::now() + backoff, backoff: next };
+                p.link = Link::Reconnecting {
+                    at: Instant::now() + backoff,
+                    backoff: next,
+                };
             }
         }
     }
 
     fn on_vhost_listener(&mut self, name: &str) {
         loop {
-            let Some(p) = self.ports.get_mut(name) else { return };
+            let Some(p) = self.ports.get_mut(name) else {
+                return;
+            };
             let Some((l, _)) = &p.listener else { return };
             match l.accept() {
                 Ok((s, _)) => {
@@ -503,8 +593,12 @@ impl Daemon {
     fn on_vhost_conn(&mut self, name: &str, ev: &EpollEvent) {
         let mut failure = None;
         {
-            let Some(p) = self.ports.get_mut(name) else { return };
-            let Some((conn, _)) = p.conn.as_mut() else { return };
+            let Some(p) = self.ports.get_mut(name) else {
+                return;
+            };
+            let Some((conn, _)) = p.conn.as_mut() else {
+                return;
+            };
             if ev.writable {
                 if let Err(e) = conn.flush() {
                     failure = Some(e.to_string());
@@ -554,7 +648,15 @@ impl Daemon {
                         self.tokens.remove(&t);
                         continue;
                     }
-                    self.clients.insert(t, CtlClient { stream: s, inbuf: Vec::new(), out: Vec::new(), closing: false });
+                    self.clients.insert(
+                        t,
+                        CtlClient {
+                            stream: s,
+                            inbuf: Vec::new(),
+                            out: Vec::new(),
+                            closing: false,
+                        },
+                    );
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(_) => return,
@@ -563,7 +665,9 @@ impl Daemon {
     }
 
     fn on_ctl_client(&mut self, t: u64, ev: &EpollEvent) {
-        let Some(mut c) = self.clients.remove(&t) else { return };
+        let Some(mut c) = self.clients.remove(&t) else {
+            return;
+        };
         let mut eof = false;
         if ev.readable || ev.hangup {
             let mut buf = [0u8; 4096];
@@ -656,9 +760,13 @@ impl Daemon {
             Request::Version => Ok(json!({ "version": env!("CARGO_PKG_VERSION") })),
             Request::AddBridge { bridge } => self.add_bridge(&bridge).map(|_| Value::Null),
             Request::DelBridge { bridge } => self.del_bridge(&bridge).map(|_| Value::Null),
-            Request::AddPort { bridge, port, options } => {
-                proto::port_from_options(&port, &options).and_then(|p| self.add_port(&bridge, p)).map(|_| Value::Null)
-            }
+            Request::AddPort {
+                bridge,
+                port,
+                options,
+            } => proto::port_from_options(&port, &options)
+                .and_then(|p| self.add_port(&bridge, p))
+                .map(|_| Value::Null),
             Request::DelPort { bridge, port } => self.del_port(&bridge, &port).map(|_| Value::Null),
             Request::PortStats { port } => self.port_stats(port.as_deref()),
             Request::PmdStats => Ok(self.pmd_stats()),
@@ -683,15 +791,30 @@ impl Daemon {
 
     fn config_get(&self, key: Option<&str>) -> Result<Value, ConfigError> {
         let mut all = serde_json::Map::new();
-        all.insert("pmd-cores".into(), json!(self.pmd_cores().iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",")));
-        all.insert("mac-aging".into(), json!(self.config.setting_u32("mac-aging", 300).to_string()));
-        all.insert("mac-table-size".into(), json!(self.config.setting_u32("mac-table-size", 8192).to_string()));
+        all.insert(
+            "pmd-cores".into(),
+            json!(self
+                .pmd_cores()
+                .iter()
+                .map(|c| c.to_string())
+                .collect::<Vec<_>>()
+                .join(",")),
+        );
+        all.insert(
+            "mac-aging".into(),
+            json!(self.config.setting_u32("mac-aging", 300).to_string()),
+        );
+        all.insert(
+            "mac-table-size".into(),
+            json!(self.config.setting_u32("mac-table-size", 8192).to_string()),
+        );
         match key {
             None => Ok(Value::Object(all)),
-            Some(k) => all
-                .get(k)
-                .cloned()
-                .ok_or_else(|| ConfigError::Invalid(format!("unknown setting '{k}' (known: pmd-cores, mac-aging, mac-table-size)"))),
+            Some(k) => all.get(k).cloned().ok_or_else(|| {
+                ConfigError::Invalid(format!(
+                    "unknown setting '{k}' (known: pmd-cores, mac-aging, mac-table-size)"
+                ))
+            }),
         }
     }
 
@@ -700,10 +823,13 @@ impl Daemon {
             let cores = config::parse_cores(value)?;
             let allowed = os::allowed_cpus();
             if let Some(c) = cores.iter().find(|c| !allowed.contains(c)) {
-                return Err(ConfigError::Invalid(format!("pmd-cores: core {c} is not available (allowed: {allowed:?})")));
+                return Err(ConfigError::Invalid(format!(
+                    "pmd-cores: core {c} is not available (allowed: {allowed:?})"
+                )));
             }
             self.config.pmd_cores = cores;
-            self.start_pmds().map_err(|e| ConfigError::Invalid(format!("cannot start PMD threads: {e}")))?;
+            self.start_pmds()
+                .map_err(|e| ConfigError::Invalid(format!("cannot start PMD threads: {e}")))?;
             return Ok(());
         }
         config::validate_setting(key, value)?;
@@ -735,7 +861,12 @@ impl Daemon {
                     .values()
                     .filter(|p| &p.bridge == b)
                     .map(|p| {
-                        let ready = p.device.queues().iter().filter(|q| q.ready.load(Ordering::Relaxed)).count();
+                        let ready = p
+                            .device
+                            .queues()
+                            .iter()
+                            .filter(|q| q.ready.load(Ordering::Relaxed))
+                            .count();
                         json!({
                             "name": p.cfg.name,
                             "id": p.id,
@@ -776,7 +907,10 @@ impl Daemon {
             }
         }
         let stats_json = |s: &ferrovs_vhost::stats::StatsSnapshot| {
-            let drops: serde_json::Map<String, Value> = s.named_drops().map(|(k, v)| (k.to_string(), json!(v))).collect();
+            let drops: serde_json::Map<String, Value> = s
+                .named_drops()
+                .map(|(k, v)| (k.to_string(), json!(v)))
+                .collect();
             json!({ "packets": s.packets, "bytes": s.bytes, "dropped": s.total_drops(), "drops": drops, "guest_notifications": s.calls })
         };
         let ports: Vec<Value> = self
@@ -855,9 +989,16 @@ impl Daemon {
     }
 
     fn mac_table(&self, bridge: &str) -> Result<Value, ConfigError> {
-        let b = self.bridges.get(bridge).ok_or_else(|| ConfigError::Invalid(format!("no bridge named {bridge}")))?;
+        let b = self
+            .bridges
+            .get(bridge)
+            .ok_or_else(|| ConfigError::Invalid(format!("no bridge named {bridge}")))?;
         let now = self.clock.load(Ordering::Relaxed);
-        let names: HashMap<u32, &str> = self.ports.values().map(|p| (p.id, p.cfg.name.as_str())).collect();
+        let names: HashMap<u32, &str> = self
+            .ports
+            .values()
+            .map(|p| (p.id, p.cfg.name.as_str()))
+            .collect();
         let v: Vec<Value> = b
             .macs
             .dump(now)
@@ -875,7 +1016,8 @@ impl Daemon {
     }
 
     fn tick(&mut self) {
-        self.clock.store(self.started.elapsed().as_secs() as u32, Ordering::Relaxed);
+        self.clock
+            .store(self.started.elapsed().as_secs() as u32, Ordering::Relaxed);
         let now = Instant::now();
         let due: Vec<String> = self
             .ports
@@ -902,7 +1044,9 @@ impl Daemon {
                 }
             };
             for ev in &events[..n] {
-                let Some((src, name)) = self.tokens.get(&ev.token).cloned() else { continue };
+                let Some((src, name)) = self.tokens.get(&ev.token).cloned() else {
+                    continue;
+                };
                 match src {
                     Source::CtlListener => self.on_ctl_listener(),
                     Source::CtlClient => self.on_ctl_client(ev.token, ev),

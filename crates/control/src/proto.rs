@@ -20,16 +20,36 @@ pub const MAX_REQUEST: usize = 64 * 1024;
 pub enum Request {
     Show,
     Version,
-    AddBridge { bridge: String },
-    DelBridge { bridge: String },
-    AddPort { bridge: String, port: String, options: Vec<String> },
-    DelPort { bridge: String, port: String },
-    PortStats { port: Option<String> },
+    AddBridge {
+        bridge: String,
+    },
+    DelBridge {
+        bridge: String,
+    },
+    AddPort {
+        bridge: String,
+        port: String,
+        options: Vec<String>,
+    },
+    DelPort {
+        bridge: String,
+        port: String,
+    },
+    PortStats {
+        port: Option<String>,
+    },
     PmdStats,
     PmdStatsClear,
-    MacTable { bridge: String },
-    ConfigGet { key: Option<String> },
-    ConfigSet { key: String, value: String },
+    MacTable {
+        bridge: String,
+    },
+    ConfigGet {
+        key: Option<String>,
+    },
+    ConfigSet {
+        key: String,
+        value: String,
+    },
 }
 
 /// A response.
@@ -44,11 +64,19 @@ pub struct Response {
 
 impl Response {
     pub fn ok(v: serde_json::Value) -> Response {
-        Response { ok: true, result: Some(v), error: None }
+        Response {
+            ok: true,
+            result: Some(v),
+            error: None,
+        }
     }
 
     pub fn err(e: impl std::fmt::Display) -> Response {
-        Response { ok: false, result: None, error: Some(e.to_string()) }
+        Response {
+            ok: false,
+            result: None,
+            error: Some(e.to_string()),
+        }
     }
 }
 
@@ -66,8 +94,13 @@ pub fn port_from_options(name: &str, opts: &[String]) -> Result<PortConfig, Conf
     };
     let mut kind = None;
     for o in opts {
-        let (k, v) = o.split_once('=').ok_or_else(|| bad(format!("option '{o}' is not KEY=VALUE")))?;
-        let num = |v: &str| v.parse::<u16>().map_err(|_| bad(format!("{k}={v}: not a number")));
+        let (k, v) = o
+            .split_once('=')
+            .ok_or_else(|| bad(format!("option '{o}' is not KEY=VALUE")))?;
+        let num = |v: &str| {
+            v.parse::<u16>()
+                .map_err(|_| bad(format!("{k}={v}: not a number")))
+        };
         match k {
             "type" => kind = Some(PortType::parse(v)?),
             "path" => p.path = Some(PathBuf::from(v)),
@@ -77,7 +110,11 @@ pub fn port_from_options(name: &str, opts: &[String]) -> Result<PortConfig, Conf
             "trunks" => {
                 p.trunks = v.split(',').map(num).collect::<Result<_, _>>()?;
             }
-            _ => return Err(bad(format!("unknown option '{k}' (known: type, path, dev, queues, tag, trunks)"))),
+            _ => {
+                return Err(bad(format!(
+                    "unknown option '{k}' (known: type, path, dev, queues, tag, trunks)"
+                )))
+            }
         }
     }
     p.kind = kind.ok_or_else(|| bad("type=TYPE is required".into()))?;
@@ -91,20 +128,50 @@ mod tests {
 
     #[test]
     fn requests_are_tagged_json() {
-        let r: Request = serde_json::from_str(r#"{"cmd":"del-port","bridge":"br0","port":"vm1"}"#).unwrap();
-        assert_eq!(r, Request::DelPort { bridge: "br0".into(), port: "vm1".into() });
+        let r: Request =
+            serde_json::from_str(r#"{"cmd":"del-port","bridge":"br0","port":"vm1"}"#).unwrap();
+        assert_eq!(
+            r,
+            Request::DelPort {
+                bridge: "br0".into(),
+                port: "vm1".into()
+            }
+        );
         assert!(serde_json::from_str::<Request>(r#"{"cmd":"explode"}"#).is_err());
     }
 
     #[test]
     fn port_options() {
-        let p = port_from_options("p", &["type=vhost-user".into(), "path=/tmp/p.sock".into(), "queues=4".into(), "tag=10".into()]).unwrap();
+        let p = port_from_options(
+            "p",
+            &[
+                "type=vhost-user".into(),
+                "path=/tmp/p.sock".into(),
+                "queues=4".into(),
+                "tag=10".into(),
+            ],
+        )
+        .unwrap();
         assert_eq!((p.queues, p.tag), (4, Some(10)));
-        let e = port_from_options("p", &["type=vhost-user".into()]).unwrap_err().to_string();
+        let e = port_from_options("p", &["type=vhost-user".into()])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("path=SOCKET is required"), "{e}");
-        let e = port_from_options("p", &["type=vhost-user".into(), "path=/x".into(), "queues=abc".into()]).unwrap_err().to_string();
+        let e = port_from_options(
+            "p",
+            &[
+                "type=vhost-user".into(),
+                "path=/x".into(),
+                "queues=abc".into(),
+            ],
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("queues=abc: not a number"), "{e}");
         assert!(port_from_options("p", &["colour=red".into()]).is_err());
-        assert!(port_from_options("p", &["path=/x".into()]).unwrap_err().to_string().contains("type=TYPE"));
+        assert!(port_from_options("p", &["path=/x".into()])
+            .unwrap_err()
+            .to_string()
+            .contains("type=TYPE"));
     }
 }

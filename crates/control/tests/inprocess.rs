@@ -26,15 +26,23 @@ impl Switch {
     fn start(name: &str) -> Switch {
         let dir = std::env::temp_dir().join(format!("ferrovs-it-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let mut d = Daemon::start(DaemonOptions { run_dir: dir.clone(), config: None, pmd_cores: Some(vec![0]) })
-            .expect("daemon starts");
+        let mut d = Daemon::start(DaemonOptions {
+            run_dir: dir.clone(),
+            config: None,
+            pmd_cores: Some(vec![0]),
+        })
+        .expect("daemon starts");
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
         let thread = std::thread::spawn(move || {
             d.run(&s);
             d.shutdown();
         });
-        Switch { dir, stop, thread: Some(thread) }
+        Switch {
+            dir,
+            stop,
+            thread: Some(thread),
+        }
     }
 
     fn sock(&self, port: &str) -> PathBuf {
@@ -46,13 +54,25 @@ impl Switch {
     }
 
     fn port_stats(&self, port: &str) -> Value {
-        self.req(Request::PortStats { port: Some(port.into()) }).unwrap()[0].clone()
+        self.req(Request::PortStats {
+            port: Some(port.into()),
+        })
+        .unwrap()[0]
+            .clone()
     }
 
     fn add_port(&self, port: &str, extra: &[&str]) {
-        let mut options = vec!["type=vhost-user".to_string(), format!("path={}", self.sock(port).display())];
+        let mut options = vec![
+            "type=vhost-user".to_string(),
+            format!("path={}", self.sock(port).display()),
+        ];
         options.extend(extra.iter().map(|s| s.to_string()));
-        self.req(Request::AddPort { bridge: "br0".into(), port: port.into(), options }).unwrap();
+        self.req(Request::AddPort {
+            bridge: "br0".into(),
+            port: port.into(),
+            options,
+        })
+        .unwrap();
     }
 }
 
@@ -69,7 +89,10 @@ impl Drop for Switch {
 fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
     let t = Instant::now();
     while !f() {
-        assert!(t.elapsed() < Duration::from_secs(10), "timed out waiting for {what}");
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "timed out waiting for {what}"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
 }
@@ -90,7 +113,17 @@ fn attach(path: &Path, mac: u64, cfg: FrontendConfig) -> Guest {
 
 fn frame(dst: u64, src: u64, seq: u64, size: usize) -> Vec<u8> {
     let mut b = vec![0u8; size];
-    let n = build::udp_frame(&mut b, size, dst, src, Stamp { flow: 0, seq, tx_ns: 1 });
+    let n = build::udp_frame(
+        &mut b,
+        size,
+        dst,
+        src,
+        Stamp {
+            flow: 0,
+            seq,
+            tx_ns: 1,
+        },
+    );
     b.truncate(n);
     b
 }
@@ -116,12 +149,18 @@ fn exchange(a: &mut Guest, b: &mut Guest, n: u64, size: usize) -> Vec<u64> {
 #[test]
 fn forwards_between_two_guests_with_every_packet_accounted() {
     let sw = Switch::start("fwd");
-    wait_until("sockets", || sw.sock("vm1").exists() && sw.sock("vm2").exists());
+    wait_until("sockets", || {
+        sw.sock("vm1").exists() && sw.sock("vm2").exists()
+    });
     let mut a = attach(&sw.sock("vm1"), 0x0200_0000_0001, FrontendConfig::default());
     let mut b = attach(&sw.sock("vm2"), 0x0200_0000_0002, FrontendConfig::default());
     for size in [64, 1518] {
         let got = exchange(&mut a, &mut b, 2000, size);
-        assert_eq!(got, (0..2000).collect::<Vec<_>>(), "in order, none lost, size {size}");
+        assert_eq!(
+            got,
+            (0..2000).collect::<Vec<_>>(),
+            "in order, none lost, size {size}"
+        );
     }
     // Back the other way, after learning.
     let got = exchange(&mut b, &mut a, 500, 200);
@@ -133,19 +172,31 @@ fn forwards_between_two_guests_with_every_packet_accounted() {
     assert_eq!(s2["rx"]["packets"], 500);
     assert_eq!(s1["tx"]["packets"], 500);
     assert_eq!(s1["rx"]["dropped"], 0);
-    let macs = sw.req(Request::MacTable { bridge: "br0".into() }).unwrap();
+    let macs = sw
+        .req(Request::MacTable {
+            bridge: "br0".into(),
+        })
+        .unwrap();
     assert_eq!(macs.as_array().unwrap().len(), 2);
     let show = sw.req(Request::Show).unwrap();
     let ports = &show["bridges"][0]["ports"];
     assert_eq!(ports[0]["state"], "connected");
-    assert!(ports[0]["features"].as_array().unwrap().iter().any(|f| f == "mrg_rxbuf"));
+    assert!(ports[0]["features"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|f| f == "mrg_rxbuf"));
 }
 
 #[test]
 fn works_without_mergeable_buffers_event_idx_or_protocol_features() {
     let sw = Switch::start("legacy");
     wait_until("sockets", || sw.sock("vm2").exists());
-    let cfg = FrontendConfig { want_features: ferrovs_vhost::features::VIRTIO_F_VERSION_1, ring_size: 1024, ..Default::default() };
+    let cfg = FrontendConfig {
+        want_features: ferrovs_vhost::features::VIRTIO_F_VERSION_1,
+        ring_size: 1024,
+        ..Default::default()
+    };
     let mut a = attach(&sw.sock("vm1"), 0x0200_0000_0001, cfg.clone());
     let mut b = attach(&sw.sock("vm2"), 0x0200_0000_0002, cfg);
     assert_eq!(exchange(&mut a, &mut b, 3000, 100).len(), 3000);
@@ -156,7 +207,10 @@ fn multiqueue_port_spreads_and_delivers() {
     let sw = Switch::start("mq");
     sw.add_port("mq1", &["queues=4"]);
     sw.add_port("mq2", &["queues=4"]);
-    let cfg = FrontendConfig { queue_pairs: 4, ..Default::default() };
+    let cfg = FrontendConfig {
+        queue_pairs: 4,
+        ..Default::default()
+    };
     let a = Frontend::connect(&sw.sock("mq1"), cfg.clone()).unwrap();
     let b = Frontend::connect(&sw.sock("mq2"), cfg).unwrap();
     let mut txs: Vec<_> = (0..4).map(|i| a.tx_queue(i).unwrap()).collect();
@@ -167,7 +221,15 @@ fn multiqueue_port_spreads_and_delivers() {
     while got < 4000 && t.elapsed() < Duration::from_secs(10) {
         for (i, tx) in txs.iter_mut().enumerate() {
             // Keep fewer packets in flight than the receive ring holds: no drops by design.
-            if sent < 4000 && sent - got < 128 && tx.send(&frame(0x0200_0000_00b2, 0x0200_0000_00a1 + i as u64, sent, 128)) {
+            if sent < 4000
+                && sent - got < 128
+                && tx.send(&frame(
+                    0x0200_0000_00b2,
+                    0x0200_0000_00a1 + i as u64,
+                    sent,
+                    128,
+                ))
+            {
                 sent += 1;
             }
         }
@@ -178,9 +240,21 @@ fn multiqueue_port_spreads_and_delivers() {
             });
         }
     }
-    assert_eq!(got, 4000, "mq1 {} mq2 {}", sw.port_stats("mq1"), sw.port_stats("mq2"));
+    assert_eq!(
+        got,
+        4000,
+        "mq1 {} mq2 {}",
+        sw.port_stats("mq1"),
+        sw.port_stats("mq2")
+    );
     let st = sw.port_stats("mq1");
-    let used: Vec<u64> = st["queues"].as_array().unwrap().iter().filter(|q| q["direction"] == "from-guest").map(|q| q["stats"]["packets"].as_u64().unwrap()).collect();
+    let used: Vec<u64> = st["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|q| q["direction"] == "from-guest")
+        .map(|q| q["stats"]["packets"].as_u64().unwrap())
+        .collect();
     assert_eq!(used, vec![1000, 1000, 1000, 1000], "every rx queue polled");
 }
 
@@ -193,7 +267,9 @@ fn reconnecting_frontend_resumes() {
         let mut a = attach(&sw.sock("vm1"), 0x0200_0000_0001, FrontendConfig::default());
         assert_eq!(exchange(&mut a, &mut b, 100, 64).len(), 100);
     } // a disconnects
-    wait_until("disconnect seen", || sw.req(Request::Show).unwrap()["bridges"][0]["ports"][0]["state"] == "listening");
+    wait_until("disconnect seen", || {
+        sw.req(Request::Show).unwrap()["bridges"][0]["ports"][0]["state"] == "listening"
+    });
     let mut a = attach(&sw.sock("vm1"), 0x0200_0000_0001, FrontendConfig::default());
     assert_eq!(exchange(&mut a, &mut b, 100, 64).len(), 100);
 }
@@ -203,15 +279,32 @@ fn client_mode_port_connects_and_reconnects() {
     let sw = Switch::start("client");
     wait_until("sockets", || sw.sock("vm2").exists());
     let path = sw.dir.join("guest-listens.sock");
-    sw.req(Request::AddPort { bridge: "br0".into(), port: "c1".into(), options: vec!["type=vhost-user-client".into(), format!("path={}", path.display())] }).unwrap();
+    sw.req(Request::AddPort {
+        bridge: "br0".into(),
+        port: "c1".into(),
+        options: vec![
+            "type=vhost-user-client".into(),
+            format!("path={}", path.display()),
+        ],
+    })
+    .unwrap();
     let mut b = attach(&sw.sock("vm2"), 0x0200_0000_0002, FrontendConfig::default());
     for round in 0..2 {
         // The "guest" listens (QEMU server=on); the switch connects with backoff.
         let l = std::os::unix::net::UnixListener::bind(&path).unwrap();
         let (s, _) = l.accept().unwrap();
         let fe = Frontend::over(s, FrontendConfig::default()).unwrap();
-        let mut a = Guest { tx: fe.tx_queue(0).unwrap(), rx: fe.rx_queue(0).unwrap(), fe, mac: 0x0200_0000_00c1 };
-        assert_eq!(exchange(&mut a, &mut b, 200, 64).len(), 200, "round {round}");
+        let mut a = Guest {
+            tx: fe.tx_queue(0).unwrap(),
+            rx: fe.rx_queue(0).unwrap(),
+            fe,
+            mac: 0x0200_0000_00c1,
+        };
+        assert_eq!(
+            exchange(&mut a, &mut b, 200, 64).len(),
+            200,
+            "round {round}"
+        );
         drop(a);
         drop(l);
         std::fs::remove_file(&path).unwrap();
@@ -224,8 +317,16 @@ fn vlan_access_ports_are_isolated() {
     sw.add_port("t10a", &["tag=10"]);
     sw.add_port("t10b", &["tag=10"]);
     sw.add_port("t20", &["tag=20"]);
-    let mut a = attach(&sw.sock("t10a"), 0x0200_0000_0a01, FrontendConfig::default());
-    let mut b = attach(&sw.sock("t10b"), 0x0200_0000_0a02, FrontendConfig::default());
+    let mut a = attach(
+        &sw.sock("t10a"),
+        0x0200_0000_0a01,
+        FrontendConfig::default(),
+    );
+    let mut b = attach(
+        &sw.sock("t10b"),
+        0x0200_0000_0a02,
+        FrontendConfig::default(),
+    );
     let mut c = attach(&sw.sock("t20"), 0x0200_0000_1401, FrontendConfig::default());
     let mut trunk = attach(&sw.sock("vm1"), 0x0200_0000_0f01, FrontendConfig::default());
     // Broadcast from VLAN 10 reaches the other VLAN-10 port and the trunk (tagged), not VLAN 20.
@@ -257,61 +358,165 @@ fn hostile_rings_break_only_their_queue() {
     let mut a = attach(&sw.sock("vm1"), 0x0200_0000_0001, FrontendConfig::default());
     let mut b = attach(&sw.sock("vm2"), 0x0200_0000_0002, FrontendConfig::default());
     let cases: Vec<(&str, Box<dyn Fn(&TxQueue) -> u16>)> = vec![
-        ("desc_chain_loop", Box::new(|tx: &TxQueue| {
-            tx.ring().write_desc(0, Descriptor { addr: 0, len: 64, flags: VRING_DESC_F_NEXT, next: 1 });
-            tx.ring().write_desc(1, Descriptor { addr: 0, len: 64, flags: VRING_DESC_F_NEXT, next: 0 });
-            0
-        })),
-        ("desc_out_of_guest_memory", Box::new(|tx: &TxQueue| {
-            tx.ring().write_desc(0, Descriptor { addr: 1 << 40, len: 64, flags: 0, next: 0 });
-            0
-        })),
-        ("desc_out_of_guest_memory", Box::new(|tx: &TxQueue| {
-            // Length that runs past the end of memory (address + length overflows).
-            tx.ring().write_desc(0, Descriptor { addr: u64::MAX - 16, len: 4096, flags: 0, next: 0 });
-            0
-        })),
-        ("bad_desc_index", Box::new(|tx: &TxQueue| {
-            tx.ring().write_desc(0, Descriptor { addr: 0, len: 64, flags: VRING_DESC_F_NEXT, next: 9999 });
-            0
-        })),
-        ("bad_indirect_desc", Box::new(|tx: &TxQueue| {
-            tx.ring().write_desc(0, Descriptor { addr: 0, len: 15, flags: VRING_DESC_F_INDIRECT, next: 0 });
-            0
-        })),
-        ("bad_indirect_desc", Box::new(|tx: &TxQueue| {
-            // Indirect table whose entry is itself indirect.
-            let d = Descriptor { addr: 4096, len: 16, flags: VRING_DESC_F_INDIRECT, next: 0 };
-            tx.ring().mem().write(4096, &d.to_bytes()).unwrap();
-            tx.ring().write_desc(0, d);
-            0
-        })),
-        ("desc_wrong_direction", Box::new(|tx: &TxQueue| {
-            tx.ring().write_desc(0, Descriptor { addr: 0, len: 64, flags: ferrovs_sys::vring::VRING_DESC_F_WRITE, next: 0 });
-            0
-        })),
+        (
+            "desc_chain_loop",
+            Box::new(|tx: &TxQueue| {
+                tx.ring().write_desc(
+                    0,
+                    Descriptor {
+                        addr: 0,
+                        len: 64,
+                        flags: VRING_DESC_F_NEXT,
+                        next: 1,
+                    },
+                );
+                tx.ring().write_desc(
+                    1,
+                    Descriptor {
+                        addr: 0,
+                        len: 64,
+                        flags: VRING_DESC_F_NEXT,
+                        next: 0,
+                    },
+                );
+                0
+            }),
+        ),
+        (
+            "desc_out_of_guest_memory",
+            Box::new(|tx: &TxQueue| {
+                tx.ring().write_desc(
+                    0,
+                    Descriptor {
+                        addr: 1 << 40,
+                        len: 64,
+                        flags: 0,
+                        next: 0,
+                    },
+                );
+                0
+            }),
+        ),
+        (
+            "desc_out_of_guest_memory",
+            Box::new(|tx: &TxQueue| {
+                // Length that runs past the end of memory (address + length overflows).
+                tx.ring().write_desc(
+                    0,
+                    Descriptor {
+                        addr: u64::MAX - 16,
+                        len: 4096,
+                        flags: 0,
+                        next: 0,
+                    },
+                );
+                0
+            }),
+        ),
+        (
+            "bad_desc_index",
+            Box::new(|tx: &TxQueue| {
+                tx.ring().write_desc(
+                    0,
+                    Descriptor {
+                        addr: 0,
+                        len: 64,
+                        flags: VRING_DESC_F_NEXT,
+                        next: 9999,
+                    },
+                );
+                0
+            }),
+        ),
+        (
+            "bad_indirect_desc",
+            Box::new(|tx: &TxQueue| {
+                tx.ring().write_desc(
+                    0,
+                    Descriptor {
+                        addr: 0,
+                        len: 15,
+                        flags: VRING_DESC_F_INDIRECT,
+                        next: 0,
+                    },
+                );
+                0
+            }),
+        ),
+        (
+            "bad_indirect_desc",
+            Box::new(|tx: &TxQueue| {
+                // Indirect table whose entry is itself indirect.
+                let d = Descriptor {
+                    addr: 4096,
+                    len: 16,
+                    flags: VRING_DESC_F_INDIRECT,
+                    next: 0,
+                };
+                tx.ring().mem().write(4096, &d.to_bytes()).unwrap();
+                tx.ring().write_desc(0, d);
+                0
+            }),
+        ),
+        (
+            "desc_wrong_direction",
+            Box::new(|tx: &TxQueue| {
+                tx.ring().write_desc(
+                    0,
+                    Descriptor {
+                        addr: 0,
+                        len: 64,
+                        flags: ferrovs_sys::vring::VRING_DESC_F_WRITE,
+                        next: 0,
+                    },
+                );
+                0
+            }),
+        ),
     ];
     for (reason, corrupt) in cases {
-        let mut evil = attach(&sw.sock("evil"), 0x0200_0000_0666, FrontendConfig::default());
+        let mut evil = attach(
+            &sw.sock("evil"),
+            0x0200_0000_0666,
+            FrontendConfig::default(),
+        );
         let head = corrupt(&evil.tx);
         evil.tx.publish_raw(head);
         wait_until(reason, || {
             let st = sw.port_stats("evil");
-            st["queues"][1]["broken"] != Value::Null && st["rx"]["drops"][reason].as_u64().unwrap_or(0) >= 1
+            st["queues"][1]["broken"] != Value::Null
+                && st["rx"]["drops"][reason].as_u64().unwrap_or(0) >= 1
         });
         // The bad chain was returned to the guest (length 0): it leaks no descriptor.
         wait_until("bad chain returned", || evil.tx.ring().used_idx() == 1);
-        assert_eq!(exchange(&mut a, &mut b, 200, 64).len(), 200, "others forward after {reason}");
+        assert_eq!(
+            exchange(&mut a, &mut b, 200, 64).len(),
+            200,
+            "others forward after {reason}"
+        );
         drop(evil); // reconnect clears the broken state for the next case
         wait_until("evil gone", || {
             let show = sw.req(Request::Show).unwrap();
-            show["bridges"][0]["ports"].as_array().unwrap().iter().any(|p| p["name"] == "evil" && p["state"] == "listening")
+            show["bridges"][0]["ports"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|p| p["name"] == "evil" && p["state"] == "listening")
         });
     }
     // An available index that jumps past the ring size.
-    let evil = attach(&sw.sock("evil"), 0x0200_0000_0666, FrontendConfig::default());
+    let evil = attach(
+        &sw.sock("evil"),
+        0x0200_0000_0666,
+        FrontendConfig::default(),
+    );
     evil.tx.ring().publish_avail(5000);
-    wait_until("bad_avail_idx", || sw.port_stats("evil")["rx"]["drops"]["bad_avail_idx"].as_u64().unwrap_or(0) >= 1);
+    wait_until("bad_avail_idx", || {
+        sw.port_stats("evil")["rx"]["drops"]["bad_avail_idx"]
+            .as_u64()
+            .unwrap_or(0)
+            >= 1
+    });
     assert_eq!(exchange(&mut a, &mut b, 100, 64).len(), 100);
 }
 
@@ -328,25 +533,56 @@ fn malformed_messages_are_refused_and_isolated() {
     sw.add_port("bad", &[]);
     // 1. wrong payload size, unknown code, missing fd: refused, connection stays.
     let mut s = std::os::unix::net::UnixStream::connect(sw.sock("bad")).unwrap();
-    s.write_all(&msg::encode(msg::Code::SetVringAddr as u32, 0, &[0u8; 8])).unwrap();
+    s.write_all(&msg::encode(msg::Code::SetVringAddr as u32, 0, &[0u8; 8]))
+        .unwrap();
     s.write_all(&msg::encode(999, 0, &[])).unwrap();
-    s.write_all(&msg::encode(msg::Code::SetVringKick as u32, 0, &0u64.to_le_bytes())).unwrap();
+    s.write_all(&msg::encode(
+        msg::Code::SetVringKick as u32,
+        0,
+        &0u64.to_le_bytes(),
+    ))
+    .unwrap();
     // A memory table claiming more than its fd holds.
     let fd = ferrovs_sys::os::memfd("small", 4096, false).unwrap();
-    let table = msg::payload::mem_table(&[ferrovs_sys::guest::RegionDesc { gpa: 0, size: 1 << 30, uaddr: 0, mmap_offset: 0 }]);
-    ferrovs_sys::os::send_with_fds(&s, &msg::encode(msg::Code::SetMemTable as u32, 0, &table), &[fd.as_raw_fd()]).unwrap();
-    wait_until("errors counted", || sw.port_stats("bad")["vhost_user_errors"].as_u64().unwrap() >= 4);
+    let table = msg::payload::mem_table(&[ferrovs_sys::guest::RegionDesc {
+        gpa: 0,
+        size: 1 << 30,
+        uaddr: 0,
+        mmap_offset: 0,
+    }]);
+    ferrovs_sys::os::send_with_fds(
+        &s,
+        &msg::encode(msg::Code::SetMemTable as u32, 0, &table),
+        &[fd.as_raw_fd()],
+    )
+    .unwrap();
+    wait_until("errors counted", || {
+        sw.port_stats("bad")["vhost_user_errors"].as_u64().unwrap() >= 4
+    });
     // 2. A message that stops halfway and never completes: nobody else stalls.
-    s.write_all(&msg::encode(msg::Code::SetFeatures as u32, 0, &[1, 2, 3, 4, 5, 6, 7, 8])[..7]).unwrap();
+    s.write_all(&msg::encode(msg::Code::SetFeatures as u32, 0, &[1, 2, 3, 4, 5, 6, 7, 8])[..7])
+        .unwrap();
     assert_eq!(exchange(&mut a, &mut b, 200, 64).len(), 200);
     assert!(sw.req(Request::Show).is_ok(), "control plane responsive");
     drop(s);
     // 3. A bad header version: the connection is closed, the port listens again.
     let mut s = std::os::unix::net::UnixStream::connect(sw.sock("bad")).unwrap();
-    s.write_all(&msg::Header { code: 1, flags: 0x2, size: 0 }.encode()).unwrap();
+    s.write_all(
+        &msg::Header {
+            code: 1,
+            flags: 0x2,
+            size: 0,
+        }
+        .encode(),
+    )
+    .unwrap();
     wait_until("closed", || {
         let show = sw.req(Request::Show).unwrap();
-        show["bridges"][0]["ports"].as_array().unwrap().iter().any(|p| p["name"] == "bad" && p["disconnects"].as_u64().unwrap() >= 2)
+        show["bridges"][0]["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["name"] == "bad" && p["disconnects"].as_u64().unwrap() >= 2)
     });
     // 4. A frontend that floods requests needing replies and never reads them is cut off.
     let s = std::os::unix::net::UnixStream::connect(sw.sock("bad")).unwrap();
@@ -363,15 +599,53 @@ fn malformed_messages_are_refused_and_isolated() {
 fn control_errors_are_precise_and_harmless() {
     let sw = Switch::start("ctl");
     let e = |r| sw.req(r).unwrap_err();
-    assert_eq!(e(Request::DelPort { bridge: "br0".into(), port: "nope".into() }), "no port named nope");
-    assert!(e(Request::AddPort { bridge: "br0".into(), port: "x".into(), options: vec!["type=vhost-user".into(), "path=/x".into(), "queues=99".into()] }).contains("queues=99 out of range"));
+    assert_eq!(
+        e(Request::DelPort {
+            bridge: "br0".into(),
+            port: "nope".into()
+        }),
+        "no port named nope"
+    );
+    assert!(e(Request::AddPort {
+        bridge: "br0".into(),
+        port: "x".into(),
+        options: vec![
+            "type=vhost-user".into(),
+            "path=/x".into(),
+            "queues=99".into()
+        ]
+    })
+    .contains("queues=99 out of range"));
     let taken = sw.sock("vm1").display().to_string();
     let _holder = std::os::unix::net::UnixStream::connect(&taken);
-    assert!(e(Request::AddPort { bridge: "br0".into(), port: "dup".into(), options: vec!["type=vhost-user".into(), format!("path={taken}")] }).contains("already used by port vm1"));
-    assert!(e(Request::AddPort { bridge: "nobr".into(), port: "x".into(), options: vec!["type=vhost-user".into(), "path=/tmp/x".into()] }).contains("no bridge named nobr"));
-    assert!(e(Request::ConfigSet { key: "mac-aging".into(), value: "-1".into() }).contains("expected an integer"));
-    assert!(e(Request::ConfigSet { key: "pmd-cores".into(), value: "999".into() }).contains("core"));
-    assert!(e(Request::AddPort { bridge: "br0".into(), port: "t".into(), options: vec!["type=tap".into(), "dev=tap0".into()] }).contains("not implemented"));
+    assert!(e(Request::AddPort {
+        bridge: "br0".into(),
+        port: "dup".into(),
+        options: vec!["type=vhost-user".into(), format!("path={taken}")]
+    })
+    .contains("already used by port vm1"));
+    assert!(e(Request::AddPort {
+        bridge: "nobr".into(),
+        port: "x".into(),
+        options: vec!["type=vhost-user".into(), "path=/tmp/x".into()]
+    })
+    .contains("no bridge named nobr"));
+    assert!(e(Request::ConfigSet {
+        key: "mac-aging".into(),
+        value: "-1".into()
+    })
+    .contains("expected an integer"));
+    assert!(e(Request::ConfigSet {
+        key: "pmd-cores".into(),
+        value: "999".into()
+    })
+    .contains("core"));
+    assert!(e(Request::AddPort {
+        bridge: "br0".into(),
+        port: "t".into(),
+        options: vec!["type=tap".into(), "dev=tap0".into()]
+    })
+    .contains("not implemented"));
     // Malformed JSON on the socket.
     use std::io::{BufRead, BufReader, Write};
     let mut s = std::os::unix::net::UnixStream::connect(sw.dir.join("ferrovs.ctl")).unwrap();
@@ -380,14 +654,29 @@ fn control_errors_are_precise_and_harmless() {
     for _ in 0..2 {
         let mut line = String::new();
         r.read_line(&mut line).unwrap();
-        assert!(line.contains("\"ok\":false") && line.contains("malformed request"), "{line}");
+        assert!(
+            line.contains("\"ok\":false") && line.contains("malformed request"),
+            "{line}"
+        );
     }
     // The state is intact and persisted.
     let show = sw.req(Request::Show).unwrap();
     assert_eq!(show["bridges"][0]["ports"].as_array().unwrap().len(), 2);
     assert!(show["bad_control_requests"].as_u64().unwrap() >= 8);
-    sw.req(Request::AddBridge { bridge: "br1".into() }).unwrap();
-    sw.req(Request::AddPort { bridge: "br1".into(), port: "p9".into(), options: vec!["type=vhost-user".into(), format!("path={}", sw.sock("p9").display()), "tag=7".into()] }).unwrap();
+    sw.req(Request::AddBridge {
+        bridge: "br1".into(),
+    })
+    .unwrap();
+    sw.req(Request::AddPort {
+        bridge: "br1".into(),
+        port: "p9".into(),
+        options: vec![
+            "type=vhost-user".into(),
+            format!("path={}", sw.sock("p9").display()),
+            "tag=7".into(),
+        ],
+    })
+    .unwrap();
     let saved = ferrovs_control::Config::load(&sw.dir.join("ferrovs.conf.json")).unwrap();
     assert_eq!(saved.bridges.len(), 2);
     assert_eq!(saved.bridges[1].ports[0].tag, Some(7));
@@ -398,21 +687,42 @@ fn restart_restores_saved_configuration() {
     let dir;
     {
         let sw = Switch::start("persist");
-        sw.req(Request::AddBridge { bridge: "br9".into() }).unwrap();
+        sw.req(Request::AddBridge {
+            bridge: "br9".into(),
+        })
+        .unwrap();
         sw.add_port("extra", &["queues=2"]);
         dir = sw.dir.clone();
         let cfg = std::fs::read_to_string(dir.join("ferrovs.conf.json")).unwrap();
-        std::fs::write(std::env::temp_dir().join(format!("ferrovs-persist-{}.json", std::process::id())), cfg).unwrap();
+        std::fs::write(
+            std::env::temp_dir().join(format!("ferrovs-persist-{}.json", std::process::id())),
+            cfg,
+        )
+        .unwrap();
     }
     let saved = std::env::temp_dir().join(format!("ferrovs-persist-{}.json", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::copy(&saved, dir.join("ferrovs.conf.json")).unwrap();
-    let mut d = Daemon::start(DaemonOptions { run_dir: dir.clone(), config: None, pmd_cores: Some(vec![0]) }).unwrap();
+    let mut d = Daemon::start(DaemonOptions {
+        run_dir: dir.clone(),
+        config: None,
+        pmd_cores: Some(vec![0]),
+    })
+    .unwrap();
     let show = d.handle(Request::Show);
     let v = show.result.unwrap();
-    let names: Vec<_> = v["bridges"].as_array().unwrap().iter().map(|b| b["name"].as_str().unwrap().to_string()).collect();
+    let names: Vec<_> = v["bridges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["name"].as_str().unwrap().to_string())
+        .collect();
     assert_eq!(names, vec!["br0", "br9"]);
-    assert!(v["bridges"][0]["ports"].as_array().unwrap().iter().any(|p| p["name"] == "extra" && p["queues"] == 2));
+    assert!(v["bridges"][0]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|p| p["name"] == "extra" && p["queues"] == 2));
     d.shutdown();
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_file(saved);

@@ -32,8 +32,14 @@ pub struct Classified {
 /// Decides for one frame received on `inp`. `now` is in seconds (MAC aging).
 #[inline]
 pub fn decide(snap: &Snapshot, bridge: &Bridge, inp: &Port, frame: &[u8], now: u32) -> Classified {
-    let drop = |r| Classified { vlan: 0, tagged: false, decision: Decision::Drop(r) };
-    let Some(eth) = EthView::new_checked(frame) else { return drop(DropReason::Runt) };
+    let drop = |r| Classified {
+        vlan: 0,
+        tagged: false,
+        decision: Decision::Drop(r),
+    };
+    let Some(eth) = EthView::new_checked(frame) else {
+        return drop(DropReason::Runt);
+    };
     let (vlan, tagged) = match (&inp.vlan, eth.vlan()) {
         (VlanMode::Access(_), Some(_)) => return drop(DropReason::Vlan),
         (VlanMode::Access(t), None) => (*t, false),
@@ -59,7 +65,11 @@ pub fn decide(snap: &Snapshot, bridge: &Bridge, inp: &Port, frame: &[u8], now: u
             _ => Decision::Flood,
         }
     };
-    Classified { vlan, tagged, decision }
+    Classified {
+        vlan,
+        tagged,
+        decision,
+    }
 }
 
 /// VLAN edit needed to send a classified frame out of `out`.

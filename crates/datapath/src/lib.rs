@@ -98,7 +98,10 @@ pub fn assign_rxqs(ports: &[Option<Arc<Port>>], pmds: usize) -> Vec<Vec<RxqRef>>
     let mut next = 0;
     for p in ports.iter().flatten() {
         for pair in 0..p.rx_queues() {
-            out[next % pmds].push(RxqRef { port: p.id, pair: pair as u16 });
+            out[next % pmds].push(RxqRef {
+                port: p.id,
+                pair: pair as u16,
+            });
             next += 1;
         }
     }

@@ -62,20 +62,30 @@ impl PmdHandle {
         dp: Arc<Datapath>,
         clock: Arc<AtomicU32>,
     ) -> std::io::Result<PmdHandle> {
-        let stats = Arc::new(PmdStats { index, core, ..Default::default() });
+        let stats = Arc::new(PmdStats {
+            index,
+            core,
+            ..Default::default()
+        });
         let stop = Arc::new(AtomicBool::new(false));
         let pool = Pool::new(POOL_BUFFERS)?;
         stats.hugepages.store(pool.hugepages(), Ordering::Relaxed);
         let (s, st) = (stats.clone(), stop.clone());
-        let thread = std::thread::Builder::new().name(format!("pmd{index}")).spawn(move || {
-            if let Some(c) = core {
-                if let Err(e) = os::set_affinity(&[c]) {
-                    eprintln!("ferrovs: pmd{index}: cannot pin to core {c}: {e}");
+        let thread = std::thread::Builder::new()
+            .name(format!("pmd{index}"))
+            .spawn(move || {
+                if let Some(c) = core {
+                    if let Err(e) = os::set_affinity(&[c]) {
+                        eprintln!("ferrovs: pmd{index}: cannot pin to core {c}: {e}");
+                    }
                 }
-            }
-            run(index, &pool, &dp, &clock, &s, &st);
-        })?;
-        Ok(PmdHandle { stats, stop, thread: Some(thread) })
+                run(index, &pool, &dp, &clock, &s, &st);
+            })?;
+        Ok(PmdHandle {
+            stats,
+            stop,
+            thread: Some(thread),
+        })
     }
 
     /// Stops the thread and waits for it.
@@ -108,19 +118,36 @@ struct Scratch<'p> {
     nouts: usize,
 }
 
-fn run(index: usize, pool: &Pool, dp: &Datapath, clock: &AtomicU32, stats: &PmdStats, stop: &AtomicBool) {
+fn run(
+    index: usize,
+    pool: &Pool,
+    dp: &Datapath,
+    clock: &AtomicU32,
+    stats: &PmdStats,
+    stop: &AtomicBool,
+) {
     let mut sc = Scratch {
         batch: Vec::with_capacity(BURST),
         extra: Vec::with_capacity(BURST * 4),
-        outs: (0..MAX_OUTPUTS).map(|_| TxList { port: 0, idx: Vec::with_capacity(BURST * 2) }).collect(),
+        outs: (0..MAX_OUTPUTS)
+            .map(|_| TxList {
+                port: 0,
+                idx: Vec::with_capacity(BURST * 2),
+            })
+            .collect(),
         nouts: 0,
     };
-    let (mut busy, mut idle, mut iters, mut rx, mut tx, mut drops) = (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
+    let (mut busy, mut idle, mut iters, mut rx, mut tx, mut drops) =
+        (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
     let mut last = os::rdtsc();
     while !stop.load(Ordering::Relaxed) {
         let snap = dp.guard();
         let now = clock.load(Ordering::Relaxed);
-        let mine: &[RxqRef] = snap.pmd_rxqs.get(index).map(|v| v.as_slice()).unwrap_or(&[]);
+        let mine: &[RxqRef] = snap
+            .pmd_rxqs
+            .get(index)
+            .map(|v| v.as_slice())
+            .unwrap_or(&[]);
         let mut moved = 0u64;
         for rxq in mine {
             let (r, t, d) = poll_rxq(&snap, *rxq, pool, &mut sc, now, index);
@@ -165,14 +192,20 @@ fn poll_rxq<'p>(
     now: u32,
     pmd: usize,
 ) -> (u64, u64, u64) {
-    let Some(inp) = snap.port(rxq.port) else { return (0, 0, 0) };
+    let Some(inp) = snap.port(rxq.port) else {
+        return (0, 0, 0);
+    };
     let PortIo::Vhost { queues } = &inp.io;
-    let Some(q) = queues.get(2 * rxq.pair as usize + 1) else { return (0, 0, 0) };
+    let Some(q) = queues.get(2 * rxq.pair as usize + 1) else {
+        return (0, 0, 0);
+    };
     if !q.ready.load(Ordering::Acquire) {
         return (0, 0, 0);
     }
     {
-        let Ok(mut vq) = q.vq.try_lock() else { return (0, 0, 0) };
+        let Ok(mut vq) = q.vq.try_lock() else {
+            return (0, 0, 0);
+        };
         vq.dequeue(pool, &mut sc.batch, BURST, &q.stats, &inp.name);
     }
     let n = sc.batch.len();
@@ -215,7 +248,9 @@ fn poll_rxq<'p>(
     let mut sent = 0u64;
     for o in 0..sc.nouts {
         let list = &sc.outs[o];
-        let Some(out) = snap.port(list.port) else { continue };
+        let Some(out) = snap.port(list.port) else {
+            continue;
+        };
         let (s, d) = transmit(out, &list.idx, &sc.batch, &sc.extra, pmd);
         sent += s;
         dropped += d;
@@ -243,7 +278,9 @@ fn add_output<'p>(sc: &mut Scratch<'p>, pool: &'p Pool, i: usize, c: &l2::Classi
             let src = sc.batch[i].data();
             match edit {
                 Edit::Push(v) => {
-                    let Some(b) = m.fill(src.len() + 4) else { return };
+                    let Some(b) = m.fill(src.len() + 4) else {
+                        return;
+                    };
                     b[4..].copy_from_slice(src);
                     ferrovs_packet::push_vlan_in_place(b, v);
                 }
@@ -279,7 +316,13 @@ fn add_output<'p>(sc: &mut Scratch<'p>, pool: &'p Pool, i: usize, c: &l2::Classi
 
 /// Sends packets `idx` to `out`; returns (sent, dropped).
 #[inline]
-fn transmit(out: &Port, idx: &[u16], batch: &[Mbuf<'_>], extra: &[Mbuf<'_>], pmd: usize) -> (u64, u64) {
+fn transmit(
+    out: &Port,
+    idx: &[u16],
+    batch: &[Mbuf<'_>],
+    extra: &[Mbuf<'_>],
+    pmd: usize,
+) -> (u64, u64) {
     let PortIo::Vhost { queues } = &out.io;
     let pairs = queues.len() / 2;
     // Each PMD prefers its own queue pair; any ready one will do.
@@ -287,7 +330,8 @@ fn transmit(out: &Port, idx: &[u16], batch: &[Mbuf<'_>], extra: &[Mbuf<'_>], pmd
         .map(|k| &queues[2 * ((pmd + k) % pairs)])
         .find(|q| q.ready.load(Ordering::Acquire));
     let Some(q) = q else {
-        out.tx_not_ready.fetch_add(idx.len() as u64, Ordering::Relaxed);
+        out.tx_not_ready
+            .fetch_add(idx.len() as u64, Ordering::Relaxed);
         return (0, idx.len() as u64);
     };
     let data = |i: &u16| {

@@ -60,7 +60,12 @@ pub struct Histogram {
 
 impl Default for Histogram {
     fn default() -> Self {
-        Histogram { buckets: vec![0; 100_001], count: 0, max: 0, sum: 0 }
+        Histogram {
+            buckets: vec![0; 100_001],
+            count: 0,
+            max: 0,
+            sum: 0,
+        }
     }
 }
 
@@ -128,7 +133,11 @@ pub struct Report {
 impl Report {
     pub fn to_json(&self, mode: Mode) -> Value {
         let secs = self.elapsed.as_secs_f64().max(1e-9);
-        let pkts = if mode == Mode::TxOnly { self.sent } else { self.received };
+        let pkts = if mode == Mode::TxOnly {
+            self.sent
+        } else {
+            self.received
+        };
         let wire_bits = pkts as f64 * ((self.size + 24) as f64) * 8.0; // + preamble, FCS, IFG
         json!({
             "mode": format!("{mode:?}").to_lowercase(),
@@ -159,7 +168,10 @@ impl Live {
             return;
         }
         let dt = self.last.elapsed().as_secs_f64();
-        eprintln!("ferrovs-gen: {what} {:.3} Mpps (total {pkts}){extra}", (pkts - self.last_pkts) as f64 / dt / 1e6);
+        eprintln!(
+            "ferrovs-gen: {what} {:.3} Mpps (total {pkts}){extra}",
+            (pkts - self.last_pkts) as f64 / dt / 1e6
+        );
         self.last = Instant::now();
         self.last_pkts = pkts;
     }
@@ -194,33 +206,76 @@ fn rx_burst(rxq: &mut RxQueue, r: &mut Report, flows: &mut HashMap<u16, FlowRx>)
 /// Runs `p` on every queue pair of `fe` until the duration ends or `stop` is set. With
 /// `sink`, txonly also receives on the sink's queues in the same thread (one process, one
 /// core, exact end-to-end accounting: the `txrx` of the bench).
-pub fn run(fe: &Frontend, sink: Option<&Frontend>, p: &Params, stop: &AtomicBool) -> Result<Report, String> {
+pub fn run(
+    fe: &Frontend,
+    sink: Option<&Frontend>,
+    p: &Params,
+    stop: &AtomicBool,
+) -> Result<Report, String> {
     let mut sink_rxs: Vec<RxQueue> = match sink {
-        Some(s) => (0..s.config().queue_pairs).map(|i| s.rx_queue(i)).collect::<Result<_, _>>().map_err(|e| e.to_string())?,
+        Some(s) => (0..s.config().queue_pairs)
+            .map(|i| s.rx_queue(i))
+            .collect::<Result<_, _>>()
+            .map_err(|e| e.to_string())?,
         None => Vec::new(),
     };
     if let Some(s) = sink {
         // Announce the sink's MAC so the switch learns it.
         let mut t = s.tx_queue(0).map_err(|e| e.to_string())?;
         let mut f = [0u8; 64];
-        let n = build::udp_frame(&mut f, 64, ferrovs_packet::BROADCAST, p.dst, Stamp { flow: u16::MAX, seq: 0, tx_ns: 0 });
+        let n = build::udp_frame(
+            &mut f,
+            64,
+            ferrovs_packet::BROADCAST,
+            p.dst,
+            Stamp {
+                flow: u16::MAX,
+                seq: 0,
+                tx_ns: 0,
+            },
+        );
         t.send(&f[..n]);
     }
     let pairs = fe.config().queue_pairs;
-    let mut txs: Vec<TxQueue> = (0..pairs).map(|i| fe.tx_queue(i)).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
-    let mut rxs: Vec<RxQueue> = (0..pairs).map(|i| fe.rx_queue(i)).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
-    let mut r = Report { size: p.size, ..Default::default() };
-    let mut live = Live { on: p.live, last: Instant::now(), last_pkts: 0 };
+    let mut txs: Vec<TxQueue> = (0..pairs)
+        .map(|i| fe.tx_queue(i))
+        .collect::<Result<_, _>>()
+        .map_err(|e| e.to_string())?;
+    let mut rxs: Vec<RxQueue> = (0..pairs)
+        .map(|i| fe.rx_queue(i))
+        .collect::<Result<_, _>>()
+        .map_err(|e| e.to_string())?;
+    let mut r = Report {
+        size: p.size,
+        ..Default::default()
+    };
+    let mut live = Live {
+        on: p.live,
+        last: Instant::now(),
+        last_pkts: 0,
+    };
     let start = Instant::now();
     let mut flows: HashMap<u16, FlowRx> = HashMap::new();
     let mut seq = vec![0u64; p.flows.max(1) as usize];
-    let mut flow_rr = 0u16;
+    // Flows are pinned to queue pairs (flow % pairs == queue), as RSS would, so that one
+    // flow's packets never race each other over two queues.
+    let mut flow_rr = vec![0u16; pairs.max(1)];
     let mut last_rx = Instant::now();
     let mut q = 0usize;
     if p.mode == Mode::RxOnly || p.mode == Mode::Reflect {
         // Announce our MAC so the switch learns it (as a guest's gratuitous ARP would).
         let mut f = [0u8; 64];
-        let n = build::udp_frame(&mut f, 64, ferrovs_packet::BROADCAST, p.src, Stamp { flow: u16::MAX, seq: 0, tx_ns: 0 });
+        let n = build::udp_frame(
+            &mut f,
+            64,
+            ferrovs_packet::BROADCAST,
+            p.src,
+            Stamp {
+                flow: u16::MAX,
+                seq: 0,
+                tx_ns: 0,
+            },
+        );
         txs[0].send(&f[..n]);
     }
     let mut pending_ping: Option<(u64, Instant)> = None;
@@ -246,12 +301,22 @@ pub fn run(fe: &Frontend, sink: Option<&Frontend>, p: &Params, stop: &AtomicBool
                 tx.reclaim();
                 if allowed > 0 {
                     let now = monotonic_ns();
-                    let nflows = p.flows.max(1);
+                    let nflows = p.flows.max(1) as usize;
+                    let per_queue = nflows.div_ceil(pairs).max(1);
+                    let rr = &mut flow_rr[q];
                     let n = tx.send_with(allowed as usize, |_, buf| {
-                        let flow = flow_rr;
-                        flow_rr = (flow_rr + 1) % nflows;
+                        let mut flow = (*rr as usize) * pairs + q;
+                        if flow >= nflows {
+                            flow = q % nflows;
+                        }
+                        *rr = ((*rr as usize + 1) % per_queue) as u16;
+                        let flow = flow as u16;
                         let s = &mut seq[flow as usize];
-                        let st = Stamp { flow, seq: *s, tx_ns: now };
+                        let st = Stamp {
+                            flow,
+                            seq: *s,
+                            tx_ns: now,
+                        };
                         *s += 1;
                         build::udp_frame(buf, p.size, p.dst, p.src, st)
                     });
@@ -313,7 +378,20 @@ pub fn run(fe: &Frontend, sink: Option<&Frontend>, p: &Params, stop: &AtomicBool
                     tx.reclaim();
                     let now = monotonic_ns();
                     let s = ping_seq;
-                    if tx.send_with(1, |_, buf| build::udp_frame(buf, p.size, p.dst, p.src, Stamp { flow: 0, seq: s, tx_ns: now })) == 1 {
+                    if tx.send_with(1, |_, buf| {
+                        build::udp_frame(
+                            buf,
+                            p.size,
+                            p.dst,
+                            p.src,
+                            Stamp {
+                                flow: 0,
+                                seq: s,
+                                tx_ns: now,
+                            },
+                        )
+                    }) == 1
+                    {
                         r.sent += 1;
                         pending_ping = Some((s, Instant::now()));
                     }
@@ -381,10 +459,12 @@ pub fn run(fe: &Frontend, sink: Option<&Frontend>, p: &Params, stop: &AtomicBool
     if p.mode == Mode::TxOnly {
         // Let the backend consume what is queued before we report.
         let t = Instant::now();
-        while t.elapsed() < Duration::from_millis(200) && txs.iter_mut().any(|tx| {
-            tx.reclaim();
-            tx.room() < tx.ring().size() as usize
-        }) {
+        while t.elapsed() < Duration::from_millis(200)
+            && txs.iter_mut().any(|tx| {
+                tx.reclaim();
+                tx.room() < tx.ring().size() as usize
+            })
+        {
             std::thread::sleep(Duration::from_millis(1));
         }
     }

@@ -12,7 +12,8 @@ use ferrovs_gen::{Mode, Params};
 use ferrovs_packet::parse_mac;
 use ferrovs_vhost::frontend::{Frontend, FrontendConfig};
 
-const USAGE: &str = "usage: ferrovs-gen --socket PATH [--server] [--queues N] [--ring N] MODE [options]
+const USAGE: &str =
+    "usage: ferrovs-gen --socket PATH [--server] [--queues N] [--ring N] MODE [options]
 
 MODE: txonly | rxonly | pingpong | reflect
   --socket PATH      vhost-user socket of the backend (ferrovs, testpmd net_vhost, OVS)
@@ -51,7 +52,10 @@ fn parse() -> Result<(PathBuf, Option<PathBuf>, bool, FrontendConfig, Params), S
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut val = || args.next().ok_or(format!("{a} needs a value"));
-        let num = |v: String| v.parse::<u64>().map_err(|_| format!("'{v}' is not a number"));
+        let num = |v: String| {
+            v.parse::<u64>()
+                .map_err(|_| format!("'{v}' is not a number"))
+        };
         match a.as_str() {
             "--socket" => path = Some(PathBuf::from(val()?)),
             "--server" => server = true,
@@ -62,8 +66,12 @@ fn parse() -> Result<(PathBuf, Option<PathBuf>, bool, FrontendConfig, Params), S
             "--count" => p.count = num(val()?)?,
             "--flows" => p.flows = num(val()?)?.clamp(1, 65000) as u16,
             "--size" => p.size = num(val()?)? as usize,
-            "--duration" => p.duration = Duration::from_secs_f64(val()?.parse().map_err(|_| "bad --duration")?),
-            "--idle" => p.idle_timeout = Duration::from_secs_f64(val()?.parse().map_err(|_| "bad --idle")?),
+            "--duration" => {
+                p.duration = Duration::from_secs_f64(val()?.parse().map_err(|_| "bad --duration")?)
+            }
+            "--idle" => {
+                p.idle_timeout = Duration::from_secs_f64(val()?.parse().map_err(|_| "bad --idle")?)
+            }
             "--src" => p.src = parse_mac(&val()?).ok_or("bad --src MAC")?,
             "--dst" => p.dst = parse_mac(&val()?).ok_or("bad --dst MAC")?,
             "--quiet" => p.live = false,
@@ -86,9 +94,18 @@ fn parse() -> Result<(PathBuf, Option<PathBuf>, bool, FrontendConfig, Params), S
         return Err("--ring must be a power of two >= 8".into());
     }
     if p.size < ferrovs_packet::build::MIN_FRAME || p.size > 1518 {
-        return Err(format!("--size must be {}..=1518", ferrovs_packet::build::MIN_FRAME));
+        return Err(format!(
+            "--size must be {}..=1518",
+            ferrovs_packet::build::MIN_FRAME
+        ));
     }
-    Ok((path.ok_or("--socket PATH is required")?, sink, server, fc, p))
+    Ok((
+        path.ok_or("--socket PATH is required")?,
+        sink,
+        server,
+        fc,
+        p,
+    ))
 }
 
 fn main() -> ExitCode {

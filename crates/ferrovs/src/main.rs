@@ -43,11 +43,21 @@ fn s(v: &Value) -> String {
 }
 
 fn print_show(v: &Value) {
-    println!("run-dir {}  pmd-cores {}  hugepages {}", s(&v["run_dir"]), s(&v["pmd_cores"]), s(&v["hugepages"]));
+    println!(
+        "run-dir {}  pmd-cores {}  hugepages {}",
+        s(&v["run_dir"]),
+        s(&v["pmd_cores"]),
+        s(&v["hugepages"])
+    );
     for b in v["bridges"].as_array().into_iter().flatten() {
         println!("bridge {}", s(&b["name"]));
         for p in b["ports"].as_array().into_iter().flatten() {
-            let feats: Vec<String> = p["features"].as_array().into_iter().flatten().map(s).collect();
+            let feats: Vec<String> = p["features"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(s)
+                .collect();
             println!(
                 "  port {} ({}) {}  path {}  queues {} ready {}  vlan {}",
                 s(&p["name"]),
@@ -56,7 +66,11 @@ fn print_show(v: &Value) {
                 s(&p["path"]),
                 s(&p["queues"]),
                 s(&p["ready_queues"]),
-                s(&p["vlan"]["mode"]) + &p["vlan"].get("tag").map(|t| format!(" {t}")).unwrap_or_default(),
+                s(&p["vlan"]["mode"])
+                    + &p["vlan"]
+                        .get("tag")
+                        .map(|t| format!(" {t}"))
+                        .unwrap_or_default(),
             );
             if !feats.is_empty() {
                 println!("    features: {}", feats.join(" "));
@@ -89,7 +103,11 @@ fn print_port_stats(v: &Value) {
         println!("  {}", dir_line("rx", &p["rx"]));
         println!("  {}", dir_line("tx", &p["tx"]));
         for q in p["queues"].as_array().into_iter().flatten() {
-            let broken = if q["broken"] != Value::Null { format!(" BROKEN: {}", s(&q["broken"])) } else { String::new() };
+            let broken = if q["broken"] != Value::Null {
+                format!(" BROKEN: {}", s(&q["broken"]))
+            } else {
+                String::new()
+            };
             println!(
                 "    queue {} {:<10} ready {:<5} {}{}",
                 s(&q["queue"]),
@@ -105,7 +123,12 @@ fn print_port_stats(v: &Value) {
 fn print_pmd_stats(v: &Value) {
     for p in v.as_array().into_iter().flatten() {
         println!("pmd {} core {}:", s(&p["pmd"]), s(&p["core"]));
-        println!("  rx queues: {}  rx packets: {}  tx packets: {}", s(&p["rx_queues"]), s(&p["rx_packets"]), s(&p["tx_packets"]));
+        println!(
+            "  rx queues: {}  rx packets: {}  tx packets: {}",
+            s(&p["rx_queues"]),
+            s(&p["rx_packets"]),
+            s(&p["tx_packets"])
+        );
         println!(
             "  busy cycles: {} ({}%)  idle cycles: {}  cycles per packet: {}",
             s(&p["busy_cycles"]),
@@ -125,11 +148,22 @@ fn monitor(cli: &Cli, secs: Option<u64>) -> Result<(), String> {
         if let Some((t0, p0)) = &prev {
             let dt = now.duration_since(*t0).as_secs_f64();
             let mut line = String::new();
-            for (a, b) in v.as_array().into_iter().flatten().zip(p0.as_array().into_iter().flatten()) {
+            for (a, b) in v
+                .as_array()
+                .into_iter()
+                .flatten()
+                .zip(p0.as_array().into_iter().flatten())
+            {
                 let rate = |dir: &str| {
-                    (a[dir]["packets"].as_u64().unwrap_or(0).saturating_sub(b[dir]["packets"].as_u64().unwrap_or(0))) as f64 / dt
+                    (a[dir]["packets"]
+                        .as_u64()
+                        .unwrap_or(0)
+                        .saturating_sub(b[dir]["packets"].as_u64().unwrap_or(0)))
+                        as f64
+                        / dt
                 };
-                let drops = a["rx"]["dropped"].as_u64().unwrap_or(0) + a["tx"]["dropped"].as_u64().unwrap_or(0);
+                let drops = a["rx"]["dropped"].as_u64().unwrap_or(0)
+                    + a["tx"]["dropped"].as_u64().unwrap_or(0);
                 line.push_str(&format!(
                     "{}: rx {:.3} Mpps tx {:.3} Mpps drops {}   ",
                     s(&a["port"]),
@@ -139,7 +173,10 @@ fn monitor(cli: &Cli, secs: Option<u64>) -> Result<(), String> {
                 ));
             }
             if cli.json {
-                println!("{}", serde_json::json!({"t": start.elapsed().as_secs_f64(), "ports": v}));
+                println!(
+                    "{}",
+                    serde_json::json!({"t": start.elapsed().as_secs_f64(), "ports": v})
+                );
             } else {
                 println!("{line}");
             }
@@ -156,7 +193,9 @@ fn run() -> Result<(), String> {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     let json = args.iter().any(|a| a == "--json");
     args.retain(|a| a != "--json");
-    let mut run_dir = std::env::var_os("FERROVS_RUN_DIR").map(PathBuf::from).unwrap_or_else(|| "/run/ferrovs".into());
+    let mut run_dir = std::env::var_os("FERROVS_RUN_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| "/run/ferrovs".into());
     if args.first().map(String::as_str) == Some("--run-dir") {
         if args.len() < 2 {
             return Err("--run-dir needs a value".into());
@@ -166,61 +205,126 @@ fn run() -> Result<(), String> {
     }
     let cli = Cli { run_dir, json };
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
-    let need = |n: usize| if a.len() == n { Ok(()) } else { Err(format!("'{}' takes {} argument(s)\n{USAGE}", a[0], n - 1)) };
+    let need = |n: usize| {
+        if a.len() == n {
+            Ok(())
+        } else {
+            Err(format!("'{}' takes {} argument(s)\n{USAGE}", a[0], n - 1))
+        }
+    };
     let (req, printer): (Request, fn(&Value)) = match a.first().copied() {
         None | Some("-h") | Some("--help") | Some("help") => {
             println!("{USAGE}");
             return Ok(());
         }
         Some("show") => (Request::Show, print_show),
-        Some("version") => (Request::Version, |v| println!("ferrovsd {}", s(&v["version"]))),
+        Some("version") => (Request::Version, |v| {
+            println!("ferrovsd {}", s(&v["version"]))
+        }),
         Some("add-bridge") | Some("add-br") => {
             need(2)?;
-            (Request::AddBridge { bridge: a[1].into() }, |_| {})
+            (
+                Request::AddBridge {
+                    bridge: a[1].into(),
+                },
+                |_| {},
+            )
         }
         Some("del-bridge") | Some("del-br") => {
             need(2)?;
-            (Request::DelBridge { bridge: a[1].into() }, |_| {})
+            (
+                Request::DelBridge {
+                    bridge: a[1].into(),
+                },
+                |_| {},
+            )
         }
         Some("add-port") => {
             if a.len() < 3 {
                 return Err(format!("add-port takes BRIDGE PORT and options\n{USAGE}"));
             }
             let options = a[3..].iter().map(|s| s.to_string()).collect();
-            (Request::AddPort { bridge: a[1].into(), port: a[2].into(), options }, |_| {})
+            (
+                Request::AddPort {
+                    bridge: a[1].into(),
+                    port: a[2].into(),
+                    options,
+                },
+                |_| {},
+            )
         }
         Some("del-port") => {
             need(3)?;
-            (Request::DelPort { bridge: a[1].into(), port: a[2].into() }, |_| {})
+            (
+                Request::DelPort {
+                    bridge: a[1].into(),
+                    port: a[2].into(),
+                },
+                |_| {},
+            )
         }
         Some("port-stats") => {
             if a.len() > 2 {
                 return Err(format!("port-stats takes at most one port\n{USAGE}"));
             }
-            (Request::PortStats { port: a.get(1).map(|s| s.to_string()) }, print_port_stats)
+            (
+                Request::PortStats {
+                    port: a.get(1).map(|s| s.to_string()),
+                },
+                print_port_stats,
+            )
         }
         Some("pmd-stats") => (Request::PmdStats, print_pmd_stats),
         Some("pmd-stats-clear") => (Request::PmdStatsClear, |_| {}),
         Some("mac-table") => {
             need(2)?;
-            (Request::MacTable { bridge: a[1].into() }, |v| {
-                println!(" port                VLAN  MAC                Age");
-                for e in v.as_array().into_iter().flatten() {
-                    println!(" {:<18} {:>4}  {}  {:>4}", s(&e["port"]), s(&e["vlan"]), s(&e["mac"]), s(&e["age"]));
-                }
-            })
+            (
+                Request::MacTable {
+                    bridge: a[1].into(),
+                },
+                |v| {
+                    println!(" port                VLAN  MAC                Age");
+                    for e in v.as_array().into_iter().flatten() {
+                        println!(
+                            " {:<18} {:>4}  {}  {:>4}",
+                            s(&e["port"]),
+                            s(&e["vlan"]),
+                            s(&e["mac"]),
+                            s(&e["age"])
+                        );
+                    }
+                },
+            )
         }
         Some("config") => match a.get(1).copied() {
-            Some("get") if a.len() <= 3 => (Request::ConfigGet { key: a.get(2).map(|s| s.to_string()) }, |v| match v {
-                Value::Object(m) => m.iter().for_each(|(k, v)| println!("{k}={}", s(v))),
-                other => println!("{}", s(other)),
-            }),
-            Some("set") if a.len() == 4 => (Request::ConfigSet { key: a[2].into(), value: a[3].into() }, |_| {}),
-            _ => return Err(format!("usage: config get [KEY] | config set KEY VALUE\n{USAGE}")),
+            Some("get") if a.len() <= 3 => (
+                Request::ConfigGet {
+                    key: a.get(2).map(|s| s.to_string()),
+                },
+                |v| match v {
+                    Value::Object(m) => m.iter().for_each(|(k, v)| println!("{k}={}", s(v))),
+                    other => println!("{}", s(other)),
+                },
+            ),
+            Some("set") if a.len() == 4 => (
+                Request::ConfigSet {
+                    key: a[2].into(),
+                    value: a[3].into(),
+                },
+                |_| {},
+            ),
+            _ => {
+                return Err(format!(
+                    "usage: config get [KEY] | config set KEY VALUE\n{USAGE}"
+                ))
+            }
         },
         Some("monitor") => {
             let secs = match a.get(1) {
-                Some(n) => Some(n.parse().map_err(|_| format!("monitor: '{n}' is not a number of seconds"))?),
+                Some(n) => Some(
+                    n.parse()
+                        .map_err(|_| format!("monitor: '{n}' is not a number of seconds"))?,
+                ),
                 None => None,
             };
             return monitor(&cli, secs);
@@ -229,7 +333,10 @@ fn run() -> Result<(), String> {
     };
     let v = cli.call(&req)?;
     if cli.json {
-        println!("{}", serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?
+        );
     } else {
         printer(&v);
     }

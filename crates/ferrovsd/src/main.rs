@@ -21,7 +21,9 @@ vm2 at DIR/vm1.sock and DIR/vm2.sock.";
 
 fn parse() -> Result<DaemonOptions, String> {
     let mut opts = DaemonOptions {
-        run_dir: std::env::var_os("FERROVS_RUN_DIR").map(PathBuf::from).unwrap_or_else(|| "/run/ferrovs".into()),
+        run_dir: std::env::var_os("FERROVS_RUN_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| "/run/ferrovs".into()),
         config: None,
         pmd_cores: None,
     };
@@ -31,7 +33,9 @@ fn parse() -> Result<DaemonOptions, String> {
         match a.as_str() {
             "--run-dir" => opts.run_dir = val("--run-dir")?.into(),
             "--config" => opts.config = Some(val("--config")?.into()),
-            "--pmd-cores" => opts.pmd_cores = Some(parse_cores(&val("--pmd-cores")?).map_err(|e| e.to_string())?),
+            "--pmd-cores" => {
+                opts.pmd_cores = Some(parse_cores(&val("--pmd-cores")?).map_err(|e| e.to_string())?)
+            }
             "-h" | "--help" => {
                 println!("{USAGE}");
                 std::process::exit(0);
@@ -69,7 +73,10 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    eprintln!("ferrovsd: running, control socket {}/ferrovs.ctl", d.run_dir().display());
+    eprintln!(
+        "ferrovsd: running, control socket {}/ferrovs.ctl",
+        d.run_dir().display()
+    );
     d.run(&stop);
     d.shutdown();
     eprintln!("ferrovsd: stopped");

@@ -44,7 +44,9 @@ pub fn udp_frame(buf: &mut [u8], len: usize, dst: Mac, src: Mac, st: Stamp) -> u
     b[12..14].copy_from_slice(&ETH_P_IPV4.to_be_bytes());
     let ip_len = (len - 14) as u16;
     let ip = &mut b[14..34];
-    ip.copy_from_slice(&[0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2]);
+    ip.copy_from_slice(&[
+        0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+    ]);
     ip[2..4].copy_from_slice(&ip_len.to_be_bytes());
     let c = csum(ip);
     ip[10..12].copy_from_slice(&c.to_be_bytes());
@@ -84,8 +86,16 @@ pub fn parse_udp_frame(b: &[u8]) -> Result<Stamp, Bad> {
     }
     let seq = u64::from_be_bytes([0, 0, p[4], p[5], p[6], p[7], p[8], p[9]]);
     let tx_ns = u64::from_be_bytes(p[10..18].try_into().unwrap_or([0; 8]));
-    let st = Stamp { flow: u16::from_be_bytes([p[2], p[3]]), seq, tx_ns };
-    if p[STAMP..].iter().enumerate().any(|(i, x)| *x != filler(st.seq, i)) {
+    let st = Stamp {
+        flow: u16::from_be_bytes([p[2], p[3]]),
+        seq,
+        tx_ns,
+    };
+    if p[STAMP..]
+        .iter()
+        .enumerate()
+        .any(|(i, x)| *x != filler(st.seq, i))
+    {
         return Err(Bad::Corrupt);
     }
     Ok(st)
@@ -98,7 +108,11 @@ mod tests {
     #[test]
     fn round_trip_and_corruption() {
         let mut b = [0u8; 128];
-        let st = Stamp { flow: 3, seq: 77, tx_ns: 123 };
+        let st = Stamp {
+            flow: 3,
+            seq: 77,
+            tx_ns: 123,
+        };
         let n = udp_frame(&mut b, 100, 1, 2, st);
         assert_eq!(n, 100);
         assert_eq!(parse_udp_frame(&b[..n]), Ok(st));

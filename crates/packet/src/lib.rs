@@ -22,7 +22,10 @@ pub const BROADCAST: Mac = 0xffff_ffff_ffff;
 /// `aa:bb:cc:dd:ee:ff` formatting.
 pub fn mac_to_string(m: Mac) -> String {
     let b = m.to_be_bytes();
-    format!("{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", b[2], b[3], b[4], b[5], b[6], b[7])
+    format!(
+        "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+        b[2], b[3], b[4], b[5], b[6], b[7]
+    )
 }
 
 /// Parses `aa:bb:cc:dd:ee:ff`.

@@ -40,7 +40,11 @@ pub enum MemoryError {
     #[error("region {index} overlaps region {other}")]
     Overlap { index: usize, other: usize },
     #[error("region {index}: fd holds {fd_size} bytes, table claims {claimed}")]
-    FdTooSmall { index: usize, fd_size: u64, claimed: u64 },
+    FdTooSmall {
+        index: usize,
+        fd_size: u64,
+        claimed: u64,
+    },
     #[error("region {index}: cannot map")]
     Map {
         index: usize,
@@ -81,7 +85,11 @@ impl Region {
         debug_assert!(off < self.desc.size);
         // SAFETY: the mapping covers `mmap_offset + size` bytes (checked in `map`), and
         // `off < size`, so the result stays inside the mapping.
-        unsafe { self.map.as_ptr().add((self.desc.mmap_offset + off) as usize) }
+        unsafe {
+            self.map
+                .as_ptr()
+                .add((self.desc.mmap_offset + off) as usize)
+        }
     }
 }
 
@@ -106,7 +114,9 @@ impl GuestMemory {
             }
             let ends_ok = d.gpa.checked_add(d.size).is_some()
                 && d.uaddr.checked_add(d.size).is_some()
-                && d.mmap_offset.checked_add(d.size).is_some_and(|e| e < isize::MAX as u64);
+                && d.mmap_offset
+                    .checked_add(d.size)
+                    .is_some_and(|e| e < isize::MAX as u64);
             if !ends_ok {
                 return Err(MemoryError::Overflow { index: i });
             }
@@ -121,21 +131,34 @@ impl GuestMemory {
         let mut regions = Vec::with_capacity(table.len());
         for (i, (desc, fd)) in table.into_iter().enumerate() {
             let (fd_size, blksize) =
-                crate::os::fd_size(fd.as_fd()).map_err(|e| MemoryError::Stat { index: i, source: e })?;
+                crate::os::fd_size(fd.as_fd()).map_err(|e| MemoryError::Stat {
+                    index: i,
+                    source: e,
+                })?;
             let claimed = desc.mmap_offset + desc.size;
             if fd_size < claimed {
-                return Err(MemoryError::FdTooSmall { index: i, fd_size, claimed });
+                return Err(MemoryError::FdTooSmall {
+                    index: i,
+                    fd_size,
+                    claimed,
+                });
             }
             // hugetlbfs wants lengths in whole huge pages; the fd holds them (fd_size >= claimed
             // and hugetlbfs sizes are multiples of the page size).
             let align = blksize.max(4096);
             let len = claimed.div_ceil(align) * align;
             let len = len.min(fd_size.max(claimed));
-            let map = Mmap::map_shared(fd.as_fd(), len as usize, 0)
-                .map_err(|e| MemoryError::Map { index: i, source: e })?;
+            let map =
+                Mmap::map_shared(fd.as_fd(), len as usize, 0).map_err(|e| MemoryError::Map {
+                    index: i,
+                    source: e,
+                })?;
             regions.push(Region { desc, map, fd });
         }
-        Ok(GuestMemory { regions, last: AtomicUsize::new(0) })
+        Ok(GuestMemory {
+            regions,
+            last: AtomicUsize::new(0),
+        })
     }
 
     /// The table as the frontend sent it.
@@ -169,7 +192,10 @@ impl GuestMemory {
     /// Host pointer of the frontend-virtual range `[uaddr, uaddr + len)`, which must lie in one
     /// region. Used to place vrings.
     pub(crate) fn uaddr_range(&self, uaddr: u64, len: u64) -> Option<*mut u8> {
-        let r = self.regions.iter().find(|r| uaddr.wrapping_sub(r.desc.uaddr) < r.desc.size)?;
+        let r = self
+            .regions
+            .iter()
+            .find(|r| uaddr.wrapping_sub(r.desc.uaddr) < r.desc.size)?;
         let off = uaddr - r.desc.uaddr;
         if len > r.desc.size - off {
             return None;
@@ -189,7 +215,10 @@ impl GuestMemory {
 
     /// Translates a frontend-virtual address to guest-physical (for the dirty log).
     pub fn uaddr_to_gpa(&self, uaddr: u64) -> Option<u64> {
-        let r = self.regions.iter().find(|r| uaddr.wrapping_sub(r.desc.uaddr) < r.desc.size)?;
+        let r = self
+            .regions
+            .iter()
+            .find(|r| uaddr.wrapping_sub(r.desc.uaddr) < r.desc.size)?;
         Some(r.desc.gpa + (uaddr - r.desc.uaddr))
     }
 
@@ -220,7 +249,10 @@ impl GuestMemory {
 
     #[cold]
     fn read_split(&self, gpa: u64, dst: &mut [u8]) -> Result<(), OutOfBounds> {
-        let oob = OutOfBounds { addr: gpa, len: dst.len() as u64 };
+        let oob = OutOfBounds {
+            addr: gpa,
+            len: dst.len() as u64,
+        };
         gpa.checked_add(dst.len() as u64).ok_or(oob)?;
         let mut done = 0usize;
         while done < dst.len() {
@@ -248,7 +280,10 @@ impl GuestMemory {
 
     #[cold]
     fn write_split(&self, gpa: u64, src: &[u8]) -> Result<(), OutOfBounds> {
-        let oob = OutOfBounds { addr: gpa, len: src.len() as u64 };
+        let oob = OutOfBounds {
+            addr: gpa,
+            len: src.len() as u64,
+        };
         gpa.checked_add(src.len() as u64).ok_or(oob)?;
         self.check_range(gpa, src.len() as u64)?;
         let mut done = 0usize;
@@ -293,7 +328,15 @@ mod tests {
         let table = regions
             .iter()
             .map(|&(gpa, size, uaddr, mmap_offset)| {
-                (RegionDesc { gpa, size, uaddr, mmap_offset }, fd.try_clone().unwrap())
+                (
+                    RegionDesc {
+                        gpa,
+                        size,
+                        uaddr,
+                        mmap_offset,
+                    },
+                    fd.try_clone().unwrap(),
+                )
             })
             .collect();
         GuestMemory::map(table)
@@ -314,7 +357,13 @@ mod tests {
     fn refuses_out_of_bounds() {
         let m = mem(8192, &[(0, 8192, 0, 0)]).unwrap();
         let mut b = [0u8; 16];
-        assert_eq!(m.read(8190, &mut b), Err(OutOfBounds { addr: 8190, len: 16 }));
+        assert_eq!(
+            m.read(8190, &mut b),
+            Err(OutOfBounds {
+                addr: 8190,
+                len: 16
+            })
+        );
         assert!(m.read(u64::MAX - 3, &mut b).is_err());
         assert!(m.write(8192, &b).is_err());
         assert!(m.gpa_range(0, 8193).is_none());
@@ -324,7 +373,14 @@ mod tests {
     #[test]
     fn refuses_table_claiming_more_than_fd_holds() {
         let e = mem(4096, &[(0, 8192, 0, 0)]).unwrap_err();
-        assert!(matches!(e, MemoryError::FdTooSmall { fd_size: 4096, claimed: 8192, .. }));
+        assert!(matches!(
+            e,
+            MemoryError::FdTooSmall {
+                fd_size: 4096,
+                claimed: 8192,
+                ..
+            }
+        ));
         let e = mem(8192, &[(0, 4096, 0, 8192)]).unwrap_err();
         assert!(matches!(e, MemoryError::FdTooSmall { .. }), "{e}");
     }
@@ -339,6 +395,9 @@ mod tests {
             mem(8192, &[(u64::MAX - 10, 4096, 0, 0)]).unwrap_err(),
             MemoryError::Overflow { .. }
         ));
-        assert!(matches!(mem(8192, &[(0, 0, 0, 0)]).unwrap_err(), MemoryError::ZeroSize { .. }));
+        assert!(matches!(
+            mem(8192, &[(0, 0, 0, 0)]).unwrap_err(),
+            MemoryError::ZeroSize { .. }
+        ));
     }
 }

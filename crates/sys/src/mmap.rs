@@ -33,7 +33,12 @@ impl Mmap {
 
     /// Maps `len` bytes of anonymous private memory, populated.
     pub fn anonymous(len: usize) -> io::Result<Mmap> {
-        Self::map(None, len, 0, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE)
+        Self::map(
+            None,
+            len,
+            0,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+        )
     }
 
     /// Maps `len` bytes of `fd` shared and populated (used for our own packet pools).
@@ -43,7 +48,10 @@ impl Mmap {
 
     fn map(fd: Option<BorrowedFd<'_>>, len: usize, offset: u64, extra: i32) -> io::Result<Mmap> {
         if len == 0 {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "zero-length mapping"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "zero-length mapping",
+            ));
         }
         let offset = libc::off_t::try_from(offset)
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "mapping offset too large"))?;

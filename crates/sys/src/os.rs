@@ -53,7 +53,11 @@ pub fn fd_size(fd: BorrowedFd<'_>) -> io::Result<(u64, u64)> {
 pub fn set_nonblocking(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
     // SAFETY: F_GETFL on a valid fd.
     let fl = cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) })?;
-    let nfl = if on { fl | libc::O_NONBLOCK } else { fl & !libc::O_NONBLOCK };
+    let nfl = if on {
+        fl | libc::O_NONBLOCK
+    } else {
+        fl & !libc::O_NONBLOCK
+    };
     if nfl != fl {
         // SAFETY: F_SETFL on a valid fd with flags derived from its own.
         cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, nfl) })?;
@@ -93,7 +97,10 @@ pub fn send_with_fds(sock: &UnixStream, data: &[u8], fds: &[RawFd]) -> io::Resul
     if fds.len() > MAX_FDS {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "too many fds"));
     }
-    let mut iov = libc::iovec { iov_base: data.as_ptr() as *mut _, iov_len: data.len() };
+    let mut iov = libc::iovec {
+        iov_base: data.as_ptr() as *mut _,
+        iov_len: data.len(),
+    };
     // Enough room for MAX_FDS descriptors, aligned for cmsghdr.
     let mut cbuf = [0u64; 32];
     // SAFETY: zeroed msghdr is a valid initial value.
@@ -124,7 +131,10 @@ pub fn send_with_fds(sock: &UnixStream, data: &[u8], fds: &[RawFd]) -> io::Resul
 /// `(bytes, fds)`; zero bytes means the peer closed. Truncated control data (more fds than
 /// [`MAX_FDS`]) is an error: those fds would be lost.
 pub fn recv_with_fds(sock: &UnixStream, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
-    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
     let mut cbuf = [0u64; 40];
     // SAFETY: zeroed msghdr is a valid initial value.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
@@ -153,7 +163,10 @@ pub fn recv_with_fds(sock: &UnixStream, buf: &mut [u8]) -> io::Result<(usize, Ve
         }
     }
     if msg.msg_flags & libc::MSG_CTRUNC != 0 {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, "too many fds in one message"));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "too many fds in one message",
+        ));
     }
     Ok((n, fds))
 }
@@ -169,10 +182,19 @@ impl Epoll {
         // SAFETY: plain syscall.
         let fd = cvt(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
         // SAFETY: `fd` is fresh and owned by nobody else.
-        Ok(Epoll { fd: unsafe { OwnedFd::from_raw_fd(fd) } })
+        Ok(Epoll {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
     }
 
-    fn ctl(&self, op: i32, fd: RawFd, token: u64, readable: bool, writable: bool) -> io::Result<()> {
+    fn ctl(
+        &self,
+        op: i32,
+        fd: RawFd,
+        token: u64,
+        readable: bool,
+        writable: bool,
+    ) -> io::Result<()> {
         let mut events = 0u32;
         if readable {
             events |= (libc::EPOLLIN | libc::EPOLLRDHUP) as u32;
@@ -242,7 +264,10 @@ pub fn set_affinity(cpus: &[usize]) -> io::Result<()> {
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     for &c in cpus {
         if c >= libc::CPU_SETSIZE as usize {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "cpu index too large"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "cpu index too large",
+            ));
         }
         // SAFETY: `c` is below CPU_SETSIZE.
         unsafe { libc::CPU_SET(c, &mut set) };
@@ -260,7 +285,9 @@ pub fn allowed_cpus() -> Vec<usize> {
         return vec![0];
     }
     // SAFETY: CPU_ISSET reads the set we own.
-    (0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect()
+    (0..libc::CPU_SETSIZE as usize)
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect()
 }
 
 /// The CPU's time-stamp counter.
@@ -328,7 +355,10 @@ mod tests {
 /// one-way latency between two traffic-generator processes).
 #[inline]
 pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: `ts` is a valid out-pointer.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64

@@ -46,7 +46,12 @@ impl Pool {
             Ok(m) => (m, true),
             Err(_) => (Mmap::anonymous(len)?, false),
         };
-        Ok(Pool { map, free: RefCell::new((0..count).rev().collect()), count, hugepages })
+        Ok(Pool {
+            map,
+            free: RefCell::new((0..count).rev().collect()),
+            count,
+            hugepages,
+        })
     }
 
     /// Whether the buffers live in huge pages.
@@ -71,7 +76,13 @@ impl Pool {
         // SAFETY: `idx < count`, so the buffer lies inside the mapping; the mapping pointer
         // is non-null.
         let ptr = unsafe { NonNull::new_unchecked(self.map.as_ptr().add(idx as usize * BUF_SIZE)) };
-        Some(Mbuf { ptr, idx, pool: self, off: HEADROOM as u16, len: 0 })
+        Some(Mbuf {
+            ptr,
+            idx,
+            pool: self,
+            off: HEADROOM as u16,
+            len: 0,
+        })
     }
 }
 
@@ -100,7 +111,9 @@ impl Mbuf<'_> {
     #[inline]
     pub fn data(&self) -> &[u8] {
         // SAFETY: `off + len <= BUF_SIZE` inside our exclusive buffer.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(self.off as usize), self.len as usize) }
+        unsafe {
+            std::slice::from_raw_parts(self.ptr.as_ptr().add(self.off as usize), self.len as usize)
+        }
     }
 
     /// The packet bytes, mutable.

@@ -83,12 +83,19 @@ impl SplitRing {
             if !addr.is_multiple_of(align) {
                 return Err(RingError::Misaligned(what));
             }
-            mem.uaddr_range(addr, len).ok_or(RingError::OutOfMemory(what))
+            mem.uaddr_range(addr, len)
+                .ok_or(RingError::OutOfMemory(what))
         };
         let desc = place("descriptor", addrs.desc, 16 * n, 16)?;
         let avail = place("available", addrs.avail, 6 + 2 * n, 2)?;
         let used = place("used", addrs.used, 6 + 8 * n, 4)?;
-        Ok(SplitRing { desc, avail, used, size: size as u16, mem })
+        Ok(SplitRing {
+            desc,
+            avail,
+            used,
+            size: size as u16,
+            mem,
+        })
     }
 
     /// Number of entries.
@@ -128,7 +135,10 @@ impl SplitRing {
     #[inline]
     pub fn avail_entry(&self, slot: u16) -> u16 {
         let i = (slot & (self.size - 1)) as usize;
-        u16::from_le(self.atomic_u16(self.avail, 4 + 2 * i).load(Ordering::Relaxed))
+        u16::from_le(
+            self.atomic_u16(self.avail, 4 + 2 * i)
+                .load(Ordering::Relaxed),
+        )
     }
 
     /// `used_event` (EVENT_IDX): the guest wants an interrupt once used.idx passes it.
@@ -174,13 +184,15 @@ impl SplitRing {
     /// Stores `used.idx` with Release: the entries written before become visible.
     #[inline]
     pub fn publish_used(&self, idx: u16) {
-        self.atomic_u16(self.used, 2).store(idx.to_le(), Ordering::Release);
+        self.atomic_u16(self.used, 2)
+            .store(idx.to_le(), Ordering::Release);
     }
 
     /// `used.flags` (VRING_USED_F_NO_NOTIFY).
     #[inline]
     pub fn set_used_flags(&self, flags: u16) {
-        self.atomic_u16(self.used, 0).store(flags.to_le(), Ordering::Release);
+        self.atomic_u16(self.used, 0)
+            .store(flags.to_le(), Ordering::Release);
     }
 
     /// `used.flags`.
@@ -193,7 +205,8 @@ impl SplitRing {
     #[inline]
     pub fn set_avail_event(&self, idx: u16) {
         let off = 4 + 8 * self.size as usize;
-        self.atomic_u16(self.used, off).store(idx.to_le(), Ordering::Release);
+        self.atomic_u16(self.used, off)
+            .store(idx.to_le(), Ordering::Release);
     }
 
     /// Frontend-virtual addresses and lengths of the three ring areas (for prefaulting and
@@ -214,33 +227,39 @@ impl SplitRing {
         }
         let raw = d.to_bytes();
         // SAFETY: `index < size`: the 16 bytes lie in the descriptor table checked in `new`.
-        unsafe { std::ptr::copy_nonoverlapping(raw.as_ptr(), self.desc.add(16 * index as usize), 16) };
+        unsafe {
+            std::ptr::copy_nonoverlapping(raw.as_ptr(), self.desc.add(16 * index as usize), 16)
+        };
     }
 
     /// Writes `avail.ring[slot % size]`.
     #[inline]
     pub fn write_avail_entry(&self, slot: u16, head: u16) {
         let i = (slot & (self.size - 1)) as usize;
-        self.atomic_u16(self.avail, 4 + 2 * i).store(head.to_le(), Ordering::Relaxed);
+        self.atomic_u16(self.avail, 4 + 2 * i)
+            .store(head.to_le(), Ordering::Relaxed);
     }
 
     /// Publishes `avail.idx` with Release.
     #[inline]
     pub fn publish_avail(&self, idx: u16) {
-        self.atomic_u16(self.avail, 2).store(idx.to_le(), Ordering::Release);
+        self.atomic_u16(self.avail, 2)
+            .store(idx.to_le(), Ordering::Release);
     }
 
     /// `avail.flags` (VRING_AVAIL_F_NO_INTERRUPT).
     #[inline]
     pub fn set_avail_flags(&self, flags: u16) {
-        self.atomic_u16(self.avail, 0).store(flags.to_le(), Ordering::Release);
+        self.atomic_u16(self.avail, 0)
+            .store(flags.to_le(), Ordering::Release);
     }
 
     /// Sets `used_event` (EVENT_IDX, driver side).
     #[inline]
     pub fn set_used_event(&self, idx: u16) {
         let off = 4 + 2 * self.size as usize;
-        self.atomic_u16(self.avail, off).store(idx.to_le(), Ordering::Release);
+        self.atomic_u16(self.avail, off)
+            .store(idx.to_le(), Ordering::Release);
     }
 
     /// `avail_event` (EVENT_IDX, written by the device).
@@ -308,7 +327,12 @@ mod tests {
 
     fn mem() -> Arc<GuestMemory> {
         let fd = memfd("ring", 65536, false).unwrap();
-        let r = RegionDesc { gpa: 0, size: 65536, uaddr: 0x7000_0000, mmap_offset: 0 };
+        let r = RegionDesc {
+            gpa: 0,
+            size: 65536,
+            uaddr: 0x7000_0000,
+            mmap_offset: 0,
+        };
         Arc::new(GuestMemory::map(vec![(r, fd)]).unwrap())
     }
 
@@ -316,24 +340,60 @@ mod tests {
     fn rejects_bad_placement() {
         let m = mem();
         let base = 0x7000_0000;
-        let ok = RingAddrs { desc: base, avail: base + 4096, used: base + 8192 };
+        let ok = RingAddrs {
+            desc: base,
+            avail: base + 4096,
+            used: base + 8192,
+        };
         assert!(SplitRing::new(m.clone(), ok, 256).is_ok());
-        assert_eq!(SplitRing::new(m.clone(), ok, 255).unwrap_err(), RingError::BadSize(255));
-        assert_eq!(SplitRing::new(m.clone(), ok, 65536).unwrap_err(), RingError::BadSize(65536));
-        let past_end = RingAddrs { used: base + 65536 - 8, ..ok };
-        assert_eq!(SplitRing::new(m.clone(), past_end, 256).unwrap_err(), RingError::OutOfMemory("used"));
-        let odd = RingAddrs { desc: base + 8, ..ok };
-        assert_eq!(SplitRing::new(m.clone(), odd, 256).unwrap_err(), RingError::Misaligned("descriptor"));
-        let outside = RingAddrs { avail: 0x1000, ..ok };
-        assert_eq!(SplitRing::new(m, outside, 256).unwrap_err(), RingError::OutOfMemory("available"));
+        assert_eq!(
+            SplitRing::new(m.clone(), ok, 255).unwrap_err(),
+            RingError::BadSize(255)
+        );
+        assert_eq!(
+            SplitRing::new(m.clone(), ok, 65536).unwrap_err(),
+            RingError::BadSize(65536)
+        );
+        let past_end = RingAddrs {
+            used: base + 65536 - 8,
+            ..ok
+        };
+        assert_eq!(
+            SplitRing::new(m.clone(), past_end, 256).unwrap_err(),
+            RingError::OutOfMemory("used")
+        );
+        let odd = RingAddrs {
+            desc: base + 8,
+            ..ok
+        };
+        assert_eq!(
+            SplitRing::new(m.clone(), odd, 256).unwrap_err(),
+            RingError::Misaligned("descriptor")
+        );
+        let outside = RingAddrs {
+            avail: 0x1000,
+            ..ok
+        };
+        assert_eq!(
+            SplitRing::new(m, outside, 256).unwrap_err(),
+            RingError::OutOfMemory("available")
+        );
     }
 
     #[test]
     fn indices_are_masked() {
         let m = mem();
         let base = 0x7000_0000;
-        let r = SplitRing::new(m.clone(), RingAddrs { desc: base, avail: base + 4096, used: base + 8192 }, 4)
-            .unwrap();
+        let r = SplitRing::new(
+            m.clone(),
+            RingAddrs {
+                desc: base,
+                avail: base + 4096,
+                used: base + 8192,
+            },
+            4,
+        )
+        .unwrap();
         r.write_used(7, 3, 99); // slot 7 → entry 3
         r.publish_used(8);
         let e = m.read_obj::<8>(8192 + 4 + 8 * 3).unwrap();

@@ -111,7 +111,10 @@ impl Conn {
                 Some(h) => h.size as usize - self.payload.len(),
             };
             if want == 0 {
-                let h = self.header.take().ok_or(ConnError::Io(io::ErrorKind::Other.into()))?;
+                let h = self
+                    .header
+                    .take()
+                    .ok_or(ConnError::Io(io::ErrorKind::Other.into()))?;
                 self.head_len = 0;
                 let payload = std::mem::take(&mut self.payload);
                 let fds = std::mem::take(&mut self.fds);
@@ -243,9 +246,16 @@ mod tests {
     fn refuses_oversized_payload_header() {
         let (a, b) = UnixStream::pair().unwrap();
         let mut c = Conn::new(b, true).unwrap();
-        let h = Header { code: 5, flags: 1, size: 1 << 30 };
+        let h = Header {
+            code: 5,
+            flags: 1,
+            size: 1 << 30,
+        };
         (&a).write_all(&h.encode()).unwrap();
-        assert!(matches!(c.poll_message(), Err(ConnError::Header(ParseError::TooLarge(_)))));
+        assert!(matches!(
+            c.poll_message(),
+            Err(ConnError::Header(ParseError::TooLarge(_)))
+        ));
     }
 
     #[test]

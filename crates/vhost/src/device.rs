@@ -99,7 +99,9 @@ impl Device {
             features: 0,
             protocol: 0,
             mem: None,
-            queues: (0..2 * queue_pairs).map(|_| Arc::new(Queue::default())).collect(),
+            queues: (0..2 * queue_pairs)
+                .map(|_| Arc::new(Queue::default()))
+                .collect(),
             errors: 0,
         }
     }
@@ -126,7 +128,9 @@ impl Device {
     }
 
     fn queue(&self, index: u32) -> Result<&Arc<Queue>, DeviceError> {
-        self.queues.get(index as usize).ok_or(DeviceError::BadQueue(index))
+        self.queues
+            .get(index as usize)
+            .ok_or(DeviceError::BadQueue(index))
     }
 
     fn offered(&self) -> u64 {
@@ -171,7 +175,9 @@ impl Device {
             Request::GetProtocolFeatures => return u64_reply(PROTOCOL_OFFERED),
             Request::SetProtocolFeatures(f) => {
                 if f & !PROTOCOL_OFFERED != 0 {
-                    return Err(DeviceError::UnofferedProtocolFeatures(f & !PROTOCOL_OFFERED));
+                    return Err(DeviceError::UnofferedProtocolFeatures(
+                        f & !PROTOCOL_OFFERED,
+                    ));
                 }
                 self.protocol = f;
             }
@@ -232,7 +238,8 @@ impl Device {
             }
             Request::SetVringKick { index, fd } => {
                 let mem = self.mem.clone();
-                let protocol_features = self.features & features::VHOST_USER_F_PROTOCOL_FEATURES != 0;
+                let protocol_features =
+                    self.features & features::VHOST_USER_F_PROTOCOL_FEATURES != 0;
                 let q = self.queue(index)?;
                 let mut vq = q.lock();
                 if let Some(fd) = &fd {
@@ -284,7 +291,12 @@ impl Device {
 
     /// Handles a framed message end to end: parse, apply, and build the reply bytes (the
     /// request's own reply, or a REPLY_ACK when asked). Errors are counted, logged and acked.
-    pub fn handle_message(&mut self, h: &Header, payload: &[u8], fds: Vec<std::os::fd::OwnedFd>) -> Option<Vec<u8>> {
+    pub fn handle_message(
+        &mut self,
+        h: &Header,
+        payload: &[u8],
+        fds: Vec<std::os::fd::OwnedFd>,
+    ) -> Option<Vec<u8>> {
         let code = Code::from_u32(h.code);
         let result = match msg::parse(h, payload, fds) {
             Ok(req) => self.handle(req).map_err(|e| e.to_string()),
@@ -295,11 +307,16 @@ impl Device {
             && !code.is_some_and(Code::has_reply);
         match result {
             Ok(Some(reply)) => Some(msg::encode(h.code, msg::FLAG_REPLY, &reply)),
-            Ok(None) if ack_wanted => Some(msg::encode(h.code, msg::FLAG_REPLY, &0u64.to_le_bytes())),
+            Ok(None) if ack_wanted => {
+                Some(msg::encode(h.code, msg::FLAG_REPLY, &0u64.to_le_bytes()))
+            }
             Ok(None) => None,
             Err(e) => {
                 self.errors += 1;
-                eprintln!("ferrovs: {}: vhost-user request {} refused: {e}", self.name, h.code);
+                eprintln!(
+                    "ferrovs: {}: vhost-user request {} refused: {e}",
+                    self.name, h.code
+                );
                 if ack_wanted {
                     Some(msg::encode(h.code, msg::FLAG_REPLY, &1u64.to_le_bytes()))
                 } else if code.is_some_and(Code::has_reply) {

@@ -77,5 +77,9 @@ pub fn names(features: u64) -> Vec<&'static str> {
         (VHOST_USER_F_PROTOCOL_FEATURES, "protocol_features"),
         (VIRTIO_F_VERSION_1, "version_1"),
     ];
-    NAMES.iter().filter(|(b, _)| features & b != 0).map(|(_, n)| *n).collect()
+    NAMES
+        .iter()
+        .filter(|(b, _)| features & b != 0)
+        .map(|(_, n)| *n)
+        .collect()
 }

@@ -114,11 +114,21 @@ impl Frontend {
             let used = align(avail + 6 + 2 * n, 4096);
             let bufs = align(used + 6 + 8 * n, 4096);
             at = align(bufs + n * cfg.buf_size as u64, 4096);
-            layouts.push(QueueLayout { desc, avail, used, bufs });
+            layouts.push(QueueLayout {
+                desc,
+                avail,
+                used,
+                bufs,
+            });
         }
         let size = align(at, 2 << 20);
         let fd = os::memfd("ferrovs-gen-guest", size, false)?;
-        let region = RegionDesc { gpa: 0, size, uaddr: UADDR_BASE, mmap_offset: 0 };
+        let region = RegionDesc {
+            gpa: 0,
+            size,
+            uaddr: UADDR_BASE,
+            mmap_offset: 0,
+        };
         let mem = Arc::new(GuestMemory::map(vec![(region, fd.try_clone()?)])?);
         let mut fe = Frontend {
             conn: Conn::new(sock, false)?,
@@ -152,7 +162,11 @@ impl Frontend {
         if h.code != code as u32 || h.flags & msg::FLAG_REPLY == 0 || p.len() < 8 {
             return Err(FrontendError::BadReply(code));
         }
-        Ok(u64::from_le_bytes(p[..8].try_into().map_err(|_| FrontendError::BadReply(code))?))
+        Ok(u64::from_le_bytes(
+            p[..8]
+                .try_into()
+                .map_err(|_| FrontendError::BadReply(code))?,
+        ))
     }
 
     fn get(&mut self, code: Code) -> Result<u64, FrontendError> {
@@ -169,14 +183,25 @@ impl Frontend {
             self.send(Code::SetProtocolFeatures, &payload::u64(self.protocol), &[])?;
         }
         if self.cfg.queue_pairs > 1 {
-            let q = if self.protocol & PROTOCOL_F_MQ != 0 { self.get(Code::GetQueueNum)? } else { 1 };
+            let q = if self.protocol & PROTOCOL_F_MQ != 0 {
+                self.get(Code::GetQueueNum)?
+            } else {
+                1
+            };
             if (q as usize) < self.cfg.queue_pairs {
-                return Err(FrontendError::TooFewQueues { offered: q, wanted: self.cfg.queue_pairs });
+                return Err(FrontendError::TooFewQueues {
+                    offered: q,
+                    wanted: self.cfg.queue_pairs,
+                });
             }
         }
         self.send(Code::SetOwner, &[], &[])?;
         self.send(Code::SetFeatures, &payload::u64(self.features), &[])?;
-        self.send(Code::SetMemTable, &payload::mem_table(&[region]), &[fd.as_raw_fd()])?;
+        self.send(
+            Code::SetMemTable,
+            &payload::mem_table(&[region]),
+            &[fd.as_raw_fd()],
+        )?;
         for q in 0..self.layouts.len() {
             let l = self.layouts[q];
             let n = self.cfg.ring_size as u32;
@@ -189,9 +214,17 @@ impl Frontend {
             self.send(Code::SetVringAddr, &payload::addr(q as u32, addrs), &[])?;
             self.send(Code::SetVringBase, &payload::state(q as u32, 0), &[])?;
             let call = os::eventfd()?;
-            self.send(Code::SetVringCall, &payload::u64(q as u64), &[call.as_raw_fd()])?;
+            self.send(
+                Code::SetVringCall,
+                &payload::u64(q as u64),
+                &[call.as_raw_fd()],
+            )?;
             let kick = os::eventfd()?;
-            self.send(Code::SetVringKick, &payload::u64(q as u64), &[kick.as_raw_fd()])?;
+            self.send(
+                Code::SetVringKick,
+                &payload::u64(q as u64),
+                &[kick.as_raw_fd()],
+            )?;
             self.kicks.push(kick);
             self.calls.push(call);
         }
@@ -211,8 +244,16 @@ impl Frontend {
     /// Direct access to queue `q`'s ring (for tests that misbehave on purpose).
     pub fn ring(&self, q: usize) -> Result<SplitRing, FrontendError> {
         let l = self.layouts[q];
-        let addrs = RingAddrs { desc: UADDR_BASE + l.desc, avail: UADDR_BASE + l.avail, used: UADDR_BASE + l.used };
-        Ok(SplitRing::new(self.mem.clone(), addrs, self.cfg.ring_size as u32)?)
+        let addrs = RingAddrs {
+            desc: UADDR_BASE + l.desc,
+            avail: UADDR_BASE + l.avail,
+            used: UADDR_BASE + l.used,
+        };
+        Ok(SplitRing::new(
+            self.mem.clone(),
+            addrs,
+            self.cfg.ring_size as u32,
+        )?)
     }
 
     /// Sends a raw message and returns the raw reply if one arrives (tests of bad input).
@@ -223,7 +264,10 @@ impl Frontend {
 
     /// GET_VRING_BASE: stops queue `q` in the backend and returns its last_avail_idx.
     pub fn get_vring_base(&mut self, q: u32) -> Result<u32, FrontendError> {
-        self.conn.send(&msg::encode(Code::GetVringBase as u32, 0, &payload::state(q, 0)), &[])?;
+        self.conn.send(
+            &msg::encode(Code::GetVringBase as u32, 0, &payload::state(q, 0)),
+            &[],
+        )?;
         let (h, p, _) = self.conn.recv_blocking()?;
         if h.code != Code::GetVringBase as u32 || p.len() != 8 {
             return Err(FrontendError::BadReply(Code::GetVringBase));
@@ -234,13 +278,25 @@ impl Frontend {
     /// Driver for guest TX queue of pair `pair`.
     pub fn tx_queue(&self, pair: usize) -> Result<TxQueue, FrontendError> {
         let q = 2 * pair + 1;
-        TxQueue::new(self.ring(q)?, self.layouts[q].bufs, self.cfg.buf_size, self.features, self.kicks[q].try_clone()?)
+        TxQueue::new(
+            self.ring(q)?,
+            self.layouts[q].bufs,
+            self.cfg.buf_size,
+            self.features,
+            self.kicks[q].try_clone()?,
+        )
     }
 
     /// Driver for guest RX queue of pair `pair`; posts every buffer.
     pub fn rx_queue(&self, pair: usize) -> Result<RxQueue, FrontendError> {
         let q = 2 * pair;
-        RxQueue::new(self.ring(q)?, self.layouts[q].bufs, self.cfg.buf_size, self.features, self.kicks[q].try_clone()?)
+        RxQueue::new(
+            self.ring(q)?,
+            self.layouts[q].bufs,
+            self.cfg.buf_size,
+            self.features,
+            self.kicks[q].try_clone()?,
+        )
     }
 
     pub fn config(&self) -> &FrontendConfig {
@@ -275,7 +331,13 @@ pub struct TxQueue {
 }
 
 impl TxQueue {
-    fn new(ring: SplitRing, bufs: u64, buf_size: u32, features: u64, kick: OwnedFd) -> Result<TxQueue, FrontendError> {
+    fn new(
+        ring: SplitRing,
+        bufs: u64,
+        buf_size: u32,
+        features: u64,
+        kick: OwnedFd,
+    ) -> Result<TxQueue, FrontendError> {
         let n = ring.size();
         if features & VIRTIO_RING_F_EVENT_IDX != 0 {
             ring.set_used_event(u16::MAX / 2);
@@ -308,7 +370,8 @@ impl TxQueue {
         }
         self.used_seen = used;
         if self.features & VIRTIO_RING_F_EVENT_IDX != 0 {
-            self.ring.set_used_event(used.wrapping_sub(1).wrapping_add(u16::MAX / 2));
+            self.ring
+                .set_used_event(used.wrapping_sub(1).wrapping_add(u16::MAX / 2));
         }
         n as usize
     }
@@ -321,7 +384,11 @@ impl TxQueue {
     /// Queues packets produced by `fill(i, buf) -> len` (buf excludes the virtio-net header)
     /// for up to `max` packets; publishes them at once. Returns how many were queued.
     #[inline]
-    pub fn send_with(&mut self, max: usize, mut fill: impl FnMut(usize, &mut [u8]) -> usize) -> usize {
+    pub fn send_with(
+        &mut self,
+        max: usize,
+        mut fill: impl FnMut(usize, &mut [u8]) -> usize,
+    ) -> usize {
         let old = self.avail_idx;
         let mut scratch = [0u8; 2048];
         let mut n = 0;
@@ -334,7 +401,15 @@ impl TxQueue {
             let addr = self.bufs + id as u64 * self.buf_size as u64;
             let total = self.hdr_len + len;
             let _ = self.ring.mem().write(addr, &scratch[..total]);
-            self.ring.write_desc(id, Descriptor { addr, len: total as u32, flags: 0, next: 0 });
+            self.ring.write_desc(
+                id,
+                Descriptor {
+                    addr,
+                    len: total as u32,
+                    flags: 0,
+                    next: 0,
+                },
+            );
             self.ring.write_avail_entry(self.avail_idx, id);
             self.avail_idx = self.avail_idx.wrapping_add(1);
             n += 1;
@@ -384,7 +459,13 @@ pub struct RxQueue {
 }
 
 impl RxQueue {
-    fn new(ring: SplitRing, bufs: u64, buf_size: u32, features: u64, kick: OwnedFd) -> Result<RxQueue, FrontendError> {
+    fn new(
+        ring: SplitRing,
+        bufs: u64,
+        buf_size: u32,
+        features: u64,
+        kick: OwnedFd,
+    ) -> Result<RxQueue, FrontendError> {
         if features & VIRTIO_RING_F_EVENT_IDX != 0 {
             ring.set_used_event(u16::MAX / 2);
         } else {
@@ -410,7 +491,15 @@ impl RxQueue {
 
     fn post(&mut self, id: u16) {
         let addr = self.bufs + id as u64 * self.buf_size as u64;
-        self.ring.write_desc(id, Descriptor { addr, len: self.buf_size, flags: VRING_DESC_F_WRITE, next: 0 });
+        self.ring.write_desc(
+            id,
+            Descriptor {
+                addr,
+                len: self.buf_size,
+                flags: VRING_DESC_F_WRITE,
+                next: 0,
+            },
+        );
         self.ring.write_avail_entry(self.avail_idx, id);
         self.avail_idx = self.avail_idx.wrapping_add(1);
     }
@@ -429,7 +518,11 @@ impl RxQueue {
         for i in 0..n {
             let (id, len) = self.ring.read_used(self.used_seen.wrapping_add(i as u16));
             let len = len as usize;
-            if id as u16 >= self.ring.size() || len < self.hdr_len || len > self.buf_size as usize || len > scratch.len() {
+            if id as u16 >= self.ring.size()
+                || len < self.hdr_len
+                || len > self.buf_size as usize
+                || len > scratch.len()
+            {
                 self.errors += 1;
                 if (id as u16) < self.ring.size() {
                     self.post(id as u16);
@@ -444,7 +537,8 @@ impl RxQueue {
         }
         self.used_seen = self.used_seen.wrapping_add(n as u16);
         if self.features & VIRTIO_RING_F_EVENT_IDX != 0 {
-            self.ring.set_used_event(self.used_seen.wrapping_add(u16::MAX / 2));
+            self.ring
+                .set_used_event(self.used_seen.wrapping_add(u16::MAX / 2));
         }
         self.ring.publish_avail(self.avail_idx);
         kick_if_needed(&self.ring, self.features, &self.kick, old, self.avail_idx);

@@ -129,7 +129,11 @@ pub struct Header {
 impl Header {
     pub fn parse(b: &[u8; HEADER_LEN]) -> Header {
         let word = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
-        Header { code: word(0), flags: word(4), size: word(8) }
+        Header {
+            code: word(0),
+            flags: word(4),
+            size: word(8),
+        }
     }
 
     pub fn encode(&self) -> [u8; HEADER_LEN] {
@@ -154,25 +158,65 @@ pub enum Request {
     ResetOwner,
     ResetDevice,
     SetMemTable(Vec<(RegionDesc, OwnedFd)>),
-    SetLogBase { size: u64, offset: u64, fd: OwnedFd },
+    SetLogBase {
+        size: u64,
+        offset: u64,
+        fd: OwnedFd,
+    },
     SetLogFd(OwnedFd),
-    SetVringNum { index: u32, num: u32 },
-    SetVringAddr { index: u32, flags: u32, addrs: RingAddrs, log: u64 },
-    SetVringBase { index: u32, num: u32 },
-    GetVringBase { index: u32 },
-    SetVringKick { index: u32, fd: Option<OwnedFd> },
-    SetVringCall { index: u32, fd: Option<OwnedFd> },
-    SetVringErr { index: u32, fd: Option<OwnedFd> },
+    SetVringNum {
+        index: u32,
+        num: u32,
+    },
+    SetVringAddr {
+        index: u32,
+        flags: u32,
+        addrs: RingAddrs,
+        log: u64,
+    },
+    SetVringBase {
+        index: u32,
+        num: u32,
+    },
+    GetVringBase {
+        index: u32,
+    },
+    SetVringKick {
+        index: u32,
+        fd: Option<OwnedFd>,
+    },
+    SetVringCall {
+        index: u32,
+        fd: Option<OwnedFd>,
+    },
+    SetVringErr {
+        index: u32,
+        fd: Option<OwnedFd>,
+    },
     GetProtocolFeatures,
     SetProtocolFeatures(u64),
     GetQueueNum,
-    SetVringEnable { index: u32, enable: bool },
+    SetVringEnable {
+        index: u32,
+        enable: bool,
+    },
     SendRarp([u8; 6]),
     NetSetMtu(u64),
     SetBackendReqFd(OwnedFd),
-    SetVringEndian { index: u32, num: u32 },
-    GetConfig { offset: u32, size: u32, flags: u32 },
-    SetConfig { offset: u32, data: Vec<u8>, flags: u32 },
+    SetVringEndian {
+        index: u32,
+        num: u32,
+    },
+    GetConfig {
+        offset: u32,
+        size: u32,
+        flags: u32,
+    },
+    SetConfig {
+        offset: u32,
+        data: Vec<u8>,
+        flags: u32,
+    },
     GetMaxMemSlots,
     AddMemReg(RegionDesc, OwnedFd),
     RemMemReg(RegionDesc),
@@ -190,9 +234,17 @@ pub enum ParseError {
     #[error("unsupported header version {0:#x}")]
     BadVersion(u32),
     #[error("{code:?}: payload of {got} bytes, expected {expected}")]
-    BadSize { code: Code, got: usize, expected: usize },
+    BadSize {
+        code: Code,
+        got: usize,
+        expected: usize,
+    },
     #[error("{code:?}: carries {got} fds, expected {expected}")]
-    BadFds { code: Code, got: usize, expected: usize },
+    BadFds {
+        code: Code,
+        got: usize,
+        expected: usize,
+    },
     #[error("payload of {0} bytes exceeds the limit")]
     TooLarge(u32),
     #[error("{code:?}: {what}")]
@@ -245,13 +297,21 @@ pub fn parse(h: &Header, p: &[u8], mut fds: Vec<OwnedFd>) -> Result<Request, Par
         if p.len() == expected {
             Ok(())
         } else {
-            Err(ParseError::BadSize { code, got: p.len(), expected })
+            Err(ParseError::BadSize {
+                code,
+                got: p.len(),
+                expected,
+            })
         }
     };
     match shape {
         Shape::Empty => {
             if !p.is_empty() && p.len() != 8 {
-                return Err(ParseError::BadSize { code, got: p.len(), expected: 0 });
+                return Err(ParseError::BadSize {
+                    code,
+                    got: p.len(),
+                    expected: 0,
+                });
             }
         }
         Shape::U64 | Shape::VringFd => size(8)?,
@@ -261,27 +321,49 @@ pub fn parse(h: &Header, p: &[u8], mut fds: Vec<OwnedFd>) -> Result<Request, Par
         Shape::SingleRegion => size(40)?,
         Shape::MemTable => {
             if p.len() < 8 {
-                return Err(ParseError::BadSize { code, got: p.len(), expected: 8 });
+                return Err(ParseError::BadSize {
+                    code,
+                    got: p.len(),
+                    expected: 8,
+                });
             }
             let n = u32_at(p, 0) as usize;
             if n == 0 || n > MAX_MEM_TABLE_REGIONS {
-                return Err(ParseError::Invalid { code, what: "region count not in 1..=8" });
+                return Err(ParseError::Invalid {
+                    code,
+                    what: "region count not in 1..=8",
+                });
             }
             // QEMU sends the full 8-slot table; others send only `n` regions.
             if p.len() != 8 + 32 * n && p.len() != 8 + 32 * MAX_MEM_TABLE_REGIONS {
-                return Err(ParseError::BadSize { code, got: p.len(), expected: 8 + 32 * n });
+                return Err(ParseError::BadSize {
+                    code,
+                    got: p.len(),
+                    expected: 8 + 32 * n,
+                });
             }
         }
         Shape::Config => {
             if p.len() < 12 {
-                return Err(ParseError::BadSize { code, got: p.len(), expected: 12 });
+                return Err(ParseError::BadSize {
+                    code,
+                    got: p.len(),
+                    expected: 12,
+                });
             }
             let sz = u32_at(p, 4) as usize;
             if code == Code::SetConfig && p.len() != 12 + sz {
-                return Err(ParseError::BadSize { code, got: p.len(), expected: 12 + sz });
+                return Err(ParseError::BadSize {
+                    code,
+                    got: p.len(),
+                    expected: 12 + sz,
+                });
             }
             if sz > 256 {
-                return Err(ParseError::Invalid { code, what: "config size over 256" });
+                return Err(ParseError::Invalid {
+                    code,
+                    what: "config size over 256",
+                });
             }
         }
     }
@@ -292,7 +374,11 @@ pub fn parse(h: &Header, p: &[u8], mut fds: Vec<OwnedFd>) -> Result<Request, Par
         Fds::PerRegion => u32_at(p, 0) as usize,
     };
     if fds.len() != expected_fds {
-        return Err(ParseError::BadFds { code, got: fds.len(), expected: expected_fds });
+        return Err(ParseError::BadFds {
+            code,
+            got: fds.len(),
+            expected: expected_fds,
+        });
     }
     let state = || (u32_at(p, 0), u32_at(p, 4));
     let vring_fd = |fds: &mut Vec<OwnedFd>| {
@@ -312,10 +398,20 @@ pub fn parse(h: &Header, p: &[u8], mut fds: Vec<OwnedFd>) -> Result<Request, Par
             Request::SetMemTable(regions.zip(fds).collect())
         }
         Code::SetLogBase => {
-            let fd = fds.pop().ok_or(ParseError::Invalid { code, what: "no fd" })?;
-            Request::SetLogBase { size: u64_at(p, 0), offset: u64_at(p, 8), fd }
+            let fd = fds.pop().ok_or(ParseError::Invalid {
+                code,
+                what: "no fd",
+            })?;
+            Request::SetLogBase {
+                size: u64_at(p, 0),
+                offset: u64_at(p, 8),
+                fd,
+            }
         }
-        Code::SetLogFd => Request::SetLogFd(fds.pop().ok_or(ParseError::Invalid { code, what: "no fd" })?),
+        Code::SetLogFd => Request::SetLogFd(fds.pop().ok_or(ParseError::Invalid {
+            code,
+            what: "no fd",
+        })?),
         Code::SetVringNum => {
             let (index, num) = state();
             Request::SetVringNum { index, num }
@@ -327,7 +423,10 @@ pub fn parse(h: &Header, p: &[u8], mut fds: Vec<OwnedFd>) -> Result<Request, Par
         Code::GetVringBase => Request::GetVringBase { index: state().0 },
         Code::SetVringEnable => {
             let (index, num) = state();
-            Request::SetVringEnable { index, enable: num != 0 }
+            Request::SetVringEnable {
+                index,
+                enable: num != 0,
+            }
         }
         Code::SetVringEndian => {
             let (index, num) = state();
@@ -336,7 +435,11 @@ pub fn parse(h: &Header, p: &[u8], mut fds: Vec<OwnedFd>) -> Result<Request, Par
         Code::SetVringAddr => Request::SetVringAddr {
             index: u32_at(p, 0),
             flags: u32_at(p, 4),
-            addrs: RingAddrs { desc: u64_at(p, 8), used: u64_at(p, 16), avail: u64_at(p, 24) },
+            addrs: RingAddrs {
+                desc: u64_at(p, 8),
+                used: u64_at(p, 16),
+                avail: u64_at(p, 24),
+            },
             log: u64_at(p, 32),
         },
         Code::SetVringKick => {
@@ -361,17 +464,27 @@ pub fn parse(h: &Header, p: &[u8], mut fds: Vec<OwnedFd>) -> Result<Request, Par
         }
         Code::NetSetMtu => Request::NetSetMtu(u64_at(p, 0)),
         Code::SetBackendReqFd => {
-            Request::SetBackendReqFd(fds.pop().ok_or(ParseError::Invalid { code, what: "no fd" })?)
+            Request::SetBackendReqFd(fds.pop().ok_or(ParseError::Invalid {
+                code,
+                what: "no fd",
+            })?)
         }
-        Code::GetConfig => {
-            Request::GetConfig { offset: u32_at(p, 0), size: u32_at(p, 4), flags: u32_at(p, 8) }
-        }
-        Code::SetConfig => {
-            Request::SetConfig { offset: u32_at(p, 0), flags: u32_at(p, 8), data: p[12..].to_vec() }
-        }
+        Code::GetConfig => Request::GetConfig {
+            offset: u32_at(p, 0),
+            size: u32_at(p, 4),
+            flags: u32_at(p, 8),
+        },
+        Code::SetConfig => Request::SetConfig {
+            offset: u32_at(p, 0),
+            flags: u32_at(p, 8),
+            data: p[12..].to_vec(),
+        },
         Code::GetMaxMemSlots => Request::GetMaxMemSlots,
         Code::AddMemReg => {
-            let fd = fds.pop().ok_or(ParseError::Invalid { code, what: "no fd" })?;
+            let fd = fds.pop().ok_or(ParseError::Invalid {
+                code,
+                what: "no fd",
+            })?;
             Request::AddMemReg(region_at(p, 8), fd)
         }
         Code::RemMemReg => Request::RemMemReg(region_at(p, 8)),
@@ -388,7 +501,11 @@ pub fn parse(h: &Header, p: &[u8], mut fds: Vec<OwnedFd>) -> Result<Request, Par
 
 /// Encodes a message (used for replies by the backend and for requests by the frontend).
 pub fn encode(code: u32, flags: u32, payload: &[u8]) -> Vec<u8> {
-    let h = Header { code, flags: flags | VERSION, size: payload.len() as u32 };
+    let h = Header {
+        code,
+        flags: flags | VERSION,
+        size: payload.len() as u32,
+    };
     let mut v = Vec::with_capacity(HEADER_LEN + payload.len());
     v.extend_from_slice(&h.encode());
     v.extend_from_slice(payload);
@@ -435,15 +552,25 @@ mod tests {
     use super::*;
 
     fn hdr(code: Code, size: usize) -> Header {
-        Header { code: code as u32, flags: VERSION, size: size as u32 }
+        Header {
+            code: code as u32,
+            flags: VERSION,
+            size: size as u32,
+        }
     }
 
     #[test]
     fn parses_vring_addr_in_wire_order() {
-        let a = RingAddrs { desc: 0x1000, avail: 0x2000, used: 0x3000 };
+        let a = RingAddrs {
+            desc: 0x1000,
+            avail: 0x2000,
+            used: 0x3000,
+        };
         let p = payload::addr(3, a);
         match parse(&hdr(Code::SetVringAddr, p.len()), &p, vec![]).unwrap() {
-            Request::SetVringAddr { index: 3, addrs, .. } => assert_eq!(addrs, a),
+            Request::SetVringAddr {
+                index: 3, addrs, ..
+            } => assert_eq!(addrs, a),
             r => panic!("{r:?}"),
         }
     }
@@ -453,22 +580,39 @@ mod tests {
         let p = payload::u64(1);
         assert_eq!(
             parse(&hdr(Code::SetVringAddr, 8), &p, vec![]).unwrap_err(),
-            ParseError::BadSize { code: Code::SetVringAddr, got: 8, expected: 40 }
+            ParseError::BadSize {
+                code: Code::SetVringAddr,
+                got: 8,
+                expected: 40
+            }
         );
         // A kick without NOFD must carry exactly one fd.
         assert_eq!(
             parse(&hdr(Code::SetVringKick, 8), &payload::u64(0), vec![]).unwrap_err(),
-            ParseError::BadFds { code: Code::SetVringKick, got: 0, expected: 1 }
+            ParseError::BadFds {
+                code: Code::SetVringKick,
+                got: 0,
+                expected: 1
+            }
         );
         // NOFD: polling mode, no fd.
         assert!(matches!(
             parse(&hdr(Code::SetVringKick, 8), &payload::u64(0x101), vec![]).unwrap(),
             Request::SetVringKick { index: 1, fd: None }
         ));
-        let mt = payload::mem_table(&[RegionDesc { gpa: 0, size: 1, uaddr: 0, mmap_offset: 0 }]);
+        let mt = payload::mem_table(&[RegionDesc {
+            gpa: 0,
+            size: 1,
+            uaddr: 0,
+            mmap_offset: 0,
+        }]);
         assert!(matches!(
             parse(&hdr(Code::SetMemTable, mt.len()), &mt, vec![]).unwrap_err(),
-            ParseError::BadFds { expected: 1, got: 0, .. }
+            ParseError::BadFds {
+                expected: 1,
+                got: 0,
+                ..
+            }
         ));
         let mut zero = mt.clone();
         zero[0] = 0;
@@ -476,13 +620,40 @@ mod tests {
             parse(&hdr(Code::SetMemTable, zero.len()), &zero, vec![]).unwrap_err(),
             ParseError::Invalid { .. }
         ));
-        assert_eq!(parse(&Header { code: 999, flags: 1, size: 0 }, &[], vec![]).unwrap_err(), ParseError::UnknownCode(999));
+        assert_eq!(
+            parse(
+                &Header {
+                    code: 999,
+                    flags: 1,
+                    size: 0
+                },
+                &[],
+                vec![]
+            )
+            .unwrap_err(),
+            ParseError::UnknownCode(999)
+        );
     }
 
     #[test]
     fn header_checks() {
-        assert!(check_header(&Header { code: 1, flags: 2, size: 0 }).is_err());
-        assert!(check_header(&Header { code: 1, flags: 1, size: 1 << 20 }).is_err());
-        assert!(check_header(&Header { code: 1, flags: 1 | FLAG_NEED_REPLY, size: 8 }).is_ok());
+        assert!(check_header(&Header {
+            code: 1,
+            flags: 2,
+            size: 0
+        })
+        .is_err());
+        assert!(check_header(&Header {
+            code: 1,
+            flags: 1,
+            size: 1 << 20
+        })
+        .is_err());
+        assert!(check_header(&Header {
+            code: 1,
+            flags: 1 | FLAG_NEED_REPLY,
+            size: 8
+        })
+        .is_ok());
     }
 }

@@ -110,6 +110,9 @@ impl StatsSnapshot {
 
     /// Non-zero drop counters by name.
     pub fn named_drops(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
-        DropReason::ALL.iter().map(|r| (r.name(), self.drops[*r as usize])).filter(|(_, n)| *n != 0)
+        DropReason::ALL
+            .iter()
+            .map(|r| (r.name(), self.drops[*r as usize]))
+            .filter(|(_, n)| *n != 0)
     }
 }

@@ -222,13 +222,19 @@ impl VirtQueue {
     fn mark_broken(&mut self, e: ChainError, stats: &QueueStats, name: &str) {
         stats.drop(e.reason(), 1);
         if self.broken.is_none() {
-            eprintln!("ferrovs: {name}: queue {}: guest error: {e}; queue disabled until reset", self.index_hint());
+            eprintln!(
+                "ferrovs: {name}: queue {}: guest error: {e}; queue disabled until reset",
+                self.index_hint()
+            );
         }
         self.broken = Some(e);
     }
 
     fn index_hint(&self) -> String {
-        self.state.addrs.map(|a| format!("ring@{:#x}", a.desc)).unwrap_or_default()
+        self.state
+            .addrs
+            .map(|a| format!("ring@{:#x}", a.desc))
+            .unwrap_or_default()
     }
 
     /// Notifies the guest that used entries moved from `old` to `new`, if it wants that.
@@ -247,7 +253,9 @@ impl VirtQueue {
             if let Some(call) = &self.call {
                 // A full pipe or a closed peer only loses this notification.
                 let _ = os::notify(call.as_fd());
-                stats.calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                stats
+                    .calls
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
         }
     }
@@ -276,7 +284,9 @@ impl VirtQueue {
         stats: &QueueStats,
         name: &str,
     ) -> usize {
-        let Some(ring) = self.ring.take() else { return 0 };
+        let Some(ring) = self.ring.take() else {
+            return 0;
+        };
         let r = self.dequeue_ring(&ring, pool, out, max, stats, name);
         self.ring = Some(ring);
         r
@@ -384,13 +394,21 @@ impl VirtQueue {
     where
         I: IntoIterator<Item = &'a [u8]>,
     {
-        let Some(ring) = self.ring.take() else { return 0 };
+        let Some(ring) = self.ring.take() else {
+            return 0;
+        };
         let r = self.enqueue_ring(&ring, pkts, stats, name);
         self.ring = Some(ring);
         r
     }
 
-    fn enqueue_ring<'a, I>(&mut self, ring: &SplitRing, pkts: I, stats: &QueueStats, name: &str) -> usize
+    fn enqueue_ring<'a, I>(
+        &mut self,
+        ring: &SplitRing,
+        pkts: I,
+        stats: &QueueStats,
+        name: &str,
+    ) -> usize
     where
         I: IntoIterator<Item = &'a [u8]>,
     {
@@ -493,7 +511,9 @@ impl VirtQueue {
 
     /// Drains the kick eventfd (interrupt mode, later) and reports whether it fired.
     pub fn drain_kick(&self) -> bool {
-        self.kick.as_ref().is_some_and(|k| os::drain(k.as_fd()).is_ok())
+        self.kick
+            .as_ref()
+            .is_some_and(|k| os::drain(k.as_fd()).is_ok())
     }
 
     /// The guest-memory the ring lives in.

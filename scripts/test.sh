@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The README's second command: installs what the tests need (idempotent), then runs every
+# gate and every test: formatting, lints, docs, the dependency rule, unit tests, in-process
+# tests, multi-process tests, DPDK interop and real QEMU guests.
+#
+# Privileged tests (hugepages, QEMU, DPDK) run for real when CI=true: there, anything they
+# need that is missing is a failure. Outside CI they skip with a message.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n=== %s\n' "$*"; }
+
+step "dependencies"
+bash scripts/deps.sh
+rustup component add rustfmt clippy >/dev/null 2>&1 || true
+
+step "format"
+cargo fmt --all -- --check
+
+step "clippy"
+cargo clippy --workspace --all-targets --release -- -D warnings
+
+step "docs"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
+
+step "dependency rule: the datapath depends on no control plane"
+deps=$(cargo tree -p ferrovs-datapath -e normal --prefix none | awk '{print $1}' | sort -u)
+for banned in serde serde_json ferrovs-control tokio; do
+    if grep -qx "$banned" <<<"$deps"; then
+        echo "ferrovs-datapath depends on $banned" >&2
+        exit 1
+    fi
+done
+echo "ok: $(wc -l <<<"$deps") crates, none of serde/serde_json/ferrovs-control/tokio"
+
+step "unsafe code only in ferrovs-sys"
+if grep -rln 'unsafe' crates/*/src | grep -v '^crates/sys/' | xargs -r grep -L 'forbid(unsafe_code)' | grep -q .; then
+    echo "a crate other than ferrovs-sys lacks #![forbid(unsafe_code)]" >&2
+    exit 1
+fi
+for lib in crates/*/src/lib.rs crates/*/src/main.rs; do
+    case $lib in crates/sys/*) continue ;; esac
+    grep -q 'forbid(unsafe_code)' "$lib" || { echo "$lib: missing #![forbid(unsafe_code)]" >&2; exit 1; }
+done
+echo ok
+
+step "build"
+cargo build --workspace --release
+
+step "tests (unit, in-process, multi-process, interop, guests)"
+export FERROVS_BIN_DIR=$PWD/target/release
+cargo test --workspace --release --no-fail-fast -- --test-threads=1
