@@ -357,7 +357,8 @@ fn hostile_rings_break_only_their_queue() {
     wait_until("sockets", || sw.sock("vm2").exists());
     let mut a = attach(&sw.sock("vm1"), 0x0200_0000_0001, FrontendConfig::default());
     let mut b = attach(&sw.sock("vm2"), 0x0200_0000_0002, FrontendConfig::default());
-    let cases: Vec<(&str, Box<dyn Fn(&TxQueue) -> u16>)> = vec![
+    type Corruption = Box<dyn Fn(&TxQueue) -> u16>;
+    let cases: Vec<(&str, Corruption)> = vec![
         (
             "desc_chain_loop",
             Box::new(|tx: &TxQueue| {

@@ -409,8 +409,8 @@ pub fn run(
                         r.latency.add(now.saturating_sub(st.tx_ns));
                         pending_ping = None;
                         ping_seq += 1;
-                        if p.rate > 0 {
-                            std::thread::sleep(Duration::from_nanos(1_000_000_000 / p.rate));
+                        if let Some(gap) = 1_000_000_000u64.checked_div(p.rate) {
+                            std::thread::sleep(Duration::from_nanos(gap));
                         }
                     }
                 }

@@ -182,9 +182,8 @@ impl Epoll {
         // SAFETY: plain syscall.
         let fd = cvt(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
         // SAFETY: `fd` is fresh and owned by nobody else.
-        Ok(Epoll {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
-        })
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(Epoll { fd })
     }
 
     fn ctl(
@@ -319,6 +318,19 @@ pub fn tsc_hz() -> u64 {
     })
 }
 
+/// CLOCK_MONOTONIC in nanoseconds: comparable between processes on one host (used for
+/// one-way latency between two traffic-generator processes).
+#[inline]
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -349,17 +361,4 @@ mod tests {
         assert_eq!(out[0].token, 7);
         assert!(out[0].readable);
     }
-}
-
-/// CLOCK_MONOTONIC in nanoseconds: comparable between processes on one host (used for
-/// one-way latency between two traffic-generator processes).
-#[inline]
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
