@@ -1,7 +1,7 @@
 //! The vhost-user wire protocol.
 //!
 //! Every message is a 12-byte header (request, flags, payload size, little-endian) followed
-//! by the payload; fds travel beside it as SCM_RIGHTS ancillary data. [`Message::parse`]
+//! by the payload; fds travel beside it as SCM_RIGHTS ancillary data. [`parse`]
 //! checks a complete message once — known request, payload size exactly as the request
 //! demands, fd count as the request demands — and turns it into a typed [`Request`]. Nothing
 //! downstream indexes raw bytes.
