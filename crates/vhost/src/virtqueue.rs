@@ -444,7 +444,8 @@ impl VirtQueue {
         let hdr_len = self.hdr_len;
         let total = hdr_len + pkt.len();
         let (saved_avail, saved_used) = (self.state.last_avail, self.state.used_idx);
-        let hdr = [0u8; 12];
+        let mut hdr = [0u8; 12];
+        let mut single = false;
         let mut written = 0usize;
         let mut nbufs = 0u16;
         let mut hdr_addr = None;
@@ -468,7 +469,11 @@ impl VirtQueue {
                     if room < hdr_len {
                         return Err(ChainError::OutOfMemory);
                     }
-                    mem.check_range(addr, hdr_len as u64)?;
+                    if mrg && room >= total {
+                        // The common case: one buffer; num_buffers = 1 goes out with the header.
+                        hdr[10] = 1;
+                        single = true;
+                    }
                     hdr_addr = Some(addr);
                 }
                 while room > 0 && written < total {
@@ -501,7 +506,7 @@ impl VirtQueue {
             self.state.used_idx = self.state.used_idx.wrapping_add(1);
             nbufs += 1;
         }
-        if mrg {
+        if mrg && !single {
             if let Some(a) = hdr_addr {
                 mem.write(a + 10, &nbufs.to_le_bytes())?;
             }
