@@ -102,7 +102,7 @@ impl Region {
 #[inline(always)]
 unsafe fn copy_bytes(src: *const u8, dst: *mut u8, len: usize) {
     use std::ptr::{read_unaligned as rd, write_unaligned as wr};
-    // SAFETY (whole body): every access below is within `[0, len)` of `src`/`dst`, which the
+    // SAFETY: every access below is within `[0, len)` of `src`/`dst`, which the
     // caller guarantees valid; unaligned reads/writes need no alignment.
     unsafe {
         if len >= 16 {
