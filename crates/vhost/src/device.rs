@@ -33,6 +33,12 @@ use crate::msg::{self, Code, Header, Request};
 use crate::stats::QueueStats;
 use crate::virtqueue::VirtQueue;
 
+/// Whether `FERROVS_TRACE_VHOST` asks for a log line per vhost-user message.
+fn trace() -> bool {
+    static TRACE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *TRACE.get_or_init(|| std::env::var_os("FERROVS_TRACE_VHOST").is_some())
+}
+
 /// One queue as shared between the control thread and a PMD.
 #[derive(Debug, Default)]
 pub struct Queue {
@@ -298,6 +304,12 @@ impl Device {
         fds: Vec<std::os::fd::OwnedFd>,
     ) -> Option<Vec<u8>> {
         let code = Code::from_u32(h.code);
+        if trace() {
+            eprintln!(
+                "ferrovs: {}: vhost-user {:?} ({}) flags {:#x} payload {:02x?}",
+                self.name, code, h.code, h.flags, payload
+            );
+        }
         let result = match msg::parse(h, payload, fds) {
             Ok(req) => self.handle(req).map_err(|e| e.to_string()),
             Err(e) => Err(e.to_string()),
