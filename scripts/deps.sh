@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs, idempotently, what ferrovs's tests and benchmarks need from Debian:
+#   QEMU (real guests), DPDK's testpmd (interop and the bench peer), OVS-DPDK (bench peer),
+#   a Debian kernel and busybox (the guest image), and small tools.
+# Runs `apt-get update` only when something is missing. Usage: scripts/deps.sh [--hugepages N]
+set -euo pipefail
+
+packages=(
+    qemu-system-x86 dpdk dpdk-dev openvswitch-switch-dpdk busybox-static linux-image-amd64
+    iproute2 ethtool iperf3 tcpdump jq socat cpio kmod
+)
+missing=()
+for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "deps: installing ${missing[*]}"
+    sudo=""
+    [ "$(id -u)" = 0 ] || sudo=sudo
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if [ "${1:-}" = "--hugepages" ]; then
+    n=${2:?--hugepages needs a count of 2 MiB pages}
+    have=$(cat /proc/sys/vm/nr_hugepages)
+    if [ "$have" -lt "$n" ]; then
+        echo "$n" > /proc/sys/vm/nr_hugepages
+    fi
+    mountpoint -q /dev/hugepages || { mkdir -p /dev/hugepages; mount -t hugetlbfs nodev /dev/hugepages; }
+fi
+echo "deps: ok"
