@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# vhost → vhost forwarding benchmark: ferrovs vs DPDK testpmd (io-forwarding, the raw upper
+# bound: no switching) vs OVS-DPDK (netdev bridge, NORMAL), interleaved in one run.
+#
+# Each backend runs its PMD on the last core; ferrovs-gen (one process, one core: txonly on
+# port 1 with --sink on port 2, every packet accounted for) runs on the other core. Every
+# process under test is started with setsid (own session) so autogroup scheduling treats
+# them alike. Prints JSON: per backend and frame size the median Mpps over the rounds, the
+# ratio to testpmd, and PMD cycles per packet (ferrovs: pmd-stats; OVS: pmd-stats-show).
+#
+#   bench/vhost-fwd.sh [--rounds N] [--seconds S] [--sizes "64 1518"] [--peers "testpmd ovs"]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+rounds=3 secs=5 sizes="64 1518" peers="testpmd ovs"
+while [ $# -gt 0 ]; do
+    case $1 in
+        --rounds) rounds=$2; shift 2 ;;
+        --seconds) secs=$2; shift 2 ;;
+        --sizes) sizes=$2; shift 2 ;;
+        --peers) peers=$2; shift 2 ;;
+        *) echo "unknown argument $1" >&2; exit 2 ;;
+    esac
+done
+bash scripts/deps.sh >/dev/null
+cargo build --release --quiet
+bin=$root/target/release
+ncpu=$(nproc)
+pmd=$((ncpu - 1)); gen=0; [ "$ncpu" -gt 1 ] && gen=$((ncpu - 2))
+work=$(mktemp -d /tmp/ferrovs-bench.XXXXXX)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; [ -n "${ovs_dir:-}" ] && ovs_stop; rm -rf "$work"; }
+trap cleanup EXIT INT TERM
+log() { echo "bench: $*" >&2; }
+
+# Runs ferrovs-gen through the backend whose sockets are $1 and $2; prints its JSON.
+gen_run() {
+    local a=$1 b=$2 size=$3 extra=${4:-}
+    # shellcheck disable=SC2086
+    setsid taskset -c "$gen" "$bin/ferrovs-gen" --socket "$a" --sink "$b" --size "$size" \
+        --duration "$secs" --quiet --ring 1024 $extra txonly
+}
+
+wait_sock() { for _ in $(seq 200); do [ -S "$1" ] && return 0; sleep 0.05; done; log "no socket $1"; return 1; }
+
+run_ferrovs() {
+    local size=$1 d=$work/ferrovs
+    rm -rf "$d"; mkdir -p "$d"
+    setsid "$bin/ferrovsd" --run-dir "$d" --pmd-cores "$pmd" >"$d/log" 2>&1 &
+    local p=$!; pids+=("$p")
+    wait_sock "$d/vm2.sock"
+    # Warm up (MAC learning), then measure with clean PMD counters.
+    gen_run "$d/vm1.sock" "$d/vm2.sock" "$size" >/dev/null 2>&1 || true
+    "$bin/ferrovs" --run-dir "$d" pmd-stats-clear
+    local r; r=$(gen_run "$d/vm1.sock" "$d/vm2.sock" "$size")
+    local cpp; cpp=$("$bin/ferrovs" --run-dir "$d" pmd-stats --json | jq '.[0].cycles_per_packet')
+    kill "$p"; wait "$p" 2>/dev/null || true
+    jq -c --argjson cpp "$cpp" '{mpps, received, sent, lost, cycles_per_packet: $cpp}' <<<"$r"
+}
+
+run_testpmd() {
+    local size=$1 d=$work/testpmd
+    rm -rf "$d"; mkdir -p "$d"
+    setsid dpdk-testpmd -l "$gen,$pmd" --main-lcore "$gen" --no-pci --no-huge -m 1024 \
+        --file-prefix "fbench$$" --vdev "net_vhost0,iface=$d/a.sock,queues=1" \
+        --vdev "net_vhost1,iface=$d/b.sock,queues=1" -- --forward-mode=io --nb-cores=1 \
+        --total-num-mbufs=32768 --stats-period 1 --auto-start >"$d/log" 2>&1 &
+    local p=$!; pids+=("$p")
+    wait_sock "$d/b.sock"
+    local r; r=$(gen_run "$d/a.sock" "$d/b.sock" "$size")
+    kill -INT "$p"; wait "$p" 2>/dev/null || true
+    jq -c '{mpps, received, sent, lost}' <<<"$r"
+}
+
+ovs_available() { [ -f scripts/peers/ovs-dpdk.sh ]; }
+run_ovs() {
+    local size=$1
+    # shellcheck source=/dev/null
+    source scripts/peers/ovs-dpdk.sh
+    ovs_dir=$work/ovs
+    ovs_start "$ovs_dir" "$pmd" >/dev/null 2>&1
+    local a b; a=$(ovs_port_path "$ovs_dir" 1); b=$(ovs_port_path "$ovs_dir" 2)
+    wait_sock "$a"; wait_sock "$b"
+    gen_run "$a" "$b" "$size" >/dev/null 2>&1 || true
+    ovs_pmd_clear "$ovs_dir"
+    local r; r=$(gen_run "$a" "$b" "$size")
+    local cpp; cpp=$(ovs_cycles_per_packet "$ovs_dir")
+    ovs_stop; ovs_dir=
+    jq -c --argjson cpp "${cpp:-null}" '{mpps, received, sent, lost, cycles_per_packet: $cpp}' <<<"$r"
+}
+
+results=$work/results.jsonl
+: >"$results"
+for round in $(seq "$rounds"); do
+    for size in $sizes; do
+        for who in ferrovs $peers; do
+            case $who in
+                ferrovs) r=$(run_ferrovs "$size") ;;
+                testpmd) r=$(run_testpmd "$size") ;;
+                ovs) ovs_available || { log "scripts/peers/ovs-dpdk.sh missing: skipping OVS"; continue; }
+                     r=$(run_ovs "$size") ;;
+            esac
+            log "round $round size $size $who: $r"
+            jq -c --arg who "$who" --argjson size "$size" --argjson round "$round" '. + {who: $who, size: $size, round: $round}' <<<"$r" >>"$results"
+        done
+    done
+done
+
+jq -s --argjson rounds "$rounds" --argjson secs "$secs" '
+  def median: sort | if length == 0 then null else .[(length - 1) / 2 | floor] end;
+  group_by(.size) | map(
+    (.[0].size) as $size
+    | (group_by(.who) | map({key: .[0].who, value: {
+          mpps: (map(.mpps) | median),
+          cycles_per_packet: (map(.cycles_per_packet // empty) | median),
+          lost: (map(.lost) | add),
+          runs: map(.mpps)}}) | from_entries) as $by
+    | {size: $size, results: $by,
+       ratio_to_testpmd: ($by | to_entries | map({key: .key, value: (if $by.testpmd.mpps then ((.value.mpps / $by.testpmd.mpps) * 1000 | round / 1000) else null end)}) | from_entries)})
+  | {benchmark: "vhost-fwd", rounds: $rounds, seconds: $secs, generator: "ferrovs-gen txonly --sink (one core)", sizes: .}
+' "$results"
