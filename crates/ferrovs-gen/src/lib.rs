@@ -133,10 +133,11 @@ pub struct Report {
 impl Report {
     pub fn to_json(&self, mode: Mode) -> Value {
         let secs = self.elapsed.as_secs_f64().max(1e-9);
-        let pkts = if mode == Mode::TxOnly {
-            self.sent
-        } else {
+        // What arrived when we receive (rxonly, or txonly with a sink), else what was sent.
+        let pkts = if self.received > 0 || mode != Mode::TxOnly {
             self.received
+        } else {
+            self.sent
         };
         let wire_bits = pkts as f64 * ((self.size + 24) as f64) * 8.0; // + preamble, FCS, IFG
         json!({
