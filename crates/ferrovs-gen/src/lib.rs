@@ -10,6 +10,7 @@
 #![forbid(unsafe_code)]
 
 use std::collections::HashMap;
+use std::os::unix::net::UnixListener;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -128,6 +129,8 @@ pub struct Report {
     pub elapsed: Duration,
     pub latency: Histogram,
     pub size: usize,
+    /// Times the backend went away and came back (`--server`).
+    pub reconnects: u64,
 }
 
 impl Report {
@@ -152,6 +155,7 @@ impl Report {
             "mpps": (pkts as f64 / secs / 1e4).round() / 100.0,
             "gbps": (wire_bits / secs / 1e7).round() / 100.0,
             "size": self.size,
+            "reconnects": self.reconnects,
             "latency": self.latency.to_json(),
         })
     }
@@ -176,6 +180,42 @@ impl Live {
         self.last = Instant::now();
         self.last_pkts = pkts;
     }
+}
+
+/// Sends a broadcast from `src` so that the switch learns where it is (as a guest's
+/// gratuitous ARP would).
+fn announce(tx: &mut TxQueue, src: Mac) {
+    let mut f = [0u8; 64];
+    let st = Stamp {
+        flow: u16::MAX,
+        seq: 0,
+        tx_ns: 0,
+    };
+    let n = build::udp_frame(&mut f, 64, ferrovs_packet::BROADCAST, src, st);
+    tx.send(&f[..n]);
+}
+
+/// Waits for the backend to connect again (until `deadline`), then sets the device up.
+fn reaccept(
+    l: &UnixListener,
+    cfg: ferrovs_vhost::frontend::FrontendConfig,
+    stop: &AtomicBool,
+    deadline: Instant,
+) -> Result<Option<Frontend>, String> {
+    l.set_nonblocking(true).map_err(|e| e.to_string())?;
+    while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+        match l.accept() {
+            Ok((s, _)) => {
+                s.set_nonblocking(false).map_err(|e| e.to_string())?;
+                return Frontend::over(s, cfg).map(Some).map_err(|e| e.to_string());
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(10))
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    Ok(None)
 }
 
 /// Receives one burst on `rxq`, accounting every test packet in `r`/`flows`.
@@ -207,9 +247,14 @@ fn rx_burst(rxq: &mut RxQueue, r: &mut Report, flows: &mut HashMap<u16, FlowRx>)
 /// Runs `p` on every queue pair of `fe` until the duration ends or `stop` is set. With
 /// `sink`, txonly also receives on the sink's queues in the same thread (one process, one
 /// core, exact end-to-end accounting: the `txrx` of the bench).
+///
+/// With `relisten` (the `--server` listener), a backend that goes away (a switch restart) is
+/// waited for and the device set up again on its new connection, as QEMU does with a
+/// `server=on` chardev; counters and sequence numbers carry on.
 pub fn run(
-    fe: &Frontend,
+    fe: &mut Frontend,
     sink: Option<&Frontend>,
+    relisten: Option<&UnixListener>,
     p: &Params,
     stop: &AtomicBool,
 ) -> Result<Report, String> {
@@ -281,9 +326,34 @@ pub fn run(
     }
     let mut pending_ping: Option<(u64, Instant)> = None;
     let mut ping_seq = 0u64;
+    let mut last_check = Instant::now();
     loop {
         if stop.load(Ordering::Relaxed) || start.elapsed() >= p.duration {
             break;
+        }
+        if last_check.elapsed() >= Duration::from_millis(100) {
+            last_check = Instant::now();
+            if fe.peer_closed() {
+                let Some(l) = relisten else { break };
+                let cfg = fe.config().clone();
+                let Some(new) = reaccept(l, cfg, stop, start + p.duration)? else {
+                    break;
+                };
+                *fe = new;
+                r.reconnects += 1;
+                txs = (0..pairs)
+                    .map(|i| fe.tx_queue(i))
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| e.to_string())?;
+                rxs = (0..pairs)
+                    .map(|i| fe.rx_queue(i))
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| e.to_string())?;
+                if p.mode == Mode::RxOnly || p.mode == Mode::Reflect {
+                    announce(&mut txs[0], p.src);
+                }
+                continue;
+            }
         }
         match p.mode {
             Mode::TxOnly => {

@@ -120,6 +120,7 @@ fn main() -> ExitCode {
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         let _ = signal_hook::flag::register(sig, stop.clone());
     }
+    let mut listener = None;
     let fe = if server {
         let _ = std::fs::remove_file(&path);
         let l = match UnixListener::bind(&path) {
@@ -129,17 +130,19 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        match l.accept() {
+        let fe = match l.accept() {
             Ok((s, _)) => Frontend::over(s, fc.clone()),
             Err(e) => {
                 eprintln!("ferrovs-gen: accept: {e}");
                 return ExitCode::FAILURE;
             }
-        }
+        };
+        listener = Some(l);
+        fe
     } else {
         Frontend::connect(&path, fc.clone())
     };
-    let fe = match fe {
+    let mut fe = match fe {
         Ok(f) => f,
         Err(e) => {
             let mut msg = e.to_string();
@@ -162,7 +165,7 @@ fn main() -> ExitCode {
         },
         None => None,
     };
-    match ferrovs_gen::run(&fe, sink.as_ref(), &p, &stop) {
+    match ferrovs_gen::run(&mut fe, sink.as_ref(), listener.as_ref(), &p, &stop) {
         Ok(r) => {
             println!("{}", r.to_json(p.mode));
             ExitCode::SUCCESS

@@ -171,6 +171,26 @@ pub fn recv_with_fds(sock: &UnixStream, buf: &mut [u8]) -> io::Result<(usize, Ve
     Ok((n, fds))
 }
 
+/// Whether the peer of a stream socket has closed it (a non-blocking `MSG_PEEK`; data
+/// waiting to be read is left in place).
+pub fn peer_closed(sock: &UnixStream) -> bool {
+    let mut b = [0u8; 1];
+    // SAFETY: reads at most 1 byte into a valid buffer; MSG_PEEK leaves the data queued.
+    let n = unsafe {
+        libc::recv(
+            sock.as_raw_fd(),
+            b.as_mut_ptr().cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    match n {
+        0 => true,
+        n if n > 0 => false,
+        _ => io::Error::last_os_error().kind() != io::ErrorKind::WouldBlock,
+    }
+}
+
 /// An epoll instance.
 #[derive(Debug)]
 pub struct Epoll {

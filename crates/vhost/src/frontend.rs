@@ -302,6 +302,11 @@ impl Frontend {
     pub fn config(&self) -> &FrontendConfig {
         &self.cfg
     }
+
+    /// Whether the backend closed the connection (a non-blocking peek).
+    pub fn peer_closed(&self) -> bool {
+        os::peer_closed(self.conn.socket())
+    }
 }
 
 fn kick_if_needed(ring: &SplitRing, features: u64, kick: &OwnedFd, old: u16, new: u16) {

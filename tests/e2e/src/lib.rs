@@ -142,9 +142,18 @@ impl Drop for Proc {
     }
 }
 
-/// A private run directory.
+/// A private run directory. Directories of earlier runs of the same test are removed (the
+/// latest one stays for its logs).
 pub fn run_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("ferrovs-e2e-{name}-{}", std::process::id()));
+    let prefix = format!("ferrovs-e2e-{name}-");
+    if let Ok(rd) = std::fs::read_dir(std::env::temp_dir()) {
+        for e in rd.flatten() {
+            if e.file_name().to_string_lossy().starts_with(&prefix) {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    }
+    let d = std::env::temp_dir().join(format!("{prefix}{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d

@@ -356,3 +356,108 @@ fn cli_reports_bad_requests_with_nonzero_exit() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("another ferrovsd is running"));
 }
+
+#[test]
+fn client_mode_survives_switch_restart() {
+    // The "guests" listen (QEMU server=on); ferrovsd connects to them. Kill ferrovsd
+    // mid-stream and start it again: it reconnects, the guests set their devices up again on
+    // the new connection (as QEMU does) and traffic resumes, nothing corrupt.
+    let dir = run_dir("restart");
+    let (pmd, gen) = cores();
+    let g1 = dir.join("g1.sock").display().to_string();
+    let g2 = dir.join("g2.sock").display().to_string();
+    let cfg = dir.join("client.json");
+    std::fs::write(
+        &cfg,
+        format!(
+            r#"{{"version":1,"bridges":[{{"name":"br0","ports":[
+                {{"name":"g1","type":"vhost-user-client","path":"{g1}"}},
+                {{"name":"g2","type":"vhost-user-client","path":"{g2}"}}]}}]}}"#
+        ),
+    )
+    .unwrap();
+    let core = gen.to_string();
+    let gen_bin = bin("ferrovs-gen").display().to_string();
+    let taskset = std::path::Path::new("/usr/bin/taskset");
+    let sink = Proc::spawn(
+        "sink",
+        &dir,
+        taskset,
+        &[
+            "-c",
+            &core,
+            &gen_bin,
+            "--socket",
+            &g2,
+            "--server",
+            "--ring",
+            "1024",
+            "--src",
+            "02:00:00:00:00:02",
+            "--quiet",
+            "--duration",
+            "12",
+            "rxonly",
+        ],
+    );
+    let tx = Proc::spawn(
+        "tx",
+        &dir,
+        taskset,
+        &[
+            "-c",
+            &core,
+            &gen_bin,
+            "--socket",
+            &g1,
+            "--server",
+            "--ring",
+            "1024",
+            "--quiet",
+            "--duration",
+            "10",
+            "--rate",
+            "10000",
+            "txonly",
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let cfgs = cfg.display().to_string();
+    let connected = |dir: &std::path::Path| {
+        let s = cli_json(dir, &["show"]);
+        s["bridges"][0]["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p["state"] == "connected")
+    };
+    let mut sw = start_switch(&dir, pmd, &["--config", &cfgs]);
+    wait_until("connected", 10, || connected(&dir));
+    std::thread::sleep(Duration::from_secs(2));
+    let before = cli_json(&dir, &["port-stats", "g2"])[0]["tx"]["packets"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        before > 5_000,
+        "traffic flowed before the restart: {before}"
+    );
+    sw.kill();
+    std::thread::sleep(Duration::from_millis(500));
+    let _sw2 = start_switch(&dir, pmd, &["--config", &cfgs]);
+    wait_until("reconnected", 10, || connected(&dir));
+    wait_until("traffic resumed", 10, || {
+        cli_json(&dir, &["port-stats", "g2"])[0]["tx"]["packets"]
+            .as_u64()
+            .unwrap()
+            > 5_000
+    });
+    let t = tx.wait_json(&dir, Duration::from_secs(30));
+    let rx = sink.wait_json(&dir, Duration::from_secs(30));
+    assert_eq!(t["reconnects"], 1, "{t}");
+    assert_eq!(rx["reconnects"], 1, "{rx}");
+    assert_eq!(rx["corrupt"], 0);
+    // Lost: only what was sent while no switch was running.
+    let sent = t["sent"].as_u64().unwrap();
+    let received = rx["received"].as_u64().unwrap();
+    assert!(received > sent * 3 / 4, "sent {sent}, received {received}");
+}
