@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Builds a minimal guest initramfs from Debian packages (busybox-static, linux-image-amd64):
+# busybox, the virtio-net modules of the host's Debian kernel, and an /init that configures
+# eth0 from the kernel command line and runs the command given there.
+#
+#   build-initramfs.sh OUT_DIR      → OUT_DIR/vmlinuz, OUT_DIR/initramfs.gz (cached)
+#
+# Kernel command line understood by /init:
+#   ferrovs.ip=10.0.0.1/24   ferrovs.cmd=ping|idle   ferrovs.peer=10.0.0.2   ferrovs.count=5
+set -euo pipefail
+out=${1:?usage: build-initramfs.sh OUT_DIR}
+kver=$(ls /lib/modules | sort -V | tail -1)
+kernel=/boot/vmlinuz-$kver
+[ -f "$kernel" ] || { echo "no kernel $kernel (install linux-image-amd64)" >&2; exit 1; }
+command -v busybox >/dev/null || { echo "busybox missing (install busybox-static)" >&2; exit 1; }
+stamp="$kver $(sha256sum "$0" | cut -c1-16)"
+if [ -f "$out/stamp" ] && [ "$(cat "$out/stamp")" = "$stamp" ]; then exit 0; fi
+mkdir -p "$out"
+root=$(mktemp -d)
+trap 'rm -rf "$root"' EXIT
+mkdir -p "$root"/{bin,sbin,proc,sys,dev,tmp,lib/modules}
+cp "$(command -v busybox)" "$root/bin/busybox"
+for a in sh mount ip ping sleep cat echo insmod poweroff grep sed awk seq nc ifconfig dmesg tail lspci; do
+    ln -s busybox "$root/bin/$a"
+done
+# Modules in dependency order, as modprobe would load them.
+mods=$( (modprobe -S "$kver" --show-depends virtio_pci; modprobe -S "$kver" --show-depends virtio_net) | awk '$1 == "insmod" {print $2}' | awk '!seen[$0]++')
+order=()
+for f in $mods; do
+    m=$(basename "$f"); m=${m%%.ko*}
+    case $f in
+        *.xz) xz -dc "$f" >"$root/lib/modules/$m.ko" ;;
+        *.zst) zstd -dqc "$f" >"$root/lib/modules/$m.ko" ;;
+        *) cp "$f" "$root/lib/modules/$m.ko" ;;
+    esac
+    order+=("$m")
+done
+echo "${order[*]}" >"$root/lib/modules/order"
+cat >"$root/init" <<'INIT'
+#!/bin/sh
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev 2>/dev/null
+for m in $(cat /lib/modules/order); do
+    insmod /lib/modules/$m.ko || echo "FERROVS-GUEST: insmod $m failed"
+done
+arg() { sed -n "s/.*ferrovs\.$1=\([^ ]*\).*/\1/p" /proc/cmdline; }
+ip=$(arg ip); cmd=$(arg cmd); peer=$(arg peer); count=$(arg count)
+for i in $(seq 150); do [ -e /sys/class/net/eth0 ] && break; sleep 0.1; done
+[ -e /sys/class/net/eth0 ] || { echo "FERROVS-GUEST: no eth0"; ls /sys/class/net; cat /proc/modules; ls /sys/bus/pci/devices; cat /sys/bus/pci/devices/*/vendor /sys/bus/pci/devices/*/device; dmesg | tail -15; }
+ip link set lo up
+ip link set eth0 up
+ip addr add "$ip" dev eth0
+echo "FERROVS-GUEST-READY $(cat /sys/class/net/eth0/address)"
+case "$cmd" in
+    ping)
+        if ping -c "${count:-5}" -W 2 "$peer" > /tmp/ping.out 2>&1; then
+            cat /tmp/ping.out; echo "FERROVS-PING-OK"
+        else
+            cat /tmp/ping.out; echo "FERROVS-PING-FAIL"
+        fi
+        poweroff -f ;;
+    *)
+        while true; do sleep 3600; done ;;
+esac
+INIT
+chmod +x "$root/init"
+(cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) >"$out/initramfs.gz"
+cp "$kernel" "$out/vmlinuz"
+echo "$stamp" >"$out/stamp"
