@@ -69,6 +69,7 @@ run_testpmd() {
     wait_sock "$d/b.sock"
     local r; r=$(gen_run "$d/a.sock" "$d/b.sock" "$size")
     kill -INT "$p"; wait "$p" 2>/dev/null || true
+    pgrep -f "fbench$$" >/dev/null && { sleep 1; pkill -9 -f "fbench$$" || true; }
     jq -c '{mpps, received, sent, lost}' <<<"$r"
 }
 

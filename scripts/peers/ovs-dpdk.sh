@@ -56,7 +56,14 @@ ovs_stop() {
     [ -n "$_ovs_dir" ] || return 0
     ovs_appctl exit >/dev/null 2>&1 || true
     ovs-appctl -t "$_ovs_dir/ovsdb-server.ctl" exit >/dev/null 2>&1 || true
-    sleep 0.5
-    for p in "$_ovs_dir"/*.pid; do [ -f "$p" ] && kill "$(cat "$p")" 2>/dev/null; done
+    # Wait until the processes are really gone: a PMD still spinning would skew the next run.
+    local p pid
+    for p in "$_ovs_dir"/*.pid; do
+        [ -f "$p" ] || continue
+        pid=$(cat "$p")
+        kill "$pid" 2>/dev/null || true
+        for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -9 "$pid" 2>/dev/null || true
+    done
     _ovs_dir=
 }
