@@ -46,11 +46,11 @@ fi
 gen_core=0
 [ "$ncpu" -gt 1 ] && gen_core=$((ncpu - 2))
 setsid taskset -c "$gen_core" "$bin/ferrovs-gen" --socket "$FERROVS_RUN_DIR/vm2.sock" --src 02:00:00:00:00:02 \
-    --duration 1000000 --quiet reflect >/dev/null &
+    --duration 1000000 --ring 1024 --quiet reflect >/dev/null &
 pids+=($!)
 sleep 0.3
 setsid taskset -c "$gen_core" "$bin/ferrovs-gen" --socket "$FERROVS_RUN_DIR/vm1.sock" --src 02:00:00:00:00:01 \
-    --dst 02:00:00:00:00:02 --rate "$rate" --duration 1000000 --quiet txonly >/dev/null &
+    --dst 02:00:00:00:00:02 --rate "$rate" --duration 1000000 --ring 1024 --quiet txonly >/dev/null &
 pids+=($!)
 echo
 echo "vm1 sends $rate packets/s to vm2, vm2 reflects them. Live rates (Ctrl-C to stop):"

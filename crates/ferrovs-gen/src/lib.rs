@@ -326,6 +326,7 @@ pub fn run(
     }
     let mut pending_ping: Option<(u64, Instant)> = None;
     let mut ping_seq = 0u64;
+    let template = build::Template::new(p.size, p.dst, p.src);
     let mut last_check = Instant::now();
     loop {
         if stop.load(Ordering::Relaxed) || start.elapsed() >= p.duration {
@@ -389,7 +390,7 @@ pub fn run(
                             tx_ns: now,
                         };
                         *s += 1;
-                        build::udp_frame(buf, p.size, p.dst, p.src, st)
+                        template.write(buf, st)
                     });
                     r.sent += n as u64;
                     r.bytes += (n * p.size) as u64;

@@ -330,7 +330,9 @@ pub struct TxQueue {
     hdr_len: usize,
     features: u64,
     kick: OwnedFd,
-    free: Vec<u16>,
+    /// Free descriptor ids, reused in FIFO order so the backend sees ids in ring order (as
+    /// in-order drivers produce them: sequential descriptor reads).
+    free: std::collections::VecDeque<u16>,
     avail_idx: u16,
     used_seen: u16,
 }
@@ -356,7 +358,7 @@ impl TxQueue {
             hdr_len: net_hdr_len(features),
             features,
             kick,
-            free: (0..n).rev().collect(),
+            free: (0..n).collect(),
             avail_idx: 0,
             used_seen: 0,
         })
@@ -370,7 +372,7 @@ impl TxQueue {
         for i in 0..n {
             let (id, _) = self.ring.read_used(self.used_seen.wrapping_add(i));
             if (id as u16) < self.ring.size() {
-                self.free.push(id as u16);
+                self.free.push_back(id as u16);
             }
         }
         self.used_seen = used;
@@ -398,7 +400,9 @@ impl TxQueue {
         let mut scratch = [0u8; 2048];
         let mut n = 0;
         while n < max {
-            let Some(id) = self.free.pop() else { break };
+            let Some(id) = self.free.pop_front() else {
+                break;
+            };
             let room = (self.buf_size as usize - self.hdr_len).min(scratch.len() - self.hdr_len);
             let (hdr, body) = scratch.split_at_mut(self.hdr_len);
             hdr.fill(0);
