@@ -26,10 +26,17 @@ impl Switch {
     fn start(name: &str) -> Switch {
         let dir = std::env::temp_dir().join(format!("ferrovs-it-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
+        // The PMD busy-polls its core; this test thread (the mock guests) must not share it,
+        // or every packet waits for a scheduler time slice.
+        let cpus = ferrovs_sys::os::allowed_cpus();
+        let pmd = *cpus.last().unwrap();
+        if let Some(other) = cpus.iter().rev().find(|c| **c != pmd) {
+            ferrovs_sys::os::set_affinity(&[*other]).unwrap();
+        }
         let mut d = Daemon::start(DaemonOptions {
             run_dir: dir.clone(),
             config: None,
-            pmd_cores: Some(vec![0]),
+            pmd_cores: Some(vec![pmd]),
         })
         .expect("daemon starts");
         let stop = Arc::new(AtomicBool::new(false));
@@ -199,7 +206,24 @@ fn works_without_mergeable_buffers_event_idx_or_protocol_features() {
     };
     let mut a = attach(&sw.sock("vm1"), 0x0200_0000_0001, cfg.clone());
     let mut b = attach(&sw.sock("vm2"), 0x0200_0000_0002, cfg);
-    assert_eq!(exchange(&mut a, &mut b, 3000, 100).len(), 3000);
+    // Without REPLY_ACK the frontend cannot know when the switch has applied its setup;
+    // frames sent before that are dropped and counted (queue_not_ready). Wait for it.
+    wait_until("queues ready", || {
+        let show = sw.req(Request::Show).unwrap();
+        show["bridges"][0]["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p["ready_queues"] == 2)
+    });
+    let got = exchange(&mut a, &mut b, 3000, 100).len();
+    assert_eq!(
+        got,
+        3000,
+        "{} {}",
+        sw.port_stats("vm1"),
+        sw.port_stats("vm2")
+    );
 }
 
 #[test]
