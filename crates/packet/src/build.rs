@@ -74,14 +74,19 @@ pub fn udp_frame(buf: &mut [u8], len: usize, dst: Mac, src: Mac, st: Stamp) -> u
     udp[2..4].copy_from_slice(&9u16.to_be_bytes());
     udp[4..6].copy_from_slice(&(ip_len - 20).to_be_bytes());
     udp[6..8].copy_from_slice(&0u16.to_be_bytes());
-    let p = &mut b[42..];
+    write_payload(&mut b[HDRS..], st);
+    len
+}
+
+/// Writes the stamp and the filler of a test frame's payload.
+#[inline]
+fn write_payload(p: &mut [u8], st: Stamp) {
     p[0..2].copy_from_slice(&MAGIC.to_be_bytes());
     p[2..4].copy_from_slice(&st.flow.to_be_bytes());
     p[4..10].copy_from_slice(&st.seq.to_be_bytes()[2..]);
     p[10..18].copy_from_slice(&st.tx_ns.to_be_bytes());
     let n = p.len() - STAMP;
     p[STAMP..].copy_from_slice(filler(st.seq, n));
-    len
 }
 
 /// Precomputed headers for fast generation of equal-sized test frames: per frame only the
@@ -118,13 +123,7 @@ impl Template {
         let b = &mut buf[..self.len];
         b[..HDRS].copy_from_slice(&self.head);
         b[34..36].copy_from_slice(&1024u16.wrapping_add(st.flow).to_be_bytes());
-        let p = &mut b[HDRS..];
-        p[0..2].copy_from_slice(&MAGIC.to_be_bytes());
-        p[2..4].copy_from_slice(&st.flow.to_be_bytes());
-        p[4..10].copy_from_slice(&st.seq.to_be_bytes()[2..]);
-        p[10..18].copy_from_slice(&st.tx_ns.to_be_bytes());
-        let n = p.len() - STAMP;
-        p[STAMP..].copy_from_slice(filler(st.seq, n));
+        write_payload(&mut b[HDRS..], st);
         self.len
     }
 }

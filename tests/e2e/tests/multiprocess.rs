@@ -72,6 +72,16 @@ fn gen_through_switch_every_packet_accounted() {
     assert!(pmd_stats[0]["rx_packets"].as_u64().unwrap() >= 2_120_000);
 }
 
+/// A configuration with two vhost-user-client ports g1 and g2 (the guests listen).
+fn write_client_config(cfg: &std::path::Path, g1: &str, g2: &str) {
+    let text = format!(
+        r#"{{"version":1,"bridges":[{{"name":"br0","ports":[
+            {{"name":"g1","type":"vhost-user-client","path":"{g1}"}},
+            {{"name":"g2","type":"vhost-user-client","path":"{g2}"}}]}}]}}"#
+    );
+    std::fs::write(cfg, text).unwrap();
+}
+
 #[test]
 fn multiqueue_ports_through_processes() {
     let dir = run_dir("mq");
@@ -114,15 +124,7 @@ fn client_mode_connects_to_listening_guests() {
     let cfg = dir.join("client.json");
     let g1 = dir.join("g1.sock").display().to_string();
     let g2 = dir.join("g2.sock").display().to_string();
-    std::fs::write(
-        &cfg,
-        format!(
-            r#"{{"version":1,"bridges":[{{"name":"br0","ports":[
-                {{"name":"g1","type":"vhost-user-client","path":"{g1}"}},
-                {{"name":"g2","type":"vhost-user-client","path":"{g2}"}}]}}]}}"#
-        ),
-    )
-    .unwrap();
+    write_client_config(&cfg, &g1, &g2);
     let core = gen.to_string();
     let gen_bin = bin("ferrovs-gen").display().to_string();
     // g2: a sink that waits for the switch to connect.
@@ -367,15 +369,7 @@ fn client_mode_survives_switch_restart() {
     let g1 = dir.join("g1.sock").display().to_string();
     let g2 = dir.join("g2.sock").display().to_string();
     let cfg = dir.join("client.json");
-    std::fs::write(
-        &cfg,
-        format!(
-            r#"{{"version":1,"bridges":[{{"name":"br0","ports":[
-                {{"name":"g1","type":"vhost-user-client","path":"{g1}"}},
-                {{"name":"g2","type":"vhost-user-client","path":"{g2}"}}]}}]}}"#
-        ),
-    )
-    .unwrap();
+    write_client_config(&cfg, &g1, &g2);
     let core = gen.to_string();
     let gen_bin = bin("ferrovs-gen").display().to_string();
     let taskset = std::path::Path::new("/usr/bin/taskset");
