@@ -545,6 +545,35 @@ fn hostile_rings_break_only_their_queue() {
     assert_eq!(exchange(&mut a, &mut b, 100, 64).len(), 100);
 }
 
+/// A guest that truncates its memory file after the switch mapped it: the switch's next
+/// access raises SIGBUS, which must break that port's queues only — not kill the daemon.
+#[test]
+fn guest_shrinking_its_memory_breaks_only_its_port() {
+    let sw = Switch::start("sigbus");
+    sw.add_port("evil", &[]);
+    wait_until("sockets", || sw.sock("vm2").exists());
+    let mut a = attach(&sw.sock("vm1"), 0x0200_0000_0001, FrontendConfig::default());
+    let mut b = attach(&sw.sock("vm2"), 0x0200_0000_0002, FrontendConfig::default());
+    let evil = attach(
+        &sw.sock("evil"),
+        0x0200_0000_0666,
+        FrontendConfig::default(),
+    );
+    assert_eq!(exchange(&mut a, &mut b, 100, 64).len(), 100);
+    evil.fe.truncate_memory(0).unwrap();
+    wait_until("fault counted", || {
+        let st = sw.port_stats("evil");
+        st["rx"]["drops"]["guest_memory_fault"]
+            .as_u64()
+            .unwrap_or(0)
+            >= 1
+            && st["queues"][1]["broken"] != Value::Null
+    });
+    // The daemon is alive and the other ports forward, including floods that would go to evil.
+    assert_eq!(exchange(&mut a, &mut b, 500, 64).len(), 500);
+    assert!(sw.req(Request::Show).is_ok());
+}
+
 /// Malformed vhost-user messages: refused with an error count; a bad header (framing lost)
 /// closes only that connection.
 #[test]

@@ -75,6 +75,8 @@ pub const MAX_REGIONS: usize = 512;
 #[derive(Debug)]
 struct Region {
     desc: RegionDesc,
+    /// Dropped before `map`: the range is unregistered before it is unmapped.
+    sigbus: crate::sigbus::Guard,
     map: Mmap,
     fd: OwnedFd,
 }
@@ -199,12 +201,25 @@ impl GuestMemory {
                     index: i,
                     source: e,
                 })?;
-            regions.push(Region { desc, map, fd });
+            let sigbus = crate::sigbus::register(map.as_ptr(), map.len());
+            regions.push(Region {
+                desc,
+                sigbus,
+                map,
+                fd,
+            });
         }
         Ok(GuestMemory {
             regions,
             last: AtomicUsize::new(0),
         })
+    }
+
+    /// Whether the frontend shrank a region's file under us and an access faulted (the
+    /// access completed on a zero page; the port using this memory must stop).
+    #[inline]
+    pub fn faulted(&self) -> bool {
+        self.regions.iter().any(|r| r.sigbus.faulted())
     }
 
     /// The table as the frontend sent it.

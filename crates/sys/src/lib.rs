@@ -10,6 +10,7 @@
 //! * [`vring`]: a split virtqueue laid over guest memory, validated once when it is set up;
 //!   its accessors cannot read or write outside the ring.
 //! * [`pool`]: a preallocated packet-buffer pool, hugepage-backed when possible.
+//! * [`sigbus`]: a guest that truncates its memory file under us breaks its port, not us.
 //! * [`os`]: eventfds, fd passing (SCM_RIGHTS), epoll, CPU affinity, memfd, TSC.
 //!
 //! Guest memory is concurrently written by the guest. We never form Rust references
@@ -21,4 +22,5 @@ pub mod guest;
 pub mod mmap;
 pub mod os;
 pub mod pool;
+pub mod sigbus;
 pub mod vring;

@@ -39,6 +39,14 @@ pub fn memfd(name: &str, size: u64, hugetlb: bool) -> io::Result<OwnedFd> {
     Ok(fd)
 }
 
+/// Truncates (or extends) the file behind `fd` to `len` bytes.
+pub fn truncate(fd: BorrowedFd<'_>, len: u64) -> io::Result<()> {
+    let len = libc::off_t::try_from(len)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "length too large"))?;
+    // SAFETY: plain syscall on a borrowed, valid fd.
+    cvt(unsafe { libc::ftruncate(fd.as_raw_fd(), len) }).map(|_| ())
+}
+
 /// Size and preferred block size (the page size for hugetlbfs) of the file behind `fd`.
 pub fn fd_size(fd: BorrowedFd<'_>) -> io::Result<(u64, u64)> {
     let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();

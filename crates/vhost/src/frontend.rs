@@ -89,6 +89,8 @@ pub struct Frontend {
     layouts: Vec<QueueLayout>,
     kicks: Vec<OwnedFd>,
     calls: Vec<OwnedFd>,
+    /// Our guest-memory file (tests shrink it to play a hostile guest).
+    mem_fd: OwnedFd,
 }
 
 fn align(v: u64, a: u64) -> u64 {
@@ -139,6 +141,7 @@ impl Frontend {
             layouts,
             kicks: Vec::new(),
             calls: Vec::new(),
+            mem_fd: fd.try_clone()?,
         };
         fe.setup(region, fd)?;
         Ok(fe)
@@ -301,6 +304,12 @@ impl Frontend {
 
     pub fn config(&self) -> &FrontendConfig {
         &self.cfg
+    }
+
+    /// Truncates the guest-memory file to `len` bytes under the backend's mapping (tests:
+    /// a hostile guest). Our own accesses past `len` then fault too.
+    pub fn truncate_memory(&self, len: u64) -> Result<(), FrontendError> {
+        Ok(os::truncate(self.mem_fd.as_fd(), len)?)
     }
 
     /// Whether the backend closed the connection (a non-blocking peek).

@@ -31,6 +31,7 @@ reasons! {
     OutOfGuestMemory => "desc_out_of_guest_memory",
     WrongDirection => "desc_wrong_direction",
     BadAvailIdx => "bad_avail_idx",
+    GuestMemoryFault => "guest_memory_fault",
     QueueBroken => "queue_broken",
     NotReady => "queue_not_ready",
     NoRoute => "no_route",

@@ -60,6 +60,8 @@ pub enum ChainError {
     WrongDirection,
     #[error("available index moved by more than the ring size")]
     BadAvailIdx,
+    #[error("guest memory file shrank under the mapping (SIGBUS)")]
+    MemoryFault,
 }
 
 impl ChainError {
@@ -71,6 +73,7 @@ impl ChainError {
             ChainError::OutOfMemory => DropReason::OutOfGuestMemory,
             ChainError::WrongDirection => DropReason::WrongDirection,
             ChainError::BadAvailIdx => DropReason::BadAvailIdx,
+            ChainError::MemoryFault => DropReason::GuestMemoryFault,
         }
     }
 }
@@ -237,6 +240,16 @@ impl VirtQueue {
             .unwrap_or_default()
     }
 
+    /// After a burst: if an access hit a truncated guest memory file (SIGBUS, survived on a
+    /// zero page by `ferrovs_sys::sigbus`), the data of this burst is garbage and the ring
+    /// cannot be trusted: break the queue.
+    #[inline]
+    fn check_fault(&mut self, ring: &SplitRing, stats: &QueueStats, name: &str) {
+        if self.broken.is_none() && ring.mem().faulted() {
+            self.mark_broken(ChainError::MemoryFault, stats, name);
+        }
+    }
+
     /// Notifies the guest that used entries moved from `old` to `new`, if it wants that.
     #[inline]
     fn notify(&self, ring: &SplitRing, old: u16, new: u16, stats: &QueueStats) {
@@ -288,6 +301,7 @@ impl VirtQueue {
             return 0;
         };
         let r = self.dequeue_ring(&ring, pool, out, max, stats, name);
+        self.check_fault(&ring, stats, name);
         self.ring = Some(ring);
         r
     }
@@ -398,6 +412,7 @@ impl VirtQueue {
             return 0;
         };
         let r = self.enqueue_ring(&ring, pkts, stats, name);
+        self.check_fault(&ring, stats, name);
         self.ring = Some(ring);
         r
     }
