@@ -574,6 +574,38 @@ fn guest_shrinking_its_memory_breaks_only_its_port() {
     assert!(sw.req(Request::Show).is_ok());
 }
 
+/// A frontend may hand us a blocking pipe as its call fd and never read it: once the pipe is
+/// full our notifications fail with EAGAIN (the fd was made non-blocking on receipt) and
+/// forwarding goes on.
+#[test]
+fn call_fd_that_is_a_full_blocking_pipe_never_stalls_the_pmd() {
+    use std::os::fd::AsFd;
+    let sw = Switch::start("pipe");
+    wait_until("sockets", || sw.sock("vm2").exists());
+    let mut a = attach(&sw.sock("vm1"), 0x0200_0000_0001, FrontendConfig::default());
+    let cfg = FrontendConfig {
+        want_features: ferrovs_vhost::features::VIRTIO_F_VERSION_1
+            | ferrovs_vhost::features::VHOST_USER_F_PROTOCOL_FEATURES,
+        ..Default::default()
+    };
+    let mut b = attach(&sw.sock("vm2"), 0x0200_0000_0002, cfg);
+    let (_reader, mut writer) = std::io::pipe().unwrap();
+    // Fill the pipe, then hand it over blocking: every notification finds it full.
+    ferrovs_sys::os::set_nonblocking(writer.as_fd(), true).unwrap();
+    while std::io::Write::write(&mut writer, &[0u8; 4096]).is_ok() {}
+    ferrovs_sys::os::set_nonblocking(writer.as_fd(), false).unwrap();
+    b.fe.set_call_fd(0, writer.as_fd()).unwrap();
+    // Ask for an interrupt on every used-ring update.
+    b.rx.ring().set_avail_flags(0);
+    let got = exchange(&mut a, &mut b, 20_000, 64);
+    assert_eq!(got.len(), 20_000);
+    let st = sw.port_stats("vm2");
+    assert!(
+        st["tx"]["guest_notifications"].as_u64().unwrap() > 100,
+        "notifications were attempted into the full pipe: {st}"
+    );
+}
+
 /// Malformed vhost-user messages: refused with an error count; a bad header (framing lost)
 /// closes only that connection.
 #[test]

@@ -306,6 +306,19 @@ impl Frontend {
         &self.cfg
     }
 
+    /// Replaces the call (guest-interrupt) fd of queue `q` (tests: a pipe nobody reads).
+    pub fn set_call_fd(
+        &mut self,
+        q: u32,
+        fd: std::os::fd::BorrowedFd<'_>,
+    ) -> Result<(), FrontendError> {
+        self.send(
+            Code::SetVringCall,
+            &payload::u64(q as u64),
+            &[fd.as_raw_fd()],
+        )
+    }
+
     /// Truncates the guest-memory file to `len` bytes under the backend's mapping (tests:
     /// a hostile guest). Our own accesses past `len` then fault too.
     pub fn truncate_memory(&self, len: u64) -> Result<(), FrontendError> {
