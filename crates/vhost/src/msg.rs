@@ -635,6 +635,46 @@ mod tests {
         );
     }
 
+    /// Randomised messages (a deterministic fuzz pass): parsing never panics, and whatever
+    /// parses carries exactly the fds its request demands.
+    #[test]
+    fn random_messages_never_panic() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut ok = 0;
+        for _ in 0..20_000 {
+            let code = (next() % 45) as u32;
+            let len = match next() % 4 {
+                0 => 8,
+                1 => 40,
+                2 => 8 + 32 * (next() % 9) as usize,
+                _ => (next() % 300) as usize,
+            };
+            let mut p: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+            if next() % 2 == 0 && len >= 4 {
+                p[0..4].copy_from_slice(&((next() % 10) as u32).to_le_bytes());
+            }
+            let nfds = (next() % 3) as usize;
+            let fds: Vec<OwnedFd> = (0..nfds)
+                .map(|_| ferrovs_sys::os::eventfd().unwrap())
+                .collect();
+            let h = Header {
+                code,
+                flags: VERSION,
+                size: len as u32,
+            };
+            if parse(&h, &p, fds).is_ok() {
+                ok += 1;
+            }
+        }
+        assert!(ok > 100, "some random messages are well-formed: {ok}");
+    }
+
     #[test]
     fn header_checks() {
         assert!(check_header(&Header {
