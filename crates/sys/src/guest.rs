@@ -274,6 +274,16 @@ impl GuestMemory {
         Some(r.host(off))
     }
 
+    /// Starts loading the cache line of guest-physical `gpa` (a hint: nothing happens for an
+    /// address outside guest memory). Hides the cross-core miss on packet data the guest
+    /// just wrote (or on a buffer we are about to write), as DPDK's `rte_prefetch0` does.
+    #[inline]
+    pub fn prefetch(&self, gpa: u64) {
+        if let Some(p) = self.gpa_range(gpa, 1) {
+            crate::os::prefetch(p);
+        }
+    }
+
     /// Translates a frontend-virtual address to guest-physical (for the dirty log).
     pub fn uaddr_to_gpa(&self, uaddr: u64) -> Option<u64> {
         let r = self

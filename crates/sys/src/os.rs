@@ -317,6 +317,20 @@ pub fn allowed_cpus() -> Vec<usize> {
         .collect()
 }
 
+/// Prefetch hint for the cache line at `p`. No memory access is made, so any address is
+/// harmless.
+#[inline(always)]
+pub fn prefetch(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: PREFETCHT0 is a hint that never faults, whatever the address; SSE is part of
+    // the x86_64 baseline.
+    unsafe {
+        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p.cast())
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 /// The CPU's time-stamp counter.
 #[inline]
 pub fn rdtsc() -> u64 {
