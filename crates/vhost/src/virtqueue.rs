@@ -225,7 +225,12 @@ impl VirtQueue {
         // frontend restores last_avail from GET_VRING_BASE and used.idx is in guest memory.
         self.state.used_idx = ring.used_idx();
         self.avail_cache = self.state.last_avail;
-        if !self.event_idx() {
+        if self.event_idx() {
+            // We poll: place avail_event just behind us once. The guest kicks only when its
+            // index crosses it (once per 65536 buffers); rewriting it every burst would bounce
+            // its cache line between the cores for nothing.
+            ring.set_avail_event(self.state.last_avail.wrapping_sub(1));
+        } else {
             // We poll: ask the guest not to kick.
             ring.set_used_flags(VRING_USED_F_NO_NOTIFY);
         }
@@ -376,10 +381,6 @@ impl VirtQueue {
                     break;
                 }
             }
-        }
-        if self.event_idx() {
-            // We poll; keep the guest's kicks rare but well-defined.
-            ring.set_avail_event(self.state.last_avail.wrapping_sub(1));
         }
         ring.publish_used(self.state.used_idx);
         self.notify(ring, old_used, self.state.used_idx, stats);
