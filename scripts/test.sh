@@ -50,3 +50,6 @@ cargo build --workspace --release
 step "tests (unit, in-process, multi-process, interop, guests)"
 export FERROVS_BIN_DIR=$PWD/target/release
 cargo test --workspace --release --no-fail-fast -- --test-threads=1
+
+step "fuzz smoke run (cargo-fuzz, 10 s per target)"
+bash scripts/fuzz.sh 10

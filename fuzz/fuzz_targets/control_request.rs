@@ -1,0 +1,20 @@
+//! Any bytes as a control-socket request line and as a configuration file: parsing and
+//! validation must not panic.
+#![no_main]
+use ferrovs_control::proto::{port_from_options, Request};
+use ferrovs_control::Config;
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    if let Ok(Request::AddPort { port, options, .. }) = serde_json::from_slice::<Request>(data) {
+        let _ = port_from_options(&port, &options);
+    }
+    if let Ok(c) = serde_json::from_slice::<Config>(data) {
+        let _ = c.validate();
+    }
+    if let Ok(s) = std::str::from_utf8(data) {
+        let _ = ferrovs_control::config::parse_cores(s);
+        let opts: Vec<String> = s.split(' ').map(String::from).collect();
+        let _ = port_from_options("p", &opts);
+    }
+});
