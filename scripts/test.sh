@@ -49,7 +49,14 @@ cargo build --workspace --release
 
 step "tests (unit, in-process, multi-process, interop, guests)"
 export FERROVS_BIN_DIR=$PWD/target/release
-cargo test --workspace --release --no-fail-fast -- --test-threads=1
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+cargo test --workspace --release --no-fail-fast -- --test-threads=1 2>&1 | tee "$log"
+passed=$(awk '/^test result:/ {s += $4} END {print s + 0}' "$log")
+failed=$(awk '/^test result:/ {s += $6} END {print s + 0}' "$log")
 
 step "fuzz smoke run (cargo-fuzz, 10 s per target)"
 bash scripts/fuzz.sh 10
+
+# One closing line for the whole run (cargo prints one per test binary, the last often "0 passed").
+echo "summary: $passed passed, $failed failed"
