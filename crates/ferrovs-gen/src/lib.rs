@@ -9,7 +9,6 @@
 //! publish per burst, notifications suppressed, one clock read per burst.
 #![forbid(unsafe_code)]
 
-use std::collections::HashMap;
 use std::os::unix::net::UnixListener;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -163,21 +162,21 @@ impl Report {
 
 struct Live {
     on: bool,
-    last: Instant,
+    last_ns: u64,
     last_pkts: u64,
 }
 
 impl Live {
-    fn tick(&mut self, what: &str, pkts: u64, extra: &str) {
-        if !self.on || self.last.elapsed() < Duration::from_secs(1) {
+    fn tick(&mut self, now_ns: u64, what: &str, pkts: u64, extra: &str) {
+        if !self.on || now_ns.saturating_sub(self.last_ns) < 1_000_000_000 {
             return;
         }
-        let dt = self.last.elapsed().as_secs_f64();
+        let dt = (now_ns - self.last_ns) as f64 / 1e9;
         eprintln!(
             "ferrovs-gen: {what} {:.3} Mpps (total {pkts}){extra}",
             (pkts - self.last_pkts) as f64 / dt / 1e6
         );
-        self.last = Instant::now();
+        self.last_ns = now_ns;
         self.last_pkts = pkts;
     }
 }
@@ -219,8 +218,7 @@ fn reaccept(
 }
 
 /// Receives one burst on `rxq`, accounting every test packet in `r`/`flows`.
-fn rx_burst(rxq: &mut RxQueue, r: &mut Report, flows: &mut HashMap<u16, FlowRx>) -> usize {
-    let now = monotonic_ns();
+fn rx_burst(rxq: &mut RxQueue, now: u64, r: &mut Report, flows: &mut Vec<FlowRx>) -> usize {
     rxq.recv_with(BURST, |pkt| match build::parse_udp_frame(pkt) {
         Ok(st) if st.flow != u16::MAX => {
             r.received += 1;
@@ -228,7 +226,11 @@ fn rx_burst(rxq: &mut RxQueue, r: &mut Report, flows: &mut HashMap<u16, FlowRx>)
             if st.tx_ns > 0 && now >= st.tx_ns {
                 r.latency.add(now - st.tx_ns);
             }
-            let f = flows.entry(st.flow).or_default();
+            let i = st.flow as usize;
+            if i >= flows.len() {
+                flows.resize(i + 1, FlowRx::default());
+            }
+            let f = &mut flows[i];
             f.received += 1;
             if st.seq >= f.next {
                 f.lost += st.seq - f.next;
@@ -295,13 +297,15 @@ pub fn run(
         size: p.size,
         ..Default::default()
     };
+    let start = Instant::now();
+    let start_ns = monotonic_ns();
+    let dur_ns = p.duration.as_nanos().min(u64::MAX as u128) as u64;
     let mut live = Live {
         on: p.live,
-        last: Instant::now(),
+        last_ns: start_ns,
         last_pkts: 0,
     };
-    let start = Instant::now();
-    let mut flows: HashMap<u16, FlowRx> = HashMap::new();
+    let mut flows: Vec<FlowRx> = Vec::new();
     let mut seq = vec![0u64; p.flows.max(1) as usize];
     // Flows are pinned to queue pairs (flow % pairs == queue), as RSS would, so that one
     // flow's packets never race each other over two queues.
@@ -327,13 +331,16 @@ pub fn run(
     let mut pending_ping: Option<(u64, Instant)> = None;
     let mut ping_seq = 0u64;
     let template = build::Template::new(p.size, p.dst, p.src);
-    let mut last_check = Instant::now();
+    let mut last_check = start_ns;
     loop {
-        if stop.load(Ordering::Relaxed) || start.elapsed() >= p.duration {
+        // One clock read per iteration (a vDSO call costs ~90 cycles here): timestamps,
+        // the deadline and the live line all use it.
+        let now = monotonic_ns();
+        if stop.load(Ordering::Relaxed) || now - start_ns >= dur_ns {
             break;
         }
-        if last_check.elapsed() >= Duration::from_millis(100) {
-            last_check = Instant::now();
+        if now - last_check >= 100_000_000 {
+            last_check = now;
             if fe.peer_closed() {
                 let Some(l) = relisten else { break };
                 let cfg = fe.config().clone();
@@ -363,7 +370,7 @@ pub fn run(
                 }
                 let mut allowed = BURST as u64;
                 if p.rate > 0 {
-                    let due = (start.elapsed().as_secs_f64() * p.rate as f64) as u64;
+                    let due = ((now - start_ns) as f64 / 1e9 * p.rate as f64) as u64;
                     allowed = allowed.min(due.saturating_sub(r.sent));
                 }
                 if p.count > 0 {
@@ -372,7 +379,6 @@ pub fn run(
                 let tx = &mut txs[q];
                 tx.reclaim();
                 if allowed > 0 {
-                    let now = monotonic_ns();
                     let nflows = p.flows.max(1) as usize;
                     let per_queue = nflows.div_ceil(pairs).max(1);
                     let rr = &mut flow_rr[q];
@@ -399,22 +405,22 @@ pub fn run(
                 rxs[q].recv_with(BURST, |_| {});
                 let mut got = 0;
                 for srx in sink_rxs.iter_mut() {
-                    got += rx_burst(srx, &mut r, &mut flows);
+                    got += rx_burst(srx, now, &mut r, &mut flows);
                 }
                 if allowed == 0 && got == 0 && p.rate > 0 && p.rate < 1_000_000 {
                     // Ahead of schedule: give the core away rather than spin.
                     std::thread::sleep(Duration::from_micros(20));
                 }
-                live.tick("tx", r.sent, "");
+                live.tick(now, "tx", r.sent, "");
             }
             Mode::RxOnly => {
-                let n = rx_burst(&mut rxs[q], &mut r, &mut flows);
+                let n = rx_burst(&mut rxs[q], now, &mut r, &mut flows);
                 if n > 0 {
                     last_rx = Instant::now();
                 } else if r.received > 0 && last_rx.elapsed() >= p.idle_timeout {
                     break;
                 }
-                live.tick("rx", r.received, "");
+                live.tick(now, "rx", r.received, "");
             }
             Mode::Reflect => {
                 let mut back: Vec<[u8; 2048]> = Vec::new();
@@ -442,7 +448,7 @@ pub fn run(
                 } else {
                     std::thread::yield_now();
                 }
-                live.tick("reflect", r.received, "");
+                live.tick(now, "reflect", r.received, "");
             }
             Mode::PingPong => {
                 if pending_ping.is_none() {
@@ -493,7 +499,7 @@ pub fn run(
                         ping_seq += 1;
                     }
                 }
-                live.tick("pingpong", r.received, "");
+                live.tick(now, "pingpong", r.received, "");
             }
         }
         q = (q + 1) % pairs;
@@ -504,18 +510,21 @@ pub fn run(
         let mut idle = Instant::now();
         while idle.elapsed() < Duration::from_millis(300) {
             let mut got = 0;
+            let now = monotonic_ns();
             for srx in sink_rxs.iter_mut() {
-                got += rx_burst(srx, &mut r, &mut flows);
+                got += rx_burst(srx, now, &mut r, &mut flows);
             }
             if got > 0 {
                 idle = Instant::now();
             }
         }
-        // Packets never seen at all after the last one per flow count as lost too.
-        for (flow, f) in flows.iter_mut() {
-            if let Some(sent) = seq.get(*flow as usize) {
-                f.lost += sent.saturating_sub(f.next);
-            }
+        // Packets never seen at all after the last one per flow (or of a whole flow that
+        // never arrived) count as lost too.
+        if flows.len() < seq.len() {
+            flows.resize(seq.len(), FlowRx::default());
+        }
+        for (f, sent) in flows.iter_mut().zip(&seq) {
+            f.lost += sent.saturating_sub(f.next);
         }
     }
     if p.mode == Mode::RxOnly || !sink_rxs.is_empty() {
@@ -523,7 +532,7 @@ pub fn run(
             // Measure up to the last packet, not the idle wait after it.
             r.elapsed = r.elapsed.saturating_sub(last_rx.elapsed());
         }
-        for f in flows.values() {
+        for f in &flows {
             r.lost += f.lost;
             r.reordered += f.reordered;
         }

@@ -14,6 +14,7 @@
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use crate::mmap::Mmap;
 
@@ -147,6 +148,8 @@ pub struct GuestMemory {
     regions: Vec<Region>,
     /// Index of the region that served the last translation (a hint only).
     last: AtomicUsize,
+    /// Guest-physical ranges lent out as [`BufferArea`]s (driver side only).
+    claims: Mutex<Vec<(u64, u64)>>,
 }
 
 impl GuestMemory {
@@ -212,6 +215,7 @@ impl GuestMemory {
         Ok(GuestMemory {
             regions,
             last: AtomicUsize::new(0),
+            claims: Mutex::new(Vec::new()),
         })
     }
 
@@ -389,10 +393,143 @@ impl GuestMemory {
     }
 }
 
+/// Why [`GuestMemory::claim_buffers`] refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ClaimError {
+    #[error(transparent)]
+    OutOfBounds(#[from] OutOfBounds),
+    #[error("guest range {addr:#x}+{len} is not in one region")]
+    NotContiguous { addr: u64, len: u64 },
+    #[error("guest range {addr:#x}+{len} is already claimed")]
+    Claimed { addr: u64, len: u64 },
+}
+
+impl GuestMemory {
+    /// Lends the driver side (our own frontend, `ferrovs-gen`) exclusive slice access to
+    /// `count` packet buffers of `slot` bytes at `gpa`, so that it builds and checks frames in
+    /// place instead of copying them through a bounce buffer. A range is lent once at a time:
+    /// a second claim overlapping a live one is refused, which is what makes handing out
+    /// `&mut [u8]` sound. The device side (the switch) never claims: it only copies, because a
+    /// guest may change its memory at any moment.
+    pub fn claim_buffers(
+        self: &Arc<Self>,
+        gpa: u64,
+        slot: usize,
+        count: usize,
+    ) -> Result<BufferArea, ClaimError> {
+        let len = (slot as u64).checked_mul(count as u64).ok_or(OutOfBounds {
+            addr: gpa,
+            len: u64::MAX,
+        })?;
+        self.check_range(gpa, len)?;
+        let base = self
+            .gpa_range(gpa, len)
+            .ok_or(ClaimError::NotContiguous { addr: gpa, len })?;
+        let mut claims = self.claims.lock().unwrap_or_else(|e| e.into_inner());
+        if claims.iter().any(|&(a, l)| gpa < a + l && a < gpa + len) {
+            return Err(ClaimError::Claimed { addr: gpa, len });
+        }
+        claims.push((gpa, len));
+        Ok(BufferArea {
+            mem: Arc::clone(self),
+            base,
+            gpa,
+            slot,
+            count,
+        })
+    }
+}
+
+/// A driver's exclusively claimed array of equal packet buffers in shared memory (see
+/// [`GuestMemory::claim_buffers`]). Slot `i` is borrowed through `&self`/`&mut self`, so the
+/// borrow checker keeps the driver's own accesses apart; the device reads or writes a slot
+/// only while the driver has posted it, by protocol.
+#[derive(Debug)]
+pub struct BufferArea {
+    mem: Arc<GuestMemory>,
+    base: *mut u8,
+    gpa: u64,
+    slot: usize,
+    count: usize,
+}
+
+// SAFETY: the area is a plain pointer into a mapping kept alive by `mem` (itself Send + Sync);
+// it is only dereferenced through `&self`/`&mut self` borrows.
+unsafe impl Send for BufferArea {}
+
+impl BufferArea {
+    /// Guest-physical address of slot `i` (`i < count`).
+    #[inline]
+    pub fn gpa(&self, i: usize) -> u64 {
+        assert!(i < self.count);
+        self.gpa + (i * self.slot) as u64
+    }
+
+    /// Bytes per slot.
+    pub fn slot_size(&self) -> usize {
+        self.slot
+    }
+
+    /// Slot `i`, read-only.
+    #[inline]
+    pub fn slot(&self, i: usize) -> &[u8] {
+        assert!(i < self.count);
+        // SAFETY: `[base, base + slot * count)` was checked to lie in one live mapping (kept
+        // by `mem`) and is claimed by this area alone; `i < count`.
+        unsafe { std::slice::from_raw_parts(self.base.add(i * self.slot), self.slot) }
+    }
+
+    /// Slot `i`, writable.
+    #[inline]
+    pub fn slot_mut(&mut self, i: usize) -> &mut [u8] {
+        assert!(i < self.count);
+        // SAFETY: as in `slot`; `&mut self` makes this the only borrow of the area.
+        unsafe { std::slice::from_raw_parts_mut(self.base.add(i * self.slot), self.slot) }
+    }
+
+    /// The memory the area lies in.
+    pub fn mem(&self) -> &Arc<GuestMemory> {
+        &self.mem
+    }
+}
+
+impl Drop for BufferArea {
+    fn drop(&mut self) {
+        let mut claims = self.mem.claims.lock().unwrap_or_else(|e| e.into_inner());
+        claims.retain(|&(a, _)| a != self.gpa);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::os::memfd;
+
+    #[test]
+    fn buffer_claims_are_exclusive_and_released() {
+        let m =
+            Arc::new(mem(16384, &[(0, 8192, 0x10000, 0), (8192, 8192, 0x30000, 8192)]).unwrap());
+        let mut a = m.claim_buffers(0, 1024, 4).unwrap();
+        assert!(matches!(
+            m.claim_buffers(2048, 1024, 1),
+            Err(ClaimError::Claimed { .. })
+        ));
+        assert!(matches!(
+            m.claim_buffers(4096, 4096, 2),
+            Err(ClaimError::NotContiguous { .. })
+        ));
+        assert!(matches!(
+            m.claim_buffers(16000, 1024, 1),
+            Err(ClaimError::OutOfBounds(_))
+        ));
+        a.slot_mut(1)[..3].copy_from_slice(b"abc");
+        let mut got = [0u8; 3];
+        m.read(1024, &mut got).unwrap();
+        assert_eq!(&got, b"abc");
+        assert_eq!(a.gpa(3), 3072);
+        drop(a);
+        m.claim_buffers(2048, 1024, 1).unwrap();
+    }
 
     fn mem(size: u64, regions: &[(u64, u64, u64, u64)]) -> Result<GuestMemory, MemoryError> {
         let fd = memfd("test", size, false).unwrap();

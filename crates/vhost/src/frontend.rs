@@ -12,7 +12,7 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 
-use ferrovs_sys::guest::{GuestMemory, RegionDesc};
+use ferrovs_sys::guest::{BufferArea, GuestMemory, RegionDesc};
 use ferrovs_sys::os;
 use ferrovs_sys::vring::{self, Descriptor, RingAddrs, SplitRing, VRING_DESC_F_WRITE};
 
@@ -67,6 +67,8 @@ pub enum FrontendError {
     Memory(#[from] ferrovs_sys::guest::MemoryError),
     #[error("ring")]
     Ring(#[from] ferrovs_sys::vring::RingError),
+    #[error("packet buffers")]
+    Buffers(#[from] ferrovs_sys::guest::ClaimError),
 }
 
 /// Layout of one queue in our memory.
@@ -347,8 +349,8 @@ fn kick_if_needed(ring: &SplitRing, features: u64, kick: &OwnedFd, old: u16, new
 #[derive(Debug)]
 pub struct TxQueue {
     ring: SplitRing,
-    bufs: u64,
-    buf_size: u32,
+    /// One buffer per descriptor id, built in place.
+    bufs: BufferArea,
     hdr_len: usize,
     features: u64,
     kick: OwnedFd,
@@ -367,6 +369,9 @@ impl TxQueue {
         features: u64,
         kick: OwnedFd,
     ) -> Result<TxQueue, FrontendError> {
+        let bufs = ring
+            .mem()
+            .claim_buffers(bufs, buf_size as usize, ring.size() as usize)?;
         let n = ring.size();
         if features & VIRTIO_RING_F_EVENT_IDX != 0 {
             ring.set_used_event(u16::MAX / 2);
@@ -376,7 +381,6 @@ impl TxQueue {
         Ok(TxQueue {
             ring,
             bufs,
-            buf_size,
             hdr_len: net_hdr_len(features),
             features,
             kick,
@@ -419,24 +423,21 @@ impl TxQueue {
         mut fill: impl FnMut(usize, &mut [u8]) -> usize,
     ) -> usize {
         let old = self.avail_idx;
-        let mut scratch = [0u8; 2048];
+        let hdr_len = self.hdr_len;
         let mut n = 0;
         while n < max {
             let Some(id) = self.free.pop_front() else {
                 break;
             };
-            let room = (self.buf_size as usize - self.hdr_len).min(scratch.len() - self.hdr_len);
-            let (hdr, body) = scratch.split_at_mut(self.hdr_len);
+            let buf = self.bufs.slot_mut(id as usize);
+            let (hdr, body) = buf.split_at_mut(hdr_len);
             hdr.fill(0);
-            let len = fill(n, &mut body[..room]);
-            let addr = self.bufs + id as u64 * self.buf_size as u64;
-            let total = self.hdr_len + len;
-            let _ = self.ring.mem().write(addr, &scratch[..total]);
+            let len = fill(n, body).min(body.len());
             self.ring.write_desc(
                 id,
                 Descriptor {
-                    addr,
-                    len: total as u32,
+                    addr: self.bufs.gpa(id as usize),
+                    len: (hdr_len + len) as u32,
                     flags: 0,
                     next: 0,
                 },
@@ -478,8 +479,8 @@ impl TxQueue {
 #[derive(Debug)]
 pub struct RxQueue {
     ring: SplitRing,
-    bufs: u64,
-    buf_size: u32,
+    /// One buffer per descriptor id, read in place.
+    bufs: BufferArea,
     hdr_len: usize,
     features: u64,
     kick: OwnedFd,
@@ -497,6 +498,9 @@ impl RxQueue {
         features: u64,
         kick: OwnedFd,
     ) -> Result<RxQueue, FrontendError> {
+        let bufs = ring
+            .mem()
+            .claim_buffers(bufs, buf_size as usize, ring.size() as usize)?;
         if features & VIRTIO_RING_F_EVENT_IDX != 0 {
             ring.set_used_event(u16::MAX / 2);
         } else {
@@ -505,7 +509,6 @@ impl RxQueue {
         let mut q = RxQueue {
             ring,
             bufs,
-            buf_size,
             hdr_len: net_hdr_len(features),
             features,
             kick,
@@ -521,12 +524,11 @@ impl RxQueue {
     }
 
     fn post(&mut self, id: u16) {
-        let addr = self.bufs + id as u64 * self.buf_size as u64;
         self.ring.write_desc(
             id,
             Descriptor {
-                addr,
-                len: self.buf_size,
+                addr: self.bufs.gpa(id as usize),
+                len: self.bufs.slot_size() as u32,
                 flags: VRING_DESC_F_WRITE,
                 next: 0,
             },
@@ -545,25 +547,17 @@ impl RxQueue {
             return 0;
         }
         let old = self.avail_idx;
-        let mut scratch = [0u8; 2048];
         for i in 0..n {
             let (id, len) = self.ring.read_used(self.used_seen.wrapping_add(i as u16));
             let len = len as usize;
-            if id as u16 >= self.ring.size()
-                || len < self.hdr_len
-                || len > self.buf_size as usize
-                || len > scratch.len()
-            {
+            if id as u16 >= self.ring.size() || len < self.hdr_len || len > self.bufs.slot_size() {
                 self.errors += 1;
                 if (id as u16) < self.ring.size() {
                     self.post(id as u16);
                 }
                 continue;
             }
-            let addr = self.bufs + id as u64 * self.buf_size as u64;
-            if self.ring.mem().read(addr, &mut scratch[..len]).is_ok() {
-                f(&scratch[self.hdr_len..len]);
-            }
+            f(&self.bufs.slot(id as usize)[self.hdr_len..len]);
             self.post(id as u16);
         }
         self.used_seen = self.used_seen.wrapping_add(n as u16);
