@@ -29,6 +29,9 @@ use ferrovs_vhost::features;
 
 use crate::config::{self, BridgeConfig, Config, ConfigError, PortConfig, PortType};
 use crate::proto::{self, Request, Response};
+use crate::upgrade::UPGRADE_SOCKET;
+
+mod handover;
 
 /// Name of the control socket in the run directory.
 pub const CTL_SOCKET: &str = "ferrovs.ctl";
@@ -47,6 +50,17 @@ pub struct DaemonOptions {
     pub pmd_cores: Option<Vec<usize>>,
 }
 
+impl DaemonOptions {
+    /// Options for a daemon in `run_dir` with everything else default.
+    pub fn in_dir(run_dir: impl Into<PathBuf>) -> DaemonOptions {
+        DaemonOptions {
+            run_dir: run_dir.into(),
+            config: None,
+            pmd_cores: None,
+        }
+    }
+}
+
 /// Errors that stop the daemon from starting.
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
@@ -60,6 +74,8 @@ pub enum DaemonError {
     },
     #[error("another ferrovsd is running with control socket {0}")]
     AlreadyRunning(PathBuf),
+    #[error("takeover failed: {0}")]
+    Takeover(String),
 }
 
 fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> DaemonError {
@@ -73,6 +89,7 @@ enum Source {
     CtlClient,
     VhostListener,
     VhostConn,
+    UpgradeListener,
 }
 
 #[derive(Debug)]
@@ -126,6 +143,14 @@ pub struct Daemon {
     epoll: Epoll,
     ctl: UnixListener,
     ctl_path: PathBuf,
+    /// The hot-upgrade socket (seqpacket) a new ferrovsd connects to.
+    upgrade: UnixListener,
+    /// Set once every port was handed to a new daemon: exit without touching anything.
+    handed_over: bool,
+    /// Takeovers this daemon's line has gone through.
+    upgrades: u64,
+    /// CPUs the process may use (the control thread is pinned to those PMDs leave free).
+    all_cpus: Vec<usize>,
     clients: HashMap<u64, CtlClient>,
     ports: BTreeMap<String, PortState>,
     port_slots: Vec<bool>,
@@ -135,6 +160,21 @@ pub struct Daemon {
     next_token: u64,
     /// Control requests refused (malformed or invalid).
     bad_requests: u64,
+}
+
+/// Takes slot `id` (a takeover restores the old daemon's ids).
+fn claim_slot(slots: &mut Vec<bool>, id: u32) -> Result<u32, ConfigError> {
+    if id as usize > 1 << 16 {
+        return Err(ConfigError::Invalid(format!("id {id} out of range")));
+    }
+    if slots.len() <= id as usize {
+        slots.resize(id as usize + 1, false);
+    }
+    if slots[id as usize] {
+        return Err(ConfigError::Invalid(format!("id {id} used twice")));
+    }
+    slots[id as usize] = true;
+    Ok(id)
 }
 
 fn alloc_slot(slots: &mut Vec<bool>) -> u32 {
@@ -202,12 +242,38 @@ impl Daemon {
                 }
             }
         })?;
+        let upath = opts.run_dir.join(UPGRADE_SOCKET);
+        let _ = std::fs::remove_file(&upath);
+        let upgrade = os::seqpacket_listener(&upath)
+            .map_err(io_err(format!("cannot listen on {}", upath.display())))?;
+        let mut d = Daemon::assemble(&opts.run_dir, config.clone(), ctl, upgrade)?;
+        d.start_pmds().map_err(io_err("cannot start PMD threads"))?;
+        for b in &config.bridges {
+            d.add_bridge(&b.name).map_err(DaemonError::Config)?;
+            for p in &b.ports {
+                if let Err(e) = d.add_port(&b.name, p.clone()) {
+                    // A port that cannot come up (socket taken...) is reported, not fatal.
+                    eprintln!("ferrovs: {e}");
+                }
+            }
+        }
+        d.save();
+        Ok(d)
+    }
+
+    /// A daemon with no bridges, ports or PMDs yet, serving `ctl` and `upgrade`.
+    fn assemble(
+        run_dir: &Path,
+        config: Config,
+        ctl: UnixListener,
+        upgrade: UnixListener,
+    ) -> Result<Daemon, DaemonError> {
         let epoll = Epoll::new().map_err(io_err("epoll"))?;
         let mut d = Daemon {
-            run_dir: opts.run_dir.clone(),
+            run_dir: run_dir.to_path_buf(),
             config: Config {
                 bridges: vec![],
-                ..config.clone()
+                ..config
             },
             datapath: Arc::new(Datapath::new()),
             clock: Arc::new(AtomicU32::new(0)),
@@ -216,7 +282,11 @@ impl Daemon {
             pmd_baseline: Vec::new(),
             epoll,
             ctl,
-            ctl_path,
+            ctl_path: run_dir.join(CTL_SOCKET),
+            upgrade,
+            handed_over: false,
+            upgrades: 0,
+            all_cpus: os::allowed_cpus(),
             clients: HashMap::new(),
             ports: BTreeMap::new(),
             port_slots: Vec::new(),
@@ -230,18 +300,16 @@ impl Daemon {
         d.epoll
             .add(d.ctl.as_fd(), t, false)
             .map_err(io_err("epoll"))?;
-        d.start_pmds().map_err(io_err("cannot start PMD threads"))?;
-        for b in &config.bridges {
-            d.add_bridge(&b.name).map_err(DaemonError::Config)?;
-            for p in &b.ports {
-                if let Err(e) = d.add_port(&b.name, p.clone()) {
-                    // A port that cannot come up (socket taken...) is reported, not fatal.
-                    eprintln!("ferrovs: {e}");
-                }
-            }
-        }
-        d.save();
+        let t = d.token(Source::UpgradeListener, "");
+        d.epoll
+            .add(d.upgrade.as_fd(), t, false)
+            .map_err(io_err("epoll"))?;
         Ok(d)
+    }
+
+    /// Whether this daemon handed everything to a new one (it must exit without cleanup).
+    pub fn handed_over(&self) -> bool {
+        self.handed_over
     }
 
     /// The run directory.
@@ -266,7 +334,7 @@ impl Daemon {
         if !self.config.pmd_cores.is_empty() {
             return self.config.pmd_cores.clone();
         }
-        vec![*os::allowed_cpus().last().unwrap_or(&0)]
+        vec![*self.all_cpus.last().unwrap_or(&0)]
     }
 
     fn start_pmds(&mut self) -> io::Result<()> {
@@ -283,6 +351,20 @@ impl Daemon {
             )?);
         }
         self.pmd_baseline = vec![[0; 4]; cores.len()];
+        // Keep the control thread off the PMD cores when there is another core (as OVS keeps
+        // non-PMD threads outside pmd-cpu-mask): a PMD never waits behind it, and it never
+        // waits behind a PMD.
+        let others: Vec<usize> = self
+            .all_cpus
+            .iter()
+            .copied()
+            .filter(|c| !cores.contains(c))
+            .collect();
+        let _ = os::set_affinity(if others.is_empty() {
+            &self.all_cpus
+        } else {
+            &others
+        });
         self.publish();
         Ok(())
     }
@@ -320,13 +402,21 @@ impl Daemon {
     }
 
     fn add_bridge(&mut self, name: &str) -> Result<(), ConfigError> {
+        self.add_bridge_as(name, None)
+    }
+
+    /// Adds a bridge, with datapath id `id` when given (a takeover keeps the old ids).
+    fn add_bridge_as(&mut self, name: &str, id: Option<u32>) -> Result<(), ConfigError> {
         config::validate_name("bridge", name)?;
         if self.bridges.contains_key(name) {
             return Err(ConfigError::Invalid(format!(
                 "bridge {name} already exists"
             )));
         }
-        let id = alloc_slot(&mut self.bridge_slots);
+        let id = match id {
+            Some(id) => claim_slot(&mut self.bridge_slots, id)?,
+            None => alloc_slot(&mut self.bridge_slots),
+        };
         let size = self.config.setting_u32("mac-table-size", 8192) as usize;
         let aging = self.config.setting_u32("mac-aging", 300);
         self.bridges.insert(
@@ -370,10 +460,9 @@ impl Daemon {
     fn add_port(&mut self, bridge: &str, cfg: PortConfig) -> Result<(), ConfigError> {
         let bad = |s: String| Err(ConfigError::Invalid(s));
         config::validate_port(&cfg)?;
-        let Some(b) = self.bridges.get(bridge) else {
+        if !self.bridges.contains_key(bridge) {
             return bad(format!("no bridge named {bridge}"));
-        };
-        let bridge_id = b.id;
+        }
         if let Some(p) = self.ports.get(&cfg.name) {
             return bad(format!(
                 "port {} already exists on bridge {}",
@@ -400,6 +489,41 @@ impl Daemon {
         };
         let id = alloc_slot(&mut self.port_slots);
         let device = Device::new(&cfg.name, cfg.queues as usize);
+        let link = if listener.is_some() {
+            Link::Listening
+        } else {
+            Link::Reconnecting {
+                at: Instant::now(),
+                backoff: BACKOFF_MIN,
+            }
+        };
+        if let Err(e) = self.insert_port(bridge, cfg.clone(), id, device, listener, None, link) {
+            self.port_slots[id as usize] = false;
+            return Err(e);
+        }
+        if cfg.kind == PortType::VhostUserClient {
+            self.try_connect(&cfg.name);
+        }
+        Ok(())
+    }
+
+    /// Wires a port into the daemon and the datapath (new, or handed over by a takeover).
+    #[allow(clippy::too_many_arguments)]
+    fn insert_port(
+        &mut self,
+        bridge: &str,
+        cfg: PortConfig,
+        id: u32,
+        device: Device,
+        listener: Option<UnixListener>,
+        conn: Option<Conn>,
+        link: Link,
+    ) -> Result<(), ConfigError> {
+        let bad = |s: String| Err(ConfigError::Invalid(s));
+        let Some(b) = self.bridges.get(bridge) else {
+            return bad(format!("no bridge named {bridge}"));
+        };
+        let bridge_id = b.id;
         let vlan = match (cfg.tag, cfg.trunks.is_empty()) {
             (Some(t), _) => VlanMode::Access(t),
             (None, true) => VlanMode::Trunk,
@@ -426,13 +550,15 @@ impl Daemon {
             }
             None => None,
         };
-        let link = if listener.is_some() {
-            Link::Listening
-        } else {
-            Link::Reconnecting {
-                at: Instant::now(),
-                backoff: BACKOFF_MIN,
+        let conn = match conn {
+            Some(c) => {
+                let t = self.token(Source::VhostConn, &cfg.name);
+                if let Err(e) = self.epoll.add(c.as_fd(), t, c.wants_write()) {
+                    return bad(format!("port {}: epoll: {e}", cfg.name));
+                }
+                Some((c, t))
             }
+            None => None,
         };
         let st = PortState {
             id,
@@ -441,7 +567,7 @@ impl Daemon {
             device,
             port,
             listener,
-            conn: None,
+            conn,
             link,
             connects: 0,
             disconnects: 0,
@@ -455,9 +581,6 @@ impl Daemon {
             }
         }
         self.publish();
-        if cfg.kind == PortType::VhostUserClient {
-            self.try_connect(&cfg.name);
-        }
         Ok(())
     }
 
@@ -777,6 +900,7 @@ impl Daemon {
             Request::MacTable { bridge } => self.mac_table(&bridge),
             Request::ConfigGet { key } => self.config_get(key.as_deref()),
             Request::ConfigSet { key, value } => self.config_set(&key, &value).map(|_| Value::Null),
+            Request::UpgradeHistory { last } => Ok(self.upgrade_history(last.unwrap_or(20))),
         };
         match r {
             Ok(v) => {
@@ -821,7 +945,7 @@ impl Daemon {
     fn config_set(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
         if key == "pmd-cores" {
             let cores = config::parse_cores(value)?;
-            let allowed = os::allowed_cpus();
+            let allowed = &self.all_cpus;
             if let Some(c) = cores.iter().find(|c| !allowed.contains(c)) {
                 return Err(ConfigError::Invalid(format!(
                     "pmd-cores: core {c} is not available (allowed: {allowed:?})"
@@ -1052,6 +1176,10 @@ impl Daemon {
                     Source::CtlClient => self.on_ctl_client(ev.token, ev),
                     Source::VhostListener => self.on_vhost_listener(&name),
                     Source::VhostConn => self.on_vhost_conn(&name, ev),
+                    Source::UpgradeListener => self.on_upgrade_listener(),
+                }
+                if self.handed_over {
+                    return;
                 }
             }
             if last_tick.elapsed() >= TICK {

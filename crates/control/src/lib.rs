@@ -7,12 +7,14 @@
 //! * [`daemon`]: the control thread: one epoll loop over the control socket, vhost-user
 //!   listeners and connections (server and client mode, with reconnect backoff), and the PMD
 //!   threads' configuration, published to them RCU-style.
+//! * [`upgrade`]: the hot-upgrade handover protocol and its versioned state.
 #![forbid(unsafe_code)]
 
 pub mod client;
 pub mod config;
 pub mod daemon;
 pub mod proto;
+pub mod upgrade;
 
 pub use config::{Config, PortConfig, PortType};
 pub use daemon::{Daemon, DaemonOptions};

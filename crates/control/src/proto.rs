@@ -50,6 +50,11 @@ pub enum Request {
         key: String,
         value: String,
     },
+    /// The last takeovers (hot upgrades) with their phases.
+    UpgradeHistory {
+        #[serde(default)]
+        last: Option<usize>,
+    },
 }
 
 /// A response.

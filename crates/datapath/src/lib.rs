@@ -68,6 +68,9 @@ impl Snapshot {
 #[derive(Debug, Default)]
 pub struct Datapath {
     snap: ArcSwap<Snapshot>,
+    /// Hot-upgrade standby: PMDs park (no spinning beside the old daemon's PMDs on the same
+    /// cores) until [`PmdHandle::wake`] after the takeover.
+    standby: std::sync::atomic::AtomicBool,
 }
 
 impl Datapath {
@@ -78,6 +81,16 @@ impl Datapath {
     /// Publishes a new snapshot; PMDs use it from their next iteration.
     pub fn publish(&self, s: Snapshot) {
         self.snap.store(Arc::new(s));
+    }
+
+    /// Enters or leaves standby (see the field).
+    pub fn set_standby(&self, on: bool) {
+        self.standby.store(on, std::sync::atomic::Ordering::Release);
+    }
+
+    #[inline]
+    pub(crate) fn standby(&self) -> bool {
+        self.standby.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// The current snapshot.

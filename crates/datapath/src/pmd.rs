@@ -43,6 +43,9 @@ pub struct PmdStats {
     pub drops: AtomicU64,
     pub hugepages: AtomicBool,
     pub rxqs: AtomicU64,
+    /// Iterations completed, stored after every one (with the snapshot released): when it
+    /// moves past a value read after a publish, this PMD no longer uses the old snapshot.
+    pub epoch: AtomicU64,
 }
 
 /// A running PMD.
@@ -88,10 +91,18 @@ impl PmdHandle {
         })
     }
 
+    /// Wakes a parked PMD (standby, or nothing assigned).
+    pub fn wake(&self) {
+        if let Some(t) = &self.thread {
+            t.thread().unpark();
+        }
+    }
+
     /// Stops the thread and waits for it.
     pub fn stop(&mut self) {
         self.stop.store(true, Ordering::Release);
         if let Some(t) = self.thread.take() {
+            t.thread().unpark();
             let _ = t.join();
         }
     }
@@ -141,6 +152,12 @@ fn run(
         (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
     let mut last = os::rdtsc();
     while !stop.load(Ordering::Relaxed) {
+        if dp.standby() {
+            stats.epoch.store(iters, Ordering::Release);
+            std::thread::park_timeout(std::time::Duration::from_millis(50));
+            last = os::rdtsc();
+            continue;
+        }
         let snap = dp.guard();
         let now = clock.load(Ordering::Relaxed);
         let mine: &[RxqRef] = snap
@@ -166,6 +183,7 @@ fn run(
         }
         last = t;
         iters += 1;
+        stats.epoch.store(iters, Ordering::Release);
         if iters & 0xff == 0 || moved == 0 {
             stats.iterations.store(iters, Ordering::Relaxed);
             stats.busy_cycles.store(busy, Ordering::Relaxed);
@@ -176,8 +194,9 @@ fn run(
             stats.rxqs.store(assigned as u64, Ordering::Relaxed);
         }
         if assigned == 0 {
-            // Nothing assigned: don't spin a core for nothing.
-            std::thread::sleep(std::time::Duration::from_millis(1));
+            // Nothing assigned: don't spin a core for nothing (a new snapshot or a freeze
+            // wakes us at once: see `PmdHandle::wake`).
+            std::thread::park_timeout(std::time::Duration::from_millis(1));
         }
     }
 }

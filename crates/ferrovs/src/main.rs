@@ -21,6 +21,11 @@ commands:
   mac-table BRIDGE                       learned addresses
   config get [KEY] | config set KEY VALUE    pmd-cores, mac-aging, mac-table-size
   monitor [SECONDS]                      live per-port rates, one line per second
+  upgrade [NEW-FERROVSD]                 hot upgrade: start NEW-FERROVSD (default: the ferrovsd
+                                         beside this ferrovs) with --takeover; it takes every
+                                         port over, no guest reconnects; prints the phases
+                                         (its log: DIR/ferrovsd.log)
+  upgrade-history [N]                    the last N hot upgrades and their downtime
   version";
 
 struct Cli {
@@ -189,6 +194,78 @@ fn monitor(cli: &Cli, secs: Option<u64>) -> Result<(), String> {
     }
 }
 
+/// One line per takeover.
+fn upgrade_line(r: &Value) -> String {
+    format!(
+        "pid {} -> {} (ferrovsd {} -> {}, schema {}): {} ports / {} queues; prepare {:.1} ms, \
+         freeze {} us, downtime {:.0} us, total {:.1} ms",
+        s(&r["old_pid"]),
+        s(&r["new_pid"]),
+        s(&r["old_version"]),
+        s(&r["new_version"]),
+        s(&r["schema"]),
+        s(&r["ports"]),
+        s(&r["queues"]),
+        r["prepare_ms"].as_f64().unwrap_or(0.0),
+        s(&r["freeze_us"]),
+        r["downtime_us"].as_f64().unwrap_or(0.0),
+        r["total_ms"].as_f64().unwrap_or(0.0),
+    )
+}
+
+/// Starts the new daemon with `--takeover` and reports how the handover went.
+fn upgrade(cli: &Cli, binary: Option<&str>) -> Result<(), String> {
+    use std::io::BufRead;
+    let bin: PathBuf = match binary {
+        Some(b) => b.into(),
+        None => std::env::current_exe()
+            .ok()
+            .and_then(|e| e.parent().map(|d| d.join("ferrovsd")))
+            .filter(|p| p.exists())
+            .unwrap_or_else(|| "ferrovsd".into()),
+    };
+    let log_path = cli.run_dir.join("ferrovsd.log");
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .map_err(|e| format!("cannot open {}: {e}", log_path.display()))?;
+    let mut child = std::process::Command::new(&bin)
+        .arg("--run-dir")
+        .arg(&cli.run_dir)
+        .arg("--takeover")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(log)
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
+    let out = child.stdout.take().ok_or("no stdout")?;
+    let mut line = String::new();
+    let _ = std::io::BufReader::new(out).read_line(&mut line);
+    let v: Value = serde_json::from_str(line.trim()).unwrap_or_else(|_| {
+        // It died before reporting: reap it and say so.
+        let status = child.wait().map(|s| s.to_string()).unwrap_or_default();
+        serde_json::json!({"ok": false, "error": format!("{} exited ({status}) without a report", bin.display())})
+    });
+    if v["ok"] != Value::Bool(true) {
+        let _ = child.wait();
+        return Err(format!(
+            "upgrade failed, the running ferrovsd carries on: {} (log: {})",
+            s(&v["error"]),
+            log_path.display()
+        ));
+    }
+    if cli.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?
+        );
+    } else {
+        println!("upgraded: {}", upgrade_line(&v));
+    }
+    Ok(())
+}
+
 fn run() -> Result<(), String> {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     let json = args.iter().any(|a| a == "--json");
@@ -319,6 +396,28 @@ fn run() -> Result<(), String> {
                 ))
             }
         },
+        Some("upgrade") => {
+            if a.len() > 2 {
+                return Err(format!(
+                    "upgrade takes at most the new binary's path\n{USAGE}"
+                ));
+            }
+            return upgrade(&cli, a.get(1).copied());
+        }
+        Some("upgrade-history") => {
+            let last = match a.get(1) {
+                Some(n) => Some(
+                    n.parse()
+                        .map_err(|_| format!("upgrade-history: '{n}' is not a count"))?,
+                ),
+                None => None,
+            };
+            (Request::UpgradeHistory { last }, |v| {
+                for r in v.as_array().into_iter().flatten() {
+                    println!("{}", upgrade_line(r));
+                }
+            })
+        }
         Some("monitor") => {
             let secs = match a.get(1) {
                 Some(n) => Some(

@@ -373,6 +373,166 @@ pub fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// A `SOCK_SEQPACKET` unix socket listening at `path` (message boundaries kept: the hot
+/// upgrade channel). Non-blocking, close-on-exec.
+pub fn seqpacket_listener(path: &std::path::Path) -> io::Result<std::os::unix::net::UnixListener> {
+    let fd = seqpacket_socket()?;
+    let addr = sockaddr_un(path)?;
+    // SAFETY: `addr` is a valid sockaddr_un of the length passed; `fd` is our socket.
+    cvt(unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&addr as *const libc::sockaddr_un).cast(),
+            std::mem::size_of::<libc::sockaddr_un>() as u32,
+        )
+    })?;
+    // SAFETY: plain syscall on our socket.
+    cvt(unsafe { libc::listen(fd.as_raw_fd(), 4) })?;
+    set_nonblocking(std::os::fd::AsFd::as_fd(&fd), true)?;
+    Ok(std::os::unix::net::UnixListener::from(fd))
+}
+
+/// Connects a `SOCK_SEQPACKET` unix socket to `path` (blocking).
+pub fn seqpacket_connect(path: &std::path::Path) -> io::Result<UnixStream> {
+    let fd = seqpacket_socket()?;
+    let addr = sockaddr_un(path)?;
+    // SAFETY: `addr` is a valid sockaddr_un of the length passed; `fd` is our socket.
+    cvt(unsafe {
+        libc::connect(
+            fd.as_raw_fd(),
+            (&addr as *const libc::sockaddr_un).cast(),
+            std::mem::size_of::<libc::sockaddr_un>() as u32,
+        )
+    })?;
+    Ok(UnixStream::from(fd))
+}
+
+fn seqpacket_socket() -> io::Result<OwnedFd> {
+    // SAFETY: plain syscall; the returned fd is owned by us.
+    let fd =
+        cvt(unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0) })?;
+    // SAFETY: `fd` was just created and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn sockaddr_un(path: &std::path::Path) -> io::Result<libc::sockaddr_un> {
+    use std::os::unix::ffi::OsStrExt;
+    // SAFETY: a zeroed sockaddr_un is valid.
+    let mut a: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    a.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let b = path.as_os_str().as_bytes();
+    if b.len() >= a.sun_path.len() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "socket path too long",
+        ));
+    }
+    for (d, s) in a.sun_path.iter_mut().zip(b) {
+        *d = *s as libc::c_char;
+    }
+    Ok(a)
+}
+
+/// Sets both socket buffer sizes (large handover messages on a seqpacket socket).
+pub fn set_socket_buffers(sock: &UnixStream, bytes: usize) -> io::Result<()> {
+    let v = bytes.min(i32::MAX as usize) as libc::c_int;
+    for opt in [libc::SO_SNDBUF, libc::SO_RCVBUF] {
+        // SAFETY: `v` is a valid c_int option value of the size passed.
+        cvt(unsafe {
+            libc::setsockopt(
+                sock.as_raw_fd(),
+                libc::SOL_SOCKET,
+                opt,
+                (&v as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as u32,
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// The pid of the process at the other end of a unix socket (SO_PEERCRED, set by the
+/// kernel at connect time: cannot be forged by the peer).
+pub fn peer_pid(sock: &UnixStream) -> io::Result<i32> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `cred`/`len` are valid out-parameters of the sizes passed.
+    cvt(unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    })?;
+    Ok(cred.pid)
+}
+
+/// Sends SIGKILL to `pid` (a process already gone is not an error).
+pub fn kill_hard(pid: i32) -> io::Result<()> {
+    if pid <= 1 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "refusing to kill pid <= 1",
+        ));
+    }
+    // SAFETY: plain syscall.
+    match cvt(unsafe { libc::kill(pid, libc::SIGKILL) }) {
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Ok(()),
+        r => r.map(|_| ()),
+    }
+}
+
+/// Runs the calling thread under SCHED_FIFO (priority 1) when `on`, else back under the
+/// normal scheduler. For short critical sections (the hot-upgrade freeze→resume window) that
+/// must not wait behind other work sharing the core; the kernel's RT throttling still bounds
+/// what a runaway could take.
+pub fn set_realtime(on: bool) -> io::Result<()> {
+    let (policy, prio) = if on {
+        (libc::SCHED_FIFO, 1)
+    } else {
+        (libc::SCHED_OTHER, 0)
+    };
+    let p = libc::sched_param {
+        sched_priority: prio,
+    };
+    // SAFETY: `p` is a valid sched_param; 0 means the calling thread.
+    cvt(unsafe { libc::sched_setscheduler(0, policy, &p) }).map(|_| ())
+}
+
+/// Starts a new session (detaches from the caller's terminal and process group).
+pub fn new_session() -> io::Result<()> {
+    // SAFETY: plain syscall; fails harmlessly if we already lead a session.
+    match cvt(unsafe { libc::setsid() }) {
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => Ok(()),
+        r => r.map(|_| ()),
+    }
+}
+
+/// Whether process `pid` runs no more code: gone, or a zombie waiting to be reaped.
+pub fn process_dead(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(s) => s
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|st| st == "Z" || st == "X"),
+    }
+}
+
+/// Points standard output at /dev/null (a daemon whose reader went away must not die of
+/// EPIPE on a stray print).
+pub fn stdout_to_null() -> io::Result<()> {
+    let null = std::fs::OpenOptions::new().write(true).open("/dev/null")?;
+    // SAFETY: dup2 onto fd 1 with a valid fd we own.
+    cvt(unsafe { libc::dup2(null.as_raw_fd(), 1) }).map(|_| ())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

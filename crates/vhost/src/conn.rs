@@ -81,6 +81,47 @@ impl Conn {
         Ok(self.sock)
     }
 
+    /// Takes the connection apart for a hot upgrade: the socket, the bytes of a message
+    /// read only in part, the fds that came with them, and replies not yet written. Nothing
+    /// is lost: [`Conn::restore`] in the next process continues exactly here.
+    pub fn parts(&self) -> (&UnixStream, Vec<u8>, &[OwnedFd], &[u8]) {
+        let mut partial = self.head[..self.head_len].to_vec();
+        if self.header.is_some() {
+            partial.extend_from_slice(&self.payload);
+        }
+        (&self.sock, partial, &self.fds, &self.out)
+    }
+
+    /// Rebuilds a connection from [`Conn::parts`] (non-blocking, backend side).
+    pub fn restore(
+        sock: UnixStream,
+        partial: &[u8],
+        fds: Vec<OwnedFd>,
+        out: Vec<u8>,
+    ) -> Result<Conn, ConnError> {
+        let mut c = Conn::new(sock, true)?;
+        let n = partial.len().min(HEADER_LEN);
+        c.head[..n].copy_from_slice(&partial[..n]);
+        c.head_len = n;
+        if n == HEADER_LEN {
+            let h = Header::parse(&c.head);
+            msg::check_header(&h)?;
+            if partial.len() - n > h.size as usize {
+                return Err(ConnError::Io(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "handed-over partial message longer than its header says",
+                )));
+            }
+            c.header = Some(h);
+            c.payload = partial[n..].to_vec();
+        } else if partial.len() > n {
+            return Err(ConnError::Io(io::ErrorKind::InvalidData.into()));
+        }
+        c.fds = fds;
+        c.out = out;
+        Ok(c)
+    }
+
     /// Whether a message is partially read.
     pub fn mid_message(&self) -> bool {
         self.head_len != 0

@@ -31,7 +31,7 @@ use ferrovs_sys::vring::{RingError, MAX_QUEUE_SIZE};
 use crate::features::{self, MAX_QUEUE_PAIRS, OFFERED, PROTOCOL_OFFERED};
 use crate::msg::{self, Code, Header, Request};
 use crate::stats::QueueStats;
-use crate::virtqueue::VirtQueue;
+use crate::virtqueue::{ChainError, VirtQueue, VringState};
 
 /// Whether `FERROVS_TRACE_VHOST` asks for a log line per vhost-user message.
 fn trace() -> bool {
@@ -57,6 +57,16 @@ impl Queue {
     fn publish_ready(&self, vq: &VirtQueue) {
         self.ready.store(vq.ready(), Ordering::Release);
     }
+}
+
+/// One queue's handed-over state (hot upgrade).
+#[derive(Debug, Default)]
+pub struct QueuePart {
+    pub state: VringState,
+    pub kick: Option<std::os::fd::OwnedFd>,
+    pub call: Option<std::os::fd::OwnedFd>,
+    pub err: Option<std::os::fd::OwnedFd>,
+    pub broken: Option<ChainError>,
 }
 
 /// Why a request failed.
@@ -160,6 +170,93 @@ impl Device {
         self.mem = None;
         self.features = 0;
         self.protocol = 0;
+    }
+
+    /// Rebuilds a device handed over by another ferrovsd (hot upgrade). Its queues are
+    /// configured by [`Device::restore_queue`] but not started: nothing touches guest memory
+    /// until [`Device::resume`].
+    pub fn restore(
+        name: &str,
+        queue_pairs: usize,
+        features: u64,
+        protocol: u64,
+        errors: u64,
+        mem: Option<Arc<GuestMemory>>,
+    ) -> Device {
+        let mut d = Device::new(name, queue_pairs);
+        d.features = features;
+        d.protocol = protocol;
+        d.errors = errors;
+        d.mem = mem;
+        for q in &d.queues {
+            q.lock().set_features(features);
+        }
+        d
+    }
+
+    /// Sets queue `index` from handed-over state.
+    pub fn restore_queue(&self, index: usize, part: QueuePart) -> Result<(), DeviceError> {
+        let q = self.queue(index as u32)?;
+        let mut vq = q.lock();
+        vq.state = part.state;
+        vq.kick = part.kick;
+        vq.call = part.call;
+        vq.err = part.err;
+        vq.broken = part.broken;
+        Ok(())
+    }
+
+    /// Touches every page of the configured rings so that the first bursts after a takeover
+    /// take no page faults (the rings' pages are new to this process).
+    pub fn prefault(&self) {
+        let Some(mem) = &self.mem else { return };
+        for q in &self.queues {
+            let vq = q.lock();
+            if let Some(a) = vq.state.addrs {
+                let n = vq.state.size as u64;
+                mem.prefault_uaddr(a.desc, 16 * n);
+                mem.prefault_uaddr(a.avail, 6 + 2 * n);
+                mem.prefault_uaddr(a.used, 6 + 8 * n);
+            }
+        }
+    }
+
+    /// Starts every configured queue at its handed-over position and lets the datapath use
+    /// it. `last_avail` per queue comes from the frozen old process; a queue that is broken
+    /// stays broken.
+    pub fn resume(&self, last_avail: &[Option<u16>]) -> Result<(), DeviceError> {
+        for (i, q) in self.queues.iter().enumerate() {
+            let mut vq = q.lock();
+            if let Some(Some(a)) = last_avail.get(i) {
+                vq.state.last_avail = *a;
+            }
+            let broken = vq.broken;
+            if vq.state.kicked {
+                vq.start(self.mem.as_ref())?;
+            }
+            vq.broken = broken;
+            q.publish_ready(&vq);
+        }
+        Ok(())
+    }
+
+    /// Where each queue stands (None: not started). Taken with the datapath frozen.
+    pub fn positions(&self) -> Vec<Option<u16>> {
+        self.queues
+            .iter()
+            .map(|q| {
+                let vq = q.lock();
+                vq.started().then_some(vq.state.last_avail)
+            })
+            .collect()
+    }
+
+    /// After a rolled-back hot upgrade: take each ring's position from guest memory (the
+    /// other process may have moved it before it was stopped).
+    pub fn resync(&self) {
+        for q in &self.queues {
+            q.lock().resync();
+        }
     }
 
     /// Applies one request; returns the reply payload for requests that have one.

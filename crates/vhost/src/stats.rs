@@ -71,6 +71,16 @@ impl QueueStats {
         self.drops[reason as usize].load(Ordering::Relaxed)
     }
 
+    /// Adds a plain copy's counters (carried over a hot upgrade).
+    pub fn restore(&self, s: &StatsSnapshot) {
+        self.packets.fetch_add(s.packets, Ordering::Relaxed);
+        self.bytes.fetch_add(s.bytes, Ordering::Relaxed);
+        self.calls.fetch_add(s.calls, Ordering::Relaxed);
+        for (a, d) in self.drops.iter().zip(&s.drops) {
+            a.fetch_add(*d, Ordering::Relaxed);
+        }
+    }
+
     /// A plain copy of the counters.
     pub fn snapshot(&self) -> StatsSnapshot {
         let mut drops = [0u64; NUM_REASONS];

@@ -78,6 +78,28 @@ impl ChainError {
     }
 }
 
+impl ChainError {
+    /// Every error, for mapping to and from plain data (hot upgrade).
+    pub const ALL: [ChainError; 7] = [
+        ChainError::BadIndex,
+        ChainError::Loop,
+        ChainError::BadIndirect,
+        ChainError::OutOfMemory,
+        ChainError::WrongDirection,
+        ChainError::BadAvailIdx,
+        ChainError::MemoryFault,
+    ];
+
+    /// Stable name (the drop reason's name).
+    pub fn name(self) -> &'static str {
+        self.reason().name()
+    }
+
+    pub fn from_name(n: &str) -> Option<ChainError> {
+        Self::ALL.into_iter().find(|e| e.name() == n)
+    }
+}
+
 impl From<OutOfBounds> for ChainError {
     fn from(_: OutOfBounds) -> Self {
         ChainError::OutOfMemory
@@ -237,6 +259,24 @@ impl VirtQueue {
         self.broken = None;
         self.ring = Some(ring);
         Ok(())
+    }
+
+    /// Re-reads the ring position from guest memory: `used.idx` is authoritative, and at a
+    /// burst boundary every available entry we consumed has its used entry (we complete in
+    /// order, one used element per chain), so `last_avail == used.idx`. Used after a hot
+    /// upgrade rolled back, when another process may have moved the ring on.
+    pub fn resync(&mut self) {
+        if let Some(ring) = &self.ring {
+            let u = ring.used_idx();
+            self.state.used_idx = u;
+            self.state.last_avail = u;
+            self.avail_cache = u;
+        }
+    }
+
+    /// Whether the ring is placed (started) in guest memory.
+    pub fn started(&self) -> bool {
+        self.ring.is_some()
     }
 
     /// Stops the ring (GET_VRING_BASE, reset, disconnect) and returns its plain state.

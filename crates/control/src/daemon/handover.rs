@@ -1,0 +1,677 @@
+//! Both sides of a hot upgrade (protocol and state in [`crate::upgrade`]).
+//!
+//! Old side: [`Daemon::on_upgrade_listener`] runs the whole handover in the control thread.
+//! The PMDs keep forwarding until the freeze; vhost-user connections and control clients are
+//! not read meanwhile (their messages wait in the sockets and are then read by exactly one
+//! daemon: the new one after a commit, this one after a roll-back).
+//!
+//! New side: [`Daemon::takeover`] builds the daemon from the handed-over state with its PMDs
+//! parked, so that nothing touches a ring before the old daemon has frozen.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+
+use ferrovs_sys::guest::{GuestMemory, RegionDesc};
+use ferrovs_sys::vring::RingAddrs;
+use ferrovs_vhost::device::QueuePart;
+use ferrovs_vhost::stats::{DropReason, StatsSnapshot};
+use ferrovs_vhost::virtqueue::{ChainError, VringState};
+
+use super::*;
+use crate::upgrade::{
+    self, BridgeState as BridgeWire, Channel, ConnState, DeviceState, FdList, FdTable, Msg,
+    PortState as PortWire, QueueState, RegionState, Report, State, StatsState, MIN_SCHEMA, SCHEMA,
+};
+
+/// Longest the new daemon may take to prepare (map memory, build ports).
+const PREPARE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest the new daemon waits for the freeze once it said ready.
+const FROZEN_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest the old PMDs may take to leave the rings.
+const FREEZE_TIMEOUT: Duration = Duration::from_secs(1);
+/// Longest the new daemon waits for the old one's goodbye.
+const BYE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Longest the old daemon waits for "resumed" after the freeze
+/// (`FERROVS_UPGRADE_RESUME_TIMEOUT_MS`, for tests).
+fn resume_timeout() -> Duration {
+    std::env::var("FERROVS_UPGRADE_RESUME_TIMEOUT_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map(Duration::from_millis)
+        .unwrap_or(Duration::from_secs(5))
+}
+
+/// Failure injection for tests: `FERROVS_UPGRADE_FAIL=STEP` makes the new daemon die (or
+/// hang) at STEP: hello, prepare, ready, hang, resumed.
+fn fail_at(step: &str) {
+    if std::env::var("FERROVS_UPGRADE_FAIL").is_ok_and(|s| s == step) {
+        eprintln!("ferrovsd: FERROVS_UPGRADE_FAIL={step}: failing on purpose");
+        if step == "hang" {
+            loop {
+                std::thread::sleep(Duration::from_secs(60));
+            }
+        }
+        std::process::exit(3);
+    }
+}
+
+fn stats_wire(s: &StatsSnapshot) -> StatsState {
+    StatsState {
+        packets: s.packets,
+        bytes: s.bytes,
+        calls: s.calls,
+        drops: s.named_drops().map(|(n, v)| (n.to_string(), v)).collect(),
+    }
+}
+
+fn stats_from_wire(s: &StatsState) -> StatsSnapshot {
+    let mut out = StatsSnapshot {
+        packets: s.packets,
+        bytes: s.bytes,
+        calls: s.calls,
+        ..Default::default()
+    };
+    for (name, v) in &s.drops {
+        // A reason this version does not know is dropped from the counters, not fatal.
+        if let Some(r) = DropReason::ALL.iter().find(|r| r.name() == name) {
+            out.drops[*r as usize] += v;
+        }
+    }
+    out
+}
+
+fn link_wire(l: &Link) -> &'static str {
+    Daemon::link_name(l)
+}
+
+/// SCHED_FIFO for the calling thread while alive (best effort: without the privilege the
+/// handover still works, only with more jitter).
+struct Realtime(bool);
+
+impl Realtime {
+    fn enter() -> Realtime {
+        Realtime(os::set_realtime(true).is_ok())
+    }
+}
+
+impl Drop for Realtime {
+    fn drop(&mut self) {
+        if self.0 {
+            let _ = os::set_realtime(false);
+        }
+    }
+}
+
+impl Daemon {
+    /// A new daemon connected to the upgrade socket: hand everything over. On success this
+    /// daemon is done (`handed_over`); on failure it carries on as before.
+    pub(super) fn on_upgrade_listener(&mut self) {
+        loop {
+            match self.upgrade.accept() {
+                Ok((s, _)) => match self.handover(s) {
+                    Ok(()) => {
+                        self.handed_over = true;
+                        return;
+                    }
+                    Err(e) => eprintln!("ferrovs: upgrade: handover failed, carrying on: {e}"),
+                },
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) => {
+                    eprintln!("ferrovs: upgrade: accept: {e}");
+                    return;
+                }
+            }
+        }
+    }
+
+    fn handover(&mut self, sock: UnixStream) -> Result<(), String> {
+        let pid = os::peer_pid(&sock).map_err(|e| format!("peer credentials: {e}"))?;
+        let mut ch = Channel::new(sock).map_err(|e| e.to_string())?;
+        let (hello, _) = ch
+            .recv(PREPARE_TIMEOUT)
+            .map_err(|e| format!("waiting for hello: {e}"))?;
+        let Msg::Hello {
+            schema_min,
+            schema_max,
+            version,
+        } = hello
+        else {
+            return Err(format!("expected hello, got {hello:?}"));
+        };
+        if !(schema_min..=schema_max).contains(&SCHEMA) {
+            let e = format!(
+                "this ferrovsd ({}) hands over schema {SCHEMA}; the new one ({version}) restores \
+                 schemas {schema_min} to {schema_max}",
+                env!("CARGO_PKG_VERSION")
+            );
+            let _ = ch.send(&Msg::Fail { error: e.clone() }, &[]);
+            return Err(e);
+        }
+        eprintln!("ferrovs: upgrade: handing over to pid {pid} (ferrovsd {version})");
+        let mut fds = FdList::default();
+        let state = self.export_state(&mut fds);
+        ch.send_with_fds(&Msg::State(Box::new(state)), &fds.0)
+            .map_err(|e| format!("sending state: {e}"))?;
+        match ch.recv(PREPARE_TIMEOUT) {
+            Ok((Msg::Ready { .. }, _)) => {}
+            Ok((Msg::Fail { error }, _)) => return Err(format!("new daemon failed: {error}")),
+            Ok((m, _)) => return Err(format!("expected ready, got {m:?}")),
+            Err(e) => return Err(format!("waiting for the new daemon to prepare: {e}")),
+        }
+
+        // Freeze: from here the new daemon may start polling as soon as it has the positions.
+        let _rt = Realtime::enter();
+        let t0 = os::monotonic_ns();
+        self.freeze()?;
+        let positions: Vec<(String, Vec<Option<u16>>)> = self
+            .ports
+            .iter()
+            .map(|(n, p)| (n.clone(), p.device.positions()))
+            .collect();
+        let stats = self
+            .ports
+            .iter()
+            .map(|(n, p)| {
+                let q = p.device.queues().iter();
+                (
+                    n.clone(),
+                    q.map(|q| stats_wire(&q.stats.snapshot())).collect(),
+                )
+            })
+            .collect();
+        let t1 = os::monotonic_ns();
+        let frozen = Msg::Frozen {
+            t_freeze_ns: t0,
+            freeze_us: (t1 - t0) / 1000,
+            positions,
+            stats,
+        };
+        if let Err(e) = ch.send(&frozen, &[]) {
+            // It never got the positions: it cannot have started.
+            self.thaw(false);
+            return Err(format!("sending ring positions: {e}"));
+        }
+        match ch.recv(resume_timeout()) {
+            Ok((Msg::Resumed { .. }, _)) => {
+                let _ = ch.send(&Msg::Bye, &[]);
+                eprintln!("ferrovs: upgrade: pid {pid} took over; exiting");
+                Ok(())
+            }
+            other => {
+                let why = match other {
+                    Ok((Msg::Fail { error }, _)) => format!("new daemon failed: {error}"),
+                    Ok((m, _)) => format!("expected resumed, got {m:?}"),
+                    Err(e) => format!("waiting for the new daemon to resume: {e}"),
+                };
+                // It may have started polling: make sure it is dead before we poll again.
+                self.fence(pid);
+                self.thaw(true);
+                Err(why)
+            }
+        }
+    }
+
+    /// Stops the PMDs at a burst boundary: publish an empty datapath, then wait until every
+    /// PMD finished the iteration it was in (its epoch moved on).
+    fn freeze(&mut self) -> Result<(), String> {
+        self.datapath.publish(Snapshot::default());
+        let seen: Vec<u64> = self
+            .pmds
+            .iter()
+            .map(|p| p.stats.epoch.load(Ordering::Acquire))
+            .collect();
+        // A PMD that already saw the empty datapath waits for work: let it finish that wait.
+        for p in &self.pmds {
+            p.wake();
+        }
+        let t = Instant::now();
+        while !self
+            .pmds
+            .iter()
+            .zip(&seen)
+            .all(|(p, s)| p.stats.epoch.load(Ordering::Acquire) > *s)
+        {
+            let waited = t.elapsed();
+            if waited > FREEZE_TIMEOUT {
+                self.thaw(false);
+                return Err("PMDs did not stop within 1 s".into());
+            }
+            if waited < Duration::from_micros(50) {
+                std::hint::spin_loop();
+            } else {
+                // A PMD sharing our core (no spare core) needs it to finish its burst.
+                std::thread::sleep(Duration::from_micros(20));
+            }
+        }
+        Ok(())
+    }
+
+    /// Resumes forwarding after a failed handover; with `resync`, ring positions are read
+    /// back from guest memory first (the other daemon may have moved them).
+    fn thaw(&mut self, resync: bool) {
+        if resync {
+            for p in self.ports.values() {
+                p.device.resync();
+            }
+        }
+        self.publish();
+        eprintln!("ferrovs: upgrade: rolled back; forwarding again");
+    }
+
+    /// Kills the new daemon and waits until it runs no more code.
+    fn fence(&self, pid: i32) {
+        if let Err(e) = os::kill_hard(pid) {
+            eprintln!("ferrovs: upgrade: cannot kill pid {pid}: {e}");
+        }
+        let t = Instant::now();
+        while !os::process_dead(pid) {
+            if t.elapsed() > Duration::from_secs(10) {
+                eprintln!("ferrovs: upgrade: pid {pid} still runs 10 s after SIGKILL");
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Everything the new daemon needs, as plain data; fds go into `fds`.
+    fn export_state(&self, fds: &mut FdList) -> State {
+        let now = self.clock.load(Ordering::Relaxed);
+        let bridges = self
+            .bridges
+            .iter()
+            .map(|(name, b)| BridgeWire {
+                name: name.clone(),
+                id: b.id,
+                macs: b
+                    .macs
+                    .dump(now)
+                    .into_iter()
+                    .map(|e| (e.mac, e.vlan, e.port))
+                    .collect(),
+            })
+            .collect();
+        let ports = self
+            .ports
+            .values()
+            .map(|p| {
+                let conn = p.conn.as_ref().map(|(c, _)| {
+                    let (sock, partial, cfds, out) = c.parts();
+                    ConnState {
+                        socket: fds.push(sock.as_raw_fd()),
+                        partial,
+                        fds: cfds.iter().map(|f| fds.push(f.as_raw_fd())).collect(),
+                        out: out.to_vec(),
+                    }
+                });
+                let regions = p
+                    .device
+                    .memory()
+                    .map(|m| {
+                        m.regions()
+                            .zip(m.fds())
+                            .map(|(r, fd)| RegionState {
+                                gpa: r.gpa,
+                                size: r.size,
+                                uaddr: r.uaddr,
+                                mmap_offset: r.mmap_offset,
+                                fd: fds.push(fd.as_raw_fd()),
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let queues = p
+                    .device
+                    .queues()
+                    .iter()
+                    .map(|q| {
+                        let vq = q.lock();
+                        let st = vq.state;
+                        QueueState {
+                            size: st.size,
+                            addrs: st.addrs.map(|a| [a.desc, a.avail, a.used]),
+                            last_avail: st.last_avail,
+                            used_idx: st.used_idx,
+                            enabled: st.enabled,
+                            kicked: st.kicked,
+                            kick: vq.kick.as_ref().map(|f| fds.push(f.as_raw_fd())),
+                            call: vq.call.as_ref().map(|f| fds.push(f.as_raw_fd())),
+                            err: vq.err.as_ref().map(|f| fds.push(f.as_raw_fd())),
+                            broken: vq.broken.map(|b| b.name().to_string()),
+                        }
+                    })
+                    .collect();
+                PortWire {
+                    id: p.id,
+                    bridge: p.bridge.clone(),
+                    cfg: p.cfg.clone(),
+                    link: link_wire(&p.link).to_string(),
+                    listener: p.listener.as_ref().map(|(l, _)| fds.push(l.as_raw_fd())),
+                    conn,
+                    device: DeviceState {
+                        queue_pairs: p.device.queue_pairs(),
+                        features: p.device.features(),
+                        protocol: p.device.protocol_features(),
+                        errors: p.device.errors,
+                        regions,
+                        queues,
+                    },
+                    connects: p.connects,
+                    disconnects: p.disconnects,
+                    refused_connections: p.refused_connections,
+                    last_error: p.last_error.clone(),
+                }
+            })
+            .collect();
+        let config = Config {
+            bridges: self.config.bridges.clone(),
+            ..self.config.clone()
+        };
+        State {
+            schema: SCHEMA,
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            pid: std::process::id() as i32,
+            config,
+            ctl_listener: fds.push(self.ctl.as_raw_fd()),
+            upgrade_listener: fds.push(self.upgrade.as_raw_fd()),
+            bridges,
+            ports,
+            upgrades: self.upgrades,
+        }
+    }
+
+    /// Starts as the successor of the ferrovsd running in `opts.run_dir`: takes over its
+    /// ports without any guest noticing, or fails leaving the old daemon as it was.
+    pub fn takeover(opts: DaemonOptions) -> Result<(Daemon, Report), DaemonError> {
+        let t_start = Instant::now();
+        let err = DaemonError::Takeover;
+        let path = opts.run_dir.join(upgrade::UPGRADE_SOCKET);
+        let sock = os::seqpacket_connect(&path).map_err(|e| {
+            err(format!(
+                "no ferrovsd accepts upgrades at {}: {e}",
+                path.display()
+            ))
+        })?;
+        let mut ch = Channel::new(sock).map_err(|e| err(e.to_string()))?;
+        ch.send(
+            &Msg::Hello {
+                schema_min: MIN_SCHEMA,
+                schema_max: SCHEMA,
+                version: env!("CARGO_PKG_VERSION").into(),
+            },
+            &[],
+        )
+        .map_err(|e| err(format!("hello: {e}")))?;
+        fail_at("hello");
+        let (state, fds) = ch.recv_state(PREPARE_TIMEOUT).map_err(err)?;
+        let t_state = Instant::now();
+        let (schema, old_version, old_pid) = (state.schema, state.version.clone(), state.pid);
+        let mut d = match Daemon::restore(&opts, state, fds) {
+            Ok(d) => d,
+            Err(e) => {
+                let _ = ch.send(&Msg::Fail { error: e.clone() }, &[]);
+                return Err(err(e));
+            }
+        };
+        fail_at("prepare");
+        let prepare = t_state.elapsed();
+        // From here to the end, a few hundred microseconds that must not queue behind other
+        // work on this core.
+        let rt = Realtime::enter();
+        ch.send(
+            &Msg::Ready {
+                prepare_us: prepare.as_micros() as u64,
+            },
+            &[],
+        )
+        .map_err(|e| err(format!("ready: {e}")))?;
+        fail_at("ready");
+        let (t_freeze_ns, freeze_us, positions, stats) = match ch.recv(FROZEN_TIMEOUT) {
+            Ok((
+                Msg::Frozen {
+                    t_freeze_ns,
+                    freeze_us,
+                    positions,
+                    stats,
+                },
+                _,
+            )) => (t_freeze_ns, freeze_us, positions, stats),
+            Ok((m, _)) => return Err(err(format!("expected the freeze, got {m:?}"))),
+            Err(e) => return Err(err(format!("waiting for the freeze: {e}"))),
+        };
+        fail_at("hang");
+        if let Err(e) = d.resume_ports(&positions) {
+            let _ = ch.send(&Msg::Fail { error: e.clone() }, &[]);
+            return Err(err(e));
+        }
+        let t_resumed = os::monotonic_ns();
+        d.restore_stats(&stats);
+        fail_at("resumed");
+        if let Err(e) = ch.send(
+            &Msg::Resumed {
+                t_resumed_ns: t_resumed,
+            },
+            &[],
+        ) {
+            eprintln!("ferrovsd: takeover: telling the old daemon we run: {e}");
+        }
+        match ch.recv(BYE_TIMEOUT) {
+            Ok((Msg::Bye, _)) => {}
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {}
+            Ok((m, _)) => eprintln!("ferrovsd: takeover: expected bye, got {m:?}"),
+            Err(e) => eprintln!("ferrovsd: takeover: waiting for bye: {e}"),
+        }
+        drop(rt);
+        d.upgrades += 1;
+        let report = Report {
+            ok: true,
+            old_pid,
+            new_pid: std::process::id(),
+            old_version,
+            new_version: env!("CARGO_PKG_VERSION").into(),
+            schema,
+            ports: d.ports.len(),
+            queues: d.ports.values().map(|p| p.device.queues().len()).sum(),
+            total_ms: t_start.elapsed().as_secs_f64() * 1e3,
+            prepare_ms: prepare.as_secs_f64() * 1e3,
+            freeze_us: freeze_us as f64,
+            downtime_us: t_resumed.saturating_sub(t_freeze_ns) as f64 / 1e3,
+            at: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0),
+        };
+        d.record_upgrade(&report);
+        d.save();
+        Ok((d, report))
+    }
+
+    /// Appends a takeover to the run directory's history.
+    fn record_upgrade(&self, r: &Report) {
+        let path = self.run_dir.join(upgrade::HISTORY);
+        let line = serde_json::to_string(r).unwrap_or_default() + "\n";
+        let res = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .and_then(|mut f| f.write_all(line.as_bytes()));
+        if let Err(e) = res {
+            eprintln!("ferrovs: cannot record upgrade in {}: {e}", path.display());
+        }
+    }
+
+    /// The last `n` takeovers (newest last).
+    pub(super) fn upgrade_history(&self, n: usize) -> Value {
+        let path = self.run_dir.join(upgrade::HISTORY);
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let all: Vec<Value> = text
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        let skip = all.len().saturating_sub(n);
+        Value::Array(all.into_iter().skip(skip).collect())
+    }
+
+    /// Builds the daemon from handed-over state; PMDs parked, rings not started.
+    fn restore(opts: &DaemonOptions, state: State, fds: Vec<OwnedFd>) -> Result<Daemon, String> {
+        let mut fds = FdTable::new(fds);
+        let ctl = UnixListener::from(fds.take(state.ctl_listener)?);
+        let upgrade = UnixListener::from(fds.take(state.upgrade_listener)?);
+        for l in [&ctl, &upgrade] {
+            l.set_nonblocking(true).map_err(|e| e.to_string())?;
+        }
+        let mut config = state.config.clone();
+        if let Some(c) = &opts.pmd_cores {
+            config.pmd_cores = c.clone();
+        }
+        config.validate().map_err(|e| e.to_string())?;
+        let mut d =
+            Daemon::assemble(&opts.run_dir, config, ctl, upgrade).map_err(|e| e.to_string())?;
+        d.datapath.set_standby(true);
+        d.start_pmds()
+            .map_err(|e| format!("cannot start PMD threads: {e}"))?;
+        d.upgrades = state.upgrades;
+        for b in &state.bridges {
+            d.add_bridge_as(&b.name, Some(b.id))
+                .map_err(|e| e.to_string())?;
+            let macs = &d.bridges[&b.name].macs;
+            for &(mac, vlan, port) in &b.macs {
+                macs.learn(mac, vlan, port, 0);
+            }
+        }
+        for p in state.ports {
+            d.restore_port(p, &mut fds)?;
+        }
+        Ok(d)
+    }
+
+    fn restore_port(&mut self, p: PortWire, fds: &mut FdTable) -> Result<(), String> {
+        let name = p.cfg.name.clone();
+        let ctx = |e: String| format!("port {name}: {e}");
+        config::validate_port(&p.cfg).map_err(|e| ctx(e.to_string()))?;
+        let mem = if p.device.regions.is_empty() {
+            None
+        } else {
+            let mut table = Vec::new();
+            for r in &p.device.regions {
+                let desc = RegionDesc {
+                    gpa: r.gpa,
+                    size: r.size,
+                    uaddr: r.uaddr,
+                    mmap_offset: r.mmap_offset,
+                };
+                table.push((desc, fds.take(r.fd).map_err(ctx)?));
+            }
+            let m = GuestMemory::map(table).map_err(|e| ctx(format!("guest memory: {e}")))?;
+            Some(Arc::new(m))
+        };
+        let dev = Device::restore(
+            &name,
+            p.device.queue_pairs,
+            p.device.features,
+            p.device.protocol,
+            p.device.errors,
+            mem,
+        );
+        if p.device.queues.len() != dev.queues().len() {
+            return Err(ctx(format!(
+                "{} queues handed over for {} queue pairs",
+                p.device.queues.len(),
+                dev.queue_pairs()
+            )));
+        }
+        for (i, q) in p.device.queues.iter().enumerate() {
+            let part = QueuePart {
+                state: VringState {
+                    size: q.size,
+                    addrs: q
+                        .addrs
+                        .map(|[desc, avail, used]| RingAddrs { desc, avail, used }),
+                    last_avail: q.last_avail,
+                    used_idx: q.used_idx,
+                    enabled: q.enabled,
+                    kicked: q.kicked,
+                },
+                kick: fds.take_opt(q.kick).map_err(ctx)?,
+                call: fds.take_opt(q.call).map_err(ctx)?,
+                err: fds.take_opt(q.err).map_err(ctx)?,
+                broken: q.broken.as_deref().and_then(ChainError::from_name),
+            };
+            if let Some(k) = &part.kick {
+                let _ = os::set_nonblocking(k.as_fd(), true);
+            }
+            if let Some(c) = &part.call {
+                let _ = os::set_nonblocking(c.as_fd(), true);
+            }
+            dev.restore_queue(i, part).map_err(|e| ctx(e.to_string()))?;
+        }
+        dev.prefault();
+        let listener = match p.listener {
+            Some(i) => {
+                let l = UnixListener::from(fds.take(i).map_err(ctx)?);
+                l.set_nonblocking(true).map_err(|e| ctx(e.to_string()))?;
+                Some(l)
+            }
+            None => None,
+        };
+        let conn = match p.conn {
+            Some(c) => {
+                let sock = UnixStream::from(fds.take(c.socket).map_err(ctx)?);
+                let cfds = c
+                    .fds
+                    .iter()
+                    .map(|i| fds.take(*i))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(ctx)?;
+                Some(Conn::restore(sock, &c.partial, cfds, c.out).map_err(|e| ctx(e.to_string()))?)
+            }
+            None => None,
+        };
+        let link = match (p.link.as_str(), conn.is_some()) {
+            ("connected", true) => Link::Connected,
+            ("listening", _) if listener.is_some() => Link::Listening,
+            _ => Link::Reconnecting {
+                at: Instant::now(),
+                backoff: BACKOFF_MIN,
+            },
+        };
+        claim_slot(&mut self.port_slots, p.id).map_err(|e| ctx(e.to_string()))?;
+        self.insert_port(&p.bridge, p.cfg, p.id, dev, listener, conn, link)
+            .map_err(|e| ctx(e.to_string()))?;
+        if let Some(st) = self.ports.get_mut(&name) {
+            st.connects = p.connects;
+            st.disconnects = p.disconnects;
+            st.refused_connections = p.refused_connections;
+            st.last_error = p.last_error;
+        }
+        Ok(())
+    }
+
+    /// Carries the old daemon's counters on (as they stood at the freeze).
+    fn restore_stats(&self, stats: &[(String, Vec<StatsState>)]) {
+        for (name, qs) in stats {
+            if let Some(p) = self.ports.get(name) {
+                for (q, s) in p.device.queues().iter().zip(qs) {
+                    q.stats.restore(&stats_from_wire(s));
+                }
+            }
+        }
+    }
+
+    /// Starts every ring where the old daemon froze it and wakes the PMDs.
+    fn resume_ports(&mut self, positions: &[(String, Vec<Option<u16>>)]) -> Result<(), String> {
+        for (name, pos) in positions {
+            let p = self
+                .ports
+                .get(name)
+                .ok_or_else(|| format!("positions for unknown port {name}"))?;
+            p.device
+                .resume(pos)
+                .map_err(|e| format!("port {name}: {e}"))?;
+        }
+        self.datapath.set_standby(false);
+        for p in &self.pmds {
+            p.wake();
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,385 @@
+//! Hot upgrade: the handover protocol and the versioned state it carries.
+//!
+//! The old daemon listens on `DIR/ferrovs.upgrade`, a `SOCK_SEQPACKET` unix socket (one
+//! message per packet, fds attached with SCM_RIGHTS). The new daemon connects and the two
+//! walk through these steps (`docs/upgrade.md` has the why):
+//!
+//! ```text
+//!  new                                  old (keeps forwarding until FREEZE)
+//!  Hello{schema range} ───────────────▶
+//!                      ◀─────────────── Fds… (≤ 32 per packet), State (plain data)
+//!  map memory, prefault rings,
+//!  build ports (nothing touches a ring)
+//!  Ready ─────────────────────────────▶ FREEZE: PMDs leave every ring at a burst boundary
+//!                      ◀─────────────── Frozen{ring positions, freeze time}
+//!  start rings there, publish, wake PMDs
+//!  Resumed ───────────────────────────▶ exits (commit)
+//!                      ◀─────────────── Bye
+//! ```
+//!
+//! A failure or timeout before `Frozen` leaves the old daemon as it was. After `Frozen`, the
+//! old daemon cannot know whether the new one started polling, so before it resumes it kills
+//! the new one (SIGKILL to the SO_PEERCRED pid) and waits until it runs no more code, then
+//! re-reads every ring's position from guest memory: no ring is ever polled by two
+//! processes. vhost-user messages are read by exactly one side: the old stops reading them
+//! when the handover starts, the new starts once the old has said `Bye`; a message half read
+//! by the old travels in the state.
+//!
+//! The state is plain data with an explicit schema number. A newer daemon restores every
+//! schema from [`MIN_SCHEMA`] to [`SCHEMA`]; anything else is refused with a clear error before
+//! anything is touched. `tests/fixtures/upgrade-state-v*.json` keep each released schema.
+
+use std::io;
+use std::os::fd::{OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+
+use serde::{Deserialize, Serialize};
+
+use ferrovs_sys::os;
+
+use crate::config::{Config, PortConfig};
+
+/// Schema this daemon writes.
+pub const SCHEMA: u32 = 1;
+/// Oldest schema this daemon restores.
+pub const MIN_SCHEMA: u32 = 1;
+/// Name of the upgrade socket in the run directory.
+pub const UPGRADE_SOCKET: &str = "ferrovs.upgrade";
+/// Handover history (one JSON line per takeover) in the run directory.
+pub const HISTORY: &str = "upgrade-history.jsonl";
+/// Largest handover message.
+pub const MAX_MSG: usize = 8 << 20;
+/// Fds per message (SCM_RIGHTS), see [`os::MAX_FDS`].
+const FDS_PER_MSG: usize = 32;
+
+/// One handover message.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "msg", rename_all = "kebab-case")]
+pub enum Msg {
+    /// new → old: which schemas the new daemon restores.
+    Hello {
+        schema_min: u32,
+        schema_max: u32,
+        version: String,
+    },
+    /// old → new: a packet of fds (referenced by index in [`State`], in arrival order).
+    Fds { count: u32 },
+    /// old → new: everything else.
+    State(Box<State>),
+    /// new → old: prepared; freeze now.
+    Ready { prepare_us: u64 },
+    /// old → new: rings stopped here; resume from exactly these positions.
+    Frozen {
+        /// CLOCK_MONOTONIC when the old daemon began to freeze.
+        t_freeze_ns: u64,
+        /// How long stopping the PMDs and collecting positions took.
+        freeze_us: u64,
+        /// Per port (by name), per queue: `last_avail` (None: not started).
+        positions: Vec<(String, Vec<Option<u16>>)>,
+        /// Per port (by name), per queue: counters at the freeze (they carry on).
+        stats: Vec<(String, Vec<StatsState>)>,
+    },
+    /// new → old: forwarding.
+    Resumed { t_resumed_ns: u64 },
+    /// old → new: committed; the old daemon exits.
+    Bye,
+    /// either way: this side gives up (the old daemon carries on).
+    Fail { error: String },
+}
+
+/// The handed-over state.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct State {
+    pub schema: u32,
+    /// ferrovsd version that wrote it.
+    pub version: String,
+    /// Its pid.
+    pub pid: i32,
+    pub config: Config,
+    /// Index of the control socket's listening fd.
+    pub ctl_listener: u32,
+    /// Index of the upgrade socket's listening fd.
+    pub upgrade_listener: u32,
+    pub bridges: Vec<BridgeState>,
+    pub ports: Vec<PortState>,
+    /// Upgrades so far (carried on; the history file has them all).
+    pub upgrades: u64,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct BridgeState {
+    pub name: String,
+    pub id: u32,
+    /// Learned addresses: (mac, vlan, port id).
+    pub macs: Vec<(u64, u16, u32)>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct PortState {
+    pub id: u32,
+    pub bridge: String,
+    pub cfg: PortConfig,
+    /// "listening", "connected" or "reconnecting".
+    pub link: String,
+    pub listener: Option<u32>,
+    pub conn: Option<ConnState>,
+    pub device: DeviceState,
+    pub connects: u64,
+    pub disconnects: u64,
+    pub refused_connections: u64,
+    pub last_error: Option<String>,
+}
+
+/// A vhost-user connection, at whatever point of a message it is.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ConnState {
+    pub socket: u32,
+    /// Bytes of a message read in part.
+    pub partial: Vec<u8>,
+    /// Fds that came with them.
+    pub fds: Vec<u32>,
+    /// Replies not yet written.
+    pub out: Vec<u8>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct DeviceState {
+    pub queue_pairs: usize,
+    pub features: u64,
+    pub protocol: u64,
+    pub errors: u64,
+    pub regions: Vec<RegionState>,
+    pub queues: Vec<QueueState>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct RegionState {
+    pub gpa: u64,
+    pub size: u64,
+    pub uaddr: u64,
+    pub mmap_offset: u64,
+    pub fd: u32,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct QueueState {
+    pub size: u32,
+    /// desc, avail, used (frontend virtual addresses).
+    pub addrs: Option<[u64; 3]>,
+    pub last_avail: u16,
+    pub used_idx: u16,
+    pub enabled: bool,
+    pub kicked: bool,
+    pub kick: Option<u32>,
+    pub call: Option<u32>,
+    pub err: Option<u32>,
+    pub broken: Option<String>,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct StatsState {
+    pub packets: u64,
+    pub bytes: u64,
+    pub calls: u64,
+    /// Non-zero drop counters by reason name.
+    pub drops: Vec<(String, u64)>,
+}
+
+impl State {
+    /// Refuses a schema this daemon does not restore, saying which it does.
+    pub fn check_schema(schema: u32) -> Result<(), String> {
+        if (MIN_SCHEMA..=SCHEMA).contains(&schema) {
+            Ok(())
+        } else {
+            Err(format!(
+                "handed-over state has schema {schema}; this ferrovsd ({}) restores schemas \
+                 {MIN_SCHEMA} to {SCHEMA}",
+                env!("CARGO_PKG_VERSION")
+            ))
+        }
+    }
+
+    /// Parses state from JSON, checking the schema before anything else.
+    pub fn from_json(v: serde_json::Value) -> Result<State, String> {
+        let schema = v
+            .get("schema")
+            .and_then(|s| s.as_u64())
+            .ok_or("handed-over state has no schema number")?;
+        Self::check_schema(schema as u32)?;
+        serde_json::from_value(v).map_err(|e| format!("handed-over state is malformed: {e}"))
+    }
+}
+
+/// The handover channel: one seqpacket socket, one message per packet.
+#[derive(Debug)]
+pub struct Channel {
+    sock: UnixStream,
+    buf: Vec<u8>,
+}
+
+impl Channel {
+    pub fn new(sock: UnixStream) -> io::Result<Channel> {
+        sock.set_nonblocking(false)?;
+        os::set_socket_buffers(&sock, MAX_MSG)?;
+        Ok(Channel {
+            sock,
+            buf: vec![0; MAX_MSG],
+        })
+    }
+
+    pub fn socket(&self) -> &UnixStream {
+        &self.sock
+    }
+
+    /// Sends one message (with up to 32 fds).
+    pub fn send(&self, m: &Msg, fds: &[RawFd]) -> io::Result<()> {
+        let bytes = serde_json::to_vec(m).map_err(io::Error::other)?;
+        if bytes.len() > MAX_MSG {
+            return Err(io::Error::other(format!(
+                "handover message of {} bytes is larger than {MAX_MSG}",
+                bytes.len()
+            )));
+        }
+        let n = os::send_with_fds(&self.sock, &bytes, fds)?;
+        if n != bytes.len() {
+            return Err(io::Error::other("handover message cut short"));
+        }
+        Ok(())
+    }
+
+    /// Sends fds in packets of 32, then the message.
+    pub fn send_with_fds(&self, m: &Msg, fds: &[RawFd]) -> io::Result<()> {
+        for chunk in fds.chunks(FDS_PER_MSG) {
+            self.send(
+                &Msg::Fds {
+                    count: chunk.len() as u32,
+                },
+                chunk,
+            )?;
+        }
+        self.send(m, &[])
+    }
+
+    /// Receives one message, waiting at most `timeout`.
+    pub fn recv(&mut self, timeout: std::time::Duration) -> io::Result<(Msg, Vec<OwnedFd>)> {
+        self.sock.set_read_timeout(Some(timeout))?;
+        let (n, fds) = loop {
+            match os::recv_with_fds(&self.sock, &mut self.buf) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("no answer within {timeout:?}"),
+                    ))
+                }
+                r => break r?,
+            }
+        };
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the other daemon closed the upgrade channel",
+            ));
+        }
+        let m = serde_json::from_slice(&self.buf[..n])
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        Ok((m, fds))
+    }
+
+    /// Receives fd packets until the state, checking its schema before parsing the rest.
+    pub fn recv_state(
+        &mut self,
+        timeout: std::time::Duration,
+    ) -> Result<(State, Vec<OwnedFd>), String> {
+        let mut all = Vec::new();
+        loop {
+            self.sock
+                .set_read_timeout(Some(timeout))
+                .map_err(|e| e.to_string())?;
+            let (n, fds) = os::recv_with_fds(&self.sock, &mut self.buf)
+                .map_err(|e| format!("receiving the state: {e}"))?;
+            if n == 0 {
+                return Err("the old daemon closed the upgrade channel".into());
+            }
+            let v: serde_json::Value = serde_json::from_slice(&self.buf[..n])
+                .map_err(|e| format!("malformed handover message: {e}"))?;
+            match v.get("msg").and_then(|m| m.as_str()) {
+                Some("fds") => {
+                    let want = v.get("count").and_then(|c| c.as_u64()).unwrap_or(0);
+                    if want != fds.len() as u64 {
+                        return Err(format!(
+                            "fd packet announced {want} fds and carried {}",
+                            fds.len()
+                        ));
+                    }
+                    all.extend(fds);
+                }
+                Some("state") => return Ok((State::from_json(v)?, all)),
+                Some("fail") => {
+                    return Err(format!(
+                        "the old daemon refused: {}",
+                        v.get("error").and_then(|e| e.as_str()).unwrap_or("?")
+                    ))
+                }
+                other => return Err(format!("unexpected handover message {other:?}")),
+            }
+        }
+    }
+}
+
+/// Fds collected while writing [`State`]: indices are positions in this list.
+#[derive(Debug, Default)]
+pub struct FdList(pub Vec<RawFd>);
+
+impl FdList {
+    pub fn push(&mut self, fd: RawFd) -> u32 {
+        self.0.push(fd);
+        (self.0.len() - 1) as u32
+    }
+}
+
+/// Fds received with [`State`], taken by index exactly once.
+#[derive(Debug)]
+pub struct FdTable(Vec<Option<OwnedFd>>);
+
+impl FdTable {
+    pub fn new(fds: Vec<OwnedFd>) -> FdTable {
+        FdTable(fds.into_iter().map(Some).collect())
+    }
+
+    pub fn take(&mut self, i: u32) -> Result<OwnedFd, String> {
+        self.0
+            .get_mut(i as usize)
+            .and_then(Option::take)
+            .ok_or_else(|| {
+                format!("handed-over state names fd {i}, which did not arrive (or twice)")
+            })
+    }
+
+    pub fn take_opt(&mut self, i: Option<u32>) -> Result<Option<OwnedFd>, String> {
+        i.map(|i| self.take(i)).transpose()
+    }
+}
+
+/// Phases of one takeover, as `ferrovs upgrade` prints them and the history keeps them.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Report {
+    pub ok: bool,
+    pub old_pid: i32,
+    pub new_pid: u32,
+    pub old_version: String,
+    pub new_version: String,
+    pub schema: u32,
+    pub ports: usize,
+    pub queues: usize,
+    /// Connect to resumed, new daemon's view.
+    pub total_ms: f64,
+    /// State received → ready (maps, prefaults, builds ports) while the old forwards.
+    pub prepare_ms: f64,
+    /// Old daemon: stop PMDs and collect positions.
+    pub freeze_us: f64,
+    /// Freeze start (old) → new PMDs running: the forwarding gap.
+    pub downtime_us: f64,
+    /// Unix time of the takeover.
+    pub at: u64,
+}
