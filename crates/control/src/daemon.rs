@@ -694,6 +694,19 @@ impl Daemon {
             match l.accept() {
                 Ok((s, _)) => {
                     if p.conn.is_some() {
+                        // The previous frontend may have just gone (a quick driver reload or
+                        // a reconnect racing our read of its hang-up): read what it left
+                        // first, then decide.
+                        let ev = EpollEvent {
+                            readable: true,
+                            ..Default::default()
+                        };
+                        self.on_vhost_conn(name, &ev);
+                    }
+                    let Some(p) = self.ports.get_mut(name) else {
+                        return;
+                    };
+                    if p.conn.is_some() {
                         // One frontend per port: a second one is refused, the first goes on.
                         p.refused_connections += 1;
                         eprintln!("ferrovs: {name}: refused a second vhost-user connection");
@@ -1017,6 +1030,9 @@ impl Daemon {
             .collect();
         json!({
             "run_dir": self.run_dir,
+            "pid": std::process::id(),
+            "version": env!("CARGO_PKG_VERSION"),
+            "upgrades": self.upgrades,
             "bridges": bridges,
             "pmd_cores": self.pmd_cores(),
             "hugepages": self.pmds.iter().all(|p| p.stats.hugepages.load(Ordering::Relaxed)),

@@ -22,6 +22,8 @@ use crate::upgrade::{
     PortState as PortWire, QueueState, RegionState, Report, State, StatsState, MIN_SCHEMA, SCHEMA,
 };
 
+/// Longest a connecting daemon may take to say hello.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(2);
 /// Longest the new daemon may take to prepare (map memory, build ports).
 const PREPARE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Longest the new daemon waits for the freeze once it said ready.
@@ -127,8 +129,9 @@ impl Daemon {
     fn handover(&mut self, sock: UnixStream) -> Result<(), String> {
         let pid = os::peer_pid(&sock).map_err(|e| format!("peer credentials: {e}"))?;
         let mut ch = Channel::new(sock).map_err(|e| e.to_string())?;
+        // The new daemon says hello as soon as it connects; anything slower is not one.
         let (hello, _) = ch
-            .recv(PREPARE_TIMEOUT)
+            .recv(HELLO_TIMEOUT)
             .map_err(|e| format!("waiting for hello: {e}"))?;
         let Msg::Hello {
             schema_min,

@@ -1,0 +1,548 @@
+//! Hot upgrade with real processes: `ferrovs upgrade` under traffic in both socket modes and
+//! with multiqueue, a new daemon failing on purpose at each step, vhost-user messages racing
+//! the handover, 100 upgrades in a row without leaks, and the versioned state.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use ferrovs_control::upgrade::{Channel, Msg, State, MIN_SCHEMA, SCHEMA};
+use ferrovs_e2e::*;
+use serde_json::Value;
+
+fn taskset() -> &'static Path {
+    Path::new("/usr/bin/taskset")
+}
+
+/// Runs `ferrovs upgrade --json` with `env`; returns (success, stdout JSON or stderr).
+fn upgrade(dir: &Path, env: &[(&str, &str)]) -> Result<Value, String> {
+    let mut c = Command::new(bin("ferrovs"));
+    c.arg("--run-dir").arg(dir).args(["upgrade", "--json"]);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let o = c.output().unwrap();
+    if o.status.success() {
+        Ok(serde_json::from_slice(&o.stdout).expect("upgrade report"))
+    } else {
+        Err(String::from_utf8_lossy(&o.stderr).into_owned())
+    }
+}
+
+/// Stops whichever daemon serves `dir` when the test ends: after a takeover that is no
+/// longer the process the test started.
+struct StopCurrent(PathBuf);
+
+impl Drop for StopCurrent {
+    fn drop(&mut self) {
+        let o = cli(&self.0, &["show", "--json"]);
+        if let Ok(v) = serde_json::from_slice::<Value>(&o.stdout) {
+            if let Some(pid) = v["pid"].as_u64() {
+                let _ = Command::new("kill").arg(pid.to_string()).status();
+                let t = Instant::now();
+                while alive(pid) && t.elapsed() < Duration::from_secs(5) {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+        }
+    }
+}
+
+fn daemon_pid(dir: &Path) -> u64 {
+    cli_json(dir, &["show"])["pid"].as_u64().unwrap()
+}
+
+fn alive(pid: u64) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, r)| !r.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(false)
+}
+
+/// No `ferrovsd --takeover` of this run directory is left running.
+fn no_takeover_left(dir: &Path) -> bool {
+    let pat = format!("{} --takeover", dir.display());
+    !Command::new("pgrep")
+        .args(["-f", &pat])
+        .output()
+        .unwrap()
+        .stdout
+        .iter()
+        .any(|b| b.is_ascii_digit())
+}
+
+fn gen_args<'a>(core: &'a str, gen: &'a str, rest: &[&'a str]) -> Vec<&'a str> {
+    let mut a = vec!["-c", core, gen];
+    a.extend_from_slice(rest);
+    a
+}
+
+fn port<'a>(show: &'a Value, name: &str) -> &'a Value {
+    show["bridges"][0]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == name)
+        .unwrap()
+}
+
+#[test]
+fn upgrades_under_traffic_in_both_socket_modes_with_multiqueue() {
+    let dir = run_dir("upgrade");
+    let (pmd, core) = cores();
+    let core = core.to_string();
+    let gen = bin("ferrovs-gen").display().to_string();
+    let vm1 = dir.join("vm1.sock").display().to_string();
+    let g2 = dir.join("g2.sock").display().to_string();
+    // vm1: ferrovs listens; g2: the guest listens and ferrovs connects (client mode).
+    let cfg = dir.join("cfg.json");
+    std::fs::write(
+        &cfg,
+        format!(
+            r#"{{"version":1,"bridges":[{{"name":"br0","ports":[
+            {{"name":"vm1","type":"vhost-user","path":"{vm1}","queues":2}},
+            {{"name":"g2","type":"vhost-user-client","path":"{g2}","queues":2}}]}}]}}"#
+        ),
+    )
+    .unwrap();
+    let sink = Proc::spawn(
+        "sink",
+        &dir,
+        taskset(),
+        &gen_args(
+            &core,
+            &gen,
+            &[
+                "--socket",
+                &g2,
+                "--server",
+                "--queues",
+                "2",
+                "--ring",
+                "1024",
+                "--src",
+                "02:00:00:00:00:02",
+                "--quiet",
+                "--duration",
+                "60",
+                "--idle",
+                "3",
+                "rxonly",
+            ],
+        ),
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    let cfgs = cfg.display().to_string();
+    let _sw = start_switch(&dir, pmd, &["--config", &cfgs]);
+    let _stop = StopCurrent(dir.clone());
+    wait_until("g2 connected", 10, || {
+        port(&cli_json(&dir, &["show"]), "g2")["state"] == "connected"
+    });
+    let tx = Proc::spawn(
+        "tx",
+        &dir,
+        taskset(),
+        &gen_args(
+            &core,
+            &gen,
+            &[
+                "--socket",
+                &vm1,
+                "--queues",
+                "2",
+                "--ring",
+                "1024",
+                "--rate",
+                "50000",
+                "--count",
+                "200000",
+                "--flows",
+                "8",
+                "--quiet",
+                "--duration",
+                "60",
+                "txonly",
+            ],
+        ),
+    );
+    wait_until("traffic", 10, || {
+        cli_json(&dir, &["port-stats", "g2"])[0]["tx"]["packets"]
+            .as_u64()
+            .unwrap()
+            > 10_000
+    });
+    let mut pids = vec![daemon_pid(&dir)];
+    for _ in 0..5 {
+        let r = upgrade(&dir, &[]).expect("upgrade");
+        assert_eq!(r["ok"], true, "{r}");
+        assert_eq!(r["ports"], 2, "{r}");
+        assert_eq!(r["queues"], 8, "{r}");
+        for k in ["prepare_ms", "freeze_us", "downtime_us"] {
+            assert!(r[k].as_f64().is_some(), "{k} reported: {r}");
+        }
+        let pid = daemon_pid(&dir);
+        assert_eq!(pid, r["new_pid"].as_u64().unwrap());
+        assert!(!pids.contains(&pid));
+        pids.push(pid);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Guests saw no reconnect: one connection each for the whole run.
+    let show = cli_json(&dir, &["show"]);
+    for p in ["vm1", "g2"] {
+        assert_eq!(port(&show, p)["state"], "connected", "{show}");
+        assert_eq!(port(&show, p)["connects"], 1, "{show}");
+        assert_eq!(port(&show, p)["disconnects"], 0, "{show}");
+    }
+    assert_eq!(show["upgrades"], 5);
+    let r = tx.wait_json(&dir, Duration::from_secs(60));
+    let rx = sink.wait_json(&dir, Duration::from_secs(60));
+    let drops = path_drops(&dir, "vm1", "g2");
+    eprintln!("{}", cli_json(&dir, &["port-stats"]));
+    assert_eq!(r["sent"], 200_000);
+    assert_eq!(rx["corrupt"], 0, "{rx}");
+    assert_eq!(rx["reordered"], 0, "{rx}");
+    // Every packet arrived or is a counted drop; at this rate the rings absorb the gaps.
+    assert_eq!(
+        rx["received"].as_u64().unwrap() + drops,
+        200_000,
+        "{rx}, drops {drops}"
+    );
+    assert_eq!(rx["lost"], 0, "{rx}");
+    assert_eq!(rx["reconnects"], 0, "{rx}");
+    let st = cli_json(&dir, &["port-stats", "vm1"]);
+    assert_eq!(
+        st[0]["rx"]["packets"], 200_000,
+        "counters carried over: {st}"
+    );
+    let hist = cli_json(&dir, &["upgrade-history"]);
+    assert_eq!(hist.as_array().unwrap().len(), 5);
+    for old in &pids[..pids.len() - 1] {
+        wait_until("old daemon gone", 5, || !alive(*old));
+    }
+}
+
+/// Traffic of `count` packets at `rate` through vm1 → vm2 while `during` runs; checks
+/// every packet is accounted for, allowing `unexplained` packets lost without a counter.
+fn with_traffic(dir: &Path, count: u64, rate: u64, unexplained: u64, during: impl FnOnce()) {
+    let (_, core) = cores();
+    let core = core.to_string();
+    let gen = bin("ferrovs-gen").display().to_string();
+    let vm1 = dir.join("vm1.sock").display().to_string();
+    let vm2 = dir.join("vm2.sock").display().to_string();
+    let (c, r) = (count.to_string(), rate.to_string());
+    let before = path_drops(dir, "vm1", "vm2");
+    let tx = Proc::spawn(
+        "tx",
+        dir,
+        taskset(),
+        &gen_args(
+            &core,
+            &gen,
+            &[
+                "--socket",
+                &vm1,
+                "--sink",
+                &vm2,
+                "--ring",
+                "1024",
+                "--rate",
+                &r,
+                "--count",
+                &c,
+                "--quiet",
+                "--duration",
+                "60",
+                "txonly",
+            ],
+        ),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    during();
+    let res = tx.wait_json(dir, Duration::from_secs(60));
+    let drops = path_drops(dir, "vm1", "vm2") - before;
+    assert_eq!(res["sent"].as_u64().unwrap(), count, "{res}");
+    assert_eq!(res["corrupt"], 0, "{res}");
+    let received = res["received"].as_u64().unwrap();
+    assert!(
+        received + drops + unexplained >= count,
+        "every packet accounted for (up to {unexplained} in flight in a killed daemon): \
+         {res}, drops {drops}"
+    );
+}
+
+#[test]
+fn a_new_daemon_failing_at_any_step_leaves_the_old_one_forwarding() {
+    let dir = run_dir("upgrade-fail");
+    let (pmd, _) = cores();
+    let d = dir.display().to_string();
+    let c = pmd.to_string();
+    // The old daemon waits 500 ms (not 5 s) for a new one that went silent after the freeze.
+    let _sw = Proc::spawn(
+        "ferrovsd",
+        &dir,
+        Path::new("/usr/bin/env"),
+        &[
+            "FERROVS_UPGRADE_RESUME_TIMEOUT_MS=500",
+            bin("ferrovsd").to_str().unwrap(),
+            "--run-dir",
+            &d,
+            "--pmd-cores",
+            &c,
+        ],
+    );
+    wait_until("control socket", 10, || {
+        cli(&dir, &["show"]).status.success()
+    });
+    let _stop = StopCurrent(dir.clone());
+    let pid = daemon_pid(&dir);
+    for step in ["hello", "prepare", "ready", "hang", "resumed"] {
+        // A daemon killed after it resumed may take the burst it was forwarding with it.
+        let unexplained = if step == "resumed" { 64 } else { 0 };
+        with_traffic(&dir, 30_000, 20_000, unexplained, || {
+            let r = upgrade(&dir, &[("FERROVS_UPGRADE_FAIL", step)]);
+            let e = r.expect_err(step);
+            assert!(e.contains("carries on"), "{step}: {e}");
+        });
+        assert_eq!(daemon_pid(&dir), pid, "{step}: the old daemon still serves");
+        wait_until("no takeover process left", 10, || no_takeover_left(&dir));
+        let log = std::fs::read_to_string(dir.join("ferrovsd.err")).unwrap();
+        if step != "hello" {
+            assert!(
+                log.contains("rolled back") || log.contains("handover failed"),
+                "{log}"
+            );
+        }
+    }
+    // And a good one still works afterwards.
+    with_traffic(&dir, 20_000, 20_000, 0, || {
+        upgrade(&dir, &[]).expect("upgrade after failures");
+    });
+    assert_ne!(daemon_pid(&dir), pid);
+}
+
+#[test]
+fn the_old_daemon_refuses_a_schema_it_cannot_hand_over_and_garbage() {
+    let dir = run_dir("upgrade-schema");
+    let (pmd, _) = cores();
+    let _sw = start_switch(&dir, pmd, &[]);
+    let pid = daemon_pid(&dir);
+    let path = dir.join("ferrovs.upgrade");
+    // A "new" daemon that only restores schemas we do not write.
+    let mut ch = Channel::new(ferrovs_sys::os::seqpacket_connect(&path).unwrap()).unwrap();
+    ch.send(
+        &Msg::Hello {
+            schema_min: SCHEMA + 1,
+            schema_max: SCHEMA + 5,
+            version: "99.0.0".into(),
+        },
+        &[],
+    )
+    .unwrap();
+    match ch.recv(Duration::from_secs(5)).unwrap().0 {
+        Msg::Fail { error } => assert!(error.contains("schema"), "{error}"),
+        m => panic!("expected a refusal, got {m:?}"),
+    }
+    // Garbage, then silence: each only ends that attempt.
+    let s = ferrovs_sys::os::seqpacket_connect(&path).unwrap();
+    ferrovs_sys::os::send_with_fds(&s, b"\x00not json", &[]).unwrap();
+    let _silent = ferrovs_sys::os::seqpacket_connect(&path).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    with_traffic(&dir, 10_000, 20_000, 0, || {});
+    assert_eq!(daemon_pid(&dir), pid);
+    assert!(cli(&dir, &["show"]).status.success());
+}
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")
+}
+
+/// Every released schema's state still restores (parses and passes the schema check); a
+/// schema from the future is refused with a clear error. `FERROVS_WRITE_FIXTURE=1` captures
+/// the current schema's state from a live daemon with a guest attached.
+#[test]
+fn handed_over_state_of_every_released_schema_restores() {
+    if std::env::var_os("FERROVS_WRITE_FIXTURE").is_some() {
+        capture_fixture();
+    }
+    for schema in MIN_SCHEMA..=SCHEMA {
+        let p = fixtures().join(format!("upgrade-state-v{schema}.json"));
+        let text = std::fs::read_to_string(&p)
+            .unwrap_or_else(|e| panic!("fixture {} missing: {e}", p.display()));
+        let v: Value = serde_json::from_str(&text).unwrap();
+        let st = State::from_json(v).unwrap_or_else(|e| panic!("schema {schema}: {e}"));
+        assert_eq!(st.schema, schema);
+        assert!(!st.ports.is_empty());
+        assert!(st.ports.iter().any(|p| p.conn.is_some()));
+    }
+    let mut v: Value = serde_json::from_str(
+        &std::fs::read_to_string(fixtures().join(format!("upgrade-state-v{SCHEMA}.json"))).unwrap(),
+    )
+    .unwrap();
+    v["schema"] = (SCHEMA + 1).into();
+    let e = State::from_json(v).unwrap_err();
+    assert!(
+        e.contains(&format!("schema {}", SCHEMA + 1)) && e.contains("restores schemas"),
+        "{e}"
+    );
+}
+
+fn capture_fixture() {
+    let dir = run_dir("upgrade-fixture");
+    let (pmd, core) = cores();
+    let _sw = start_switch(&dir, pmd, &[]);
+    let core = core.to_string();
+    let gen = bin("ferrovs-gen").display().to_string();
+    let vm1 = dir.join("vm1.sock").display().to_string();
+    let vm2 = dir.join("vm2.sock").display().to_string();
+    let _tx = Proc::spawn(
+        "tx",
+        &dir,
+        taskset(),
+        &gen_args(
+            &core,
+            &gen,
+            &[
+                "--socket",
+                &vm1,
+                "--sink",
+                &vm2,
+                "--rate",
+                "1000",
+                "--quiet",
+                "--duration",
+                "10",
+                "txonly",
+            ],
+        ),
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let mut ch =
+        Channel::new(ferrovs_sys::os::seqpacket_connect(&dir.join("ferrovs.upgrade")).unwrap())
+            .unwrap();
+    ch.send(
+        &Msg::Hello {
+            schema_min: SCHEMA,
+            schema_max: SCHEMA,
+            version: "fixture".into(),
+        },
+        &[],
+    )
+    .unwrap();
+    let (st, _fds) = ch.recv_state(Duration::from_secs(5)).unwrap();
+    ch.send(
+        &Msg::Fail {
+            error: "capturing a fixture".into(),
+        },
+        &[],
+    )
+    .unwrap();
+    std::fs::create_dir_all(fixtures()).unwrap();
+    let text = serde_json::to_string_pretty(&Msg::State(Box::new(st))).unwrap();
+    std::fs::write(
+        fixtures().join(format!("upgrade-state-v{SCHEMA}.json")),
+        text,
+    )
+    .unwrap();
+}
+
+/// A frontend (re)negotiating its device while upgrades run: every request is answered by
+/// exactly one daemon (no error, no lost reply), and the port forwards afterwards.
+#[test]
+fn vhost_user_messages_racing_the_handover() {
+    use ferrovs_vhost::frontend::{Frontend, FrontendConfig};
+    let dir = run_dir("upgrade-race");
+    let (pmd, _) = cores();
+    let _sw = start_switch(&dir, pmd, &[]);
+    let _stop = StopCurrent(dir.clone());
+    let vm1 = dir.join("vm1.sock");
+    // The upgrades run from one shell started before the guest opens any socket: a fork of
+    // this process would hold the guest's socket open and hide its hang-ups.
+    let script = format!(
+        "for i in $(seq 25); do {} --run-dir {} upgrade >/dev/null || exit 1; done",
+        bin("ferrovs").display(),
+        dir.display()
+    );
+    let mut upgrades = Command::new("bash").arg("-c").arg(&script).spawn().unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (s2, p2) = (stop.clone(), vm1.clone());
+    let guest = std::thread::spawn(move || {
+        let mut setups = 0u64;
+        while !s2.load(std::sync::atomic::Ordering::Relaxed) {
+            // A full device setup (features, memory table, rings) then a driver reset.
+            let fe = Frontend::connect(&p2, FrontendConfig::default())
+                .unwrap_or_else(|e| panic!("setup {setups} failed: {e:?}"));
+            let mut tx = fe.tx_queue(0).unwrap();
+            tx.send(&[0xffu8; 64]);
+            drop(tx);
+            drop(fe);
+            setups += 1;
+        }
+        setups
+    });
+    let st = upgrades.wait().unwrap();
+    assert!(st.success(), "25 upgrades while the guest renegotiates");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let t = Instant::now();
+    while !guest.is_finished() {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "a vhost-user request went unanswered across a handover"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let setups = guest.join().unwrap();
+    assert!(setups >= 10, "{setups} setups");
+    assert_eq!(cli_json(&dir, &["show"])["upgrades"], 25);
+    let st = cli_json(&dir, &["port-stats", "vm1"]);
+    assert_eq!(st[0]["vhost_user_errors"], 0, "{st}");
+    with_traffic(&dir, 10_000, 20_000, 0, || {});
+}
+
+fn fd_count(pid: u64) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count()
+}
+
+fn rss_kib(pid: u64) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    s.lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap()
+}
+
+#[test]
+fn a_hundred_upgrades_in_a_row_leak_nothing() {
+    let dir = run_dir("upgrade-100");
+    let (pmd, _) = cores();
+    let _sw = start_switch(&dir, pmd, &[]);
+    let _stop = StopCurrent(dir.clone());
+    with_traffic(&dir, 150_000, 10_000, 0, || {
+        for _ in 0..5 {
+            upgrade(&dir, &[]).expect("upgrade");
+        }
+        let pid = daemon_pid(&dir);
+        let fds = (0..10)
+            .map(|_| {
+                std::thread::sleep(Duration::from_millis(50));
+                fd_count(pid)
+            })
+            .min()
+            .unwrap();
+        let rss = rss_kib(pid);
+        for i in 0..95 {
+            upgrade(&dir, &[]).unwrap_or_else(|e| panic!("upgrade {i}: {e}"));
+        }
+        let pid = daemon_pid(&dir);
+        // (The control connection that asked for the pid may still be open for a moment.)
+        wait_until("fds back to where they were", 5, || fd_count(pid) <= fds);
+        let grown = rss_kib(pid).saturating_sub(rss);
+        assert!(grown < 8 * 1024, "RSS grew by {grown} KiB over 95 upgrades");
+    });
+    assert_eq!(cli_json(&dir, &["show"])["upgrades"], 100);
+}
