@@ -7,6 +7,8 @@
 #
 # Kernel command line understood by /init:
 #   ferrovs.ip=10.0.0.1/24   ferrovs.cmd=ping|idle   ferrovs.peer=10.0.0.2   ferrovs.count=5
+#   ferrovs.interval=0.1 (seconds between pings)   ferrovs.wait=N (ping the peer until it
+#   answers, up to N tries, before the counted run)
 set -euo pipefail
 out=${1:?usage: build-initramfs.sh OUT_DIR}
 kver=$(ls /lib/modules | sort -V | tail -1)
@@ -45,7 +47,7 @@ for m in $(cat /lib/modules/order); do
     insmod /lib/modules/$m.ko || echo "FERROVS-GUEST: insmod $m failed"
 done
 arg() { sed -n "s/.*ferrovs\.$1=\([^ ]*\).*/\1/p" /proc/cmdline; }
-ip=$(arg ip); cmd=$(arg cmd); peer=$(arg peer); count=$(arg count)
+ip=$(arg ip); cmd=$(arg cmd); peer=$(arg peer); count=$(arg count); interval=$(arg interval); wait=$(arg wait)
 for i in $(seq 150); do [ -e /sys/class/net/eth0 ] && break; sleep 0.1; done
 [ -e /sys/class/net/eth0 ] || { echo "FERROVS-GUEST: no eth0"; ls /sys/class/net; cat /proc/modules; ls /sys/bus/pci/devices; cat /sys/bus/pci/devices/*/vendor /sys/bus/pci/devices/*/device; dmesg | tail -15; }
 ip link set lo up
@@ -54,7 +56,11 @@ ip addr add "$ip" dev eth0
 echo "FERROVS-GUEST-READY $(cat /sys/class/net/eth0/address)"
 case "$cmd" in
     ping)
-        if ping -c "${count:-5}" -W 2 "$peer" > /tmp/ping.out 2>&1; then
+        if [ -n "$wait" ]; then
+            for i in $(seq "$wait"); do ping -c 1 -W 1 "$peer" >/dev/null 2>&1 && break; done
+            echo "FERROVS-PEER-UP"
+        fi
+        if ping -c "${count:-5}" -i "${interval:-1}" -W 2 "$peer" > /tmp/ping.out 2>&1; then
             cat /tmp/ping.out; echo "FERROVS-PING-OK"
         else
             cat /tmp/ping.out; echo "FERROVS-PING-FAIL"

@@ -167,3 +167,83 @@ fn two_guests_ping_through_ferrovs_in_both_socket_modes() {
         "{learned:?}"
     );
 }
+
+/// Real guests keep talking across hot upgrades: guest A (ferrovs listens) pings guest B
+/// (B listens, ferrovs connects) 150 times at 10 Hz while the switch is upgraded five times;
+/// every ping is answered and neither guest's vhost-user connection is ever re-established.
+#[test]
+fn guests_ping_without_loss_across_hot_upgrades() {
+    let ok = require(
+        have("qemu-system-x86_64"),
+        "qemu-system-x86_64 (scripts/deps.sh installs it)",
+    ) && require(have("busybox"), "busybox-static");
+    if !ok {
+        return;
+    }
+    let img = guest_image();
+    let dir = run_dir("guests-upgrade");
+    let (pmd, _) = cores();
+    let _sw = start_switch(&dir, pmd, &[]);
+    let q3 = dir.join("q3.sock").display().to_string();
+    let _b = start_guest(
+        &dir,
+        &img,
+        "b",
+        &format!("socket,id=c0,path={q3},server=on,wait=off"),
+        "52:54:00:00:00:02",
+        "ferrovs.ip=10.0.0.2/24 ferrovs.cmd=idle",
+    );
+    wait_until("guest b socket", 20, || Path::new(&q3).exists());
+    let o = cli(
+        &dir,
+        &[
+            "add-port",
+            "br0",
+            "vm3",
+            "type=vhost-user-client",
+            &format!("path={q3}"),
+        ],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let vm1 = dir.join("vm1.sock").display().to_string();
+    let _a = start_guest(
+        &dir,
+        &img,
+        "a",
+        &format!("socket,id=c0,path={vm1},reconnect=1"),
+        "52:54:00:00:00:01",
+        "ferrovs.ip=10.0.0.1/24 ferrovs.cmd=ping ferrovs.peer=10.0.0.2 ferrovs.count=150 \
+         ferrovs.interval=0.1 ferrovs.wait=60",
+    );
+    wait_console(&dir, "a", &["FERROVS-PEER-UP"], 120);
+    let pid0 = cli_json(&dir, &["show"])["pid"].clone();
+    let mut last_pid = pid0.clone();
+    for _ in 0..5 {
+        std::thread::sleep(Duration::from_millis(1500));
+        let o = cli(&dir, &["upgrade"]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        last_pid = cli_json(&dir, &["show"])["pid"].clone();
+    }
+    // (Before guest A powers off at the end of its pings.)
+    let show = cli_json(&dir, &["show"]);
+    let verdict = wait_console(&dir, "a", &["FERROVS-PING-OK", "FERROVS-PING-FAIL"], 120);
+    let console = std::fs::read_to_string(dir.join("a.console")).unwrap();
+    // Stop whichever daemon serves now (no longer the one this test started).
+    if let Some(pid) = last_pid.as_u64() {
+        let _ = Command::new("kill").arg(pid.to_string()).status();
+    }
+    assert_ne!(pid0, last_pid, "the daemon was replaced");
+    assert_eq!(verdict, "FERROVS-PING-OK", "{console}");
+    assert!(
+        console.contains("150 packets transmitted, 150 packets received"),
+        "every ping answered across 5 upgrades:\n{console}"
+    );
+    for p in show["bridges"][0]["ports"].as_array().unwrap() {
+        if p["name"] == "vm1" || p["name"] == "vm3" {
+            assert_eq!(p["state"], "connected", "{p}");
+            assert_eq!(p["connects"], 1, "no reconnect: {p}");
+            assert_eq!(p["disconnects"], 0, "no disconnect: {p}");
+        }
+    }
+    assert_eq!(show["upgrades"], 5);
+}
