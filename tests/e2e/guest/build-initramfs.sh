@@ -7,6 +7,9 @@
 #
 # Kernel command line understood by /init:
 #   ferrovs.ip=10.0.0.1/24   ferrovs.cmd=ping|idle   ferrovs.peer=10.0.0.2   ferrovs.count=5
+#   ferrovs.cmd=tool ferrovs.args=tcp-send,10.0.0.2,5000,8+udp-send,... (ferrovs-guest
+#   commands separated by '+', their arguments by ','; after ferrovs.wait=N pings of
+#   ferrovs.peer if given)
 #   ferrovs.interval=0.1 (seconds between pings)   ferrovs.wait=N (ping the peer until it
 #   answers, up to N tries, before the counted run)
 set -euo pipefail
@@ -15,13 +18,20 @@ kver=$(ls /lib/modules | sort -V | tail -1)
 kernel=/boot/vmlinuz-$kver
 [ -f "$kernel" ] || { echo "no kernel $kernel (install linux-image-amd64)" >&2; exit 1; }
 command -v busybox >/dev/null || { echo "busybox missing (install busybox-static)" >&2; exit 1; }
-stamp="$kver $(sha256sum "$0" | cut -c1-16)"
+# The guest traffic tool (tests/e2e/guest/tool), linked statically: the initramfs has no libc.
+repo=$(cd "$(dirname "$0")/../../.." && pwd)
+RUSTFLAGS="-C target-feature=+crt-static -C strip=symbols" cargo build --release --quiet -p ferrovs-guest-tool \
+    --target x86_64-unknown-linux-gnu --target-dir "$repo/target/guest-tool" \
+    --manifest-path "$repo/Cargo.toml"
+tool=$repo/target/guest-tool/x86_64-unknown-linux-gnu/release/ferrovs-guest
+stamp="$kver $(sha256sum "$0" | cut -c1-16) $(sha256sum "$tool" | cut -c1-16)"
 if [ -f "$out/stamp" ] && [ "$(cat "$out/stamp")" = "$stamp" ]; then exit 0; fi
 mkdir -p "$out"
 root=$(mktemp -d)
 trap 'rm -rf "$root"' EXIT
 mkdir -p "$root"/{bin,sbin,proc,sys,dev,tmp,lib/modules}
 cp "$(command -v busybox)" "$root/bin/busybox"
+cp "$tool" "$root/bin/ferrovs-guest"
 for a in sh mount ip ping sleep cat echo insmod poweroff grep sed awk seq nc ifconfig dmesg tail lspci; do
     ln -s busybox "$root/bin/$a"
 done
@@ -47,7 +57,7 @@ for m in $(cat /lib/modules/order); do
     insmod /lib/modules/$m.ko || echo "FERROVS-GUEST: insmod $m failed"
 done
 arg() { sed -n "s/.*ferrovs\.$1=\([^ ]*\).*/\1/p" /proc/cmdline; }
-ip=$(arg ip); cmd=$(arg cmd); peer=$(arg peer); count=$(arg count); interval=$(arg interval); wait=$(arg wait)
+ip=$(arg ip); cmd=$(arg cmd); peer=$(arg peer); count=$(arg count); interval=$(arg interval); wait=$(arg wait); targs=$(arg args)
 for i in $(seq 150); do [ -e /sys/class/net/eth0 ] && break; sleep 0.1; done
 [ -e /sys/class/net/eth0 ] || { echo "FERROVS-GUEST: no eth0"; ls /sys/class/net; cat /proc/modules; ls /sys/bus/pci/devices; cat /sys/bus/pci/devices/*/vendor /sys/bus/pci/devices/*/device; dmesg | tail -15; }
 ip link set lo up
@@ -66,6 +76,17 @@ case "$cmd" in
             cat /tmp/ping.out; echo "FERROVS-PING-FAIL"
         fi
         poweroff -f ;;
+    tool)
+        if [ -n "$wait" ] && [ -n "$peer" ]; then
+            for i in $(seq "$wait"); do ping -c 1 -W 1 "$peer" >/dev/null 2>&1 && break; done
+            echo "FERROVS-PEER-UP"
+        fi
+        for c in $(echo "$targs" | tr + ' '); do
+            # shellcheck disable=SC2046
+            ferrovs-guest $(echo "$c" | tr , ' ')
+        done
+        echo "FERROVS-TOOL-DONE"
+        while true; do sleep 3600; done ;;
     *)
         while true; do sleep 3600; done ;;
 esac

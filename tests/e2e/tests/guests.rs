@@ -247,3 +247,97 @@ fn guests_ping_without_loss_across_hot_upgrades() {
     }
     assert_eq!(show["upgrades"], 5);
 }
+
+/// `FERROVS-RESULT {json}` lines of a guest's console, in order.
+fn results(dir: &Path, name: &str) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(dir.join(format!("{name}.console"))).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| l.split_once("FERROVS-RESULT ").map(|(_, j)| j.trim()))
+        .filter_map(|j| serde_json::from_str(j).ok())
+        .collect()
+}
+
+/// A TCP stream (paced at 100 Mbit/s, below what TCG guests sustain, so that congestion
+/// causes no loss of its own) and then a sequenced UDP stream between two real guests while
+/// the switch is hot-upgraded every second: the TCP sender retransmits nothing, every byte
+/// arrives, and no UDP datagram is lost.
+#[test]
+fn guest_tcp_and_udp_streams_survive_hot_upgrades() {
+    let ok = require(
+        have("qemu-system-x86_64"),
+        "qemu-system-x86_64 (scripts/deps.sh installs it)",
+    ) && require(have("busybox"), "busybox-static");
+    if !ok {
+        return;
+    }
+    let img = guest_image();
+    let dir = run_dir("guests-streams");
+    let (pmd, _) = cores();
+    let _sw = start_switch(&dir, pmd, &[]);
+    let q3 = dir.join("q3.sock").display().to_string();
+    let _b = start_guest(
+        &dir,
+        &img,
+        "b",
+        &format!("socket,id=c0,path={q3},server=on,wait=off"),
+        "52:54:00:00:00:02",
+        "ferrovs.ip=10.0.0.2/24 ferrovs.cmd=tool ferrovs.args=tcp-recv,5000+udp-recv,5001,3",
+    );
+    wait_until("guest b socket", 20, || Path::new(&q3).exists());
+    let o = cli(
+        &dir,
+        &[
+            "add-port",
+            "br0",
+            "vm3",
+            "type=vhost-user-client",
+            &format!("path={q3}"),
+        ],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let vm1 = dir.join("vm1.sock").display().to_string();
+    let _a = start_guest(
+        &dir,
+        &img,
+        "a",
+        &format!("socket,id=c0,path={vm1},reconnect=1"),
+        "52:54:00:00:00:01",
+        "ferrovs.ip=10.0.0.1/24 ferrovs.cmd=tool ferrovs.peer=10.0.0.2 ferrovs.wait=60 \
+         ferrovs.args=tcp-send,10.0.0.2,5000,6,100+sleep,1+udp-send,10.0.0.2,5001,2000,10000,200",
+    );
+    wait_console(&dir, "b", &["FERROVS-LISTENING"], 120);
+    wait_console(&dir, "a", &["FERROVS-PEER-UP"], 120);
+    let mut upgrades = 0;
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(11) {
+        std::thread::sleep(Duration::from_millis(1000));
+        let o = cli(&dir, &["upgrade"]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        upgrades += 1;
+    }
+    wait_console(&dir, "a", &["FERROVS-TOOL-DONE", "FERROVS-ERROR"], 120);
+    wait_console(&dir, "b", &["FERROVS-TOOL-DONE", "FERROVS-ERROR"], 120);
+    let show = cli_json(&dir, &["show"]);
+    if let Some(pid) = show["pid"].as_u64() {
+        let _ = Command::new("kill").arg(pid.to_string()).status();
+    }
+    let (ra, rb) = (results(&dir, "a"), results(&dir, "b"));
+    assert_eq!((ra.len(), rb.len()), (2, 2), "a: {ra:?} b: {rb:?}");
+    eprintln!(
+        "{upgrades} upgrades; tcp {} / {}; udp {} / {}",
+        ra[0], rb[0], ra[1], rb[1]
+    );
+    assert_eq!(ra[0]["bytes"], rb[0]["bytes"], "every TCP byte arrived");
+    assert_eq!(
+        ra[0]["retransmits"], 0,
+        "no TCP segment was lost: {}",
+        ra[0]
+    );
+    assert_eq!(rb[1]["received"], 10_000, "{}", rb[1]);
+    assert_eq!(rb[1]["lost"], 0, "{}", rb[1]);
+    for p in show["bridges"][0]["ports"].as_array().unwrap() {
+        if p["name"] != "vm2" {
+            assert_eq!(p["connects"], 1, "no reconnect: {p}");
+        }
+    }
+}
