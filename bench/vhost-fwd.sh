@@ -6,7 +6,10 @@
 # port 1 with --sink on port 2, every packet accounted for) runs on the other core. Every
 # process under test is started with setsid (own session) so autogroup scheduling treats
 # them alike. Prints JSON: per backend and frame size the median Mpps over the rounds, the
-# ratio to testpmd, and PMD cycles per packet (ferrovs: pmd-stats; OVS: pmd-stats-show).
+# ratio to testpmd, and PMD cycles per packet: busy cycles per packet (ferrovs: pmd-stats;
+# OVS: pmd-stats-show) and all cycles of the PMD core per packet (ferrovs: busy + idle;
+# testpmd: --record-core-cycles), the one figure all three can be compared on when the
+# generator, not the PMD, limits the rate.
 #
 #   bench/vhost-fwd.sh [--rounds N] [--seconds S] [--sizes "64 1518"] [--peers "testpmd ovs"]
 set -euo pipefail
@@ -53,9 +56,12 @@ run_ferrovs() {
     gen_run "$d/vm1.sock" "$d/vm2.sock" "$size" >/dev/null 2>&1 || true
     "$bin/ferrovs" --run-dir "$d" pmd-stats-clear
     local r; r=$(gen_run "$d/vm1.sock" "$d/vm2.sock" "$size")
-    local cpp; cpp=$("$bin/ferrovs" --run-dir "$d" pmd-stats --json | jq '.[0].cycles_per_packet')
+    local st; st=$("$bin/ferrovs" --run-dir "$d" pmd-stats --json)
+    local cpp; cpp=$(jq '.[0].cycles_per_packet' <<<"$st")
+    # Busy + idle cycles per packet: the figure testpmd's --record-core-cycles reports.
+    local tpp; tpp=$(jq '.[0] | if .rx_packets > 0 then ((.busy_cycles + .idle_cycles) / .rx_packets * 10 | round / 10) else null end' <<<"$st")
     kill "$p"; wait "$p" 2>/dev/null || true
-    jq -c --argjson cpp "$cpp" '{mpps, received, sent, lost, cycles_per_packet: $cpp}' <<<"$r"
+    jq -c --argjson cpp "$cpp" --argjson tpp "$tpp" '{mpps, received, sent, lost, cycles_per_packet: $cpp, total_cycles_per_packet: $tpp}' <<<"$r"
 }
 
 run_testpmd() {
@@ -64,13 +70,15 @@ run_testpmd() {
     setsid dpdk-testpmd -l "$gen,$pmd" --main-lcore "$gen" --no-pci --no-huge -m 1024 \
         --file-prefix "fbench$$" --vdev "net_vhost0,iface=$d/a.sock,queues=1" \
         --vdev "net_vhost1,iface=$d/b.sock,queues=1" -- --forward-mode=io --nb-cores=1 \
-        --total-num-mbufs=32768 --stats-period 1 --auto-start >"$d/log" 2>&1 &
+        --total-num-mbufs=32768 --stats-period 1 --auto-start --record-core-cycles >"$d/log" 2>&1 &
     local p=$!; pids+=("$p")
     wait_sock "$d/b.sock"
     local r; r=$(gen_run "$d/a.sock" "$d/b.sock" "$size")
     kill -INT "$p"; wait "$p" 2>/dev/null || true
     pgrep -f "fbench$$" >/dev/null && { sleep 1; pkill -9 -f "fbench$$" || true; }
-    jq -c '{mpps, received, sent, lost}' <<<"$r"
+    # testpmd's own figure: all cycles of the forwarding core (busy and idle) per packet.
+    local tpp; tpp=$(sed -n 's/.*CPU cycles\/packet=\([0-9.]*\).*/\1/p' "$d/log" | tail -1)
+    jq -c --argjson tpp "${tpp:-null}" '{mpps, received, sent, lost, total_cycles_per_packet: $tpp}' <<<"$r"
 }
 
 ovs_available() { [ -f scripts/peers/ovs-dpdk.sh ]; }
@@ -86,8 +94,9 @@ run_ovs() {
     ovs_pmd_clear "$ovs_dir"
     local r; r=$(gen_run "$a" "$b" "$size")
     local cpp; cpp=$(ovs_cycles_per_packet "$ovs_dir")
+    local tpp; tpp=$(ovs_total_cycles_per_packet "$ovs_dir")
     ovs_stop; ovs_dir=
-    jq -c --argjson cpp "${cpp:-null}" '{mpps, received, sent, lost, cycles_per_packet: $cpp}' <<<"$r"
+    jq -c --argjson cpp "${cpp:-null}" --argjson tpp "${tpp:-null}" '{mpps, received, sent, lost, cycles_per_packet: $cpp, total_cycles_per_packet: $tpp}' <<<"$r"
 }
 
 results=$work/results.jsonl
@@ -114,6 +123,7 @@ jq -s --argjson rounds "$rounds" --argjson secs "$secs" '
     | (group_by(.who) | map({key: .[0].who, value: {
           mpps: (map(.mpps) | median),
           cycles_per_packet: (map(.cycles_per_packet // empty) | median),
+          total_cycles_per_packet: (map(.total_cycles_per_packet // empty) | median),
           lost: (map(.lost) | add),
           runs: map(.mpps)}}) | from_entries) as $by
     | {size: $size, results: $by,

@@ -7,7 +7,7 @@
 #
 #   source scripts/peers/ovs-dpdk.sh
 #   ovs_start DIR CORE          # ports at $(ovs_port_path DIR 1) and $(ovs_port_path DIR 2)
-#   ovs_pmd_clear DIR; ovs_cycles_per_packet DIR; ovs_stop
+#   ovs_pmd_clear DIR; ovs_cycles_per_packet DIR; ovs_total_cycles_per_packet DIR; ovs_stop
 
 OVS_VSWITCHD=/usr/lib/openvswitch-switch-dpdk/ovs-vswitchd-dpdk
 _ovs_dir=
@@ -50,6 +50,11 @@ ovs_pmd_clear() { ovs_appctl dpif-netdev/pmd-stats-clear >/dev/null; }
 # "avg processing cycles per packet" of the first PMD, as pmd-stats-show prints it.
 ovs_cycles_per_packet() {
     ovs_appctl dpif-netdev/pmd-stats-show | awk '/avg processing cycles per packet:/ {print $6; exit}'
+}
+
+# All cycles of the PMD (busy and idle) per packet.
+ovs_total_cycles_per_packet() {
+    ovs_appctl dpif-netdev/pmd-stats-show | awk '/avg cycles per packet:/ {print $5; exit}'
 }
 
 ovs_stop() {
