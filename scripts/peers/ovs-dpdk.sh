@@ -7,6 +7,9 @@
 #
 #   source scripts/peers/ovs-dpdk.sh
 #   ovs_start DIR CORE          # ports at $(ovs_port_path DIR 1) and $(ovs_port_path DIR 2)
+#   ovs_start DIR CORE client SOCK1 SOCK2   # dpdkvhostuserclient ports: OVS connects to the
+#                                           # guests' sockets (QEMU server=on), reconnects
+#   ovs_restart_vswitchd DIR CORE           # stop and start ovs-vswitchd, database kept
 #   ovs_pmd_clear DIR; ovs_cycles_per_packet DIR; ovs_total_cycles_per_packet DIR; ovs_stop
 
 OVS_VSWITCHD=/usr/lib/openvswitch-switch-dpdk/ovs-vswitchd-dpdk
@@ -34,15 +37,36 @@ ovs_start() {
         "other_config:pmd-cpu-mask=$(printf '0x%x' $((1 << core)))" \
         other_config:dpdk-lcore-mask="$(printf '0x%x' $((1 << core)))" \
         other_config:vhost-sock-dir=.
+    _ovs_vswitchd "$dir" || return 1
+    _ovs_ctl add-br br0 -- set bridge br0 datapath_type=netdev
+    if [ "${3:-}" = client ]; then
+        _ovs_ctl add-port br0 vhu1 -- set Interface vhu1 type=dpdkvhostuserclient \
+            "options:vhost-server-path=$4"
+        _ovs_ctl add-port br0 vhu2 -- set Interface vhu2 type=dpdkvhostuserclient \
+            "options:vhost-server-path=$5"
+    else
+        for i in 1 2; do
+            _ovs_ctl add-port br0 "vhu$i" -- set Interface "vhu$i" type=dpdkvhostuser
+        done
+    fi
+    _ovs_ctl set Interface vhu1 ofport_request=1 -- set Interface vhu2 ofport_request=2
+    # The bridge's default flow table is one rule: actions=NORMAL (MAC learning).
+}
+
+_ovs_vswitchd() {
+    local dir=$1
     setsid "$OVS_VSWITCHD" "unix:$dir/db.sock" --unixctl="$dir/ovs-vswitchd.ctl" \
         --pidfile="$dir/ovs-vswitchd.pid" --log-file="$dir/ovs-vswitchd.log" --detach --no-chdir ||
         { tail -5 "$dir/ovs-vswitchd.log" >&2; return 1; }
-    _ovs_ctl add-br br0 -- set bridge br0 datapath_type=netdev
-    for i in 1 2; do
-        _ovs_ctl add-port br0 "vhu$i" -- set Interface "vhu$i" type=dpdkvhostuser
-    done
-    _ovs_ctl set Interface vhu1 ofport_request=1 -- set Interface vhu2 ofport_request=2
-    # The bridge's default flow table is one rule: actions=NORMAL (MAC learning).
+}
+
+# A plain restart of the switch daemon, as a package upgrade does it: exit, start again.
+ovs_restart_vswitchd() {
+    local dir=$1 pid
+    pid=$(cat "$dir/ovs-vswitchd.pid" 2>/dev/null || true)
+    ovs_appctl exit >/dev/null 2>&1 || true
+    [ -n "$pid" ] && for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+    _ovs_vswitchd "$dir"
 }
 
 ovs_pmd_clear() { ovs_appctl dpif-netdev/pmd-stats-clear >/dev/null; }

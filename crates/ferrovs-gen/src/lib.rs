@@ -28,6 +28,9 @@ pub enum Mode {
     RxOnly,
     PingPong,
     Reflect,
+    /// Attach, set every queue up, then only keep the connection (a guest whose NIC is up
+    /// but quiet: live state for the switch to carry, e.g. across hot upgrades).
+    Idle,
 }
 
 /// Traffic parameters.
@@ -130,6 +133,10 @@ pub struct Report {
     pub size: usize,
     /// Times the backend went away and came back (`--server`).
     pub reconnects: u64,
+    /// Longest time between two received packets once packets flowed: the longest
+    /// forwarding gap the traffic saw (switch restart, hot upgrade).
+    pub max_gap_ns: u64,
+    last_rx_ns: u64,
 }
 
 impl Report {
@@ -155,6 +162,7 @@ impl Report {
             "gbps": (wire_bits / secs / 1e7).round() / 100.0,
             "size": self.size,
             "reconnects": self.reconnects,
+            "max_gap_us": (self.max_gap_ns as f64 / 100.0).round() / 10.0,
             "latency": self.latency.to_json(),
         })
     }
@@ -221,6 +229,10 @@ fn reaccept(
 fn rx_burst(rxq: &mut RxQueue, now: u64, r: &mut Report, flows: &mut Vec<FlowRx>) -> usize {
     rxq.recv_with(BURST, |pkt| match build::parse_udp_frame(pkt) {
         Ok(st) if st.flow != u16::MAX => {
+            if r.last_rx_ns != 0 {
+                r.max_gap_ns = r.max_gap_ns.max(now.saturating_sub(r.last_rx_ns));
+            }
+            r.last_rx_ns = now;
             r.received += 1;
             r.bytes += pkt.len() as u64;
             if st.tx_ns > 0 && now >= st.tx_ns {
@@ -421,6 +433,9 @@ pub fn run(
                     break;
                 }
                 live.tick(now, "rx", r.received, "");
+            }
+            Mode::Idle => {
+                std::thread::sleep(Duration::from_millis(20));
             }
             Mode::Reflect => {
                 let mut back: Vec<[u8; 2048]> = Vec::new();

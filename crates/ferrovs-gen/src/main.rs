@@ -15,7 +15,7 @@ use ferrovs_vhost::frontend::{Frontend, FrontendConfig};
 const USAGE: &str =
     "usage: ferrovs-gen --socket PATH [--server] [--queues N] [--ring N] MODE [options]
 
-MODE: txonly | rxonly | pingpong | reflect
+MODE: txonly | rxonly | pingpong | reflect | idle (attach and stay quiet)
   --socket PATH      vhost-user socket of the backend (ferrovs, testpmd net_vhost, OVS)
   --sink PATH        txonly: also receive (and account) on this second backend socket
                      in the same thread: one process measures the whole path
@@ -79,6 +79,7 @@ fn parse() -> Result<(PathBuf, Option<PathBuf>, bool, FrontendConfig, Params), S
             "rxonly" => mode = Some(Mode::RxOnly),
             "pingpong" => mode = Some(Mode::PingPong),
             "reflect" => mode = Some(Mode::Reflect),
+            "idle" => mode = Some(Mode::Idle),
             "-h" | "--help" => {
                 println!("{USAGE}");
                 std::process::exit(0);
