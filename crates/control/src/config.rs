@@ -125,6 +125,15 @@ pub enum ConfigError {
 /// Known `other` keys with their validators.
 pub const SETTINGS: &[(&str, &str)] = &[
     (
+        "pmd-rx-mode",
+        "how PMDs wait for packets: adaptive (poll while busy, sleep on guest kicks when \
+         idle; default), poll (always busy), interrupt (sleep whenever idle)",
+    ),
+    (
+        "pmd-sleep-after-us",
+        "adaptive mode: idle microseconds before a PMD sleeps (0..=1000000, default 300)",
+    ),
+    (
         "mac-aging",
         "seconds a learned MAC address stays valid (1..=86400, default 300)",
     ),
@@ -301,6 +310,13 @@ pub fn validate_setting(k: &str, v: &str) -> Result<(), ConfigError> {
     match k {
         "mac-aging" => range(1, 86400),
         "mac-table-size" => range(64, 1 << 20),
+        "pmd-sleep-after-us" => range(0, 1_000_000),
+        "pmd-rx-mode" => match v {
+            "adaptive" | "poll" | "interrupt" => Ok(()),
+            _ => Err(ConfigError::Invalid(format!(
+                "{k}={v}: expected adaptive, poll or interrupt"
+            ))),
+        },
         _ => Err(ConfigError::Invalid(format!(
             "unknown setting '{k}' (known: {})",
             SETTINGS.iter().map(|s| s.0).collect::<Vec<_>>().join(", ")

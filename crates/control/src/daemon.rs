@@ -351,6 +351,7 @@ impl Daemon {
             )?);
         }
         self.pmd_baseline = vec![[0; 4]; cores.len()];
+        self.apply_rx_mode();
         // Keep the control thread off the PMD cores when there is another core (as OVS keeps
         // non-PMD threads outside pmd-cpu-mask): a PMD never waits behind it, and it never
         // waits behind a PMD.
@@ -367,6 +368,23 @@ impl Daemon {
         });
         self.publish();
         Ok(())
+    }
+
+    /// Applies `pmd-rx-mode` and `pmd-sleep-after-us` to the PMDs.
+    fn apply_rx_mode(&self) {
+        let mode = self
+            .config
+            .other
+            .get("pmd-rx-mode")
+            .and_then(|m| dp::RxMode::parse(m))
+            .unwrap_or_default();
+        let after = self
+            .config
+            .setting_u32("pmd-sleep-after-us", dp::DEFAULT_SLEEP_AFTER_US as u32);
+        self.datapath.set_rx_mode(mode, after as u64);
+        for p in &self.pmds {
+            p.wake();
+        }
     }
 
     /// Builds and publishes the datapath snapshot from the current state.
@@ -395,6 +413,10 @@ impl Daemon {
             ports,
             pmd_rxqs,
         });
+        // A sleeping PMD looks at its (new) work at once.
+        for p in &self.pmds {
+            p.wake();
+        }
     }
 
     fn cfg_bridge(&mut self, name: &str) -> Option<&mut BridgeConfig> {
@@ -759,6 +781,9 @@ impl Daemon {
                     Err(e) => failure = Some(e.to_string()),
                 }
             }
+            for pmd in &self.pmds {
+                pmd.wake();
+            }
             if failure.is_none() {
                 let w = conn.wants_write();
                 let t = p.conn.as_ref().map(|c| c.1).unwrap_or(0);
@@ -942,6 +967,14 @@ impl Daemon {
             json!(self.config.setting_u32("mac-aging", 300).to_string()),
         );
         all.insert(
+            "pmd-rx-mode".into(),
+            json!(self.datapath.rx_mode().0.name()),
+        );
+        all.insert(
+            "pmd-sleep-after-us".into(),
+            json!((self.datapath.rx_mode().1 / 1000).to_string()),
+        );
+        all.insert(
             "mac-table-size".into(),
             json!(self.config.setting_u32("mac-table-size", 8192).to_string()),
         );
@@ -949,7 +982,8 @@ impl Daemon {
             None => Ok(Value::Object(all)),
             Some(k) => all.get(k).cloned().ok_or_else(|| {
                 ConfigError::Invalid(format!(
-                    "unknown setting '{k}' (known: pmd-cores, mac-aging, mac-table-size)"
+                    "unknown setting '{k}' (known: pmd-cores, pmd-rx-mode, pmd-sleep-after-us, \
+                     mac-aging, mac-table-size)"
                 ))
             }),
         }
@@ -971,6 +1005,9 @@ impl Daemon {
         }
         config::validate_setting(key, value)?;
         self.config.other.insert(key.into(), value.into());
+        if key == "pmd-rx-mode" || key == "pmd-sleep-after-us" {
+            self.apply_rx_mode();
+        }
         if key == "mac-aging" {
             let secs = self.config.setting_u32("mac-aging", 300);
             for b in self.bridges.values() {
@@ -1120,6 +1157,10 @@ impl Daemon {
                     "busy_pct": (busy as f64 * 100.0 / total as f64 * 10.0).round() / 10.0,
                     "cycles_per_packet": if rx > 0 { (busy as f64 / rx as f64 * 10.0).round() / 10.0 } else { 0.0 },
                     "iterations": s.iterations.load(Ordering::Relaxed),
+                    "rx_mode": self.datapath.rx_mode().0.name(),
+                    "sleeps": s.sleeps.load(Ordering::Relaxed),
+                    "kick_wakeups": s.kick_wakeups.load(Ordering::Relaxed),
+                    "sleep_cycles": s.sleep_cycles.load(Ordering::Relaxed),
                     "tsc_hz": hz,
                     "hugepages": s.hugepages.load(Ordering::Relaxed),
                 })

@@ -71,7 +71,43 @@ pub struct Datapath {
     /// Hot-upgrade standby: PMDs park (no spinning beside the old daemon's PMDs on the same
     /// cores) until [`PmdHandle::wake`] after the takeover.
     standby: std::sync::atomic::AtomicBool,
+    /// [`RxMode`] of every PMD.
+    rx_mode: std::sync::atomic::AtomicU8,
+    /// Adaptive mode: idle time before sleeping, in ns (0: the default, 300 us).
+    sleep_after_ns: std::sync::atomic::AtomicU64,
 }
+
+/// How PMDs wait for packets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RxMode {
+    /// Poll while busy; after an idle threshold, ask the guests to kick and sleep until one
+    /// does (or a port is added, or 10 ms pass).
+    #[default]
+    Adaptive,
+    /// Always busy-poll (lowest latency, a full core always).
+    Poll,
+    /// Sleep as soon as a poll finds nothing.
+    Interrupt,
+}
+
+impl RxMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            RxMode::Adaptive => "adaptive",
+            RxMode::Poll => "poll",
+            RxMode::Interrupt => "interrupt",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<RxMode> {
+        [RxMode::Adaptive, RxMode::Poll, RxMode::Interrupt]
+            .into_iter()
+            .find(|m| m.name() == s)
+    }
+}
+
+/// Default idle time before an adaptive PMD sleeps.
+pub const DEFAULT_SLEEP_AFTER_US: u64 = 300;
 
 impl Datapath {
     pub fn new() -> Datapath {
@@ -81,6 +117,34 @@ impl Datapath {
     /// Publishes a new snapshot; PMDs use it from their next iteration.
     pub fn publish(&self, s: Snapshot) {
         self.snap.store(Arc::new(s));
+    }
+
+    /// Sets how PMDs wait for packets; `sleep_after_us` is the adaptive idle threshold.
+    pub fn set_rx_mode(&self, mode: RxMode, sleep_after_us: u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let m = match mode {
+            RxMode::Adaptive => 0,
+            RxMode::Poll => 1,
+            RxMode::Interrupt => 2,
+        };
+        self.sleep_after_ns.store(sleep_after_us * 1000, Relaxed);
+        self.rx_mode.store(m, Relaxed);
+    }
+
+    /// The current mode and adaptive threshold (ns).
+    #[inline]
+    pub fn rx_mode(&self) -> (RxMode, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let mode = match self.rx_mode.load(Relaxed) {
+            1 => RxMode::Poll,
+            2 => RxMode::Interrupt,
+            _ => RxMode::Adaptive,
+        };
+        let ns = match self.sleep_after_ns.load(Relaxed) {
+            0 => DEFAULT_SLEEP_AFTER_US * 1000,
+            n => n,
+        };
+        (mode, ns)
     }
 
     /// Enters or leaves standby (see the field).

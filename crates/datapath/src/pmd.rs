@@ -16,14 +16,17 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
 use ferrovs_sys::os;
 use ferrovs_sys::pool::{Mbuf, Pool};
+use ferrovs_sys::vring;
 use ferrovs_vhost::stats::DropReason;
 use ferrovs_vhost::virtqueue::BURST;
 
 use crate::l2::{self, Decision, Edit};
 use crate::port::{Port, PortIo};
-use crate::{Datapath, RxqRef, Snapshot};
+use crate::{Datapath, RxMode, RxqRef, Snapshot};
 
 /// Buffers per PMD pool: bursts in flight plus flood copies, with margin.
 pub const POOL_BUFFERS: u32 = 2048;
@@ -46,6 +49,11 @@ pub struct PmdStats {
     /// Iterations completed, stored after every one (with the snapshot released): when it
     /// moves past a value read after a publish, this PMD no longer uses the old snapshot.
     pub epoch: AtomicU64,
+    /// Interrupt/adaptive mode: times it slept, TSC cycles asleep, and wake-ups by a guest
+    /// kick (the rest were timeouts or control-plane doorbells).
+    pub sleeps: AtomicU64,
+    pub sleep_cycles: AtomicU64,
+    pub kick_wakeups: AtomicU64,
 }
 
 /// A running PMD.
@@ -53,6 +61,8 @@ pub struct PmdStats {
 pub struct PmdHandle {
     pub stats: Arc<PmdStats>,
     stop: Arc<AtomicBool>,
+    /// Rung by the control plane so that a sleeping PMD looks at its work again.
+    doorbell: Arc<OwnedFd>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -71,6 +81,8 @@ impl PmdHandle {
             ..Default::default()
         });
         let stop = Arc::new(AtomicBool::new(false));
+        let doorbell = Arc::new(os::eventfd()?);
+        let bell = doorbell.clone();
         let pool = Pool::new(POOL_BUFFERS)?;
         stats.hugepages.store(pool.hugepages(), Ordering::Relaxed);
         let (s, st) = (stats.clone(), stop.clone());
@@ -82,25 +94,29 @@ impl PmdHandle {
                         eprintln!("ferrovs: pmd{index}: cannot pin to core {c}: {e}");
                     }
                 }
-                run(index, &pool, &dp, &clock, &s, &st);
+                run(index, &pool, &dp, &clock, &s, &st, &bell);
             })?;
         Ok(PmdHandle {
             stats,
             stop,
+            doorbell,
             thread: Some(thread),
         })
     }
 
-    /// Wakes a parked PMD (standby, or nothing assigned).
+    /// Wakes a parked or sleeping PMD (standby, nothing assigned, interrupt mode): it looks
+    /// at the published snapshot and its queues again.
     pub fn wake(&self) {
         if let Some(t) = &self.thread {
             t.thread().unpark();
         }
+        let _ = os::notify(self.doorbell.as_fd());
     }
 
     /// Stops the thread and waits for it.
     pub fn stop(&mut self) {
         self.stop.store(true, Ordering::Release);
+        let _ = os::notify(self.doorbell.as_fd());
         if let Some(t) = self.thread.take() {
             t.thread().unpark();
             let _ = t.join();
@@ -136,7 +152,11 @@ fn run(
     clock: &AtomicU32,
     stats: &PmdStats,
     stop: &AtomicBool,
+    doorbell: &OwnedFd,
 ) {
+    let hz = os::tsc_hz().max(1);
+    let mut idle_since = os::rdtsc();
+    let (mut sleeps, mut sleep_cycles, mut kick_wakeups) = (0u64, 0u64, 0u64);
     let mut sc = Scratch {
         batch: Vec::with_capacity(BURST),
         extra: Vec::with_capacity(BURST * 4),
@@ -182,6 +202,33 @@ fn run(
             idle += t.wrapping_sub(last);
         }
         last = t;
+        if moved > 0 {
+            idle_since = t;
+        } else if assigned > 0 {
+            let (mode, after_ns) = dp.rx_mode();
+            let after = match mode {
+                RxMode::Poll => u64::MAX,
+                RxMode::Interrupt => 0,
+                RxMode::Adaptive => after_ns.saturating_mul(hz) / 1_000_000_000,
+            };
+            if t.wrapping_sub(idle_since) >= after {
+                if let Some(why) = sleep(dp, index, doorbell) {
+                    let w = os::rdtsc();
+                    sleeps += 1;
+                    sleep_cycles += w.wrapping_sub(t);
+                    kick_wakeups += (why == Wake::Kick) as u64;
+                    stats.sleeps.store(sleeps, Ordering::Relaxed);
+                    stats.sleep_cycles.store(sleep_cycles, Ordering::Relaxed);
+                    stats.kick_wakeups.store(kick_wakeups, Ordering::Relaxed);
+                    last = w;
+                    if why != Wake::Timeout {
+                        // Work is likely: poll for a while before sleeping again. After a
+                        // timeout, one empty poll and back to sleep.
+                        idle_since = w;
+                    }
+                }
+            }
+        }
         iters += 1;
         stats.epoch.store(iters, Ordering::Release);
         if iters & 0xff == 0 || moved == 0 {
@@ -199,6 +246,82 @@ fn run(
             std::thread::park_timeout(std::time::Duration::from_millis(1));
         }
     }
+}
+
+/// Longest sleep (a safety net: the control plane rings the doorbell on every snapshot,
+/// freeze and handled vhost-user message, so new queues are seen at once).
+const MAX_SLEEP_MS: i32 = 100;
+
+/// Interrupt mode: asks the guest of every rx queue of this PMD to kick, re-checks every ring
+/// (the race: a buffer made available just before the guest saw our request is never kicked,
+/// so it must be seen here), then sleeps on the kick eventfds and the doorbell. Returns None
+/// when it could not sleep (work pending, a queue busy or without kick fd), else what woke
+/// it. Off the packet path: it may allocate.
+#[cold]
+fn sleep(dp: &Datapath, index: usize, doorbell: &OwnedFd) -> Option<Wake> {
+    let snap = dp.guard();
+    let mine = snap.pmd_rxqs.get(index)?;
+    let mut armed: Vec<Arc<ferrovs_vhost::device::Queue>> = Vec::with_capacity(mine.len());
+    let mut kicks: Vec<OwnedFd> = Vec::with_capacity(mine.len());
+    let disarm = |armed: &[Arc<ferrovs_vhost::device::Queue>]| {
+        for q in armed {
+            q.lock().disable_kicks();
+        }
+    };
+    for rxq in mine {
+        let Some(port) = snap.port(rxq.port) else {
+            continue;
+        };
+        let PortIo::Vhost { queues } = &port.io;
+        let Some(q) = queues.get(2 * rxq.pair as usize + 1) else {
+            continue;
+        };
+        if !q.ready.load(Ordering::Acquire) {
+            continue;
+        }
+        let Ok(vq) = q.vq.try_lock() else {
+            disarm(&armed);
+            return None;
+        };
+        // A frontend that polls (no kick fd) cannot wake us: keep polling.
+        let Some(k) = vq.kick.as_ref().and_then(|k| k.try_clone().ok()) else {
+            drop(vq);
+            disarm(&armed);
+            return None;
+        };
+        vq.enable_kicks();
+        drop(vq);
+        kicks.push(k);
+        armed.push(q.clone());
+    }
+    drop(snap);
+    vring::fence();
+    if armed.iter().any(|q| q.lock().has_pending()) {
+        disarm(&armed);
+        return None;
+    }
+    let mut fds: Vec<BorrowedFd<'_>> = kicks.iter().map(|k| k.as_fd()).collect();
+    fds.push(doorbell.as_fd());
+    let _ = os::poll_readable(&fds, MAX_SLEEP_MS);
+    let mut kicked = false;
+    for k in &kicks {
+        kicked |= os::drain(k.as_fd()).is_ok_and(|n| n > 0);
+    }
+    let rung = os::drain(doorbell.as_fd()).is_ok_and(|n| n > 0);
+    disarm(&armed);
+    Some(match (kicked, rung) {
+        (true, _) => Wake::Kick,
+        (_, true) => Wake::Doorbell,
+        _ => Wake::Timeout,
+    })
+}
+
+/// What ended a sleep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wake {
+    Kick,
+    Doorbell,
+    Timeout,
 }
 
 /// Polls one rx queue; returns (received, transmitted, dropped).

@@ -505,6 +505,29 @@ pub fn set_realtime(on: bool) -> io::Result<()> {
     cvt(unsafe { libc::sched_setscheduler(0, policy, &p) }).map(|_| ())
 }
 
+/// Waits until one of `fds` is readable or `timeout_ms` passes (`poll(2)`); returns how
+/// many are ready (0 on timeout or signal).
+pub fn poll_readable(fds: &[BorrowedFd<'_>], timeout_ms: i32) -> io::Result<usize> {
+    let mut pfds: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|f| libc::pollfd {
+            fd: f.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    // SAFETY: `pfds` is a valid array of `pfds.len()` pollfd structures.
+    let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, timeout_ms) };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::Interrupted {
+            return Ok(0);
+        }
+        return Err(e);
+    }
+    Ok(n as usize)
+}
+
 /// Starts a new session (detaches from the caller's terminal and process group).
 pub fn new_session() -> io::Result<()> {
     // SAFETY: plain syscall; fails harmlessly if we already lead a session.

@@ -274,6 +274,40 @@ impl VirtQueue {
         }
     }
 
+    /// Asks the guest to kick on its next available buffer (interrupt mode, before the PMD
+    /// sleeps): `avail_event = last_avail` with EVENT_IDX, else clear NO_NOTIFY. The caller
+    /// must then fence and re-check [`VirtQueue::has_pending`]: a buffer published before the
+    /// guest saw this request would otherwise never be kicked (the guest writes its index,
+    /// fences, reads our request; we write the request, fence, read its index: one of the two
+    /// sees the other's write).
+    pub fn enable_kicks(&self) -> bool {
+        let Some(ring) = &self.ring else { return false };
+        if self.event_idx() {
+            ring.set_avail_event(self.state.last_avail);
+        } else {
+            ring.set_used_flags(0);
+        }
+        true
+    }
+
+    /// Back to polling: no kicks wanted.
+    pub fn disable_kicks(&self) {
+        if let Some(ring) = &self.ring {
+            if self.event_idx() {
+                ring.set_avail_event(self.state.last_avail.wrapping_sub(1));
+            } else {
+                ring.set_used_flags(VRING_USED_F_NO_NOTIFY);
+            }
+        }
+    }
+
+    /// Whether the guest made buffers available that we have not consumed.
+    pub fn has_pending(&self) -> bool {
+        self.ring
+            .as_ref()
+            .is_some_and(|r| r.avail_idx() != self.state.last_avail)
+    }
+
     /// Whether the ring is placed (started) in guest memory.
     pub fn started(&self) -> bool {
         self.ring.is_some()
