@@ -17,16 +17,20 @@
 #            longest time without a packet.
 #   ovs      the same restart of OVS-DPDK's ovs-vswitchd (dpdkvhostuserclient ports, NORMAL,
 #            database kept), N = 2.
+#   guests   (--guests) two QEMU guests (TCG, tests/e2e/guest) with a TCP stream between them
+#            (guest A -> B, unpaced) while ferrovs is upgraded every second: throughput and the
+#            sender's TCP retransmissions, beside the same run without upgrades. Not together
+#            with the 1 Mpps series: on 2 cores TCG guests would take the generator's core.
 # Every process under test starts with setsid (own session) so autogroup scheduling treats them
 # alike. Prints JSON: per N, downtime p50/p99/max, freeze p50/p99, prepare p50, traffic
 # sent/received/lost and its longest gap, restart gaps, and restart gap / upgrade downtime p99.
 #
 #   bench/upgrade.sh [--ports "2 8 32"] [--upgrades 50] [--restarts 5] [--rate 1000000]
-#                    [--restart-rate 100000] [--no-ovs]
+#                    [--restart-rate 100000] [--no-ovs] [--guests]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-ports="2 8 32" upgrades=50 restarts=5 rate=1000000 rrate=100000 ovs=1
+ports="2 8 32" upgrades=50 restarts=5 rate=1000000 rrate=100000 ovs=1 guests=0
 while [ $# -gt 0 ]; do
     case $1 in
         --ports) ports=$2; shift 2 ;;
@@ -35,6 +39,7 @@ while [ $# -gt 0 ]; do
         --rate) rate=$2; shift 2 ;;
         --restart-rate) rrate=$2; shift 2 ;;
         --no-ovs) ovs=0; shift ;;
+        --guests) guests=1; shift ;;
         *) echo "unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -191,6 +196,46 @@ run_ovs_restarts() {
     printf '%s\n' "${gaps[@]}" | jq -s .
 }
 
+# Two guests, TCP A -> B for 12 s; with $2 = upgrade, `ferrovs upgrade` every second.
+run_guests() {
+    local d=$work/guests-$1 img=$root/target/guest
+    rm -rf "$d"; mkdir -p "$d"
+    bash tests/e2e/guest/build-initramfs.sh "$img" >&2
+    setsid "$bin/ferrovsd" --run-dir "$d" --pmd-cores "$pmd" >"$d/ferrovsd.err" 2>&1 &
+    wait_sock "$d/vm2.sock"
+    local name mac args sock
+    for name in a b; do
+        if [ "$name" = a ]; then
+            mac=52:54:00:00:00:01 sock=$d/vm1.sock
+            args="ferrovs.ip=10.0.0.1/24 ferrovs.cmd=tool ferrovs.peer=10.0.0.2 ferrovs.wait=60 ferrovs.args=tcp-send,10.0.0.2,5000,12"
+        else
+            mac=52:54:00:00:00:02 sock=$d/vm2.sock
+            args="ferrovs.ip=10.0.0.2/24 ferrovs.cmd=tool ferrovs.args=tcp-recv,5000"
+        fi
+        setsid qemu-system-x86_64 -accel tcg -m 256 -smp 1 -nographic -no-reboot -nodefaults \
+            -serial "file:$d/$name.console" -kernel "$img/vmlinuz" -initrd "$img/initramfs.gz" \
+            -append "console=ttyS0 quiet $args" \
+            -object memory-backend-memfd,id=mem,size=256M,share=on -numa node,memdev=mem \
+            -chardev "socket,id=c0,path=$sock" -netdev vhost-user,id=n0,chardev=c0 \
+            -device "virtio-net-pci,netdev=n0,mac=$mac,vectors=0" >/dev/null 2>&1 &
+    done
+    for _ in $(seq 1200); do grep -q FERROVS-PEER-UP "$d/a.console" 2>/dev/null && break; sleep 0.1; done
+    local n=0
+    if [ "$1" = upgrade ]; then
+        for _ in $(seq 11); do
+            sleep 1
+            "$bin/ferrovs" --run-dir "$d" upgrade --json >>"$d/reports.jsonl" && n=$((n + 1))
+        done
+    fi
+    for _ in $(seq 600); do grep -q FERROVS-TOOL-DONE "$d/a.console" 2>/dev/null && break; sleep 0.1; done
+    local res; res=$(sed -n 's/.*FERROVS-RESULT //p' "$d/a.console" | head -1)
+    local down=null
+    [ -s "$d/reports.jsonl" ] && down=$(percentiles downtime_us <"$d/reports.jsonl")
+    jq -c --argjson n "$n" --argjson down "$down" '{upgrades: $n, tcp_mbps: .mbps, retransmits, bytes, downtime_us: $down}' <<<"${res:-null}"
+    pkill -f "$d" 2>/dev/null || true
+    stop_all
+}
+
 summary='{runs: ., p50: (sort | .[(length / 2 | floor)]), max: max}'
 results=$work/results.jsonl
 : >"$results"
@@ -210,7 +255,16 @@ if [ "$ovs" = 1 ]; then
     log "OVS-DPDK: $restarts restarts of ovs-vswitchd"
     ovs_json=$(run_ovs_restarts | jq -c "{ports: 2, restart_gap_us: $summary}")
 fi
-jq -s --argjson ovs "$ovs_json" --argjson rate "$rate" --argjson rrate "$rrate" '{
-    benchmark: "upgrade", rate_pps: $rate, restart_rate_pps: $rrate,
+guests_json=null
+if [ "$guests" = 1 ]; then
+    log "guests: TCP stream without upgrades"
+    g0=$(run_guests plain)
+    log "guests: TCP stream with an upgrade every second"
+    g1=$(run_guests upgrade)
+    guests_json=$(jq -n -c --argjson a "$g0" --argjson b "$g1" '{without_upgrades: $a, with_upgrades: $b}')
+fi
+jq -s --argjson ovs "$ovs_json" --argjson rate "$rate" --argjson rrate "$rrate" \
+    --argjson guests "$guests_json" '{
+    benchmark: "upgrade", rate_pps: $rate, restart_rate_pps: $rrate, guests_tcp: $guests,
     note: "downtime_us: measured by the daemons (freeze in the old one -> PMDs running in the new one); max_gap_us: longest time between two packets at the receiver over the whole series; restart gaps: the same, for SIGTERM + start",
     ferrovs: ., ovs_dpdk_restart: $ovs}' "$results"

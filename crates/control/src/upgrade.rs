@@ -14,7 +14,7 @@
 //!                      ◀─────────────── Frozen{ring positions, freeze time}
 //!  start rings there, publish, wake PMDs
 //!  Resumed ───────────────────────────▶ exits (commit)
-//!                      ◀─────────────── Bye
+//!                      ◀─────────────── Bye{final counters}
 //! ```
 //!
 //! A failure or timeout before `Frozen` leaves the old daemon as it was. After `Frozen`, the
@@ -76,13 +76,16 @@ pub enum Msg {
         freeze_us: u64,
         /// Per port (by name), per queue: `last_avail` (None: not started).
         positions: Vec<(String, Vec<Option<u16>>)>,
-        /// Per port (by name), per queue: counters at the freeze (they carry on).
-        stats: Vec<(String, Vec<StatsState>)>,
     },
     /// new → old: forwarding.
     Resumed { t_resumed_ns: u64 },
-    /// old → new: committed; the old daemon exits.
-    Bye,
+    /// old → new: committed; the old daemon exits. Carries its final counters per port (by
+    /// name) and queue, taken at the freeze: sent after the new daemon resumed, so that they
+    /// cost nothing in the forwarding gap; the new daemon adds them to its own.
+    Bye {
+        #[serde(default)]
+        stats: Vec<(String, Vec<StatsState>)>,
+    },
     /// either way: this side gives up (the old daemon carries on).
     Fail { error: String },
 }

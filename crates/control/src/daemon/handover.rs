@@ -171,23 +171,11 @@ impl Daemon {
             .iter()
             .map(|(n, p)| (n.clone(), p.device.positions()))
             .collect();
-        let stats = self
-            .ports
-            .iter()
-            .map(|(n, p)| {
-                let q = p.device.queues().iter();
-                (
-                    n.clone(),
-                    q.map(|q| stats_wire(&q.stats.snapshot())).collect(),
-                )
-            })
-            .collect();
         let t1 = os::monotonic_ns();
         let frozen = Msg::Frozen {
             t_freeze_ns: t0,
             freeze_us: (t1 - t0) / 1000,
             positions,
-            stats,
         };
         if let Err(e) = ch.send(&frozen, &[]) {
             // It never got the positions: it cannot have started.
@@ -196,7 +184,19 @@ impl Daemon {
         }
         match ch.recv(resume_timeout()) {
             Ok((Msg::Resumed { .. }, _)) => {
-                let _ = ch.send(&Msg::Bye, &[]);
+                // Frozen since the freeze: these are the final counters.
+                let stats = self
+                    .ports
+                    .iter()
+                    .map(|(n, p)| {
+                        let q = p.device.queues().iter();
+                        (
+                            n.clone(),
+                            q.map(|q| stats_wire(&q.stats.snapshot())).collect(),
+                        )
+                    })
+                    .collect();
+                let _ = ch.send(&Msg::Bye { stats }, &[]);
                 eprintln!("ferrovs: upgrade: pid {pid} took over; exiting");
                 Ok(())
             }
@@ -428,16 +428,15 @@ impl Daemon {
         )
         .map_err(|e| err(format!("ready: {e}")))?;
         fail_at("ready");
-        let (t_freeze_ns, freeze_us, positions, stats) = match ch.recv(FROZEN_TIMEOUT) {
+        let (t_freeze_ns, freeze_us, positions) = match ch.recv(FROZEN_TIMEOUT) {
             Ok((
                 Msg::Frozen {
                     t_freeze_ns,
                     freeze_us,
                     positions,
-                    stats,
                 },
                 _,
-            )) => (t_freeze_ns, freeze_us, positions, stats),
+            )) => (t_freeze_ns, freeze_us, positions),
             Ok((m, _)) => return Err(err(format!("expected the freeze, got {m:?}"))),
             Err(e) => return Err(err(format!("waiting for the freeze: {e}"))),
         };
@@ -447,7 +446,6 @@ impl Daemon {
             return Err(err(e));
         }
         let t_resumed = os::monotonic_ns();
-        d.restore_stats(&stats);
         fail_at("resumed");
         if let Err(e) = ch.send(
             &Msg::Resumed {
@@ -458,7 +456,7 @@ impl Daemon {
             eprintln!("ferrovsd: takeover: telling the old daemon we run: {e}");
         }
         match ch.recv(BYE_TIMEOUT) {
-            Ok((Msg::Bye, _)) => {}
+            Ok((Msg::Bye { stats }, _)) => d.restore_stats(&stats),
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {}
             Ok((m, _)) => eprintln!("ferrovsd: takeover: expected bye, got {m:?}"),
             Err(e) => eprintln!("ferrovsd: takeover: waiting for bye: {e}"),
