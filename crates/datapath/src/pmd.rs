@@ -3,9 +3,11 @@
 //! A PMD owns a packet pool and a set of rx queues (from the published [`Snapshot`]). Each
 //! iteration it loads the snapshot (one atomic load), and for each of its rx queues: takes
 //! the queue's lock with `try_lock` (a queue being reconfigured is skipped for this round),
-//! dequeues a burst of up to 32 packets, decides each packet's fate, groups packets by output
-//! port and transmits each group with one enqueue (one used-ring publish, at most one guest
-//! notification). Scratch space is allocated once at start; the loop allocates nothing.
+//! receives a burst of up to 32 packets ([`Port::rx_burst`]: a vhost-user dequeue, TAP reads
+//! or an AF_PACKET ring), decides each packet's fate, groups packets by output port and
+//! transmits each group with one [`Port::tx_burst`] (for vhost-user: one used-ring publish,
+//! at most one guest notification). Scratch space is allocated once at start; the loop
+//! allocates nothing.
 //!
 //! Accounting: TSC cycles of iterations that moved packets are *busy*, the rest *idle*;
 //! cycles per packet = busy cycles / packets, as OVS's `pmd-stats-show` reports.
@@ -22,7 +24,7 @@ use ferrovs_vhost::stats::DropReason;
 use ferrovs_vhost::virtqueue::BURST;
 
 use crate::l2::{self, Decision, Edit};
-use crate::port::{Port, PortIo};
+use crate::port::Port;
 use crate::{Datapath, RxqRef, Snapshot};
 
 /// Buffers per PMD pool: bursts in flight plus flood copies, with margin.
@@ -214,19 +216,7 @@ fn poll_rxq<'p>(
     let Some(inp) = snap.port(rxq.port) else {
         return (0, 0, 0);
     };
-    let PortIo::Vhost { queues } = &inp.io;
-    let Some(q) = queues.get(2 * rxq.pair as usize + 1) else {
-        return (0, 0, 0);
-    };
-    if !q.ready.load(Ordering::Acquire) {
-        return (0, 0, 0);
-    }
-    {
-        let Ok(mut vq) = q.vq.try_lock() else {
-            return (0, 0, 0);
-        };
-        vq.dequeue(pool, &mut sc.batch, BURST, &q.stats, &inp.name);
-    }
+    inp.rx_burst(rxq.pair, pool, &mut sc.batch);
     let n = sc.batch.len();
     if n == 0 {
         return (0, 0, 0);
@@ -342,17 +332,6 @@ fn transmit(
     extra: &[Mbuf<'_>],
     pmd: usize,
 ) -> (u64, u64) {
-    let PortIo::Vhost { queues } = &out.io;
-    let pairs = queues.len() / 2;
-    // Each PMD prefers its own queue pair; any ready one will do.
-    let q = (0..pairs)
-        .map(|k| &queues[2 * ((pmd + k) % pairs)])
-        .find(|q| q.ready.load(Ordering::Acquire));
-    let Some(q) = q else {
-        out.tx_not_ready
-            .fetch_add(idx.len() as u64, Ordering::Relaxed);
-        return (0, idx.len() as u64);
-    };
     let data = |i: &u16| {
         let i = *i as usize;
         if i < BURST {
@@ -361,11 +340,5 @@ fn transmit(
             extra[i - BURST].data()
         }
     };
-    let sent = {
-        let mut vq = q.lock();
-        vq.enqueue(idx.iter().map(data), &q.stats, &out.name)
-    };
-    let dropped = (idx.len() - sent) as u64;
-    q.stats.drop(DropReason::GuestNoBuffers, dropped);
-    (sent as u64, dropped)
+    out.tx_burst(pmd, idx.len(), idx.iter().map(data))
 }
