@@ -401,7 +401,13 @@ impl AfPacket {
                 if e.kind() == io::ErrorKind::Interrupted {
                     continue;
                 }
-                match TxFail::from_io(&e) {
+                let mut fail = TxFail::from_io(&e);
+                if e.raw_os_error() == Some(libc::ENETDOWN) && self.device_up() {
+                    // A noqueue device (veth) whose queue is stopped answers ENETDOWN too:
+                    // with the device up, that is a full queue.
+                    fail = TxFail::Full;
+                }
+                match fail {
                     // The rest of the batch would fail the same way: count it at once.
                     TxFail::Full => {
                         rep.full += n - i;
@@ -422,6 +428,25 @@ impl AfPacket {
                 }
             }
         }
+    }
+
+    /// Whether the bound device is administratively up (two ioctls: for error paths).
+    fn device_up(&self) -> bool {
+        // SAFETY: an all-zero ifreq is a valid value.
+        let mut r: libc::ifreq = unsafe { std::mem::zeroed() };
+        r.ifr_ifru.ifru_ifindex = self.ifindex as libc::c_int;
+        // SAFETY: SIOCGIFNAME reads the index from and writes the name into `r`; the
+        // socket's namespace is the device's.
+        if unsafe { libc::ioctl(self.fd.as_raw_fd(), libc::SIOCGIFNAME, &mut r) } < 0 {
+            return false;
+        }
+        // SAFETY: SIOCGIFFLAGS reads the name from and writes the flags into `r`.
+        if unsafe { libc::ioctl(self.fd.as_raw_fd(), libc::SIOCGIFFLAGS, &mut r) } < 0 {
+            return false;
+        }
+        // SAFETY: SIOCGIFFLAGS succeeded, so the union holds `ifru_flags`.
+        let flags = unsafe { r.ifr_ifru.ifru_flags };
+        flags & libc::IFF_UP as libc::c_short != 0
     }
 
     /// Frames the kernel dropped for want of ring space since the last call
