@@ -402,9 +402,9 @@ impl AfPacket {
                     continue;
                 }
                 let mut fail = TxFail::from_io(&e);
-                if e.raw_os_error() == Some(libc::ENETDOWN) && self.device_up() {
+                if e.raw_os_error() == Some(libc::ENETDOWN) && self.device_running() {
                     // A noqueue device (veth) whose queue is stopped answers ENETDOWN too:
-                    // with the device up, that is a full queue.
+                    // with the device up and its carrier on, that is a full queue.
                     fail = TxFail::Full;
                 }
                 match fail {
@@ -430,8 +430,9 @@ impl AfPacket {
         }
     }
 
-    /// Whether the bound device is administratively up (two ioctls: for error paths).
-    fn device_up(&self) -> bool {
+    /// Whether the bound device is up with its carrier on (IFF_UP and IFF_RUNNING; two
+    /// ioctls: for error paths only).
+    fn device_running(&self) -> bool {
         // SAFETY: an all-zero ifreq is a valid value.
         let mut r: libc::ifreq = unsafe { std::mem::zeroed() };
         r.ifr_ifru.ifru_ifindex = self.ifindex as libc::c_int;
@@ -446,7 +447,8 @@ impl AfPacket {
         }
         // SAFETY: SIOCGIFFLAGS succeeded, so the union holds `ifru_flags`.
         let flags = unsafe { r.ifr_ifru.ifru_flags };
-        flags & libc::IFF_UP as libc::c_short != 0
+        let want = (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+        flags & want == want
     }
 
     /// Frames the kernel dropped for want of ring space since the last call
@@ -728,5 +730,317 @@ impl RxRing {
             self.release();
         }
         res
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GEO: RingGeometry = RingGeometry {
+        block_size: 4096,
+        block_nr: 4,
+        frame_size: 128,
+    };
+
+    /// A ring in anonymous memory, written the way the kernel writes it.
+    struct FakeRing {
+        ring: RxRing,
+    }
+
+    impl FakeRing {
+        fn new() -> FakeRing {
+            let map = Mmap::anonymous(GEO.len()).unwrap();
+            FakeRing {
+                ring: RxRing::new(map, GEO),
+            }
+        }
+
+        fn put(&self, at: usize, bytes: &[u8]) {
+            assert!(at + bytes.len() <= GEO.len());
+            // SAFETY: in bounds of the test's own mapping, which nothing else uses.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    bytes.as_ptr(),
+                    self.ring.map.as_ptr().add(at),
+                    bytes.len(),
+                )
+            }
+        }
+
+        fn u32_at(&self, at: usize, v: u32) {
+            self.put(at, &v.to_ne_bytes());
+        }
+
+        fn status_of(&self, b: u32) -> u32 {
+            self.ring.status(b)
+        }
+
+        /// Fills block `b` with `frames` (frame bytes, tp_status, pkttype, tp_len) and hands
+        /// it to user space with sequence number `seq`.
+        fn block(&self, b: u32, seq: u64, frames: &[(&[u8], u32, u8, Option<u32>)]) {
+            let base = b as usize * GEO.block_size as usize;
+            let mut off = BLK_DESC_LEN;
+            self.u32_at(base + BLK_NUM_PKTS, frames.len() as u32);
+            self.u32_at(base + BLK_FIRST, off as u32);
+            self.put(base + BLK_SEQ, &seq.to_ne_bytes());
+            for (i, (f, status, pkttype, len)) in frames.iter().enumerate() {
+                let mac = HDR3_TOTAL.next_multiple_of(16);
+                let next = (mac + f.len()).next_multiple_of(16);
+                let h = base + off;
+                let last = i + 1 == frames.len();
+                self.u32_at(h, if last { 0 } else { next as u32 });
+                self.u32_at(h + 12, f.len() as u32);
+                self.u32_at(h + 16, len.unwrap_or(f.len() as u32));
+                self.u32_at(h + 20, *status);
+                self.u32_at(h + 24, mac as u32);
+                self.u32_at(h + 32, 100); // VLAN TCI, if valid
+                self.u32_at(h + 36, 0x88a8); // TPID, if valid
+                self.put(h + HDR3_LEN + 10, &[*pkttype]);
+                self.put(h + mac, f);
+                off += next;
+            }
+            self.ring
+                .status_atomic(b)
+                .store(libc::TP_STATUS_USER, Ordering::Release);
+        }
+    }
+
+    fn frame(tag: u8) -> Vec<u8> {
+        let mut f = vec![0u8; 60];
+        f[..6].copy_from_slice(&[2, 0, 0, 0, 0, 2]);
+        f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
+        f[12..14].copy_from_slice(&[0x88, 0xb5]);
+        f[14] = tag;
+        f
+    }
+
+    #[test]
+    fn reads_frames_restores_vlan_tags_and_skips_outgoing() {
+        let mut r = FakeRing::new();
+        let mut buf = [0u8; 256];
+        assert_eq!(r.ring.next(&mut buf), RxFrame::Empty);
+        let (a, b, c) = (frame(1), frame(2), frame(3));
+        r.block(
+            0,
+            1,
+            &[
+                (&a, 0, libc::PACKET_HOST, None),
+                (&b, libc::TP_STATUS_VLAN_VALID, libc::PACKET_OTHERHOST, None),
+                (&c, 0, libc::PACKET_OUTGOING, None),
+            ],
+        );
+        assert_eq!(r.ring.next(&mut buf), RxFrame::Frame(60));
+        assert_eq!(&buf[..60], &a[..]);
+        assert_eq!(r.ring.position(), RingPosition { block: 0, taken: 1 });
+        // The tag comes back in the frame, 0x8100 when the TPID is not reported.
+        assert_eq!(r.ring.next(&mut buf), RxFrame::Frame(64));
+        assert_eq!(&buf[..12], &b[..12]);
+        assert_eq!(&buf[12..16], &[0x81, 0x00, 0, 100]);
+        assert_eq!(&buf[16..64], &b[12..]);
+        assert_eq!(r.ring.next(&mut buf), RxFrame::Outgoing);
+        // The last frame gave the block back.
+        assert_eq!(r.status_of(0), libc::TP_STATUS_KERNEL);
+        assert_eq!(r.ring.position(), RingPosition { block: 1, taken: 0 });
+        assert_eq!(r.ring.next(&mut buf), RxFrame::Empty);
+        // 802.1ad TPID reported; a frame cut by snaplen; one larger than the buffer.
+        let big = [7u8; 200];
+        r.block(
+            1,
+            2,
+            &[
+                (
+                    &a,
+                    libc::TP_STATUS_VLAN_VALID | libc::TP_STATUS_VLAN_TPID_VALID,
+                    0,
+                    None,
+                ),
+                (&b, 0, 0, Some(1500)),
+                (&big, 0, 0, None),
+            ],
+        );
+        assert_eq!(r.ring.next(&mut buf), RxFrame::Frame(64));
+        assert_eq!(&buf[12..16], &[0x88, 0xa8, 0, 100]);
+        assert_eq!(r.ring.next(&mut buf), RxFrame::Oversize);
+        assert_eq!(r.ring.next(&mut buf[..100]), RxFrame::Oversize);
+        assert_eq!(r.ring.position(), RingPosition { block: 2, taken: 0 });
+    }
+
+    #[test]
+    fn corrupt_blocks_are_given_back_without_reading_outside() {
+        let mut r = FakeRing::new();
+        let mut buf = [0u8; 256];
+        let a = frame(1);
+        let base = 0;
+        // A frame whose data would run past the block.
+        r.block(0, 1, &[(&a, 0, 0, None), (&a, 0, 0, None)]);
+        r.u32_at(base + BLK_DESC_LEN + 12, 1 << 20);
+        assert_eq!(r.ring.next(&mut buf), RxFrame::Corrupt);
+        assert_eq!(r.status_of(0), libc::TP_STATUS_KERNEL);
+        // A first-frame offset outside the block.
+        r.block(1, 2, &[(&a, 0, 0, None)]);
+        r.u32_at(GEO.block_size as usize + BLK_FIRST, u32::MAX - 8);
+        assert_eq!(r.ring.next(&mut buf), RxFrame::Corrupt);
+        // A chain that ends (next offset 0) before num_pkts frames.
+        r.block(2, 3, &[(&a, 0, 0, None), (&a, 0, 0, None)]);
+        r.u32_at(2 * GEO.block_size as usize + BLK_DESC_LEN, 0);
+        assert_eq!(r.ring.next(&mut buf), RxFrame::Corrupt);
+        assert_eq!(r.ring.position(), RingPosition { block: 3, taken: 0 });
+        assert_eq!(r.ring.next(&mut buf), RxFrame::Empty);
+    }
+
+    #[test]
+    fn positions_hand_over_and_resync_finds_the_oldest_user_block() {
+        let mut r = FakeRing::new();
+        let mut buf = [0u8; 256];
+        let (a, b, c) = (frame(1), frame(2), frame(3));
+        r.block(2, 7, &[(&a, 0, 0, None), (&b, 0, 0, None)]);
+        r.block(3, 8, &[(&c, 0, 0, None)]);
+        // Another reader stopped after one frame of block 2.
+        r.ring
+            .set_position(RingPosition { block: 2, taken: 1 })
+            .unwrap();
+        assert_eq!(r.ring.next(&mut buf), RxFrame::Frame(60));
+        assert_eq!(buf[14], 2);
+        assert!(r
+            .ring
+            .set_position(RingPosition { block: 4, taken: 0 })
+            .is_err());
+        // Block 3 is the oldest still handed to user space.
+        r.ring.resync(None);
+        assert_eq!(r.ring.position(), RingPosition { block: 3, taken: 0 });
+        // Nothing handed over: the block the kernel opened last (highest sequence).
+        assert_eq!(r.ring.next(&mut buf), RxFrame::Frame(60));
+        r.put(BLK_SEQ, &9u64.to_ne_bytes());
+        r.ring.resync(Some(RingPosition { block: 3, taken: 1 }));
+        assert_eq!(r.ring.position(), RingPosition { block: 0, taken: 0 });
+        // A hint is used only for the block it names, while that block is still ours.
+        r.block(1, 10, &[(&a, 0, 0, None), (&b, 0, 0, None)]);
+        r.ring.resync(Some(RingPosition { block: 1, taken: 1 }));
+        assert_eq!(r.ring.position(), RingPosition { block: 1, taken: 1 });
+        assert_eq!(r.ring.next(&mut buf), RxFrame::Frame(60));
+        assert_eq!(buf[14], 2);
+    }
+
+    /// Root-only: a real veth pair in this namespace (deleted on drop).
+    struct Veth(String);
+
+    impl Veth {
+        fn new(tag: &str) -> Option<(Veth, String, String)> {
+            // SAFETY: plain syscall.
+            if unsafe { libc::geteuid() } != 0 {
+                let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+                assert!(!ci, "root needed for AF_PACKET tests");
+                eprintln!("SKIP: AF_PACKET test needs root");
+                return None;
+            }
+            let a = format!("fvs{tag}a{}", std::process::id() % 100_000);
+            let b = format!("fvs{tag}b{}", std::process::id() % 100_000);
+            let ok = std::process::Command::new("ip")
+                .args(["link", "add", &a, "type", "veth", "peer", "name", &b])
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(ok, "ip link add {a}");
+            Some((Veth(a.clone()), a, b))
+        }
+    }
+
+    impl Drop for Veth {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("ip")
+                .args(["link", "del", &self.0])
+                .status();
+        }
+    }
+
+    /// Waits up to 2 s for the next frame tagged `tag` (skipping the host's own traffic).
+    fn wait_frame(ring: &mut RxRing, tag: u8, buf: &mut [u8]) -> usize {
+        let t = std::time::Instant::now();
+        while t.elapsed() < std::time::Duration::from_secs(2) {
+            match ring.next(buf) {
+                RxFrame::Frame(n) if buf[12..14] == [0x88, 0xb5] && buf[14] == tag => return n,
+                RxFrame::Frame(n) if n >= 18 && buf[16..18] == [0x88, 0xb5] && buf[18] == tag => {
+                    return n
+                }
+                RxFrame::Empty => std::thread::sleep(std::time::Duration::from_millis(1)),
+                _ => {}
+            }
+        }
+        panic!("frame {tag} never arrived");
+    }
+
+    /// Sends `frames` in one burst, again while a veth just brought up refuses them for a
+    /// moment (ENETDOWN, counted whole each time).
+    fn send_all(sock: &AfPacket, frames: &[&[u8]]) -> SendReport {
+        let mut rep = SendReport::default();
+        for _ in 0..200 {
+            rep = sock.send_burst(frames.iter().copied());
+            if rep.sent > 0 {
+                break;
+            }
+            assert_eq!(rep.full + rep.link_down, frames.len(), "{rep:?}");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(rep.sent, frames.len(), "{rep:?}");
+        rep
+    }
+
+    #[test]
+    fn veth_frames_arrive_in_the_ring_and_the_ring_maps_again_from_a_copy_of_the_fd() {
+        let Some((_guard, a, b)) = Veth::new("r") else {
+            return;
+        };
+        let (rx, mut ring) = AfPacket::open(&a, RingGeometry::DEFAULT).unwrap();
+        let (tx, _) = AfPacket::open(&b, RingGeometry::DEFAULT).unwrap();
+        assert!(
+            rx.ignores_outgoing(),
+            "kernels since 4.20 have PACKET_IGNORE_OUTGOING"
+        );
+        let mut buf = [0u8; 2048];
+        let mut tagged = frame(2);
+        tagged.splice(12..12, [0x81, 0x00, 0x00, 0x0a]);
+        let (f1, f3, f4) = (frame(1), frame(3), frame(4));
+        let rep = send_all(&tx, &[&f1, &tagged, &f3, &f4]);
+        assert_eq!(rep.bytes, 4 * 60 + 4);
+        assert_eq!(wait_frame(&mut ring, 1, &mut buf), 60);
+        assert_eq!(&buf[..60], &f1[..]);
+        // The kernel took the tag out; the reader puts it back.
+        assert_eq!(wait_frame(&mut ring, 2, &mut buf), 64);
+        assert_eq!(&buf[..64], &tagged[..]);
+        // Hand over: a second mapping of the same socket's ring carries on where we stopped.
+        let (_rx2, mut ring2) = AfPacket::from_fd(
+            rx.as_fd().try_clone_to_owned().unwrap(),
+            RingGeometry::DEFAULT,
+        )
+        .unwrap();
+        ring2.set_position(ring.position()).unwrap();
+        assert_eq!(wait_frame(&mut ring2, 3, &mut buf), 60);
+        assert_eq!(wait_frame(&mut ring2, 4, &mut buf), 60);
+        // What we send ourselves does not come back.
+        let f5 = frame(5);
+        send_all(&rx, &[&f5]);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        while let r @ (RxFrame::Frame(_) | RxFrame::Outgoing) = ring2.next(&mut buf) {
+            assert!(
+                !(r == RxFrame::Frame(60) && buf[14] == 5),
+                "own frame came back"
+            );
+        }
+        // A wrong geometry, or an fd that is not a packet socket, is refused.
+        let bad = RingGeometry {
+            block_nr: 16,
+            ..RingGeometry::DEFAULT
+        };
+        assert!(AfPacket::from_fd(rx.as_fd().try_clone_to_owned().unwrap(), bad).is_err());
+        let efd = crate::os::eventfd().unwrap();
+        assert!(matches!(
+            AfPacket::from_fd(efd, RingGeometry::DEFAULT),
+            Err(AfPacketError::BadFd(_))
+        ));
+        assert_eq!(rx.take_drops().unwrap(), 0);
+        assert!(matches!(
+            AfPacket::open("fvs-nosuchdev", RingGeometry::DEFAULT),
+            Err(AfPacketError::NoDevice(_))
+        ));
     }
 }

@@ -201,3 +201,51 @@ impl AsFd for Tap {
         self.fd.as_fd()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn root() -> bool {
+        // SAFETY: plain syscall.
+        if unsafe { libc::geteuid() } == 0 {
+            return true;
+        }
+        let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+        assert!(!ci, "root needed for TAP tests");
+        eprintln!("SKIP: TAP test needs root");
+        false
+    }
+
+    #[test]
+    fn creates_attaches_once_and_adopts_handed_over_fds() {
+        if !root() {
+            return;
+        }
+        let name = format!("fvst{}", std::process::id() % 100_000);
+        let tap = Tap::open(&name).unwrap();
+        assert_eq!(tap.name(), name);
+        assert!(crate::netdev::ifindex(&name).is_ok());
+        // One fd per (single-queue) TAP.
+        assert!(matches!(Tap::open(&name), Err(TapError::Busy(_))));
+        assert!(matches!(Tap::open("lo"), Err(TapError::NotTap(_))));
+        assert!(matches!(
+            Tap::open("0123456789abcdefg"),
+            Err(TapError::Name(_))
+        ));
+        let mut buf = [0u8; 2048];
+        let sent = tap.send(&[0xff; 60]);
+        assert!(sent.is_ok(), "{sent:?}");
+        assert!(matches!(tap.recv(&mut buf), Ok(None) | Ok(Some(_))));
+        // What a new daemon receives: the same attachment, checked.
+        let copy = Tap::from_fd(tap.as_fd().try_clone_to_owned().unwrap()).unwrap();
+        assert_eq!(copy.name(), name);
+        assert!(matches!(
+            Tap::from_fd(crate::os::eventfd().unwrap()),
+            Err(TapError::BadFd(_))
+        ));
+        // Not persistent: gone with its last fd.
+        drop((tap, copy));
+        assert!(crate::netdev::ifindex(&name).is_err());
+    }
+}
