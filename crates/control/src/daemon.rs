@@ -1157,17 +1157,13 @@ impl Daemon {
                         "stats": stats_json(&s.snapshot()),
                     })
                 };
-                let queues: Vec<Value> = match (&p.device, &p.port.io) {
-                    (_, PortIo::Tap(t)) => vec![
-                        kernel_queue(0, "to-kernel", &t.tx),
-                        kernel_queue(1, "from-kernel", &t.rx),
+                let queues: Vec<Value> = match (&p.device, p.port.kernel_stats()) {
+                    (_, Some([to, from])) => vec![
+                        kernel_queue(0, "to-kernel", to),
+                        kernel_queue(1, "from-kernel", from),
                     ],
-                    (_, PortIo::Uplink(u)) => vec![
-                        kernel_queue(0, "to-kernel", &u.tx),
-                        kernel_queue(1, "from-kernel", &u.rx),
-                    ],
-                    (None, _) => vec![],
-                    (Some(d), _) => d
+                    (None, None) => vec![],
+                    (Some(d), None) => d
                         .queues()
                         .iter()
                         .enumerate()
@@ -1344,11 +1340,7 @@ fn kernel_info(io: &PortIo) -> Value {
             "offloads": Vec::<&str>::new(),
         }),
         PortIo::Uplink(u) => {
-            let g = u
-                .ring
-                .lock()
-                .map(|r| r.geometry())
-                .unwrap_or(RingGeometry::DEFAULT);
+            let g = u.geometry;
             json!({
                 "ifindex": u.sock.ifindex(),
                 "ignore_outgoing": u.sock.ignores_outgoing(),

@@ -18,7 +18,7 @@
 
 use std::sync::Mutex;
 
-use ferrovs_sys::af_packet::{AfPacket, RxFrame, RxRing};
+use ferrovs_sys::af_packet::{AfPacket, RingGeometry, RxFrame, RxRing};
 use ferrovs_sys::netdev::TxFail;
 use ferrovs_sys::pool::{Mbuf, Pool, MAX_DATA};
 use ferrovs_sys::tap::{Tap, VNET_HDR_LEN};
@@ -116,6 +116,8 @@ impl TapIo {
 pub struct UplinkIo {
     pub sock: AfPacket,
     pub ring: Mutex<RxRing>,
+    /// The ring's shape (fixed: readable without the ring's lock).
+    pub geometry: RingGeometry,
     /// Frames taken from the ring (wire → switch).
     pub rx: QueueStats,
     /// Frames sent on the device (switch → wire).
@@ -126,6 +128,7 @@ impl UplinkIo {
     pub fn new(sock: AfPacket, ring: RxRing) -> UplinkIo {
         UplinkIo {
             sock,
+            geometry: ring.geometry(),
             ring: Mutex::new(ring),
             rx: QueueStats::default(),
             tx: QueueStats::default(),

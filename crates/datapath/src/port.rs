@@ -136,6 +136,16 @@ impl Port {
         }
     }
 
+    /// A kernel port's counters: `[to the kernel, from the kernel]`; `None` for vhost-user
+    /// ports (their counters are per queue).
+    pub fn kernel_stats(&self) -> Option<[&QueueStats; 2]> {
+        match &self.io {
+            PortIo::Vhost { .. } => None,
+            PortIo::Tap(t) => Some([&t.tx, &t.rx]),
+            PortIo::Uplink(u) => Some([&u.tx, &u.rx]),
+        }
+    }
+
     /// Counters of packets received from the port (guest TX), summed over queues.
     pub fn rx_stats(&self) -> StatsSnapshot {
         let mut s = self.rx_drops.snapshot();

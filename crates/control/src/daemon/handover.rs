@@ -96,11 +96,10 @@ fn link_wire(l: &Link) -> &'static str {
 /// A port's counter sets in handover order: a vhost-user port's queues in virtio order, a
 /// kernel port's "to the kernel" then "from the kernel".
 fn counter_sets(p: &PortState) -> Vec<&QueueStats> {
-    match (&p.device, &p.port.io) {
+    match (&p.device, p.port.kernel_stats()) {
         (Some(d), _) => d.queues().iter().map(|q| &q.stats).collect(),
-        (None, PortIo::Tap(t)) => vec![&t.tx, &t.rx],
-        (None, PortIo::Uplink(u)) => vec![&u.tx, &u.rx],
-        (None, PortIo::Vhost { .. }) => vec![],
+        (None, Some(k)) => k.to_vec(),
+        (None, None) => vec![],
     }
 }
 
@@ -361,7 +360,7 @@ impl Daemon {
                         (DeviceState::default(), Some(KernelState { fd, ring: None }))
                     }
                     (None, PortIo::Uplink(u)) => {
-                        let g = lock_ring(u).geometry();
+                        let g = u.geometry;
                         let ring = Some(RingState {
                             block_size: g.block_size,
                             block_nr: g.block_nr,
