@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Installs, idempotently, what ferrovs's tests and benchmarks need from Debian:
 #   QEMU (real guests), DPDK's testpmd (interop and the bench peer), OVS-DPDK (bench peer),
-#   a Debian kernel and busybox (the guest image), and small tools.
+#   a Debian kernel and busybox (the guest image), and small tools (iproute2 and ping for
+#   the kernel-port tests).
 # Runs `apt-get update` only when something is missing. Usage: scripts/deps.sh [--hugepages N]
 set -euo pipefail
 
 packages=(
     qemu-system-x86 dpdk dpdk-dev openvswitch-switch-dpdk busybox-static linux-image-amd64
-    iproute2 ethtool iperf3 tcpdump jq socat cpio kmod
+    iproute2 iputils-ping ethtool iperf3 tcpdump jq socat cpio kmod
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -14,9 +14,9 @@ pub enum PortType {
     VhostUser,
     /// vhost-user, ferrovs connects to the frontend's listening socket and reconnects.
     VhostUserClient,
-    /// A TAP device (not implemented yet).
+    /// A TAP device `dev` (created if missing): the host stack as a port.
     Tap,
-    /// A kernel netdev via AF_XDP / AF_PACKET (not implemented yet).
+    /// An existing kernel netdev `dev`, attached with AF_PACKET (AF_XDP later).
     Uplink,
 }
 
@@ -33,6 +33,11 @@ impl PortType {
             )))
             }
         })
+    }
+
+    /// Whether the port is a kernel netdev (TAP or uplink) rather than vhost-user.
+    pub fn is_kernel(self) -> bool {
+        matches!(self, PortType::Tap | PortType::Uplink)
     }
 
     pub fn name(self) -> &'static str {
@@ -218,6 +223,7 @@ impl Config {
         }
         let mut names = std::collections::HashSet::new();
         let mut paths = std::collections::HashSet::new();
+        let mut devs = std::collections::HashSet::new();
         let mut bridges = std::collections::HashSet::new();
         for b in &self.bridges {
             validate_name("bridge", &b.name)?;
@@ -228,6 +234,11 @@ impl Config {
                 validate_port(p)?;
                 if !names.insert(&p.name) {
                     return bad(format!("port {} defined twice", p.name));
+                }
+                if let Some(dev) = p.dev.as_ref().filter(|_| p.kind.is_kernel()) {
+                    if !devs.insert(dev) {
+                        return bad(format!("port {}: dev {dev} used twice", p.name));
+                    }
                 }
                 if let Some(path) = &p.path {
                     if !paths.insert(path) {
@@ -294,7 +305,25 @@ pub fn validate_port(p: &PortConfig) -> Result<(), ConfigError> {
             Some(_) => {}
         },
         PortType::Tap | PortType::Uplink => {
-            return bad(format!("type {} is not implemented yet", p.kind.name()));
+            let kind = p.kind.name();
+            let Some(dev) = &p.dev else {
+                return bad(format!("dev=NETDEV is required for {kind} ports"));
+            };
+            if let Err(e) = ferrovs_sys::netdev::check_name(dev) {
+                return bad(format!("dev={dev}: {e}"));
+            }
+            if let Some(path) = &p.path {
+                return bad(format!(
+                    "path={} is for vhost-user ports; {kind} ports take dev=NETDEV",
+                    path.display()
+                ));
+            }
+            if p.queues != 1 {
+                return bad(format!(
+                    "queues={}: {kind} ports have one queue (multiqueue is not supported yet)",
+                    p.queues
+                ));
+            }
         }
     }
     Ok(())
@@ -392,5 +421,46 @@ mod tests {
         assert!(parse_cores("3-1").is_err());
         assert!(parse_cores("x").is_err());
         assert!(PortType::parse("vhost").is_err());
+    }
+
+    #[test]
+    fn kernel_ports_need_a_valid_dev() {
+        let port = |kind, dev: Option<&str>| PortConfig {
+            name: "k".into(),
+            kind,
+            path: None,
+            dev: dev.map(String::from),
+            queues: 1,
+            tag: None,
+            trunks: vec![],
+        };
+        let err = |p: &PortConfig| validate_port(p).unwrap_err().to_string();
+        assert!(validate_port(&port(PortType::Tap, Some("fvtap0"))).is_ok());
+        assert!(validate_port(&port(PortType::Uplink, Some("eth0"))).is_ok());
+        assert_eq!(
+            err(&port(PortType::Tap, None)),
+            "port k: dev=NETDEV is required for tap ports"
+        );
+        assert_eq!(
+            err(&port(PortType::Uplink, Some("a234567890123456"))),
+            "port k: dev=a234567890123456: network device name 'a234567890123456' is longer \
+             than 15 bytes"
+        );
+        assert!(err(&port(PortType::Uplink, Some("a/b"))).contains("is invalid"));
+        let mut p = port(PortType::Tap, Some("t0"));
+        p.queues = 2;
+        assert!(err(&p).contains("queues=2: tap ports have one queue"));
+        let mut p = port(PortType::Tap, Some("t0"));
+        p.path = Some("/tmp/x".into());
+        assert!(err(&p).contains("path=/tmp/x is for vhost-user ports"));
+        let mut c = Config::default_for(Path::new("/tmp"));
+        c.bridges[0].ports.push(port(PortType::Tap, Some("t0")));
+        let mut q = port(PortType::Uplink, Some("t0"));
+        q.name = "k2".into();
+        c.bridges[0].ports.push(q);
+        assert_eq!(
+            c.validate().unwrap_err().to_string(),
+            "port k2: dev t0 used twice"
+        );
     }
 }

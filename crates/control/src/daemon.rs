@@ -2,7 +2,8 @@
 //!
 //! One thread runs one epoll loop over: the control socket and its clients, every
 //! vhost-user listener and connection, and a 100 ms tick (clock for MAC aging, client-mode
-//! reconnects). Every socket is non-blocking and every peer has its own buffers, so a client
+//! reconnects). Kernel ports (TAP, AF_PACKET uplinks) are opened here and then belong to
+//! the datapath alone: the control thread never reads or writes their fds. Every socket is non-blocking and every peer has its own buffers, so a client
 //! or frontend that sends half a message, floods, or never reads its replies delays nobody
 //! else. Configuration changes build a new datapath [`Snapshot`] and publish it; PMD threads
 //! pick it up at their next iteration without taking a lock.
@@ -20,8 +21,10 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use ferrovs_datapath::{
-    self as dp, Bridge, Datapath, MacTable, PmdHandle, Port, PortIo, Snapshot, VlanMode,
+    self as dp, Bridge, Datapath, MacTable, PmdHandle, Port, PortIo, Snapshot, TapIo, UplinkIo,
+    VlanMode,
 };
+use ferrovs_sys::af_packet::{AfPacket, RingGeometry};
 use ferrovs_sys::os::{self, Epoll, EpollEvent};
 use ferrovs_vhost::conn::{Conn, Incoming};
 use ferrovs_vhost::device::Device;
@@ -100,12 +103,17 @@ struct CtlClient {
     closing: bool,
 }
 
-/// Link state of a vhost-user port.
+/// Link state of a port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Link {
     Listening,
     Connected,
-    Reconnecting { at: Instant, backoff: Duration },
+    Reconnecting {
+        at: Instant,
+        backoff: Duration,
+    },
+    /// A kernel port (TAP, uplink): attached to its netdev for as long as it exists.
+    Attached,
 }
 
 #[derive(Debug)]
@@ -113,7 +121,8 @@ struct PortState {
     id: u32,
     bridge: String,
     cfg: PortConfig,
-    device: Device,
+    /// The vhost-user device; `None` for kernel ports (their I/O is `port.io`).
+    device: Option<Device>,
     port: Arc<Port>,
     listener: Option<(UnixListener, u64)>,
     conn: Option<(Conn, u64)>,
@@ -175,6 +184,34 @@ fn claim_slot(slots: &mut Vec<bool>, id: u32) -> Result<u32, ConfigError> {
     }
     slots[id as usize] = true;
     Ok(id)
+}
+
+/// An error with its causes, for a one-line message: "outer: cause: root cause".
+fn with_sources(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(c) = src {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        src = c.source();
+    }
+    s
+}
+
+/// Opens the kernel side of a TAP or uplink port.
+fn open_kernel_port(cfg: &PortConfig) -> Result<PortIo, String> {
+    let dev = cfg.dev.as_deref().unwrap_or_default();
+    match cfg.kind {
+        PortType::Tap => ferrovs_sys::tap::Tap::open(dev)
+            .map(|t| PortIo::Tap(TapIo::new(t)))
+            .map_err(|e| with_sources(&e)),
+        PortType::Uplink => AfPacket::open(dev, RingGeometry::DEFAULT)
+            .map(|(sock, ring)| PortIo::Uplink(UplinkIo::new(sock, ring)))
+            .map_err(|e| with_sources(&e)),
+        PortType::VhostUser | PortType::VhostUserClient => {
+            Err(format!("{} is not a kernel port type", cfg.kind.name()))
+        }
+    }
 }
 
 fn alloc_slot(slots: &mut Vec<bool>) -> u32 {
@@ -501,6 +538,9 @@ impl Daemon {
                 cfg.name, other.cfg.name
             ));
         }
+        if cfg.kind.is_kernel() {
+            return self.add_kernel_port(bridge, cfg);
+        }
         let path = cfg.path.clone().unwrap_or_default();
         let listener = if cfg.kind == PortType::VhostUser {
             let l = bind_socket(&path)
@@ -519,7 +559,20 @@ impl Daemon {
                 backoff: BACKOFF_MIN,
             }
         };
-        if let Err(e) = self.insert_port(bridge, cfg.clone(), id, device, listener, None, link) {
+        let io = PortIo::Vhost {
+            queues: device.queues().to_vec(),
+        };
+        let res = self.insert_port(
+            bridge,
+            cfg.clone(),
+            id,
+            io,
+            Some(device),
+            listener,
+            None,
+            link,
+        );
+        if let Err(e) = res {
             self.port_slots[id as usize] = false;
             return Err(e);
         }
@@ -529,6 +582,29 @@ impl Daemon {
         Ok(())
     }
 
+    /// Adds a TAP or uplink port: opens its netdev, then wires it in.
+    fn add_kernel_port(&mut self, bridge: &str, cfg: PortConfig) -> Result<(), ConfigError> {
+        let dev = cfg.dev.clone().unwrap_or_default();
+        if let Some(other) = self
+            .ports
+            .values()
+            .find(|p| p.cfg.kind.is_kernel() && p.cfg.dev.as_deref() == Some(dev.as_str()))
+        {
+            return Err(ConfigError::Invalid(format!(
+                "port {}: dev {dev} is already used by port {}",
+                cfg.name, other.cfg.name
+            )));
+        }
+        let io = open_kernel_port(&cfg)
+            .map_err(|e| ConfigError::Invalid(format!("port {}: {e}", cfg.name)))?;
+        let id = alloc_slot(&mut self.port_slots);
+        let res = self.insert_port(bridge, cfg, id, io, None, None, None, Link::Attached);
+        if res.is_err() {
+            self.port_slots[id as usize] = false;
+        }
+        res
+    }
+
     /// Wires a port into the daemon and the datapath (new, or handed over by a takeover).
     #[allow(clippy::too_many_arguments)]
     fn insert_port(
@@ -536,7 +612,8 @@ impl Daemon {
         bridge: &str,
         cfg: PortConfig,
         id: u32,
-        device: Device,
+        io: PortIo,
+        device: Option<Device>,
         listener: Option<UnixListener>,
         conn: Option<Conn>,
         link: Link,
@@ -556,9 +633,7 @@ impl Daemon {
             name: cfg.name.clone(),
             bridge: bridge_id,
             vlan,
-            io: PortIo::Vhost {
-                queues: device.queues().to_vec(),
-            },
+            io,
             rx_drops: Default::default(),
             tx_not_ready: Default::default(),
         });
@@ -653,7 +728,10 @@ impl Daemon {
                 p.last_error = Some(w.clone());
             }
         }
-        p.device.reset();
+        let Some(device) = p.device.as_mut() else {
+            return;
+        };
+        device.reset();
         p.link = match p.cfg.kind {
             PortType::VhostUserClient => Link::Reconnecting {
                 at: Instant::now() + BACKOFF_MIN,
@@ -768,7 +846,10 @@ impl Daemon {
                 }
                 match conn.poll_message() {
                     Ok(Incoming::Message(h, payload, fds)) => {
-                        if let Some(reply) = p.device.handle_message(&h, &payload, fds) {
+                        let Some(device) = p.device.as_mut() else {
+                            break;
+                        };
+                        if let Some(reply) = device.handle_message(&h, &payload, fds) {
                             if let Err(e) = conn.send(&reply, &[]) {
                                 failure = Some(e.to_string());
                             }
@@ -1022,6 +1103,7 @@ impl Daemon {
             Link::Listening => "listening",
             Link::Connected => "connected",
             Link::Reconnecting { .. } => "reconnecting",
+            Link::Attached => "attached",
         }
     }
 
@@ -1035,21 +1117,28 @@ impl Daemon {
                     .values()
                     .filter(|p| &p.bridge == b)
                     .map(|p| {
-                        let ready = p
-                            .device
-                            .queues()
-                            .iter()
-                            .filter(|q| q.ready.load(Ordering::Relaxed))
-                            .count();
+                        let (ready, feats) = match &p.device {
+                            Some(d) => (
+                                d.queues()
+                                    .iter()
+                                    .filter(|q| q.ready.load(Ordering::Relaxed))
+                                    .count(),
+                                features::names(d.features()),
+                            ),
+                            None => (2, vec![]),
+                        };
                         json!({
                             "name": p.cfg.name,
                             "id": p.id,
                             "type": p.cfg.kind.name(),
+                            "mode": p.port.io.mode(),
                             "path": p.cfg.path,
+                            "dev": p.cfg.dev.as_ref().filter(|_| p.cfg.kind.is_kernel()),
+                            "kernel": kernel_info(&p.port.io),
                             "state": Self::link_name(&p.link),
                             "queues": p.cfg.queues,
                             "ready_queues": ready,
-                            "features": features::names(p.device.features()),
+                            "features": feats,
                             "offloads": Vec::<&str>::new(),
                             "vlan": match &p.port.vlan {
                                 VlanMode::Access(t) => json!({"mode": "access", "tag": t}),
@@ -1095,29 +1184,45 @@ impl Daemon {
             .values()
             .filter(|p| only.is_none_or(|n| n == p.cfg.name))
             .map(|p| {
-                let queues: Vec<Value> = p
-                    .device
-                    .queues()
-                    .iter()
-                    .enumerate()
-                    .map(|(i, q)| {
-                        let s = q.stats.snapshot();
-                        let vq = q.lock();
-                        json!({
-                            "queue": i,
-                            "direction": if i % 2 == 0 { "to-guest" } else { "from-guest" },
-                            "ready": q.ready.load(Ordering::Relaxed),
-                            "broken": vq.broken.map(|e| e.to_string()),
-                            "size": vq.state.size,
-                            "stats": stats_json(&s),
-                        })
+                let kernel_queue = |i: usize, dir: &str, s: &ferrovs_vhost::stats::QueueStats| {
+                    json!({
+                        "queue": i,
+                        "direction": dir,
+                        "ready": true,
+                        "broken": null,
+                        "size": null,
+                        "stats": stats_json(&s.snapshot()),
                     })
-                    .collect();
+                };
+                let queues: Vec<Value> = match (&p.device, p.port.kernel_stats()) {
+                    (_, Some([to, from])) => vec![
+                        kernel_queue(0, "to-kernel", to),
+                        kernel_queue(1, "from-kernel", from),
+                    ],
+                    (None, None) => vec![],
+                    (Some(d), None) => d
+                        .queues()
+                        .iter()
+                        .enumerate()
+                        .map(|(i, q)| {
+                            let s = q.stats.snapshot();
+                            let vq = q.lock();
+                            json!({
+                                "queue": i,
+                                "direction": if i % 2 == 0 { "to-guest" } else { "from-guest" },
+                                "ready": q.ready.load(Ordering::Relaxed),
+                                "broken": vq.broken.map(|e| e.to_string()),
+                                "size": vq.state.size,
+                                "stats": stats_json(&s),
+                            })
+                        })
+                        .collect(),
+                };
                 json!({
                     "port": p.cfg.name,
                     "rx": stats_json(&p.port.rx_stats()),
                     "tx": stats_json(&p.port.tx_stats()),
-                    "vhost_user_errors": p.device.errors,
+                    "vhost_user_errors": p.device.as_ref().map_or(0, |d| d.errors),
                     "refused_connections": p.refused_connections,
                     "queues": queues,
                 })
@@ -1263,5 +1368,29 @@ impl Daemon {
             }
         }
         let _ = std::fs::remove_file(&self.ctl_path);
+    }
+}
+
+/// What `show` says about a kernel port's attachment (null for vhost-user ports).
+fn kernel_info(io: &PortIo) -> Value {
+    match io {
+        PortIo::Vhost { .. } => Value::Null,
+        PortIo::Tap(t) => json!({
+            "device": t.tap.name(),
+            "vnet_hdr_len": ferrovs_sys::tap::VNET_HDR_LEN,
+            "offloads": Vec::<&str>::new(),
+        }),
+        PortIo::Uplink(u) => {
+            let g = u.geometry;
+            json!({
+                "ifindex": u.sock.ifindex(),
+                "ignore_outgoing": u.sock.ignores_outgoing(),
+                "rx": "tpacket_v3",
+                "tx": "sendmmsg",
+                "ring_blocks": g.block_nr,
+                "ring_block_size": g.block_size,
+                "ring_block_timeout_ms": ferrovs_sys::af_packet::RETIRE_BLOCK_MS,
+            })
+        }
     }
 }

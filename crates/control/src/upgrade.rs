@@ -76,11 +76,14 @@ pub enum Msg {
         freeze_us: u64,
         /// Per port (by name), per queue: `last_avail` (None: not started).
         positions: Vec<(String, Vec<Option<u16>>)>,
+        /// Per uplink port (by name): where the old daemon stopped reading its RX ring.
+        #[serde(default)]
+        rings: Vec<(String, RingPos)>,
     },
     /// new → old: forwarding.
     Resumed { t_resumed_ns: u64 },
     /// old → new: committed; the old daemon exits. Carries its final counters per port (by
-    /// name) and queue, taken at the freeze: sent after the new daemon resumed, so that they
+    /// name) and queue (kernel ports: to the kernel, from the kernel), taken at the freeze: sent after the new daemon resumed, so that they
     /// cost nothing in the forwarding gap; the new daemon adds them to its own.
     Bye {
         #[serde(default)]
@@ -126,7 +129,12 @@ pub struct PortState {
     pub link: String,
     pub listener: Option<u32>,
     pub conn: Option<ConnState>,
+    /// The vhost-user device (empty for kernel ports).
+    #[serde(default)]
     pub device: DeviceState,
+    /// A TAP or uplink port's kernel side (absent for vhost-user ports).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<KernelState>,
     pub connects: u64,
     pub disconnects: u64,
     pub refused_connections: u64,
@@ -145,7 +153,32 @@ pub struct ConnState {
     pub out: Vec<u8>,
 }
 
+/// The kernel side of a TAP or uplink port: its fd, and for an uplink the shape of the RX
+/// ring the new daemon maps from the same socket (a ring is set once per socket, but any
+/// holder of the socket may map it).
 #[derive(Debug, Serialize, Deserialize)]
+pub struct KernelState {
+    /// The TAP fd or the AF_PACKET socket.
+    pub fd: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ring: Option<RingState>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct RingState {
+    pub block_size: u32,
+    pub block_nr: u32,
+    pub frame_size: u32,
+}
+
+/// A reader's place in an RX ring: block, frames of it already taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RingPos {
+    pub block: u32,
+    pub taken: u32,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
 pub struct DeviceState {
     pub queue_pairs: usize,
     pub features: u64,

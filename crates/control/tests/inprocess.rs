@@ -734,9 +734,15 @@ fn control_errors_are_precise_and_harmless() {
     assert!(e(Request::AddPort {
         bridge: "br0".into(),
         port: "t".into(),
-        options: vec!["type=tap".into(), "dev=tap0".into()]
+        options: vec!["type=tap".into()]
     })
-    .contains("not implemented"));
+    .contains("dev=NETDEV is required for tap ports"));
+    assert!(e(Request::AddPort {
+        bridge: "br0".into(),
+        port: "u".into(),
+        options: vec!["type=uplink".into(), "dev=0123456789abcdef".into()]
+    })
+    .contains("is longer than 15 bytes"));
     // Malformed JSON on the socket.
     use std::io::{BufRead, BufReader, Write};
     let mut s = std::os::unix::net::UnixStream::connect(sw.dir.join("ferrovs.ctl")).unwrap();

@@ -1,7 +1,8 @@
 //! The ferrovs datapath: PMD threads that poll port queues in bursts, switch packets through
 //! the bridge, and transmit them — with no allocation, lock or system call per packet.
 //!
-//! * [`port`]: ports as the datapath sees them (vhost-user queues for now).
+//! * [`port`]: ports as the datapath sees them (vhost-user queues, TAP, AF_PACKET uplinks).
+//! * [`kernel`]: the kernel ports' bursts (TAP devices, netdevs over AF_PACKET).
 //! * [`mac_table`]: the lock-free MAC learning table of a bridge.
 //! * [`l2`]: the learning-bridge decision for one packet (VLAN access/trunk, flood, learn).
 //! * [`pmd`]: the poll-mode thread loop and its cycle accounting.
@@ -12,6 +13,7 @@
 //! This crate depends on no control-plane code (no serde, no config parsing, no async).
 #![forbid(unsafe_code)]
 
+pub mod kernel;
 pub mod l2;
 pub mod mac_table;
 pub mod pmd;
@@ -21,6 +23,7 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 
+pub use kernel::{TapIo, UplinkIo};
 pub use mac_table::MacTable;
 pub use pmd::{PmdHandle, PmdStats};
 pub use port::{Port, PortIo, VlanMode};

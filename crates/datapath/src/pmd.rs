@@ -3,9 +3,11 @@
 //! A PMD owns a packet pool and a set of rx queues (from the published [`Snapshot`]). Each
 //! iteration it loads the snapshot (one atomic load), and for each of its rx queues: takes
 //! the queue's lock with `try_lock` (a queue being reconfigured is skipped for this round),
-//! dequeues a burst of up to 32 packets, decides each packet's fate, groups packets by output
-//! port and transmits each group with one enqueue (one used-ring publish, at most one guest
-//! notification). Scratch space is allocated once at start; the loop allocates nothing.
+//! receives a burst of up to 32 packets ([`Port::rx_burst`]: a vhost-user dequeue, TAP reads
+//! or an AF_PACKET ring), decides each packet's fate, groups packets by output port and
+//! transmits each group with one [`Port::tx_burst`] (for vhost-user: one used-ring publish,
+//! at most one guest notification). Scratch space is allocated once at start; the loop
+//! allocates nothing.
 //!
 //! Accounting: TSC cycles of iterations that moved packets are *busy*, the rest *idle*;
 //! cycles per packet = busy cycles / packets, as OVS's `pmd-stats-show` reports.
@@ -263,6 +265,8 @@ fn sleep(dp: &Datapath, index: usize, doorbell: &OwnedFd) -> Option<Wake> {
     let mine = snap.pmd_rxqs.get(index)?;
     let mut armed: Vec<Arc<ferrovs_vhost::device::Queue>> = Vec::with_capacity(mine.len());
     let mut kicks: Vec<OwnedFd> = Vec::with_capacity(mine.len());
+    // Kernel ports' fds: polled, never read here (reading would take a frame).
+    let mut kernel: Vec<OwnedFd> = Vec::new();
     let disarm = |armed: &[Arc<ferrovs_vhost::device::Queue>]| {
         for q in armed {
             q.lock().disable_kicks();
@@ -272,7 +276,31 @@ fn sleep(dp: &Datapath, index: usize, doorbell: &OwnedFd) -> Option<Wake> {
         let Some(port) = snap.port(rxq.port) else {
             continue;
         };
-        let PortIo::Vhost { queues } = &port.io;
+        let queues = match &port.io {
+            PortIo::Vhost { queues } => queues,
+            // Kernel ports: their fd is readable (level-triggered) while frames wait, so
+            // there is no race to close; sleep on it too.
+            PortIo::Tap(t) => {
+                match t.tap.as_fd().try_clone_to_owned() {
+                    Ok(fd) => kernel.push(fd),
+                    Err(_) => {
+                        disarm(&armed);
+                        return None;
+                    }
+                }
+                continue;
+            }
+            PortIo::Uplink(u) => {
+                match u.sock.as_fd().try_clone_to_owned() {
+                    Ok(fd) => kernel.push(fd),
+                    Err(_) => {
+                        disarm(&armed);
+                        return None;
+                    }
+                }
+                continue;
+            }
+        };
         let Some(q) = queues.get(2 * rxq.pair as usize + 1) else {
             continue;
         };
@@ -300,18 +328,20 @@ fn sleep(dp: &Datapath, index: usize, doorbell: &OwnedFd) -> Option<Wake> {
         disarm(&armed);
         return None;
     }
-    let mut fds: Vec<BorrowedFd<'_>> = kicks.iter().map(|k| k.as_fd()).collect();
+    let mut fds: Vec<BorrowedFd<'_>> = kicks.iter().chain(&kernel).map(|k| k.as_fd()).collect();
     fds.push(doorbell.as_fd());
-    let _ = os::poll_readable(&fds, MAX_SLEEP_MS);
+    let ready = os::poll_readable(&fds, MAX_SLEEP_MS).unwrap_or(0);
     let mut kicked = false;
     for k in &kicks {
         kicked |= os::drain(k.as_fd()).is_ok_and(|n| n > 0);
     }
     let rung = os::drain(doorbell.as_fd()).is_ok_and(|n| n > 0);
     disarm(&armed);
-    Some(match (kicked, rung) {
-        (true, _) => Wake::Kick,
-        (_, true) => Wake::Doorbell,
+    Some(match (kicked, rung, ready) {
+        (true, _, _) => Wake::Kick,
+        (_, true, _) => Wake::Doorbell,
+        // A kernel port has frames.
+        (_, _, 1..) => Wake::Kick,
         _ => Wake::Timeout,
     })
 }
@@ -337,19 +367,7 @@ fn poll_rxq<'p>(
     let Some(inp) = snap.port(rxq.port) else {
         return (0, 0, 0);
     };
-    let PortIo::Vhost { queues } = &inp.io;
-    let Some(q) = queues.get(2 * rxq.pair as usize + 1) else {
-        return (0, 0, 0);
-    };
-    if !q.ready.load(Ordering::Acquire) {
-        return (0, 0, 0);
-    }
-    {
-        let Ok(mut vq) = q.vq.try_lock() else {
-            return (0, 0, 0);
-        };
-        vq.dequeue(pool, &mut sc.batch, BURST, &q.stats, &inp.name);
-    }
+    inp.rx_burst(rxq.pair, pool, &mut sc.batch);
     let n = sc.batch.len();
     if n == 0 {
         return (0, 0, 0);
@@ -465,17 +483,6 @@ fn transmit(
     extra: &[Mbuf<'_>],
     pmd: usize,
 ) -> (u64, u64) {
-    let PortIo::Vhost { queues } = &out.io;
-    let pairs = queues.len() / 2;
-    // Each PMD prefers its own queue pair; any ready one will do.
-    let q = (0..pairs)
-        .map(|k| &queues[2 * ((pmd + k) % pairs)])
-        .find(|q| q.ready.load(Ordering::Acquire));
-    let Some(q) = q else {
-        out.tx_not_ready
-            .fetch_add(idx.len() as u64, Ordering::Relaxed);
-        return (0, idx.len() as u64);
-    };
     let data = |i: &u16| {
         let i = *i as usize;
         if i < BURST {
@@ -484,11 +491,5 @@ fn transmit(
             extra[i - BURST].data()
         }
     };
-    let sent = {
-        let mut vq = q.lock();
-        vq.enqueue(idx.iter().map(data), &q.stats, &out.name)
-    };
-    let dropped = (idx.len() - sent) as u64;
-    q.stats.drop(DropReason::GuestNoBuffers, dropped);
-    (sent as u64, dropped)
+    out.tx_burst(pmd, idx.len(), idx.iter().map(data))
 }

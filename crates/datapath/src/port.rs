@@ -1,14 +1,19 @@
 //! Ports as the datapath sees them.
 //!
 //! A [`Port`] is immutable once published; its queues carry their own locks and counters.
-//! Only vhost-user ports exist so far; TAP and uplink ports (issue "kernel ports") add
-//! variants to [`PortIo`].
+//! [`PortIo`] says how packets move: vhost-user virtqueues, a TAP device, or an existing
+//! netdev over AF_PACKET ([`crate::kernel`]). [`Port::rx_burst`] and [`Port::tx_burst`] are
+//! the two entry points the PMD uses, whatever the kind.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use ferrovs_sys::pool::{Mbuf, Pool};
 use ferrovs_vhost::device::Queue;
 use ferrovs_vhost::stats::{DropReason, QueueStats, StatsSnapshot};
+use ferrovs_vhost::virtqueue::BURST;
+
+use crate::kernel::{TapIo, UplinkIo};
 
 /// VLAN behaviour of a port.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -38,6 +43,21 @@ impl VlanMode {
 pub enum PortIo {
     /// A vhost-user port: queues in virtio order (even: guest RX, odd: guest TX).
     Vhost { queues: Vec<Arc<Queue>> },
+    /// A TAP device: one queue each way.
+    Tap(TapIo),
+    /// An existing netdev over AF_PACKET: one queue each way.
+    Uplink(UplinkIo),
+}
+
+impl PortIo {
+    /// How the port moves packets, as `ferrovs show` reports it.
+    pub fn mode(&self) -> &'static str {
+        match self {
+            PortIo::Vhost { .. } => "vhost-user",
+            PortIo::Tap(_) => "tap",
+            PortIo::Uplink(_) => "af_packet",
+        }
+    }
 }
 
 /// One port.
@@ -50,7 +70,7 @@ pub struct Port {
     pub io: PortIo,
     /// Drops decided by the switch (not by a queue) for packets received on this port.
     pub rx_drops: QueueStats,
-    /// Packets a PMD could not transmit because no queue of this port was ready.
+    /// Packets a PMD could not transmit because no queue of this port was ready (vhost-user).
     pub tx_not_ready: AtomicU64,
 }
 
@@ -59,6 +79,70 @@ impl Port {
     pub fn rx_queues(&self) -> usize {
         match &self.io {
             PortIo::Vhost { queues } => queues.len() / 2,
+            PortIo::Tap(_) | PortIo::Uplink(_) => 1,
+        }
+    }
+
+    /// Receives a burst from queue pair `pair` into buffers from `pool`, appended to `out`;
+    /// returns how many. A queue that is not ready, or is being reconfigured, gives nothing.
+    #[inline]
+    pub fn rx_burst<'p>(&self, pair: u16, pool: &'p Pool, out: &mut Vec<Mbuf<'p>>) -> usize {
+        match &self.io {
+            PortIo::Vhost { queues } => {
+                let Some(q) = queues.get(2 * pair as usize + 1) else {
+                    return 0;
+                };
+                if !q.ready.load(Ordering::Acquire) {
+                    return 0;
+                }
+                let Ok(mut vq) = q.vq.try_lock() else {
+                    return 0;
+                };
+                vq.dequeue(pool, out, BURST, &q.stats, &self.name)
+            }
+            PortIo::Tap(t) => t.rx_burst(pool, out, BURST),
+            PortIo::Uplink(u) => u.rx_burst(pool, out, BURST),
+        }
+    }
+
+    /// Transmits `pkts` (of which there are `n`) from PMD `pmd`; returns (sent, dropped).
+    /// Every packet not sent is counted by reason in this port's counters.
+    #[inline]
+    pub fn tx_burst<'a, I>(&self, pmd: usize, n: usize, pkts: I) -> (u64, u64)
+    where
+        I: IntoIterator<Item = &'a [u8]>,
+    {
+        match &self.io {
+            PortIo::Vhost { queues } => {
+                let pairs = queues.len() / 2;
+                // Each PMD prefers its own queue pair; any ready one will do.
+                let q = (0..pairs)
+                    .map(|k| &queues[2 * ((pmd + k) % pairs)])
+                    .find(|q| q.ready.load(Ordering::Acquire));
+                let Some(q) = q else {
+                    self.tx_not_ready.fetch_add(n as u64, Ordering::Relaxed);
+                    return (0, n as u64);
+                };
+                let sent = {
+                    let mut vq = q.lock();
+                    vq.enqueue(pkts, &q.stats, &self.name)
+                };
+                let dropped = (n - sent) as u64;
+                q.stats.drop(DropReason::GuestNoBuffers, dropped);
+                (sent as u64, dropped)
+            }
+            PortIo::Tap(t) => t.tx_burst(pkts),
+            PortIo::Uplink(u) => u.tx_burst(pkts),
+        }
+    }
+
+    /// A kernel port's counters: `[to the kernel, from the kernel]`; `None` for vhost-user
+    /// ports (their counters are per queue).
+    pub fn kernel_stats(&self) -> Option<[&QueueStats; 2]> {
+        match &self.io {
+            PortIo::Vhost { .. } => None,
+            PortIo::Tap(t) => Some([&t.tx, &t.rx]),
+            PortIo::Uplink(u) => Some([&u.tx, &u.rx]),
         }
     }
 
@@ -71,6 +155,8 @@ impl Port {
                     s.merge(&q.stats.snapshot());
                 }
             }
+            PortIo::Tap(t) => s.merge(&t.rx.snapshot()),
+            PortIo::Uplink(u) => s.merge(&u.rx.snapshot()),
         }
         s
     }
@@ -85,6 +171,8 @@ impl Port {
                     s.merge(&q.stats.snapshot());
                 }
             }
+            PortIo::Tap(t) => s.merge(&t.tx.snapshot()),
+            PortIo::Uplink(u) => s.merge(&u.tx.snapshot()),
         }
         s
     }

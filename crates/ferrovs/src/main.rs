@@ -14,7 +14,8 @@ commands:
   show                                   bridges, ports, link state, features
   add-bridge BRIDGE | del-bridge BRIDGE
   add-port BRIDGE PORT type=TYPE [path=SOCKET] [dev=NETDEV] [queues=N] [tag=VLAN] [trunks=V,V]
-                                         TYPE: vhost-user | vhost-user-client | tap | uplink
+                                         TYPE: vhost-user | vhost-user-client (path=SOCKET),
+                                         tap | uplink (dev=NETDEV)
   del-port BRIDGE PORT
   port-stats [PORT]                      packets, bytes and drops by reason, per queue
   pmd-stats | pmd-stats-clear            PMD busy/idle cycles, cycles per packet
@@ -63,12 +64,17 @@ fn print_show(v: &Value) {
                 .flatten()
                 .map(s)
                 .collect();
+            let attach = if p["dev"].is_null() {
+                format!("path {}", s(&p["path"]))
+            } else {
+                format!("dev {} mode {}", s(&p["dev"]), s(&p["mode"]))
+            };
             println!(
-                "  port {} ({}) {}  path {}  queues {} ready {}  vlan {}",
+                "  port {} ({}) {}  {}  queues {} ready {}  vlan {}",
                 s(&p["name"]),
                 s(&p["type"]),
                 s(&p["state"]),
-                s(&p["path"]),
+                attach,
                 s(&p["queues"]),
                 s(&p["ready_queues"]),
                 s(&p["vlan"]["mode"])

@@ -12,15 +12,21 @@
 //! * [`pool`]: a preallocated packet-buffer pool, hugepage-backed when possible.
 //! * [`sigbus`]: a guest that truncates its memory file under us breaks its port, not us.
 //! * [`os`]: eventfds, fd passing (SCM_RIGHTS), epoll, CPU affinity, memfd, TSC.
+//! * [`netdev`]: kernel network device names, indices, link state.
+//! * [`tap`]: TAP devices (`/dev/net/tun` with a virtio-net header).
+//! * [`af_packet`]: AF_PACKET sockets bound to a netdev, with a mapped TPACKET_V3 RX ring.
 //!
 //! Guest memory is concurrently written by the guest. We never form Rust references
 //! (`&[u8]`/`&mut [u8]`) into it: data is moved with raw copies and ring indices with atomics,
 //! as DPDK and vm-memory do. A guest changing bytes under us can only change the values we
 //! read, never make us access memory outside the mapping.
 
+pub mod af_packet;
 pub mod guest;
 pub mod mmap;
+pub mod netdev;
 pub mod os;
 pub mod pool;
 pub mod sigbus;
+pub mod tap;
 pub mod vring;

@@ -37,6 +37,10 @@ reasons! {
     NoRoute => "no_route",
     Vlan => "vlan_mismatch",
     TxError => "tx_error",
+    RxError => "rx_error",
+    KernelTxFull => "kernel_tx_full",
+    KernelLinkDown => "kernel_link_down",
+    KernelRxDropped => "kernel_rx_dropped",
 }
 
 pub const NUM_REASONS: usize = DropReason::ALL.len();

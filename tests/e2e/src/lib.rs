@@ -225,3 +225,145 @@ pub fn port_drops(dir: &Path, port: &str, dir_name: &str) -> u64 {
 pub fn path_drops(dir: &Path, from: &str, to: &str) -> u64 {
     port_drops(dir, from, "rx") + port_drops(dir, to, "tx")
 }
+
+/// Runs `ferrovs upgrade --json` (hot upgrade) with `env`; returns the report, or stderr.
+pub fn upgrade(dir: &Path, env: &[(&str, &str)]) -> Result<Value, String> {
+    let mut c = Command::new(bin("ferrovs"));
+    c.arg("--run-dir").arg(dir).args(["upgrade", "--json"]);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let o = c.output().unwrap();
+    if o.status.success() {
+        Ok(serde_json::from_slice(&o.stdout).expect("upgrade report"))
+    } else {
+        Err(String::from_utf8_lossy(&o.stderr).into_owned())
+    }
+}
+
+/// Stops whichever daemon serves `dir` when the test ends: after a takeover that is no
+/// longer the process the test started.
+#[derive(Debug)]
+pub struct StopCurrent(pub PathBuf);
+
+impl Drop for StopCurrent {
+    fn drop(&mut self) {
+        let o = cli(&self.0, &["show", "--json"]);
+        if let Ok(v) = serde_json::from_slice::<Value>(&o.stdout) {
+            if let Some(pid) = v["pid"].as_u64() {
+                let _ = Command::new("kill").arg(pid.to_string()).status();
+                let t = Instant::now();
+                while alive(pid) && t.elapsed() < Duration::from_secs(5) {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+        }
+    }
+}
+
+/// The pid of the daemon serving `dir` now.
+pub fn daemon_pid(dir: &Path) -> u64 {
+    cli_json(dir, &["show"])["pid"].as_u64().unwrap()
+}
+
+/// Whether `pid` runs (not gone, not a zombie).
+pub fn alive(pid: u64) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, r)| !r.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(false)
+}
+
+/// Network namespaces and links made for one test, deleted on drop (also when the test
+/// fails). Names carry the test process's pid so that tests never share them.
+#[derive(Debug, Default)]
+pub struct Net {
+    namespaces: Vec<String>,
+    links: Vec<String>,
+}
+
+impl Net {
+    pub fn new() -> Net {
+        Net::default()
+    }
+
+    /// A name unique to this test process: `fv{tag}{pid}`, at most 15 bytes for a tag of
+    /// up to 6 bytes.
+    pub fn name(tag: &str) -> String {
+        format!("fv{tag}{}", std::process::id() % 10_000_000)
+    }
+
+    /// Runs `ip ARGS`, panicking with its error output on failure.
+    pub fn ip(args: &[&str]) {
+        let o = Command::new("ip").args(args).output().unwrap();
+        assert!(
+            o.status.success(),
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+
+    /// Creates network namespace `name` (with its loopback up).
+    pub fn netns(&mut self, name: &str) {
+        Net::ip(&["netns", "add", name]);
+        self.namespaces.push(name.into());
+        Net::ip(&["-n", name, "link", "set", "lo", "up"]);
+    }
+
+    /// Creates a veth pair `a`/`b`; `b` goes into namespace `ns` with `addr` (CIDR), up.
+    pub fn veth_into(&mut self, a: &str, b: &str, ns: &str, addr: &str) {
+        Net::ip(&["link", "add", a, "type", "veth", "peer", "name", b]);
+        self.links.push(a.into());
+        Net::ip(&["link", "set", b, "netns", ns]);
+        Net::ip(&["-n", ns, "addr", "add", addr, "dev", b]);
+        Net::ip(&["-n", ns, "link", "set", b, "up"]);
+    }
+
+    /// Moves link `dev` (a TAP ferrovs created) into `ns` with `addr`, up.
+    pub fn move_into(&mut self, dev: &str, ns: &str, addr: &str) {
+        self.links.push(dev.into());
+        Net::ip(&["link", "set", dev, "netns", ns]);
+        Net::ip(&["-n", ns, "addr", "add", addr, "dev", dev]);
+        Net::ip(&["-n", ns, "link", "set", dev, "up"]);
+    }
+
+    /// Forgets nothing: also deletes `dev` at the end if it is still in this namespace.
+    pub fn track_link(&mut self, dev: &str) {
+        self.links.push(dev.into());
+    }
+
+    /// Runs a command inside namespace `ns`.
+    pub fn exec(ns: &str, args: &[&str]) -> Output {
+        Command::new("ip")
+            .args(["netns", "exec", ns])
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    /// A counter of `dev` in `ns` from sysfs (e.g. `rx_packets`).
+    pub fn counter(ns: &str, dev: &str, what: &str) -> u64 {
+        let path = format!("/sys/class/net/{dev}/statistics/{what}");
+        let o = Net::exec(ns, &["cat", &path]);
+        String::from_utf8_lossy(&o.stdout)
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{path} in {ns}: {}", String::from_utf8_lossy(&o.stderr)))
+    }
+}
+
+impl Drop for Net {
+    fn drop(&mut self) {
+        // Deleting a namespace deletes the virtual links in it; links left in ours go too.
+        for ns in self.namespaces.drain(..).rev() {
+            let _ = Command::new("ip").args(["netns", "del", &ns]).output();
+        }
+        for l in self.links.drain(..).rev() {
+            let _ = Command::new("ip").args(["link", "del", &l]).output();
+        }
+    }
+}

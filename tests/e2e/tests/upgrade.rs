@@ -14,54 +14,6 @@ fn taskset() -> &'static Path {
     Path::new("/usr/bin/taskset")
 }
 
-/// Runs `ferrovs upgrade --json` with `env`; returns (success, stdout JSON or stderr).
-fn upgrade(dir: &Path, env: &[(&str, &str)]) -> Result<Value, String> {
-    let mut c = Command::new(bin("ferrovs"));
-    c.arg("--run-dir").arg(dir).args(["upgrade", "--json"]);
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    let o = c.output().unwrap();
-    if o.status.success() {
-        Ok(serde_json::from_slice(&o.stdout).expect("upgrade report"))
-    } else {
-        Err(String::from_utf8_lossy(&o.stderr).into_owned())
-    }
-}
-
-/// Stops whichever daemon serves `dir` when the test ends: after a takeover that is no
-/// longer the process the test started.
-struct StopCurrent(PathBuf);
-
-impl Drop for StopCurrent {
-    fn drop(&mut self) {
-        let o = cli(&self.0, &["show", "--json"]);
-        if let Ok(v) = serde_json::from_slice::<Value>(&o.stdout) {
-            if let Some(pid) = v["pid"].as_u64() {
-                let _ = Command::new("kill").arg(pid.to_string()).status();
-                let t = Instant::now();
-                while alive(pid) && t.elapsed() < Duration::from_secs(5) {
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-            }
-        }
-    }
-}
-
-fn daemon_pid(dir: &Path) -> u64 {
-    cli_json(dir, &["show"])["pid"].as_u64().unwrap()
-}
-
-fn alive(pid: u64) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            s.rsplit_once(')')
-                .map(|(_, r)| !r.trim_start().starts_with('Z'))
-        })
-        .unwrap_or(false)
-}
-
 /// No `ferrovsd --takeover` of this run directory is left running.
 fn no_takeover_left(dir: &Path) -> bool {
     let pat = format!("{} --takeover", dir.display());

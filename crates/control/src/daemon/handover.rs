@@ -7,19 +7,26 @@
 //!
 //! New side: [`Daemon::takeover`] builds the daemon from the handed-over state with its PMDs
 //! parked, so that nothing touches a ring before the old daemon has frozen.
+//!
+//! Kernel ports travel as their fds: a TAP fd, or an AF_PACKET socket whose RX ring the new
+//! daemon maps again during prepare (mapping an existing ring needs no new socket, so no
+//! frame is missed and none is read twice) and reads from the block and frame where the old
+//! daemon's PMD stopped (`Frozen::rings`).
 
 use std::os::fd::{AsRawFd, OwnedFd};
 
+use ferrovs_sys::af_packet::RingPosition;
 use ferrovs_sys::guest::{GuestMemory, RegionDesc};
 use ferrovs_sys::vring::RingAddrs;
 use ferrovs_vhost::device::QueuePart;
-use ferrovs_vhost::stats::{DropReason, StatsSnapshot};
+use ferrovs_vhost::stats::{DropReason, QueueStats, StatsSnapshot};
 use ferrovs_vhost::virtqueue::{ChainError, VringState};
 
 use super::*;
 use crate::upgrade::{
-    self, BridgeState as BridgeWire, Channel, ConnState, DeviceState, FdList, FdTable, Msg,
-    PortState as PortWire, QueueState, RegionState, Report, State, StatsState, MIN_SCHEMA, SCHEMA,
+    self, BridgeState as BridgeWire, Channel, ConnState, DeviceState, FdList, FdTable, KernelState,
+    Msg, PortState as PortWire, QueueState, RegionState, Report, RingPos, RingState, State,
+    StatsState, MIN_SCHEMA, SCHEMA,
 };
 
 /// Longest a connecting daemon may take to say hello.
@@ -84,6 +91,20 @@ fn stats_from_wire(s: &StatsState) -> StatsSnapshot {
 
 fn link_wire(l: &Link) -> &'static str {
     Daemon::link_name(l)
+}
+
+/// A port's counter sets in handover order: a vhost-user port's queues in virtio order, a
+/// kernel port's "to the kernel" then "from the kernel".
+fn counter_sets(p: &PortState) -> Vec<&QueueStats> {
+    match (&p.device, p.port.kernel_stats()) {
+        (Some(d), _) => d.queues().iter().map(|q| &q.stats).collect(),
+        (None, Some(k)) => k.to_vec(),
+        (None, None) => vec![],
+    }
+}
+
+fn lock_ring(u: &UplinkIo) -> std::sync::MutexGuard<'_, ferrovs_sys::af_packet::RxRing> {
+    u.ring.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// SCHED_FIFO for the calling thread while alive (best effort: without the privilege the
@@ -169,13 +190,32 @@ impl Daemon {
         let positions: Vec<(String, Vec<Option<u16>>)> = self
             .ports
             .iter()
-            .map(|(n, p)| (n.clone(), p.device.positions()))
+            .map(|(n, p)| {
+                let pos = p.device.as_ref().map(|d| d.positions());
+                (n.clone(), pos.unwrap_or_default())
+            })
+            .collect();
+        let rings = self
+            .ports
+            .iter()
+            .filter_map(|(n, p)| match &p.port.io {
+                PortIo::Uplink(u) => {
+                    let pos = lock_ring(u).position();
+                    let pos = RingPos {
+                        block: pos.block,
+                        taken: pos.taken,
+                    };
+                    Some((n.clone(), pos))
+                }
+                _ => None,
+            })
             .collect();
         let t1 = os::monotonic_ns();
         let frozen = Msg::Frozen {
             t_freeze_ns: t0,
             freeze_us: (t1 - t0) / 1000,
             positions,
+            rings,
         };
         if let Err(e) = ch.send(&frozen, &[]) {
             // It never got the positions: it cannot have started.
@@ -189,11 +229,8 @@ impl Daemon {
                     .ports
                     .iter()
                     .map(|(n, p)| {
-                        let q = p.device.queues().iter();
-                        (
-                            n.clone(),
-                            q.map(|q| stats_wire(&q.stats.snapshot())).collect(),
-                        )
+                        let sets = counter_sets(p).into_iter();
+                        (n.clone(), sets.map(|q| stats_wire(&q.snapshot())).collect())
                     })
                     .collect();
                 let _ = ch.send(&Msg::Bye { stats }, &[]);
@@ -250,11 +287,21 @@ impl Daemon {
     }
 
     /// Resumes forwarding after a failed handover; with `resync`, ring positions are read
-    /// back from guest memory first (the other daemon may have moved them).
+    /// back from guest memory (and from AF_PACKET rings) first: the other daemon may have
+    /// moved them. An uplink's reader goes back to the oldest block still handed to user
+    /// space; frames the other daemon took from that block (at most the rest of it) are
+    /// forwarded again.
     fn thaw(&mut self, resync: bool) {
         if resync {
             for p in self.ports.values() {
-                p.device.resync();
+                if let Some(d) = &p.device {
+                    d.resync();
+                }
+                if let PortIo::Uplink(u) = &p.port.io {
+                    let mut ring = lock_ring(u);
+                    let at_freeze = ring.position();
+                    ring.resync(Some(at_freeze));
+                }
             }
         }
         self.publish();
@@ -306,43 +353,24 @@ impl Daemon {
                         out: out.to_vec(),
                     }
                 });
-                let regions = p
-                    .device
-                    .memory()
-                    .map(|m| {
-                        m.regions()
-                            .zip(m.fds())
-                            .map(|(r, fd)| RegionState {
-                                gpa: r.gpa,
-                                size: r.size,
-                                uaddr: r.uaddr,
-                                mmap_offset: r.mmap_offset,
-                                fd: fds.push(fd.as_raw_fd()),
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                let queues = p
-                    .device
-                    .queues()
-                    .iter()
-                    .map(|q| {
-                        let vq = q.lock();
-                        let st = vq.state;
-                        QueueState {
-                            size: st.size,
-                            addrs: st.addrs.map(|a| [a.desc, a.avail, a.used]),
-                            last_avail: st.last_avail,
-                            used_idx: st.used_idx,
-                            enabled: st.enabled,
-                            kicked: st.kicked,
-                            kick: vq.kick.as_ref().map(|f| fds.push(f.as_raw_fd())),
-                            call: vq.call.as_ref().map(|f| fds.push(f.as_raw_fd())),
-                            err: vq.err.as_ref().map(|f| fds.push(f.as_raw_fd())),
-                            broken: vq.broken.map(|b| b.name().to_string()),
-                        }
-                    })
-                    .collect();
+                let (device, kernel) = match (&p.device, &p.port.io) {
+                    (Some(d), _) => (export_device(d, fds), None),
+                    (None, PortIo::Tap(t)) => {
+                        let fd = fds.push(t.tap.as_fd().as_raw_fd());
+                        (DeviceState::default(), Some(KernelState { fd, ring: None }))
+                    }
+                    (None, PortIo::Uplink(u)) => {
+                        let g = u.geometry;
+                        let ring = Some(RingState {
+                            block_size: g.block_size,
+                            block_nr: g.block_nr,
+                            frame_size: g.frame_size,
+                        });
+                        let fd = fds.push(u.sock.as_fd().as_raw_fd());
+                        (DeviceState::default(), Some(KernelState { fd, ring }))
+                    }
+                    (None, PortIo::Vhost { .. }) => (DeviceState::default(), None),
+                };
                 PortWire {
                     id: p.id,
                     bridge: p.bridge.clone(),
@@ -350,14 +378,8 @@ impl Daemon {
                     link: link_wire(&p.link).to_string(),
                     listener: p.listener.as_ref().map(|(l, _)| fds.push(l.as_raw_fd())),
                     conn,
-                    device: DeviceState {
-                        queue_pairs: p.device.queue_pairs(),
-                        features: p.device.features(),
-                        protocol: p.device.protocol_features(),
-                        errors: p.device.errors,
-                        regions,
-                        queues,
-                    },
+                    device,
+                    kernel,
                     connects: p.connects,
                     disconnects: p.disconnects,
                     refused_connections: p.refused_connections,
@@ -428,20 +450,21 @@ impl Daemon {
         )
         .map_err(|e| err(format!("ready: {e}")))?;
         fail_at("ready");
-        let (t_freeze_ns, freeze_us, positions) = match ch.recv(FROZEN_TIMEOUT) {
+        let (t_freeze_ns, freeze_us, positions, rings) = match ch.recv(FROZEN_TIMEOUT) {
             Ok((
                 Msg::Frozen {
                     t_freeze_ns,
                     freeze_us,
                     positions,
+                    rings,
                 },
                 _,
-            )) => (t_freeze_ns, freeze_us, positions),
+            )) => (t_freeze_ns, freeze_us, positions, rings),
             Ok((m, _)) => return Err(err(format!("expected the freeze, got {m:?}"))),
             Err(e) => return Err(err(format!("waiting for the freeze: {e}"))),
         };
         fail_at("hang");
-        if let Err(e) = d.resume_ports(&positions) {
+        if let Err(e) = d.resume_ports(&positions, &rings) {
             let _ = ch.send(&Msg::Fail { error: e.clone() }, &[]);
             return Err(err(e));
         }
@@ -471,7 +494,7 @@ impl Daemon {
             new_version: env!("CARGO_PKG_VERSION").into(),
             schema,
             ports: d.ports.len(),
-            queues: d.ports.values().map(|p| p.device.queues().len()).sum(),
+            queues: d.ports.values().map(|p| counter_sets(p).len()).sum(),
             total_ms: t_start.elapsed().as_secs_f64() * 1e3,
             prepare_ms: prepare.as_secs_f64() * 1e3,
             freeze_us: freeze_us as f64,
@@ -549,6 +572,9 @@ impl Daemon {
         let name = p.cfg.name.clone();
         let ctx = |e: String| format!("port {name}: {e}");
         config::validate_port(&p.cfg).map_err(|e| ctx(e.to_string()))?;
+        if p.cfg.kind.is_kernel() {
+            return self.restore_kernel_port(p, fds);
+        }
         let mem = if p.device.regions.is_empty() {
             None
         } else {
@@ -636,7 +662,10 @@ impl Daemon {
             },
         };
         claim_slot(&mut self.port_slots, p.id).map_err(|e| ctx(e.to_string()))?;
-        self.insert_port(&p.bridge, p.cfg, p.id, dev, listener, conn, link)
+        let io = PortIo::Vhost {
+            queues: dev.queues().to_vec(),
+        };
+        self.insert_port(&p.bridge, p.cfg, p.id, io, Some(dev), listener, conn, link)
             .map_err(|e| ctx(e.to_string()))?;
         if let Some(st) = self.ports.get_mut(&name) {
             st.connects = p.connects;
@@ -647,26 +676,78 @@ impl Daemon {
         Ok(())
     }
 
+    /// A TAP or uplink port from its handed-over fd (an uplink's ring mapped again).
+    fn restore_kernel_port(&mut self, p: PortWire, fds: &mut FdTable) -> Result<(), String> {
+        let name = p.cfg.name.clone();
+        let ctx = |e: String| format!("port {name}: {e}");
+        let k = p
+            .kernel
+            .as_ref()
+            .ok_or_else(|| ctx("handed over without its kernel fd".into()))?;
+        let fd = fds.take(k.fd).map_err(ctx)?;
+        let io = match p.cfg.kind {
+            PortType::Tap => {
+                let tap = ferrovs_sys::tap::Tap::from_fd(fd).map_err(|e| ctx(with_sources(&e)))?;
+                PortIo::Tap(TapIo::new(tap))
+            }
+            _ => {
+                let r = k
+                    .ring
+                    .ok_or_else(|| ctx("uplink handed over without its ring geometry".into()))?;
+                let geo = RingGeometry {
+                    block_size: r.block_size,
+                    block_nr: r.block_nr,
+                    frame_size: r.frame_size,
+                };
+                let (sock, ring) = AfPacket::from_fd(fd, geo).map_err(|e| ctx(with_sources(&e)))?;
+                PortIo::Uplink(UplinkIo::new(sock, ring))
+            }
+        };
+        claim_slot(&mut self.port_slots, p.id).map_err(|e| ctx(e.to_string()))?;
+        self.insert_port(&p.bridge, p.cfg, p.id, io, None, None, None, Link::Attached)
+            .map_err(|e| ctx(e.to_string()))?;
+        if let Some(st) = self.ports.get_mut(&name) {
+            st.last_error = p.last_error;
+        }
+        Ok(())
+    }
+
     /// Carries the old daemon's counters on (as they stood at the freeze).
     fn restore_stats(&self, stats: &[(String, Vec<StatsState>)]) {
         for (name, qs) in stats {
             if let Some(p) = self.ports.get(name) {
-                for (q, s) in p.device.queues().iter().zip(qs) {
-                    q.stats.restore(&stats_from_wire(s));
+                for (q, s) in counter_sets(p).into_iter().zip(qs) {
+                    q.restore(&stats_from_wire(s));
                 }
             }
         }
     }
 
     /// Starts every ring where the old daemon froze it and wakes the PMDs.
-    fn resume_ports(&mut self, positions: &[(String, Vec<Option<u16>>)]) -> Result<(), String> {
+    fn resume_ports(
+        &mut self,
+        positions: &[(String, Vec<Option<u16>>)],
+        rings: &[(String, RingPos)],
+    ) -> Result<(), String> {
         for (name, pos) in positions {
             let p = self
                 .ports
                 .get(name)
                 .ok_or_else(|| format!("positions for unknown port {name}"))?;
-            p.device
-                .resume(pos)
+            if let Some(d) = &p.device {
+                d.resume(pos).map_err(|e| format!("port {name}: {e}"))?;
+            }
+        }
+        for (name, pos) in rings {
+            let Some(PortIo::Uplink(u)) = self.ports.get(name).map(|p| &p.port.io) else {
+                return Err(format!("ring position for {name}, which is not an uplink"));
+            };
+            let pos = RingPosition {
+                block: pos.block,
+                taken: pos.taken,
+            };
+            lock_ring(u)
+                .set_position(pos)
                 .map_err(|e| format!("port {name}: {e}"))?;
         }
         self.datapath.set_standby(false);
@@ -674,5 +755,52 @@ impl Daemon {
             p.wake();
         }
         Ok(())
+    }
+}
+
+/// A vhost-user device's state; its fds go into `fds`.
+fn export_device(d: &Device, fds: &mut FdList) -> DeviceState {
+    let regions = d
+        .memory()
+        .map(|m| {
+            m.regions()
+                .zip(m.fds())
+                .map(|(r, fd)| RegionState {
+                    gpa: r.gpa,
+                    size: r.size,
+                    uaddr: r.uaddr,
+                    mmap_offset: r.mmap_offset,
+                    fd: fds.push(fd.as_raw_fd()),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let queues = d
+        .queues()
+        .iter()
+        .map(|q| {
+            let vq = q.lock();
+            let st = vq.state;
+            QueueState {
+                size: st.size,
+                addrs: st.addrs.map(|a| [a.desc, a.avail, a.used]),
+                last_avail: st.last_avail,
+                used_idx: st.used_idx,
+                enabled: st.enabled,
+                kicked: st.kicked,
+                kick: vq.kick.as_ref().map(|f| fds.push(f.as_raw_fd())),
+                call: vq.call.as_ref().map(|f| fds.push(f.as_raw_fd())),
+                err: vq.err.as_ref().map(|f| fds.push(f.as_raw_fd())),
+                broken: vq.broken.map(|b| b.name().to_string()),
+            }
+        })
+        .collect();
+    DeviceState {
+        queue_pairs: d.queue_pairs(),
+        features: d.features(),
+        protocol: d.protocol_features(),
+        errors: d.errors,
+        regions,
+        queues,
     }
 }

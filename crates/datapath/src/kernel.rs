@@ -1,0 +1,199 @@
+//! Kernel ports: a TAP device ([`TapIo`]) and an existing netdev over AF_PACKET
+//! ([`UplinkIo`]), polled by PMDs like a vhost-user rx queue.
+//!
+//! Each has one receive queue and one transmit path. A burst is at most [`BURST`] frames
+//! into buffers of the PMD's pool; nothing allocates. Costs per burst: a TAP needs one
+//! `read` per frame (plus one that finds the device empty) and one `writev` per frame sent
+//! (the tun driver has no batch interface); an uplink reads its mapped ring with no system
+//! call and sends a whole burst with one `sendmmsg`.
+//!
+//! Every frame that is not delivered is counted by reason in the port's `rx`/`tx` counters
+//! (`kernel_tx_full`, `kernel_link_down`, `kernel_rx_dropped`, `oversize`, `runt`,
+//! `rx_error`, `tx_error`, `no_mbuf`).
+//!
+//! Thread-safety: transmit is one system call per frame or burst on a shared fd, so several
+//! PMDs may transmit to one port at once. A TAP's receive side is the same. An uplink's ring
+//! has one reader at a time: it sits behind a mutex that a PMD takes with `try_lock` for one
+//! burst (uncontended in practice: one PMD polls a port's queue), as vhost-user queues do.
+
+use std::sync::Mutex;
+
+use ferrovs_sys::af_packet::{AfPacket, RingGeometry, RxFrame, RxRing};
+use ferrovs_sys::netdev::TxFail;
+use ferrovs_sys::pool::{Mbuf, Pool, MAX_DATA};
+use ferrovs_sys::tap::{Tap, VNET_HDR_LEN};
+use ferrovs_vhost::stats::{DropReason, QueueStats};
+use ferrovs_vhost::virtqueue::BURST;
+
+/// Shortest Ethernet frame accepted (destination, source, type).
+const MIN_FRAME: usize = 14;
+
+/// A TAP port.
+#[derive(Debug)]
+pub struct TapIo {
+    pub tap: Tap,
+    /// Frames read from the device (host → switch).
+    pub rx: QueueStats,
+    /// Frames written to the device (switch → host).
+    pub tx: QueueStats,
+}
+
+impl TapIo {
+    pub fn new(tap: Tap) -> TapIo {
+        TapIo {
+            tap,
+            rx: QueueStats::default(),
+            tx: QueueStats::default(),
+        }
+    }
+
+    /// Reads up to `max` frames into buffers from `pool`, appended to `out`.
+    #[inline]
+    pub fn rx_burst<'p>(&self, pool: &'p Pool, out: &mut Vec<Mbuf<'p>>, max: usize) -> usize {
+        let max = max.min(BURST).min(out.capacity() - out.len());
+        let (mut pkts, mut bytes, mut runts, mut oversize, mut errors) = (0, 0, 0, 0, 0);
+        for _ in 0..max {
+            let Some(mut m) = pool.alloc() else {
+                self.rx.drop(DropReason::NoMbuf, 1);
+                break;
+            };
+            let Some(buf) = m.fill(MAX_DATA) else { break };
+            match self.tap.recv(buf) {
+                Ok(None) => break,
+                Ok(Some(n)) if n == MAX_DATA => oversize += 1,
+                Ok(Some(n)) if n < VNET_HDR_LEN + MIN_FRAME => runts += 1,
+                Ok(Some(n)) => {
+                    m.truncate(n);
+                    m.pull_front(VNET_HDR_LEN);
+                    pkts += 1;
+                    bytes += (n - VNET_HDR_LEN) as u64;
+                    out.push(m);
+                }
+                Err(_) => {
+                    errors += 1;
+                    break;
+                }
+            }
+        }
+        self.rx.add(pkts, bytes);
+        self.rx.drop(DropReason::Runt, runts);
+        self.rx.drop(DropReason::Oversize, oversize);
+        self.rx.drop(DropReason::RxError, errors);
+        pkts as usize
+    }
+
+    /// Writes `pkts` to the device; returns (sent, dropped).
+    #[inline]
+    pub fn tx_burst<'a, I>(&self, pkts: I) -> (u64, u64)
+    where
+        I: IntoIterator<Item = &'a [u8]>,
+    {
+        let (mut sent, mut bytes, mut full, mut down, mut oversize, mut errors) =
+            (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
+        for p in pkts {
+            match self.tap.send(p) {
+                Ok(()) => {
+                    sent += 1;
+                    bytes += p.len() as u64;
+                }
+                Err(TxFail::Full) => full += 1,
+                Err(TxFail::LinkDown) => down += 1,
+                Err(TxFail::Oversize) => oversize += 1,
+                Err(TxFail::Other) => errors += 1,
+            }
+        }
+        self.tx.add(sent, bytes);
+        self.tx.drop(DropReason::KernelTxFull, full);
+        self.tx.drop(DropReason::KernelLinkDown, down);
+        self.tx.drop(DropReason::Oversize, oversize);
+        self.tx.drop(DropReason::TxError, errors);
+        (sent, full + down + oversize + errors)
+    }
+}
+
+/// An uplink: an existing netdev over an AF_PACKET socket.
+#[derive(Debug)]
+pub struct UplinkIo {
+    pub sock: AfPacket,
+    pub ring: Mutex<RxRing>,
+    /// The ring's shape (fixed: readable without the ring's lock).
+    pub geometry: RingGeometry,
+    /// Frames taken from the ring (wire → switch).
+    pub rx: QueueStats,
+    /// Frames sent on the device (switch → wire).
+    pub tx: QueueStats,
+}
+
+impl UplinkIo {
+    pub fn new(sock: AfPacket, ring: RxRing) -> UplinkIo {
+        UplinkIo {
+            sock,
+            geometry: ring.geometry(),
+            ring: Mutex::new(ring),
+            rx: QueueStats::default(),
+            tx: QueueStats::default(),
+        }
+    }
+
+    /// Takes up to `max` frames from the ring into buffers from `pool`, appended to `out`.
+    #[inline]
+    pub fn rx_burst<'p>(&self, pool: &'p Pool, out: &mut Vec<Mbuf<'p>>, max: usize) -> usize {
+        let Ok(mut ring) = self.ring.try_lock() else {
+            return 0;
+        };
+        let max = max.min(BURST).min(out.capacity() - out.len());
+        let (mut pkts, mut bytes, mut runts, mut oversize, mut errors) = (0, 0, 0, 0, 0);
+        // Outgoing frames (only seen without PACKET_IGNORE_OUTGOING) do not count towards
+        // the burst, but the loop stays bounded.
+        let mut budget = 4 * BURST;
+        while pkts < max && budget > 0 {
+            budget -= 1;
+            let Some(mut m) = pool.alloc() else {
+                self.rx.drop(DropReason::NoMbuf, 1);
+                break;
+            };
+            let Some(buf) = m.fill(MAX_DATA) else { break };
+            match ring.next(buf) {
+                RxFrame::Empty => break,
+                RxFrame::Frame(n) if n < MIN_FRAME => runts += 1,
+                RxFrame::Frame(n) => {
+                    m.truncate(n);
+                    pkts += 1;
+                    bytes += n as u64;
+                    out.push(m);
+                }
+                RxFrame::Outgoing => {}
+                RxFrame::Oversize => oversize += 1,
+                RxFrame::Corrupt => errors += 1,
+            }
+        }
+        if ring.take_losing() {
+            // One system call, only after the kernel reported a loss.
+            if let Ok(n) = self.sock.take_drops() {
+                self.rx.drop(DropReason::KernelRxDropped, n);
+            }
+        }
+        drop(ring);
+        self.rx.add(pkts as u64, bytes);
+        self.rx.drop(DropReason::Runt, runts);
+        self.rx.drop(DropReason::Oversize, oversize);
+        self.rx.drop(DropReason::RxError, errors);
+        pkts
+    }
+
+    /// Sends `pkts` on the device; returns (sent, dropped).
+    #[inline]
+    pub fn tx_burst<'a, I>(&self, pkts: I) -> (u64, u64)
+    where
+        I: IntoIterator<Item = &'a [u8]>,
+    {
+        let r = self.sock.send_burst(pkts);
+        self.tx.add(r.sent as u64, r.bytes);
+        self.tx.drop(DropReason::KernelTxFull, r.full as u64);
+        self.tx.drop(DropReason::KernelLinkDown, r.link_down as u64);
+        self.tx.drop(DropReason::Oversize, r.oversize as u64);
+        self.tx.drop(DropReason::TxError, r.errors as u64);
+        let dropped = r.full + r.link_down + r.oversize + r.errors;
+        (r.sent as u64, dropped as u64)
+    }
+}
