@@ -230,6 +230,23 @@ fn upgrade(cli: &Cli, binary: Option<&str>) -> Result<(), String> {
             .filter(|p| p.exists())
             .unwrap_or_else(|| "ferrovsd".into()),
     };
+    // Start the new daemon off the PMD cores: its start-up (loading, mapping, building
+    // ports) must not preempt the PMDs still forwarding there.
+    if let Ok(show) = cli.call(&Request::Show) {
+        let pmd: Vec<usize> = show["pmd_cores"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c.as_u64().map(|c| c as usize))
+            .collect();
+        let others: Vec<usize> = ferrovs_sys::os::allowed_cpus()
+            .into_iter()
+            .filter(|c| !pmd.contains(c))
+            .collect();
+        if !others.is_empty() {
+            let _ = ferrovs_sys::os::set_affinity(&others);
+        }
+    }
     let log_path = cli.run_dir.join("ferrovsd.log");
     let log = std::fs::OpenOptions::new()
         .create(true)
