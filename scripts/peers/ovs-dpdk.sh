@@ -83,16 +83,19 @@ ovs_total_cycles_per_packet() {
 
 ovs_stop() {
     [ -n "$_ovs_dir" ] || return 0
+    # Read the pids first: each daemon unlinks its pidfile as it exits, so a pidfile looked for
+    # after `exit` may be gone while its process still runs (and would then delete the pidfile
+    # of the next instance started in the same directory).
+    local p pid pids=()
+    for p in "$_ovs_dir"/*.pid; do [ -f "$p" ] && pids+=("$(cat "$p")"); done
     ovs_appctl exit >/dev/null 2>&1 || true
     ovs-appctl -t "$_ovs_dir/ovsdb-server.ctl" exit >/dev/null 2>&1 || true
     # Wait until the processes are really gone: a PMD still spinning would skew the next run.
-    local p pid
-    for p in "$_ovs_dir"/*.pid; do
-        [ -f "$p" ] || continue
-        pid=$(cat "$p")
+    for pid in "${pids[@]}"; do
         kill "$pid" 2>/dev/null || true
         for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
         kill -9 "$pid" 2>/dev/null || true
+        for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     done
     _ovs_dir=
 }
