@@ -636,6 +636,7 @@ impl Daemon {
             io,
             rx_drops: Default::default(),
             tx_not_ready: Default::default(),
+            offload: Default::default(),
         });
         let listener = match listener {
             Some(l) => {
@@ -1108,6 +1109,20 @@ impl Daemon {
     }
 
     fn show(&self) -> Value {
+        /// What a port takes from the switch (`accepts`: else the PMD completes checksums and
+        /// segments in software) and what it may hand the switch (`sends`).
+        fn offloads_info(p: &PortState) -> Value {
+            use ferrovs_sys::vnet::caps;
+            let sends = match (&p.device, &p.port.io) {
+                (Some(d), _) => features::guest_tx_caps(d.features()),
+                (None, dp::PortIo::Tap(t)) if t.rx_offloads => caps::ALL,
+                _ => 0,
+            };
+            json!({
+                "accepts": caps::names(p.port.tx_caps()),
+                "sends": caps::names(sends),
+            })
+        }
         let bridges: Vec<Value> = self
             .bridges
             .keys()
@@ -1139,7 +1154,7 @@ impl Daemon {
                             "queues": p.cfg.queues,
                             "ready_queues": ready,
                             "features": feats,
-                            "offloads": Vec::<&str>::new(),
+                            "offloads": offloads_info(p),
                             "vlan": match &p.port.vlan {
                                 VlanMode::Access(t) => json!({"mode": "access", "tag": t}),
                                 VlanMode::Trunk => json!({"mode": "trunk"}),
@@ -1218,8 +1233,14 @@ impl Daemon {
                         })
                         .collect(),
                 };
+                let [sw_csum, sw_tso, sw_segments] = p.port.offload.get();
                 json!({
                     "port": p.cfg.name,
+                    "offload": {
+                        "sw_csum": sw_csum,
+                        "sw_tso": sw_tso,
+                        "sw_segments": sw_segments,
+                    },
                     "rx": stats_json(&p.port.rx_stats()),
                     "tx": stats_json(&p.port.tx_stats()),
                     "vhost_user_errors": p.device.as_ref().map_or(0, |d| d.errors),

@@ -904,3 +904,212 @@ fn sleeping_pmd_never_misses_a_kick() {
         .unwrap_err();
     assert!(e.contains("adaptive, poll or interrupt"), "{e}");
 }
+
+/// An Ethernet + IPv4 (or IPv6) + TCP frame with `payload` bytes of pattern and a 32-byte TCP
+/// header, its checksum field holding the pseudo-header sum, as a sender that leaves the
+/// checksum to the device (NEEDS_CSUM) writes it. Returns the frame and the TCP offset.
+fn tcp_frame(dst: u64, src: u64, v6: bool, payload: usize) -> (Vec<u8>, usize) {
+    use ferrovs_packet::offload::{csum_add, csum_fold};
+    let mut f = Vec::new();
+    f.extend_from_slice(&dst.to_be_bytes()[2..]);
+    f.extend_from_slice(&src.to_be_bytes()[2..]);
+    let l3 = 14;
+    let tcp_len = 32 + payload;
+    let pseudo = if v6 {
+        f.extend_from_slice(&[0x86, 0xdd, 0x60, 0, 0, 0]);
+        f.extend_from_slice(&(tcp_len as u16).to_be_bytes());
+        f.extend_from_slice(&[6, 64]);
+        f.extend((0..32).map(|i| 0xfd + i as u8));
+        csum_add(
+            csum_add(0, &f[l3 + 8..l3 + 40]),
+            &(tcp_len as u32).to_be_bytes(),
+        ) + 6
+    } else {
+        f.extend_from_slice(&[0x08, 0x00, 0x45, 0]);
+        f.extend_from_slice(&((20 + tcp_len) as u16).to_be_bytes());
+        f.extend_from_slice(&[0, 1, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2]);
+        let c = !csum_fold(csum_add(0, &f[l3..l3 + 20]));
+        f[l3 + 10..l3 + 12].copy_from_slice(&c.to_be_bytes());
+        csum_add(0, &f[l3 + 12..l3 + 20]) + 6 + tcp_len as u64
+    };
+    let l4 = f.len();
+    f.extend_from_slice(&[0x9c, 0x40, 0x13, 0x89, 0, 0, 0, 1, 0, 0, 0, 1]);
+    f.extend_from_slice(&[0x80, 0x18, 0x01, 0xf5, 0, 0, 0, 0]);
+    f.extend_from_slice(&[1, 1, 8, 10, 0, 0, 0, 1, 0, 0, 0, 2]);
+    f.extend((0..payload).map(|i| (i % 251) as u8));
+    let p = csum_fold(pseudo);
+    f[l4 + 16..l4 + 18].copy_from_slice(&p.to_be_bytes());
+    (f, l4)
+}
+
+#[test]
+fn offloads_pass_through_or_are_done_in_software() {
+    use ferrovs_packet::offload::tcp_checksums_ok;
+    use ferrovs_sys::vnet::{self, VnetHdr};
+    use ferrovs_vhost::features::OFFLOADS;
+    let sw = Switch::start("offload");
+    sw.add_port("vm3", &[]);
+    wait_until("sockets", || {
+        ["vm1", "vm2", "vm3"].iter().all(|p| sw.sock(p).exists())
+    });
+    let big = FrontendConfig {
+        ring_size: 64,
+        buf_size: 70_000,
+        want_features: FrontendConfig::default().want_features | OFFLOADS,
+        ..Default::default()
+    };
+    // A sends TSO; B takes TSO (gets the packet as sent); C has no offload feature at all.
+    let mut a = attach(&sw.sock("vm1"), 0x0200_0000_0001, big.clone());
+    let mut b = attach(&sw.sock("vm2"), 0x0200_0000_0002, big);
+    let mut c = attach(&sw.sock("vm3"), 0x0200_0000_0003, FrontendConfig::default());
+    let show = sw.req(Request::Show).unwrap();
+    let port = |n: &str| {
+        show["bridges"][0]["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == n)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(
+        port("vm1")["offloads"]["sends"],
+        serde_json::json!(["csum", "tso4", "tso6", "tso_ecn"])
+    );
+    assert_eq!(
+        port("vm2")["offloads"]["accepts"],
+        serde_json::json!(["csum", "tso4", "tso6", "tso_ecn"])
+    );
+    assert_eq!(port("vm3")["offloads"]["accepts"], serde_json::json!([]));
+
+    // Destination unknown to the switch: flooded to B and C, so each packet is seen both
+    // ways at once.
+    let unknown = 0x0200_0000_00ee;
+    let drain = |g: &mut Guest, want: usize| {
+        let mut got = Vec::new();
+        let t = Instant::now();
+        while got.len() < want && t.elapsed() < Duration::from_secs(10) {
+            g.rx.recv_with_hdr(64, |h, p| got.push((h, p.to_vec())));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        g.rx.recv_with_hdr(64, |h, p| got.push((h, p.to_vec())));
+        got
+    };
+    let mut expect_segments = 0;
+    for (v6, payload, mss) in [
+        (false, 20_000, 1448),
+        (true, 30_000, 1428),
+        (false, 60_000, 1448),
+    ] {
+        let (f, l4) = tcp_frame(unknown, a.mac, v6, payload);
+        let hdr = VnetHdr {
+            flags: vnet::F_NEEDS_CSUM,
+            gso_type: if v6 { vnet::GSO_TCPV6 } else { vnet::GSO_TCPV4 },
+            hdr_len: (l4 + 32) as u16,
+            gso_size: mss,
+            csum_start: l4 as u16,
+            csum_offset: 16,
+        };
+        assert!(a.tx.send_offload(&f, &hdr));
+        let got_b = drain(&mut b, 1);
+        assert_eq!(got_b.len(), 1, "B takes the TSO packet whole");
+        assert_eq!(got_b[0].0, hdr, "with its header");
+        assert_eq!(got_b[0].1, f);
+        let n = payload.div_ceil(mss as usize);
+        expect_segments += n;
+        let got_c = drain(&mut c, n);
+        assert_eq!(got_c.len(), n, "C gets MSS-sized segments");
+        let mut data = Vec::new();
+        for (h, p) in &got_c {
+            assert_eq!(*h, VnetHdr::default());
+            assert!(p.len() <= l4 + 32 + mss as usize, "segment of {}", p.len());
+            assert_eq!(tcp_checksums_ok(p), Some(true), "v6 {v6}");
+            data.extend_from_slice(&p[l4 + 32..]);
+        }
+        assert_eq!(data, f[l4 + 32..], "payload intact and in order");
+    }
+    // A checksum only, unicast (the switch learns B and C first): B gets it partial, C
+    // complete. (Flooded to both, it would be completed once for both.)
+    let hello = |g: &mut Guest| {
+        let f = frame(0x0200_0000_0001, g.mac, 0, 64);
+        assert!(g.tx.send(&f));
+    };
+    hello(&mut b);
+    hello(&mut c);
+    assert_eq!(drain(&mut a, 2).len(), 2);
+    let (f, l4) = tcp_frame(b.mac, a.mac, false, 1000);
+    let hdr = VnetHdr {
+        flags: vnet::F_NEEDS_CSUM,
+        csum_start: l4 as u16,
+        csum_offset: 16,
+        ..Default::default()
+    };
+    assert!(a.tx.send_offload(&f, &hdr));
+    let got_b = drain(&mut b, 1);
+    assert_eq!((got_b[0].0, &got_b[0].1), (hdr, &f));
+    let (mut f, l4) = tcp_frame(c.mac, a.mac, false, 1000);
+    assert!(a.tx.send_offload(&f, &hdr));
+    let got_c = drain(&mut c, 1);
+    assert_eq!(got_c.len(), 1);
+    assert_eq!(got_c[0].0, VnetHdr::default());
+    assert_eq!(tcp_checksums_ok(&got_c[0].1), Some(true));
+    ferrovs_packet::offload::complete_csum(&mut f, l4, 16).unwrap();
+    assert_eq!(got_c[0].1, f, "only the checksum changed");
+
+    let s3 = sw.port_stats("vm3");
+    assert_eq!(s3["offload"]["sw_tso"], 3);
+    assert_eq!(s3["offload"]["sw_segments"], expect_segments);
+    assert_eq!(s3["offload"]["sw_csum"], 1);
+    assert_eq!(sw.port_stats("vm2")["offload"]["sw_tso"], 0);
+
+    // Bad offload requests: dropped and counted at the sender, its queue keeps working.
+    let (f, l4) = tcp_frame(unknown, a.mac, false, 5000);
+    let bad = [
+        // UDP fragmentation offload was not negotiated.
+        VnetHdr {
+            flags: vnet::F_NEEDS_CSUM,
+            gso_type: vnet::GSO_UDP,
+            gso_size: 1400,
+            csum_start: l4 as u16,
+            csum_offset: 6,
+            ..Default::default()
+        },
+        // The checksum field lies beyond the packet.
+        VnetHdr {
+            flags: vnet::F_NEEDS_CSUM,
+            csum_start: 5000,
+            csum_offset: 200,
+            ..Default::default()
+        },
+        // TSO without a partial checksum.
+        VnetHdr {
+            gso_type: vnet::GSO_TCPV4,
+            gso_size: 1448,
+            ..Default::default()
+        },
+        // TSO whose checksum start is not the TCP header (C cannot segment it; B, which
+        // negotiated TSO, gets it as sent, like a NIC would).
+        VnetHdr {
+            flags: vnet::F_NEEDS_CSUM,
+            gso_type: vnet::GSO_TCPV4,
+            gso_size: 1448,
+            csum_start: 20,
+            csum_offset: 16,
+            ..Default::default()
+        },
+    ];
+    for h in &bad {
+        assert!(a.tx.send_offload(&f, h));
+    }
+    wait_until("bad offloads counted", || {
+        let s = sw.port_stats("vm1");
+        s["rx"]["drops"]["bad_offload"] == 4
+    });
+    assert_eq!(drain(&mut b, 1).len(), 1);
+    assert!(drain(&mut c, 0).is_empty(), "C got none of them");
+    let s1 = sw.port_stats("vm1");
+    assert!(s1["queues"][1]["broken"].is_null());
+    // And the port still forwards.
+    let got = exchange(&mut a, &mut c, 100, 200);
+    assert_eq!(got.len(), 100);
+}

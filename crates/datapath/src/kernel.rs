@@ -22,6 +22,7 @@ use ferrovs_sys::af_packet::{AfPacket, RingGeometry, RxFrame, RxRing};
 use ferrovs_sys::netdev::TxFail;
 use ferrovs_sys::pool::{Mbuf, Pool, MAX_DATA};
 use ferrovs_sys::tap::{Tap, VNET_HDR_LEN};
+use ferrovs_sys::vnet::{self, caps, VnetHdr};
 use ferrovs_vhost::stats::{DropReason, QueueStats};
 use ferrovs_vhost::virtqueue::BURST;
 
@@ -29,9 +30,16 @@ use ferrovs_vhost::virtqueue::BURST;
 const MIN_FRAME: usize = 14;
 
 /// A TAP port.
+///
+/// Offloads: the kernel takes every offload ferrovs knows of on what we write (the virtio-net
+/// header in front of each frame says what is left to do), and, once
+/// [`Tap::enable_offloads`] succeeded, hands us partial checksums and TSO packets of up to
+/// 64 KiB, read into the pool's large buffers.
 #[derive(Debug)]
 pub struct TapIo {
     pub tap: Tap,
+    /// The kernel may send us offloads (TUNSETOFFLOAD accepted).
+    pub rx_offloads: bool,
     /// Frames read from the device (host → switch).
     pub rx: QueueStats,
     /// Frames written to the device (switch → host).
@@ -39,12 +47,31 @@ pub struct TapIo {
 }
 
 impl TapIo {
+    /// Wraps `tap`, asking the kernel for offloads; without them (an old kernel) the kernel
+    /// sends complete frames, which works too.
     pub fn new(tap: Tap) -> TapIo {
+        let rx_offloads = match tap.enable_offloads() {
+            Ok(()) => true,
+            Err(e) => {
+                eprintln!(
+                    "ferrovs: TAP {}: no offloads from the kernel: {e}",
+                    tap.name()
+                );
+                false
+            }
+        };
         TapIo {
             tap,
+            rx_offloads,
             rx: QueueStats::default(),
             tx: QueueStats::default(),
         }
+    }
+
+    /// What the device takes on transmit: everything.
+    #[inline]
+    pub fn caps(&self) -> u8 {
+        caps::ALL
     }
 
     /// Reads up to `max` frames into buffers from `pool`, appended to `out`.
@@ -52,21 +79,40 @@ impl TapIo {
     pub fn rx_burst<'p>(&self, pool: &'p Pool, out: &mut Vec<Mbuf<'p>>, max: usize) -> usize {
         let max = max.min(BURST).min(out.capacity() - out.len());
         let (mut pkts, mut bytes, mut runts, mut oversize, mut errors) = (0, 0, 0, 0, 0);
+        let mut bad_offload = 0;
         for _ in 0..max {
-            let Some(mut m) = pool.alloc() else {
+            let m = if self.rx_offloads {
+                pool.alloc_large().or_else(|| pool.alloc())
+            } else {
+                pool.alloc()
+            };
+            let Some(mut m) = m else {
                 self.rx.drop(DropReason::NoMbuf, 1);
                 break;
             };
-            let Some(buf) = m.fill(MAX_DATA) else { break };
+            let cap = m.max_data();
+            let Some(buf) = m.fill(cap) else { break };
             match self.tap.recv(buf) {
                 Ok(None) => break,
-                Ok(Some(n)) if n == MAX_DATA => oversize += 1,
+                Ok(Some(n)) if n == cap => oversize += 1,
                 Ok(Some(n)) if n < VNET_HDR_LEN + MIN_FRAME => runts += 1,
                 Ok(Some(n)) => {
+                    let mut h = [0u8; vnet::HDR_LEN];
+                    h.copy_from_slice(&buf[..vnet::HDR_LEN]);
+                    let h = VnetHdr::from_bytes(&h);
+                    let len = n - VNET_HDR_LEN;
+                    if !kernel_header_ok(&h, len) {
+                        bad_offload += 1;
+                        continue;
+                    }
                     m.truncate(n);
                     m.pull_front(VNET_HDR_LEN);
+                    m.vnet = VnetHdr {
+                        flags: h.flags & vnet::F_NEEDS_CSUM,
+                        ..h
+                    };
                     pkts += 1;
-                    bytes += (n - VNET_HDR_LEN) as u64;
+                    bytes += len as u64;
                     out.push(m);
                 }
                 Err(_) => {
@@ -75,6 +121,7 @@ impl TapIo {
                 }
             }
         }
+        self.rx.drop(DropReason::BadOffload, bad_offload);
         self.rx.add(pkts, bytes);
         self.rx.drop(DropReason::Runt, runts);
         self.rx.drop(DropReason::Oversize, oversize);
@@ -82,16 +129,22 @@ impl TapIo {
         pkts as usize
     }
 
-    /// Writes `pkts` to the device; returns (sent, dropped).
+    /// Writes `pkts` to the device, each behind its offload metadata; returns (sent,
+    /// dropped).
     #[inline]
-    pub fn tx_burst<'a, I>(&self, pkts: I) -> (u64, u64)
+    pub fn tx_burst<'a, 'p: 'a, I>(&self, pkts: I) -> (u64, u64)
     where
-        I: IntoIterator<Item = &'a [u8]>,
+        I: IntoIterator<Item = &'a Mbuf<'p>>,
     {
         let (mut sent, mut bytes, mut full, mut down, mut oversize, mut errors) =
             (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
-        for p in pkts {
-            match self.tap.send(p) {
+        for m in pkts {
+            let p = m.data();
+            let mut hdr = [0u8; VNET_HDR_LEN];
+            if m.vnet.is_offload() {
+                hdr[..vnet::HDR_LEN].copy_from_slice(&m.vnet.to_bytes());
+            }
+            match self.tap.send(&hdr, p) {
                 Ok(()) => {
                     sent += 1;
                     bytes += p.len() as u64;
@@ -108,6 +161,19 @@ impl TapIo {
         self.tx.drop(DropReason::Oversize, oversize);
         self.tx.drop(DropReason::TxError, errors);
         (sent, full + down + oversize + errors)
+    }
+}
+
+/// Whether a header the kernel wrote describes the `len`-byte frame behind it with offloads
+/// the datapath handles (TCP segmentation, partial checksums inside the frame).
+fn kernel_header_ok(h: &VnetHdr, len: usize) -> bool {
+    if h.needs_csum() && usize::from(h.csum_start) + usize::from(h.csum_offset) + 2 > len {
+        return false;
+    }
+    match h.gso() {
+        vnet::GSO_NONE => true,
+        vnet::GSO_TCPV4 | vnet::GSO_TCPV6 => h.needs_csum() && h.gso_size != 0,
+        _ => false,
     }
 }
 

@@ -20,8 +20,10 @@ use std::thread::JoinHandle;
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
+use ferrovs_packet::offload::{self, TcpSegmenter};
 use ferrovs_sys::os;
 use ferrovs_sys::pool::{Mbuf, Pool};
+use ferrovs_sys::vnet::{self, caps, VnetHdr};
 use ferrovs_sys::vring;
 use ferrovs_vhost::stats::DropReason;
 use ferrovs_vhost::virtqueue::BURST;
@@ -30,10 +32,18 @@ use crate::l2::{self, Decision, Edit};
 use crate::port::{Port, PortIo};
 use crate::{Datapath, RxMode, RxqRef, Snapshot};
 
-/// Buffers per PMD pool: bursts in flight plus flood copies, with margin.
-pub const POOL_BUFFERS: u32 = 2048;
+/// Buffers per PMD pool: bursts in flight plus flood copies and software segments
+/// ([`MAX_EXTRA`]), with margin.
+pub const POOL_BUFFERS: u32 = 4096;
+/// Large buffers per PMD pool (TSO packets of up to 64 KiB from guests and TAPs).
+pub const POOL_LARGE_BUFFERS: u32 = 256;
 /// Most distinct output ports one burst is grouped into before flushing.
 const MAX_OUTPUTS: usize = 64;
+/// Most packets one burst makes beside the received ones (VLAN-edited copies, segments of
+/// TSO packets for ports without TSO): 32 packets of 64 KiB cut at a 1448-byte MSS.
+const MAX_EXTRA: usize = 1536;
+/// Most packets one burst sends to one port.
+const MAX_PER_OUTPUT: usize = BURST + MAX_EXTRA;
 
 /// Counters of one PMD.
 #[derive(Debug, Default)]
@@ -85,7 +95,7 @@ impl PmdHandle {
         let stop = Arc::new(AtomicBool::new(false));
         let doorbell = Arc::new(os::eventfd()?);
         let bell = doorbell.clone();
-        let pool = Pool::new(POOL_BUFFERS)?;
+        let pool = Pool::with_large(POOL_BUFFERS, POOL_LARGE_BUFFERS)?;
         stats.hugepages.store(pool.hugepages(), Ordering::Relaxed);
         let (s, st) = (stats.clone(), stop.clone());
         let thread = std::thread::Builder::new()
@@ -161,11 +171,11 @@ fn run(
     let (mut sleeps, mut sleep_cycles, mut kick_wakeups) = (0u64, 0u64, 0u64);
     let mut sc = Scratch {
         batch: Vec::with_capacity(BURST),
-        extra: Vec::with_capacity(BURST * 4),
+        extra: Vec::with_capacity(MAX_EXTRA),
         outs: (0..MAX_OUTPUTS)
             .map(|_| TxList {
                 port: 0,
-                idx: Vec::with_capacity(BURST * 2),
+                idx: Vec::with_capacity(MAX_PER_OUTPUT),
             })
             .collect(),
         nouts: 0,
@@ -388,7 +398,7 @@ fn poll_rxq<'p>(
             }
             Decision::Unicast(p) => {
                 if let Some(out) = snap.port(p) {
-                    add_output(sc, pool, i, &c, out);
+                    add_output(sc, pool, i, &c, inp, out);
                 }
             }
             Decision::Flood => {
@@ -398,7 +408,7 @@ fn poll_rxq<'p>(
                     }
                     if let Some(out) = snap.port(p) {
                         if out.vlan.carries(c.vlan) {
-                            add_output(sc, pool, i, &c, out);
+                            add_output(sc, pool, i, &c, inp, out);
                         }
                     }
                 }
@@ -420,10 +430,29 @@ fn poll_rxq<'p>(
     (n as u64, sent, dropped)
 }
 
-/// Adds packet `i` to `out`'s list, making a VLAN-edited copy if the port needs one.
+/// Adds packet `i` to `out`'s list, making a VLAN-edited copy if the port needs one, and
+/// doing in software the offloads the packet asks for that the port cannot take.
 #[inline]
-fn add_output<'p>(sc: &mut Scratch<'p>, pool: &'p Pool, i: usize, c: &l2::Classified, out: &Port) {
+fn add_output<'p>(
+    sc: &mut Scratch<'p>,
+    pool: &'p Pool,
+    i: usize,
+    c: &l2::Classified,
+    inp: &Port,
+    out: &Port,
+) {
     let edit = l2::egress_edit(c, out);
+    let ol = sc.batch[i].vnet;
+    if ol.is_offload() && !caps::accepts(out.tx_caps(), &ol) {
+        match software_offload(sc, pool, i, edit, out) {
+            Ok(true) => return,
+            Ok(false) => {}
+            Err(_) => {
+                inp.rx_drops.drop(DropReason::BadOffload, 1);
+                return;
+            }
+        }
+    }
     let idx = match edit {
         Edit::None => i as u16,
         _ => {
@@ -431,47 +460,136 @@ fn add_output<'p>(sc: &mut Scratch<'p>, pool: &'p Pool, i: usize, c: &l2::Classi
                 out.rx_drops.drop(DropReason::NoMbuf, 1);
                 return;
             }
-            let Some(mut m) = pool.alloc() else {
+            let src = &sc.batch[i];
+            let len = src.len() + if matches!(edit, Edit::Push(_)) { 4 } else { 0 };
+            let Some(mut m) = pool.alloc_for(len) else {
                 out.rx_drops.drop(DropReason::NoMbuf, 1);
                 return;
             };
-            let src = sc.batch[i].data();
+            let Some(b) = m.fill(len) else { return };
             match edit {
                 Edit::Push(v) => {
-                    let Some(b) = m.fill(src.len() + 4) else {
-                        return;
-                    };
-                    b[4..].copy_from_slice(src);
+                    b[4..].copy_from_slice(src.data());
                     ferrovs_packet::push_vlan_in_place(b, v);
                 }
                 _ => {
-                    let Some(b) = m.fill(src.len()) else { return };
-                    b.copy_from_slice(src);
+                    b.copy_from_slice(src.data());
                     ferrovs_packet::pop_vlan_in_place(b);
                     m.pull_front(4);
                 }
             }
+            m.vnet = shift_offsets(src.vnet, edit);
             sc.extra.push(m);
             (BURST + sc.extra.len() - 1) as u16
         }
     };
-    let slot = sc.outs[..sc.nouts].iter().position(|l| l.port == out.id);
+    push_output(&mut sc.outs, &mut sc.nouts, out, idx);
+}
+
+/// The offload metadata of a packet after a VLAN edit moved its headers.
+#[inline]
+fn shift_offsets(mut h: VnetHdr, edit: Edit) -> VnetHdr {
+    if h.is_offload() {
+        let d: i32 = match edit {
+            Edit::Push(_) => 4,
+            Edit::Pop => -4,
+            Edit::None => 0,
+        };
+        h.csum_start = (i32::from(h.csum_start) + d).max(0) as u16;
+        h.hdr_len = (i32::from(h.hdr_len) + d).max(0) as u16;
+    }
+    h
+}
+
+/// Adds packet `idx` (`BURST + k`: `extra[k]`) to `out`'s list.
+#[inline]
+fn push_output(outs: &mut [TxList], nouts: &mut usize, out: &Port, idx: u16) {
+    let slot = outs[..*nouts].iter().position(|l| l.port == out.id);
     let slot = match slot {
         Some(s) => s,
-        None if sc.nouts < MAX_OUTPUTS => {
-            sc.outs[sc.nouts].port = out.id;
-            sc.outs[sc.nouts].idx.clear();
-            sc.nouts += 1;
-            sc.nouts - 1
+        None if *nouts < MAX_OUTPUTS => {
+            outs[*nouts].port = out.id;
+            outs[*nouts].idx.clear();
+            *nouts += 1;
+            *nouts - 1
         }
         None => {
             out.rx_drops.drop(DropReason::NoRoute, 1);
             return;
         }
     };
-    if sc.outs[slot].idx.len() < sc.outs[slot].idx.capacity() {
-        sc.outs[slot].idx.push(idx);
+    if outs[slot].idx.len() < outs[slot].idx.capacity() {
+        outs[slot].idx.push(idx);
     }
+}
+
+/// Does for port `out` what packet `i` asks of the next hop and `out` cannot do. A partial
+/// checksum is completed in place (the packet stays valid for every other port: it is then
+/// simply complete), and `Ok(false)` says to send it on as usual. A TSO packet is cut into
+/// segments (with `edit` applied to each) added to `out`'s list: `Ok(true)`. `Err`: the
+/// header does not describe the packet (the input port counts it).
+#[cold]
+fn software_offload<'p>(
+    sc: &mut Scratch<'p>,
+    pool: &'p Pool,
+    i: usize,
+    edit: Edit,
+    out: &Port,
+) -> Result<bool, offload::OffloadError> {
+    let Scratch {
+        batch,
+        extra,
+        outs,
+        nouts,
+    } = sc;
+    let h = batch[i].vnet;
+    if h.gso() != vnet::GSO_NONE {
+        let seg = TcpSegmenter::new(batch[i].data(), h.gso_size, h.csum_start)?;
+        if seg.count() > 1 {
+            out.offload.sw_tso.fetch_add(1, Ordering::Relaxed);
+            let mut made = 0u64;
+            for k in 0..seg.count() {
+                let len = seg.len(k);
+                let m = (extra.len() < extra.capacity())
+                    .then(|| pool.alloc_for(len))
+                    .flatten();
+                let Some(mut m) = m else {
+                    out.rx_drops
+                        .drop(DropReason::NoMbuf, (seg.count() - k) as u64);
+                    break;
+                };
+                let Some(b) = m.fill(len) else { break };
+                seg.write(k, b);
+                match edit {
+                    Edit::None => {}
+                    Edit::Push(v) => {
+                        if let Some(_front) = m.push_front(4) {
+                            ferrovs_packet::push_vlan_in_place(m.data_mut(), v);
+                        }
+                    }
+                    Edit::Pop => {
+                        ferrovs_packet::pop_vlan_in_place(m.data_mut());
+                        m.pull_front(4);
+                    }
+                }
+                extra.push(m);
+                push_output(outs, nouts, out, (BURST + extra.len() - 1) as u16);
+                made += 1;
+            }
+            out.offload.sw_segments.fetch_add(made, Ordering::Relaxed);
+            return Ok(true);
+        }
+    }
+    // One segment's worth, or only a checksum: complete it in place.
+    let m = &mut batch[i];
+    offload::complete_csum(
+        m.data_mut(),
+        usize::from(h.csum_start),
+        usize::from(h.csum_offset),
+    )?;
+    m.vnet = VnetHdr::default();
+    out.offload.sw_csum.fetch_add(1, Ordering::Relaxed);
+    Ok(false)
 }
 
 /// Sends packets `idx` to `out`; returns (sent, dropped).
@@ -483,13 +601,13 @@ fn transmit(
     extra: &[Mbuf<'_>],
     pmd: usize,
 ) -> (u64, u64) {
-    let data = |i: &u16| {
+    let mbuf = |i: &u16| {
         let i = *i as usize;
         if i < BURST {
-            batch[i].data()
+            &batch[i]
         } else {
-            extra[i - BURST].data()
+            &extra[i - BURST]
         }
     };
-    out.tx_burst(pmd, idx.len(), idx.iter().map(data))
+    out.tx_burst(pmd, idx.len(), idx.iter().map(mbuf))
 }

@@ -72,6 +72,37 @@ pub struct Port {
     pub rx_drops: QueueStats,
     /// Packets a PMD could not transmit because no queue of this port was ready (vhost-user).
     pub tx_not_ready: AtomicU64,
+    /// Offload work done in software for packets sent to this port.
+    pub offload: OffloadStats,
+}
+
+/// Offloads done in software because the output port could not take the packet's offload
+/// metadata (a guest without the feature, an uplink).
+#[derive(Debug, Default)]
+pub struct OffloadStats {
+    /// Partial checksums completed.
+    pub sw_csum: AtomicU64,
+    /// TSO packets segmented.
+    pub sw_tso: AtomicU64,
+    /// Segments those made.
+    pub sw_segments: AtomicU64,
+}
+
+impl OffloadStats {
+    /// `[sw_csum, sw_tso, sw_segments]`.
+    pub fn get(&self) -> [u64; 3] {
+        [&self.sw_csum, &self.sw_tso, &self.sw_segments].map(|a| a.load(Ordering::Relaxed))
+    }
+
+    /// Adds counters carried over a hot upgrade.
+    pub fn restore(&self, v: [u64; 3]) {
+        for (a, v) in [&self.sw_csum, &self.sw_tso, &self.sw_segments]
+            .into_iter()
+            .zip(v)
+        {
+            a.fetch_add(v, Ordering::Relaxed);
+        }
+    }
 }
 
 impl Port {
@@ -80,6 +111,20 @@ impl Port {
         match &self.io {
             PortIo::Vhost { queues } => queues.len() / 2,
             PortIo::Tap(_) | PortIo::Uplink(_) => 1,
+        }
+    }
+
+    /// What the port accepts of a packet's offload metadata (`vnet::caps` bits): for a
+    /// vhost-user port what its guest negotiated, for a TAP everything, for an uplink
+    /// nothing. The PMD does the rest in software before [`Port::tx_burst`].
+    #[inline]
+    pub fn tx_caps(&self) -> u8 {
+        match &self.io {
+            PortIo::Vhost { queues } => queues
+                .first()
+                .map_or(0, |q| q.rx_caps.load(Ordering::Relaxed)),
+            PortIo::Tap(t) => t.caps(),
+            PortIo::Uplink(_) => 0,
         }
     }
 
@@ -106,11 +151,12 @@ impl Port {
     }
 
     /// Transmits `pkts` (of which there are `n`) from PMD `pmd`; returns (sent, dropped).
-    /// Every packet not sent is counted by reason in this port's counters.
+    /// Every packet not sent is counted by reason in this port's counters. A packet's offload
+    /// metadata must be what [`Port::tx_caps`] accepts.
     #[inline]
-    pub fn tx_burst<'a, I>(&self, pmd: usize, n: usize, pkts: I) -> (u64, u64)
+    pub fn tx_burst<'a, 'p: 'a, I>(&self, pmd: usize, n: usize, pkts: I) -> (u64, u64)
     where
-        I: IntoIterator<Item = &'a [u8]>,
+        I: IntoIterator<Item = &'a Mbuf<'p>>,
     {
         match &self.io {
             PortIo::Vhost { queues } => {
@@ -125,14 +171,18 @@ impl Port {
                 };
                 let sent = {
                     let mut vq = q.lock();
-                    vq.enqueue(pkts, &q.stats, &self.name)
+                    vq.enqueue(
+                        pkts.into_iter().map(|m| (m.data(), m.vnet)),
+                        &q.stats,
+                        &self.name,
+                    )
                 };
                 let dropped = (n - sent) as u64;
                 q.stats.drop(DropReason::GuestNoBuffers, dropped);
                 (sent as u64, dropped)
             }
             PortIo::Tap(t) => t.tx_burst(pkts),
-            PortIo::Uplink(u) => u.tx_burst(pkts),
+            PortIo::Uplink(u) => u.tx_burst(pkts.into_iter().map(|m| m.data())),
         }
     }
 

@@ -86,6 +86,19 @@ fn print_show(v: &Value) {
             if !feats.is_empty() {
                 println!("    features: {}", feats.join(" "));
             }
+            let names = |v: &Value| -> String {
+                let l: Vec<String> = v.as_array().into_iter().flatten().map(s).collect();
+                if l.is_empty() {
+                    "none".into()
+                } else {
+                    l.join(" ")
+                }
+            };
+            println!(
+                "    offloads: accepts {}  sends {}",
+                names(&p["offloads"]["accepts"]),
+                names(&p["offloads"]["sends"])
+            );
             if p["last_error"] != Value::Null {
                 println!("    last error: {}", s(&p["last_error"]));
             }
@@ -113,6 +126,15 @@ fn print_port_stats(v: &Value) {
         println!("port {}", s(&p["port"]));
         println!("  {}", dir_line("rx", &p["rx"]));
         println!("  {}", dir_line("tx", &p["tx"]));
+        let o = &p["offload"];
+        if o["sw_csum"].as_u64().unwrap_or(0) + o["sw_tso"].as_u64().unwrap_or(0) != 0 {
+            println!(
+                "  software offloads: checksums {} tso packets {} segments {}",
+                s(&o["sw_csum"]),
+                s(&o["sw_tso"]),
+                s(&o["sw_segments"])
+            );
+        }
         for q in p["queues"].as_array().into_iter().flatten() {
             let broken = if q["broken"] != Value::Null {
                 format!(" BROKEN: {}", s(&q["broken"]))

@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 pub mod build;
+pub mod offload;
 
 pub const ETH_HLEN: usize = 14;
 pub const ETH_P_8021Q: u16 = 0x8100;

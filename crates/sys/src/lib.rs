@@ -14,6 +14,7 @@
 //! * [`os`]: eventfds, fd passing (SCM_RIGHTS), epoll, CPU affinity, memfd, TSC.
 //! * [`netdev`]: kernel network device names, indices, link state.
 //! * [`tap`]: TAP devices (`/dev/net/tun` with a virtio-net header).
+//! * [`vnet`]: the virtio-net header: offload metadata carried beside a packet.
 //! * [`af_packet`]: AF_PACKET sockets bound to a netdev, with a mapped TPACKET_V3 RX ring.
 //!
 //! Guest memory is concurrently written by the guest. We never form Rust references
@@ -29,4 +30,5 @@ pub mod os;
 pub mod pool;
 pub mod sigbus;
 pub mod tap;
+pub mod vnet;
 pub mod vring;

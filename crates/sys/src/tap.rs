@@ -3,10 +3,11 @@
 //! A [`Tap`] is a non-blocking fd of `/dev/net/tun` attached to one TAP device with
 //! `IFF_TAP | IFF_NO_PI | IFF_VNET_HDR`: every frame read or written starts with a
 //! virtio-net header of [`VNET_HDR_LEN`] bytes (set with `TUNSETVNETHDRSZ`, the virtio 1.x
-//! size, so that offloads can later pass a guest's header through unchanged). For now the
-//! header is all zeros on transmit (no checksum or segmentation offload asked) and skipped
-//! on receive; the device is created without offloads (no `TUNSETOFFLOAD`), so the kernel
-//! hands us only complete, checksummed frames.
+//! size, so that a guest's header passes through unchanged). On transmit the header carries
+//! the packet's offload metadata (partial checksum, TSO): the kernel completes or segments
+//! what it must. [`Tap::enable_offloads`] (`TUNSETOFFLOAD`) lets the kernel hand us partial
+//! checksums and TSO packets of up to 64 KiB in return, which the receiver must read into a
+//! buffer that large.
 //!
 //! A device created by [`Tap::open`] is not persistent: it exists while an fd is attached to
 //! it (ours, or the next daemon's after a hot upgrade, which receives the same fd). A
@@ -22,9 +23,6 @@ use crate::netdev::{self, TxFail};
 
 /// Bytes of virtio-net header in front of every frame (`struct virtio_net_hdr_v1`).
 pub const VNET_HDR_LEN: usize = 12;
-
-/// The header written in front of every transmitted frame: no offload requested.
-static ZERO_HDR: [u8; VNET_HDR_LEN] = [0; VNET_HDR_LEN];
 
 /// Flags every ferrovs TAP fd has.
 const FLAGS: libc::c_int = libc::IFF_TAP | libc::IFF_NO_PI | libc::IFF_VNET_HDR;
@@ -152,6 +150,25 @@ impl Tap {
         })
     }
 
+    /// Lets the kernel send us partial checksums and TCP segments of up to 64 KiB (IPv4, IPv6,
+    /// with ECN), as it does to a virtio-net guest with those features.
+    pub fn enable_offloads(&self) -> io::Result<()> {
+        let flags: libc::c_uint =
+            libc::TUN_F_CSUM | libc::TUN_F_TSO4 | libc::TUN_F_TSO6 | libc::TUN_F_TSO_ECN;
+        // SAFETY: TUNSETOFFLOAD takes its argument by value.
+        if unsafe {
+            libc::ioctl(
+                self.fd.as_raw_fd(),
+                libc::TUNSETOFFLOAD,
+                flags as libc::c_ulong,
+            )
+        } < 0
+        {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
     /// The device's name (as it was when attached).
     pub fn name(&self) -> &str {
         &self.name
@@ -174,12 +191,12 @@ impl Tap {
         Ok(Some(n as usize))
     }
 
-    /// Writes one frame behind a zero virtio-net header (one `writev`, no copy).
+    /// Writes one frame behind its virtio-net header `hdr` (one `writev`, no copy).
     #[inline]
-    pub fn send(&self, frame: &[u8]) -> Result<(), TxFail> {
+    pub fn send(&self, hdr: &[u8; VNET_HDR_LEN], frame: &[u8]) -> Result<(), TxFail> {
         let iov = [
             libc::iovec {
-                iov_base: ZERO_HDR.as_ptr() as *mut _,
+                iov_base: hdr.as_ptr() as *mut _,
                 iov_len: VNET_HDR_LEN,
             },
             libc::iovec {
@@ -234,7 +251,8 @@ mod tests {
             Err(TapError::Name(_))
         ));
         let mut buf = [0u8; 2048];
-        let sent = tap.send(&[0xff; 60]);
+        tap.enable_offloads().unwrap();
+        let sent = tap.send(&[0; VNET_HDR_LEN], &[0xff; 60]);
         assert!(sent.is_ok(), "{sent:?}");
         assert!(matches!(tap.recv(&mut buf), Ok(None) | Ok(Some(_))));
         // What a new daemon receives: the same attachment, checked.

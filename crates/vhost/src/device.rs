@@ -46,6 +46,9 @@ pub struct Queue {
     pub stats: QueueStats,
     /// Hint for PMDs: skip the lock when the queue cannot be used.
     pub ready: AtomicBool,
+    /// What the guest accepts of offload metadata on this queue (a receive queue):
+    /// `ferrovs_sys::vnet::caps` bits, published with `ready`.
+    pub rx_caps: std::sync::atomic::AtomicU8,
 }
 
 impl Queue {
@@ -55,6 +58,7 @@ impl Queue {
     }
 
     fn publish_ready(&self, vq: &VirtQueue) {
+        self.rx_caps.store(vq.rx_caps(), Ordering::Relaxed);
         self.ready.store(vq.ready(), Ordering::Release);
     }
 }

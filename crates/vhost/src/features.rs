@@ -6,8 +6,10 @@ pub const VIRTIO_NET_F_MTU: u64 = 1 << 3;
 pub const VIRTIO_NET_F_MAC: u64 = 1 << 5;
 pub const VIRTIO_NET_F_GUEST_TSO4: u64 = 1 << 7;
 pub const VIRTIO_NET_F_GUEST_TSO6: u64 = 1 << 8;
+pub const VIRTIO_NET_F_GUEST_ECN: u64 = 1 << 9;
 pub const VIRTIO_NET_F_HOST_TSO4: u64 = 1 << 11;
 pub const VIRTIO_NET_F_HOST_TSO6: u64 = 1 << 12;
+pub const VIRTIO_NET_F_HOST_ECN: u64 = 1 << 13;
 pub const VIRTIO_NET_F_MRG_RXBUF: u64 = 1 << 15;
 pub const VIRTIO_NET_F_STATUS: u64 = 1 << 16;
 pub const VIRTIO_NET_F_CTRL_VQ: u64 = 1 << 17;
@@ -23,8 +25,19 @@ pub const VIRTIO_F_VERSION_1: u64 = 1 << 32;
 pub const VIRTIO_F_ACCESS_PLATFORM: u64 = 1 << 33;
 pub const VIRTIO_F_RING_PACKED: u64 = 1 << 34;
 
+/// Offload features: checksum and TCP segmentation, both directions.
+pub const OFFLOADS: u64 = VIRTIO_NET_F_CSUM
+    | VIRTIO_NET_F_GUEST_CSUM
+    | VIRTIO_NET_F_HOST_TSO4
+    | VIRTIO_NET_F_HOST_TSO6
+    | VIRTIO_NET_F_HOST_ECN
+    | VIRTIO_NET_F_GUEST_TSO4
+    | VIRTIO_NET_F_GUEST_TSO6
+    | VIRTIO_NET_F_GUEST_ECN;
+
 /// Virtio features ferrovs offers on a vhost-user net port.
-pub const OFFERED: u64 = VIRTIO_F_VERSION_1
+pub const OFFERED: u64 = OFFLOADS
+    | VIRTIO_F_VERSION_1
     | VIRTIO_NET_F_MRG_RXBUF
     | VIRTIO_RING_F_EVENT_IDX
     | VIRTIO_RING_F_INDIRECT_DESC
@@ -60,6 +73,44 @@ pub fn net_hdr_len(features: u64) -> usize {
     }
 }
 
+/// What the guest accepts on its receive queues ([`ferrovs_sys::vnet::caps`] bits).
+pub fn guest_rx_caps(f: u64) -> u8 {
+    use ferrovs_sys::vnet::caps;
+    let mut c = 0;
+    if f & VIRTIO_NET_F_GUEST_CSUM != 0 {
+        c |= caps::CSUM;
+        if f & VIRTIO_NET_F_GUEST_TSO4 != 0 {
+            c |= caps::TSO4;
+        }
+        if f & VIRTIO_NET_F_GUEST_TSO6 != 0 {
+            c |= caps::TSO6;
+        }
+        if f & VIRTIO_NET_F_GUEST_ECN != 0 && c & (caps::TSO4 | caps::TSO6) != 0 {
+            c |= caps::TSO_ECN;
+        }
+    }
+    c
+}
+
+/// What the guest may ask of us on its transmit queues ([`ferrovs_sys::vnet::caps`] bits).
+pub fn guest_tx_caps(f: u64) -> u8 {
+    use ferrovs_sys::vnet::caps;
+    let mut c = 0;
+    if f & VIRTIO_NET_F_CSUM != 0 {
+        c |= caps::CSUM;
+        if f & VIRTIO_NET_F_HOST_TSO4 != 0 {
+            c |= caps::TSO4;
+        }
+        if f & VIRTIO_NET_F_HOST_TSO6 != 0 {
+            c |= caps::TSO6;
+        }
+        if f & VIRTIO_NET_F_HOST_ECN != 0 && c & (caps::TSO4 | caps::TSO6) != 0 {
+            c |= caps::TSO_ECN;
+        }
+    }
+    c
+}
+
 /// Names of the bits set in `features`, for `ferrovs show`.
 pub fn names(features: u64) -> Vec<&'static str> {
     const NAMES: &[(u64, &str)] = &[
@@ -69,6 +120,8 @@ pub fn names(features: u64) -> Vec<&'static str> {
         (VIRTIO_NET_F_GUEST_TSO6, "guest_tso6"),
         (VIRTIO_NET_F_HOST_TSO4, "host_tso4"),
         (VIRTIO_NET_F_HOST_TSO6, "host_tso6"),
+        (VIRTIO_NET_F_GUEST_ECN, "guest_ecn"),
+        (VIRTIO_NET_F_HOST_ECN, "host_ecn"),
         (VIRTIO_NET_F_MRG_RXBUF, "mrg_rxbuf"),
         (VIRTIO_NET_F_MQ, "mq"),
         (VHOST_F_LOG_ALL, "log_all"),

@@ -453,6 +453,40 @@ impl TxQueue {
         n
     }
 
+    /// Sends one packet behind a virtio-net header carrying `hdr` (offload tests: a partial
+    /// checksum, a TSO packet); false when the ring is full or the packet does not fit a
+    /// buffer.
+    pub fn send_offload(&mut self, pkt: &[u8], hdr: &ferrovs_sys::vnet::VnetHdr) -> bool {
+        self.reclaim();
+        let Some(id) = self.free.front().copied() else {
+            return false;
+        };
+        let hdr_len = self.hdr_len;
+        let buf = self.bufs.slot_mut(id as usize);
+        if buf.len() < hdr_len + pkt.len() {
+            return false;
+        }
+        buf[..ferrovs_sys::vnet::HDR_LEN].copy_from_slice(&hdr.to_bytes());
+        buf[ferrovs_sys::vnet::HDR_LEN..hdr_len].fill(0);
+        buf[hdr_len..hdr_len + pkt.len()].copy_from_slice(pkt);
+        self.free.pop_front();
+        let old = self.avail_idx;
+        self.ring.write_desc(
+            id,
+            Descriptor {
+                addr: self.bufs.gpa(id as usize),
+                len: (hdr_len + pkt.len()) as u32,
+                flags: 0,
+                next: 0,
+            },
+        );
+        self.ring.write_avail_entry(self.avail_idx, id);
+        self.avail_idx = self.avail_idx.wrapping_add(1);
+        self.ring.publish_avail(self.avail_idx);
+        kick_if_needed(&self.ring, self.features, &self.kick, old, self.avail_idx);
+        true
+    }
+
     /// Sends one packet (convenience for tests); false when the ring is full.
     pub fn send(&mut self, pkt: &[u8]) -> bool {
         self.reclaim();
@@ -541,6 +575,16 @@ impl RxQueue {
     /// re-posts their buffers. Returns how many.
     #[inline]
     pub fn recv_with(&mut self, max: usize, mut f: impl FnMut(&[u8])) -> usize {
+        self.recv_with_hdr(max, |_, p| f(p))
+    }
+
+    /// As [`RxQueue::recv_with`], with each packet's virtio-net header (its offload part).
+    #[inline]
+    pub fn recv_with_hdr(
+        &mut self,
+        max: usize,
+        mut f: impl FnMut(ferrovs_sys::vnet::VnetHdr, &[u8]),
+    ) -> usize {
         let used = self.ring.used_idx();
         let n = (used.wrapping_sub(self.used_seen) as usize).min(max);
         if n == 0 {
@@ -557,7 +601,13 @@ impl RxQueue {
                 }
                 continue;
             }
-            f(&self.bufs.slot(id as usize)[self.hdr_len..len]);
+            let slot = self.bufs.slot(id as usize);
+            let mut h = [0u8; ferrovs_sys::vnet::HDR_LEN];
+            h.copy_from_slice(&slot[..ferrovs_sys::vnet::HDR_LEN]);
+            f(
+                ferrovs_sys::vnet::VnetHdr::from_bytes(&h),
+                &slot[self.hdr_len..len],
+            );
             self.post(id as u16);
         }
         self.used_seen = self.used_seen.wrapping_add(n as u16);

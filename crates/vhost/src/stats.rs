@@ -41,6 +41,8 @@ reasons! {
     KernelTxFull => "kernel_tx_full",
     KernelLinkDown => "kernel_link_down",
     KernelRxDropped => "kernel_rx_dropped",
+    BadOffload => "bad_offload",
+    OffloadRefused => "offload_refused",
 }
 
 pub const NUM_REASONS: usize = DropReason::ALL.len();

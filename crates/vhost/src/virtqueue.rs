@@ -21,7 +21,8 @@ use std::sync::Arc;
 
 use ferrovs_sys::guest::{GuestMemory, OutOfBounds};
 use ferrovs_sys::os;
-use ferrovs_sys::pool::{Mbuf, Pool, MAX_DATA};
+use ferrovs_sys::pool::{Mbuf, Pool};
+use ferrovs_sys::vnet::{self, caps, VnetHdr};
 use ferrovs_sys::vring::{
     self, Descriptor, RingAddrs, RingError, SplitRing, VRING_AVAIL_F_NO_INTERRUPT,
     VRING_DESC_F_INDIRECT, VRING_DESC_F_NEXT, VRING_DESC_F_WRITE, VRING_USED_F_NO_NOTIFY,
@@ -206,8 +207,24 @@ pub struct VirtQueue {
     pub broken: Option<ChainError>,
     features: u64,
     hdr_len: usize,
+    /// What the guest may ask of us in the headers of the packets it sends (`vnet::caps`).
+    tx_caps: u8,
+    /// What the guest accepts in the headers of the packets it receives (`vnet::caps`).
+    rx_caps: u8,
     /// Cached `avail.idx` (re-read only when exhausted).
     avail_cache: u16,
+}
+
+/// What became of one chain the guest sent.
+enum Taken {
+    /// A packet of this many bytes is in the buffer.
+    Packet(usize),
+    /// Larger than the buffer can hold.
+    TooBig,
+    /// Its virtio-net header asks for what was not negotiated or does not fit the packet.
+    BadOffload,
+    /// A TSO packet and no large buffer left.
+    NoLargeBuffer,
 }
 
 impl VirtQueue {
@@ -215,6 +232,13 @@ impl VirtQueue {
     pub fn set_features(&mut self, f: u64) {
         self.features = f;
         self.hdr_len = features::net_hdr_len(f);
+        self.tx_caps = features::guest_tx_caps(f);
+        self.rx_caps = features::guest_rx_caps(f);
+    }
+
+    /// What the guest accepts on this (receive) queue: `vnet::caps` bits.
+    pub fn rx_caps(&self) -> u8 {
+        self.rx_caps
     }
 
     fn event_idx(&self) -> bool {
@@ -431,31 +455,36 @@ impl VirtQueue {
         prefetch_burst(ring, self.state.last_avail, n);
         let old_used = self.state.used_idx;
         let (mut pkts, mut bytes, mut oversize, mut runts) = (0u64, 0u64, 0u64, 0u64);
+        let (mut bad_offload, mut no_large) = (0u64, 0u64);
         for _ in 0..n {
             let Some(mut m) = pool.alloc() else {
                 stats.drop(DropReason::NoMbuf, 1);
                 break;
             };
             let head = ring.avail_entry(self.state.last_avail);
-            let res = self.copy_chain_out(ring, head, &mut m);
+            let res = self.copy_chain_out(ring, head, pool, &mut m);
             ring.write_used(self.state.used_idx, head, 0);
             self.state.used_idx = self.state.used_idx.wrapping_add(1);
             self.state.last_avail = self.state.last_avail.wrapping_add(1);
             match res {
-                Ok(Some(len)) if len >= 14 => {
+                Ok(Taken::Packet(len)) if len >= 14 => {
                     m.truncate(len);
                     pkts += 1;
                     bytes += len as u64;
                     out.push(m);
                 }
-                Ok(Some(_)) => runts += 1,
-                Ok(None) => oversize += 1,
+                Ok(Taken::Packet(_)) => runts += 1,
+                Ok(Taken::TooBig) => oversize += 1,
+                Ok(Taken::BadOffload) => bad_offload += 1,
+                Ok(Taken::NoLargeBuffer) => no_large += 1,
                 Err(e) => {
                     self.mark_broken(e, stats, name);
                     break;
                 }
             }
         }
+        stats.drop(DropReason::BadOffload, bad_offload);
+        stats.drop(DropReason::NoMbuf, no_large);
         ring.publish_used(self.state.used_idx);
         self.notify(ring, old_used, self.state.used_idx, stats);
         stats.add(pkts, bytes);
@@ -464,17 +493,69 @@ impl VirtQueue {
         pkts as usize
     }
 
-    /// Copies the packet of chain `head` (after the virtio-net header) into `m`. `Ok(None)`:
-    /// the packet is larger than a buffer (dropped, the ring stays healthy).
+    /// Reads the virtio-net header of chain `head` (its first bytes, usually all in the first
+    /// descriptor). Errors are left to the copy that follows, which walks the same chain.
     #[inline]
-    fn copy_chain_out(
+    fn peek_header(&self, ring: &SplitRing, head: u16) -> Option<VnetHdr> {
+        let mem = ring.mem();
+        let mut chain = Chain::new(ring, head, self.indirect_ok());
+        let mut b = [0u8; vnet::HDR_LEN];
+        let mut got = 0;
+        while got < vnet::HDR_LEN {
+            let d = chain.next().ok()??;
+            let n = (d.len as usize).min(vnet::HDR_LEN - got);
+            mem.read(d.addr, &mut b[got..got + n]).ok()?;
+            got += n;
+        }
+        Some(VnetHdr::from_bytes(&b))
+    }
+
+    /// Checks a header the guest sent against what was negotiated: `None` if it asks for
+    /// something else. Flags not negotiated are ignored (a driver may leave stale bits).
+    #[inline]
+    fn accept_header(&self, h: VnetHdr) -> Option<VnetHdr> {
+        let mut h = h;
+        if self.tx_caps & caps::CSUM == 0 {
+            return Some(VnetHdr::default());
+        }
+        h.flags &= vnet::F_NEEDS_CSUM;
+        if h.gso() == vnet::GSO_NONE {
+            h.gso_type = vnet::GSO_NONE;
+            h.gso_size = 0;
+            return Some(h);
+        }
+        // Segmentation needs the partial checksum (the segments' checksums are recomputed).
+        (h.needs_csum() && h.gso_size != 0 && caps::accepts(self.tx_caps, &h)).then_some(h)
+    }
+
+    /// Copies the packet of chain `head` (after the virtio-net header) into `m`, with the
+    /// offload metadata of its header; a TSO packet goes into a large buffer instead.
+    #[inline]
+    fn copy_chain_out<'p>(
         &self,
         ring: &SplitRing,
         head: u16,
-        m: &mut Mbuf<'_>,
-    ) -> Result<Option<usize>, ChainError> {
+        pool: &'p Pool,
+        m: &mut Mbuf<'p>,
+    ) -> Result<Taken, ChainError> {
         let mem = ring.mem();
-        let buf = m.fill(MAX_DATA).ok_or(ChainError::BadIndex)?;
+        let mut hdr = VnetHdr::default();
+        let mut refused = false;
+        if self.tx_caps != 0 {
+            match self.peek_header(ring, head).map(|h| self.accept_header(h)) {
+                Some(Some(h)) => hdr = h,
+                Some(None) => refused = true,
+                None => {}
+            }
+            if hdr.gso() != vnet::GSO_NONE {
+                match pool.alloc_large() {
+                    Some(l) => *m = l,
+                    None => refused = true,
+                }
+            }
+        }
+        let max = m.max_data();
+        let buf = m.fill(max).ok_or(ChainError::BadIndex)?;
         let mut chain = Chain::new(ring, head, self.indirect_ok());
         let mut skip = self.hdr_len as u64;
         let mut len = 0usize;
@@ -490,22 +571,45 @@ impl VirtQueue {
                 mem.check_range(d.addr, d.len as u64)?;
                 continue;
             }
-            if too_big || len + dlen > MAX_DATA {
-                too_big = true;
+            if refused || too_big || len + dlen > max {
+                too_big = !refused;
                 mem.check_range(addr, dlen as u64)?;
                 continue;
             }
             mem.read(addr, &mut buf[len..len + dlen])?;
             len += dlen;
         }
-        Ok((!too_big).then_some(len))
+        if refused {
+            let gso = hdr.gso() != vnet::GSO_NONE;
+            return Ok(
+                if gso && !m.is_large() && self.accept_header(hdr).is_some() {
+                    Taken::NoLargeBuffer
+                } else {
+                    Taken::BadOffload
+                },
+            );
+        }
+        if too_big {
+            return Ok(Taken::TooBig);
+        }
+        if hdr.needs_csum() && usize::from(hdr.csum_start) + usize::from(hdr.csum_offset) + 2 > len
+        {
+            return Ok(Taken::BadOffload);
+        }
+        m.vnet = hdr;
+        Ok(Taken::Packet(len))
     }
 
     /// Guest RX: copies packets into the guest's receive buffers (mergeable when negotiated).
     /// Returns how many packets were delivered; the caller counts the rest as dropped.
+    ///
+    /// Each packet comes with its offload metadata, which must be what the guest accepts
+    /// ([`VirtQueue::rx_caps`]: the caller did the rest in software); a packet whose metadata
+    /// the guest does not take (its features changed under the caller) stops the burst there
+    /// and is refused, like one for which the guest has no buffers.
     pub fn enqueue<'a, I>(&mut self, pkts: I, stats: &QueueStats, name: &str) -> usize
     where
-        I: IntoIterator<Item = &'a [u8]>,
+        I: IntoIterator<Item = (&'a [u8], VnetHdr)>,
     {
         let Some(ring) = self.ring.take() else {
             return 0;
@@ -524,7 +628,7 @@ impl VirtQueue {
         name: &str,
     ) -> usize
     where
-        I: IntoIterator<Item = &'a [u8]>,
+        I: IntoIterator<Item = (&'a [u8], VnetHdr)>,
     {
         if self.broken.is_some() {
             return 0;
@@ -534,8 +638,12 @@ impl VirtQueue {
         if let Ok(avail) = self.pending(ring) {
             prefetch_burst(ring, self.state.last_avail, (avail as usize).min(BURST));
         }
-        for pkt in pkts {
-            match self.enqueue_one(ring, pkt) {
+        for (pkt, hdr) in pkts {
+            if hdr.is_offload() && !caps::accepts(self.rx_caps, &hdr) {
+                stats.drop(DropReason::OffloadRefused, 1);
+                break;
+            }
+            match self.enqueue_one(ring, pkt, &hdr) {
                 Ok(true) => {
                     sent += 1;
                     bytes += pkt.len() as u64;
@@ -555,13 +663,21 @@ impl VirtQueue {
 
     /// Places one packet; `Ok(false)` when the guest has too few buffers (nothing consumed).
     #[inline]
-    fn enqueue_one(&mut self, ring: &SplitRing, pkt: &[u8]) -> Result<bool, ChainError> {
+    fn enqueue_one(
+        &mut self,
+        ring: &SplitRing,
+        pkt: &[u8],
+        vnet: &VnetHdr,
+    ) -> Result<bool, ChainError> {
         let mem = ring.mem();
         let mrg = self.mrg();
         let hdr_len = self.hdr_len;
         let total = hdr_len + pkt.len();
         let (saved_avail, saved_used) = (self.state.last_avail, self.state.used_idx);
         let mut hdr = [0u8; 12];
+        if vnet.is_offload() {
+            hdr[..vnet::HDR_LEN].copy_from_slice(&vnet.to_bytes());
+        }
         let mut single = false;
         let mut written = 0usize;
         let mut nbufs = 0u16;
@@ -755,7 +871,11 @@ mod tests {
                 vq.dequeue(&pool, &mut out, BURST, &stats, "fuzz");
             } else {
                 let pkt = vec![0xabu8; (rng.next() % 1600) as usize + 14];
-                vq.enqueue((0..8).map(|_| pkt.as_slice()), &stats, "fuzz");
+                vq.enqueue(
+                    (0..8).map(|_| (pkt.as_slice(), VnetHdr::default())),
+                    &stats,
+                    "fuzz",
+                );
             }
             let moved = vq.state.used_idx.wrapping_sub(before);
             assert!(
