@@ -20,7 +20,7 @@ use std::sync::Mutex;
 
 use ferrovs_sys::af_packet::{AfPacket, RingGeometry, RxFrame, RxRing};
 use ferrovs_sys::netdev::TxFail;
-use ferrovs_sys::pool::{Mbuf, Pool, MAX_DATA};
+use ferrovs_sys::pool::{Mbuf, Pool};
 use ferrovs_sys::tap::{Tap, VNET_HDR_LEN};
 use ferrovs_sys::vnet::{self, caps, VnetHdr};
 use ferrovs_vhost::stats::{DropReason, QueueStats};
@@ -212,18 +212,40 @@ impl UplinkIo {
         // Outgoing frames (only seen without PACKET_IGNORE_OUTGOING) do not count towards
         // the burst, but the loop stays bounded.
         let mut budget = 4 * BURST;
+        let mut bad_offload = 0;
+        let mut next = pool.alloc();
         while pkts < max && budget > 0 {
             budget -= 1;
-            let Some(mut m) = pool.alloc() else {
+            let Some(mut m) = next.take().or_else(|| pool.alloc()) else {
                 self.rx.drop(DropReason::NoMbuf, 1);
                 break;
             };
-            let Some(buf) = m.fill(MAX_DATA) else { break };
+            let cap = m.max_data();
+            let Some(buf) = m.fill(cap) else { break };
             match ring.next(buf) {
                 RxFrame::Empty => break,
+                RxFrame::NeedBuffer(n) => {
+                    // A GSO/GRO packet of up to 64 KiB: again, into a large buffer.
+                    match pool.alloc_for(n) {
+                        Some(l) if l.max_data() >= n => next = Some(l),
+                        _ => {
+                            self.rx.drop(DropReason::NoMbuf, 1);
+                            break;
+                        }
+                    }
+                }
                 RxFrame::Frame(n) if n < MIN_FRAME => runts += 1,
                 RxFrame::Frame(n) => {
+                    let h = ring.last_vnet();
+                    if !kernel_header_ok(&h, n) {
+                        bad_offload += 1;
+                        continue;
+                    }
                     m.truncate(n);
+                    m.vnet = VnetHdr {
+                        flags: h.flags & vnet::F_NEEDS_CSUM,
+                        ..h
+                    };
                     pkts += 1;
                     bytes += n as u64;
                     out.push(m);
@@ -233,6 +255,7 @@ impl UplinkIo {
                 RxFrame::Corrupt => errors += 1,
             }
         }
+        self.rx.drop(DropReason::BadOffload, bad_offload);
         if ring.take_losing() {
             // One system call, only after the kernel reported a loss.
             if let Ok(n) = self.sock.take_drops() {

@@ -36,6 +36,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::mmap::Mmap;
 use crate::netdev::{self, TxFail};
+use crate::vnet::{self, VnetHdr};
 
 /// How long the kernel keeps a block open before handing it over partly filled.
 pub const RETIRE_BLOCK_MS: u32 = 1;
@@ -128,6 +129,8 @@ pub struct AfPacket {
     fd: OwnedFd,
     ifindex: u32,
     ignore_outgoing: bool,
+    /// `PACKET_VNET_HDR`: a virtio-net header precedes every frame, both ways.
+    vnet: bool,
 }
 
 /// What one [`AfPacket::send_burst`] came to, frame by frame.
@@ -234,6 +237,17 @@ impl AfPacket {
             &1 as &libc::c_int,
         )
         .is_ok();
+        // Before the ring (the kernel refuses it after): the kernel then tells us, per frame,
+        // of a partial checksum or a GSO packet it hands over as is (what a local sender or
+        // GRO made, up to 64 KiB), instead of leaving a pseudo-header sum where the checksum
+        // should be.
+        let vnet = setopt(
+            &fd,
+            libc::SOL_PACKET,
+            libc::PACKET_VNET_HDR,
+            &1 as &libc::c_int,
+        )
+        .is_ok();
         let req = libc::tpacket_req3 {
             tp_block_size: geo.block_size,
             tp_block_nr: geo.block_nr,
@@ -275,8 +289,9 @@ impl AfPacket {
             fd,
             ifindex,
             ignore_outgoing,
+            vnet,
         };
-        Ok((sock, RxRing::new(map, geo)))
+        Ok((sock, RxRing::new(map, geo, vnet)))
     }
 
     /// Adopts a socket handed over by another daemon and maps its ring (which must have
@@ -312,6 +327,14 @@ impl AfPacket {
             0 as libc::c_int,
         )
         .is_ok_and(|v| v != 0);
+        // Sockets of daemons older than PACKET_VNET_HDR support have none: read, not assumed.
+        let vnet = getopt(
+            fd.as_fd(),
+            libc::SOL_PACKET,
+            libc::PACKET_VNET_HDR,
+            0 as libc::c_int,
+        )
+        .is_ok_and(|v| v != 0);
         // SAFETY: a zeroed sockaddr_ll is valid.
         let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
         let mut len = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
@@ -334,13 +357,19 @@ impl AfPacket {
             fd,
             ifindex: sll.sll_ifindex.max(0) as u32,
             ignore_outgoing,
+            vnet,
         };
-        Ok((sock, RxRing::new(map, geo)))
+        Ok((sock, RxRing::new(map, geo, vnet)))
     }
 
     /// The bound device's index.
     pub fn ifindex(&self) -> u32 {
         self.ifindex
+    }
+
+    /// Whether frames carry a virtio-net header (`PACKET_VNET_HDR`).
+    pub fn vnet_hdr(&self) -> bool {
+        self.vnet
     }
 
     /// Whether the kernel filters our own transmissions (`PACKET_IGNORE_OUTGOING`).
@@ -354,18 +383,29 @@ impl AfPacket {
     where
         I: IntoIterator<Item = &'a [u8]>,
     {
+        // With PACKET_VNET_HDR every frame starts with a header: an empty one (frames sent
+        // here are complete: the datapath did checksums and segmentation).
+        static NO_OFFLOAD: [u8; vnet::HDR_LEN] = [0; vnet::HDR_LEN];
+        let hdr = libc::iovec {
+            iov_base: NO_OFFLOAD.as_ptr() as *mut _,
+            iov_len: vnet::HDR_LEN,
+        };
+        let per = if self.vnet { 2 } else { 1 };
         let mut rep = SendReport::default();
         let mut pkts = pkts.into_iter();
         let mut iov = [libc::iovec {
             iov_base: std::ptr::null_mut(),
             iov_len: 0,
-        }; TX_BATCH];
+        }; 2 * TX_BATCH];
         // SAFETY: an all-zero mmsghdr (null pointers, zero lengths) is a valid value.
         let mut msgs: [libc::mmsghdr; TX_BATCH] = unsafe { std::mem::zeroed() };
         loop {
             let mut n = 0;
             for p in pkts.by_ref().take(TX_BATCH) {
-                iov[n] = libc::iovec {
+                if per == 2 {
+                    iov[2 * n] = hdr;
+                }
+                iov[per * n + per - 1] = libc::iovec {
                     iov_base: p.as_ptr() as *mut _,
                     iov_len: p.len(),
                 };
@@ -374,9 +414,9 @@ impl AfPacket {
             if n == 0 {
                 return rep;
             }
-            for (m, v) in msgs.iter_mut().zip(iov.iter_mut()).take(n) {
-                m.msg_hdr.msg_iov = v;
-                m.msg_hdr.msg_iovlen = 1;
+            for (m, v) in msgs.iter_mut().zip(iov.chunks_exact_mut(per)).take(n) {
+                m.msg_hdr.msg_iov = v.as_mut_ptr();
+                m.msg_hdr.msg_iovlen = per;
             }
             let mut i = 0;
             while i < n {
@@ -393,7 +433,10 @@ impl AfPacket {
                 if r > 0 {
                     let r = r as usize;
                     rep.sent += r;
-                    rep.bytes += iov[i..i + r].iter().map(|v| v.iov_len as u64).sum::<u64>();
+                    rep.bytes += iov[per * i..per * (i + r)]
+                        .chunks_exact(per)
+                        .map(|v| v[per - 1].iov_len as u64)
+                        .sum::<u64>();
                     i += r;
                     continue;
                 }
@@ -483,7 +526,10 @@ pub enum RxFrame {
     Frame(usize),
     /// A frame the device sent (skipped).
     Outgoing,
-    /// A frame larger than the buffer or the ring's block (skipped).
+    /// The next frame needs a buffer of this many bytes, larger than the one given (a
+    /// TSO/GRO packet of up to 64 KiB): nothing was taken, call again with one that large.
+    NeedBuffer(usize),
+    /// A frame larger than the ring's block (skipped).
     Oversize,
     /// The block's layout made no sense; the rest of it was given back unread.
     Corrupt,
@@ -501,10 +547,13 @@ pub struct RxRing {
     taken: u32,
     offset: u32,
     losing: bool,
+    /// Frames carry a virtio-net header in front (`PACKET_VNET_HDR`).
+    vnet: bool,
+    last_vnet: VnetHdr,
 }
 
 impl RxRing {
-    fn new(map: Mmap, geo: RingGeometry) -> RxRing {
+    fn new(map: Mmap, geo: RingGeometry, vnet: bool) -> RxRing {
         RxRing {
             map,
             geo,
@@ -512,7 +561,17 @@ impl RxRing {
             taken: 0,
             offset: 0,
             losing: false,
+            vnet,
+            last_vnet: VnetHdr::default(),
         }
+    }
+
+    /// The offload metadata of the frame [`RxRing::next`] returned last (none without
+    /// `PACKET_VNET_HDR`): a partial checksum or a GSO packet the kernel handed over as is.
+    /// Offsets count the re-inserted 802.1Q tag.
+    #[inline]
+    pub fn last_vnet(&self) -> VnetHdr {
+        self.last_vnet
     }
 
     /// The ring's shape.
@@ -692,6 +751,23 @@ impl RxRing {
         let tpid = (self.read_u32(b, off + 36) & 0xffff) as u16;
         // sll_pkttype: byte 10 of the sockaddr_ll after the header.
         let pkttype = self.read_u8(b, off + HDR3_LEN + 10);
+        let tagged = fstatus & libc::TP_STATUS_VLAN_VALID != 0 && snaplen >= 12;
+        let fits = mac >= HDR3_TOTAL && off + mac + snaplen <= bsize;
+        let need = snaplen + if tagged { 4 } else { 0 };
+        if fits && pkttype != libc::PACKET_OUTGOING && snaplen >= len && need > dst.len() {
+            return RxFrame::NeedBuffer(need);
+        }
+        self.last_vnet = VnetHdr::default();
+        if self.vnet && fits && mac >= HDR3_TOTAL + vnet::HDR_LEN {
+            let mut h = [0u8; vnet::HDR_LEN];
+            self.copy_out(b, off + mac - vnet::HDR_LEN, &mut h);
+            let mut h = VnetHdr::from_bytes(&h);
+            if tagged && h.is_offload() {
+                h.csum_start = h.csum_start.saturating_add(4);
+                h.hdr_len = h.hdr_len.saturating_add(4);
+            }
+            self.last_vnet = h;
+        }
         self.taken += 1;
         let last = self.taken >= num;
         if !last && next == 0 {
@@ -752,7 +828,7 @@ mod tests {
         fn new() -> FakeRing {
             let map = Mmap::anonymous(GEO.len()).unwrap();
             FakeRing {
-                ring: RxRing::new(map, GEO),
+                ring: RxRing::new(map, GEO, false),
             }
         }
 

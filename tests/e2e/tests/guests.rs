@@ -318,11 +318,20 @@ fn guest_tcp_and_udp_streams_survive_hot_upgrades() {
     wait_console(&dir, "a", &["FERROVS-TOOL-DONE", "FERROVS-ERROR"], 120);
     wait_console(&dir, "b", &["FERROVS-TOOL-DONE", "FERROVS-ERROR"], 120);
     let show = cli_json(&dir, &["show"]);
+    let stats = cli_json(&dir, &["port-stats"]);
     if let Some(pid) = show["pid"].as_u64() {
         let _ = Command::new("kill").arg(pid.to_string()).status();
     }
     let (ra, rb) = (results(&dir, "a"), results(&dir, "b"));
     assert_eq!((ra.len(), rb.len()), (2, 2), "a: {ra:?} b: {rb:?}");
+    let drops = |p: &serde_json::Value| {
+        (
+            p["port"].clone(),
+            p["rx"]["drops"].clone(),
+            p["tx"]["drops"].clone(),
+        )
+    };
+    let drops: Vec<_> = stats.as_array().unwrap().iter().map(drops).collect();
     eprintln!(
         "{upgrades} upgrades; tcp {} / {}; udp {} / {}",
         ra[0], rb[0], ra[1], rb[1]
@@ -330,10 +339,14 @@ fn guest_tcp_and_udp_streams_survive_hot_upgrades() {
     assert_eq!(ra[0]["bytes"], rb[0]["bytes"], "every TCP byte arrived");
     assert_eq!(
         ra[0]["retransmits"], 0,
-        "no TCP segment was lost: {}",
+        "no TCP segment was lost: {}; switch drops: {drops:?}",
         ra[0]
     );
-    assert_eq!(rb[1]["received"], 10_000, "{}", rb[1]);
+    assert_eq!(
+        rb[1]["received"], 10_000,
+        "{}; switch drops: {drops:?}",
+        rb[1]
+    );
     assert_eq!(rb[1]["lost"], 0, "{}", rb[1]);
     for p in show["bridges"][0]["ports"].as_array().unwrap() {
         if p["name"] != "vm2" {
