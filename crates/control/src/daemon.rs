@@ -212,7 +212,7 @@ fn open_kernel_port(cfg: &PortConfig) -> Result<(PortIo, Option<String>), String
     };
     let af_xdp = || {
         XskSocket::open(dev, XskGeometry::DEFAULT)
-            .map(|(sock, rx, tx)| PortIo::Xdp(XdpIo::new(sock, rx, tx)))
+            .map(|(sock, rx, tx)| PortIo::Xdp(Box::new(XdpIo::new(sock, rx, tx))))
             .map_err(|e| with_sources(&e))
     };
     match (cfg.kind, cfg.mode) {

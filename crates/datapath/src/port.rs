@@ -49,7 +49,7 @@ pub enum PortIo {
     /// An existing netdev over AF_PACKET: one queue each way.
     Uplink(UplinkIo),
     /// An existing netdev over AF_XDP: one queue each way.
-    Xdp(XdpIo),
+    Xdp(Box<XdpIo>),
 }
 
 impl PortIo {

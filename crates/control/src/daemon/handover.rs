@@ -801,7 +801,7 @@ impl Daemon {
                     rx_invalid_descs: c,
                     tx_invalid_descs: d,
                 };
-                PortIo::Xdp(io)
+                PortIo::Xdp(Box::new(io))
             }
             _ => {
                 let r = k
