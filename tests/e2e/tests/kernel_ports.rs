@@ -251,6 +251,11 @@ fn guest_and_uplink_exchange_traffic(mode: &str) {
     net.veth_into(&uplink, &veth, &ns1, "10.9.0.1/24");
     add_uplink(&dir, "u1", &uplink, mode);
     assert_eq!(port(&cli_json(&dir, &["show"]), "u1")["mode"], want);
+    // The uplink was just brought up: a veth refuses frames until its carrier is on.
+    wait_until("uplink carrier", 5, || {
+        std::fs::read_to_string(format!("/sys/class/net/{uplink}/operstate"))
+            .is_ok_and(|s| s.trim() == "up")
+    });
 
     // Guest → uplink: 2000 frames from vm1 (to an unknown address: flooded) reach ns1.
     // (Nothing is sent to u1 before: ns1's own frames come from u1 and go elsewhere.)
