@@ -16,7 +16,7 @@ pub enum PortType {
     VhostUserClient,
     /// A TAP device `dev` (created if missing): the host stack as a port.
     Tap,
-    /// An existing kernel netdev `dev`, attached with AF_PACKET (AF_XDP later).
+    /// An existing kernel netdev `dev`, attached with AF_XDP, else AF_PACKET (`mode`).
     Uplink,
 }
 
@@ -68,6 +68,37 @@ pub struct PortConfig {
     /// Trunk VLANs (empty: all).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub trunks: Vec<u16>,
+    /// Uplinks: how to attach (absent: AF_XDP where it works, else AF_PACKET).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<UplinkMode>,
+}
+
+/// How an uplink is attached, when the operator forces it (`mode=` on add-port).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum UplinkMode {
+    #[serde(rename = "af_xdp")]
+    AfXdp,
+    #[serde(rename = "af_packet")]
+    AfPacket,
+}
+
+impl UplinkMode {
+    pub fn parse(s: &str) -> Result<UplinkMode, ConfigError> {
+        match s {
+            "af_xdp" => Ok(UplinkMode::AfXdp),
+            "af_packet" => Ok(UplinkMode::AfPacket),
+            _ => Err(ConfigError::Invalid(format!(
+                "unknown uplink mode '{s}' (expected af_xdp or af_packet)"
+            ))),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            UplinkMode::AfXdp => "af_xdp",
+            UplinkMode::AfPacket => "af_packet",
+        }
+    }
 }
 
 fn one() -> u16 {
@@ -159,6 +190,7 @@ impl Config {
             queues: 1,
             tag: None,
             trunks: vec![],
+            mode: None,
         };
         Config {
             version: 1,
@@ -326,6 +358,13 @@ pub fn validate_port(p: &PortConfig) -> Result<(), ConfigError> {
             }
         }
     }
+    if let (Some(m), false) = (p.mode, p.kind == PortType::Uplink) {
+        return bad(format!(
+            "mode={} is for uplink ports (a {} port has one way to attach)",
+            m.name(),
+            p.kind.name()
+        ));
+    }
     Ok(())
 }
 
@@ -433,6 +472,7 @@ mod tests {
             queues: 1,
             tag: None,
             trunks: vec![],
+            mode: None,
         };
         let err = |p: &PortConfig| validate_port(p).unwrap_err().to_string();
         assert!(validate_port(&port(PortType::Tap, Some("fvtap0"))).is_ok());

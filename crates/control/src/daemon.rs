@@ -2,7 +2,7 @@
 //!
 //! One thread runs one epoll loop over: the control socket and its clients, every
 //! vhost-user listener and connection, and a 100 ms tick (clock for MAC aging, client-mode
-//! reconnects). Kernel ports (TAP, AF_PACKET uplinks) are opened here and then belong to
+//! reconnects). Kernel ports (TAP, AF_XDP or AF_PACKET uplinks) are opened here and then belong to
 //! the datapath alone: the control thread never reads or writes their fds. Every socket is non-blocking and every peer has its own buffers, so a client
 //! or frontend that sends half a message, floods, or never reads its replies delays nobody
 //! else. Configuration changes build a new datapath [`Snapshot`] and publish it; PMD threads
@@ -22,15 +22,16 @@ use serde_json::{json, Value};
 
 use ferrovs_datapath::{
     self as dp, Bridge, Datapath, MacTable, PmdHandle, Port, PortIo, Snapshot, TapIo, UplinkIo,
-    VlanMode,
+    VlanMode, XdpIo,
 };
 use ferrovs_sys::af_packet::{AfPacket, RingGeometry};
+use ferrovs_sys::af_xdp::{XskGeometry, XskSocket};
 use ferrovs_sys::os::{self, Epoll, EpollEvent};
 use ferrovs_vhost::conn::{Conn, Incoming};
 use ferrovs_vhost::device::Device;
 use ferrovs_vhost::features;
 
-use crate::config::{self, BridgeConfig, Config, ConfigError, PortConfig, PortType};
+use crate::config::{self, BridgeConfig, Config, ConfigError, PortConfig, PortType, UplinkMode};
 use crate::proto::{self, Request, Response};
 use crate::upgrade::UPGRADE_SOCKET;
 
@@ -131,6 +132,8 @@ struct PortState {
     disconnects: u64,
     refused_connections: u64,
     last_error: Option<String>,
+    /// An uplink on AF_PACKET because AF_XDP could not be set up: why.
+    fallback: Option<String>,
 }
 
 #[derive(Debug)]
@@ -198,20 +201,59 @@ fn with_sources(e: &dyn std::error::Error) -> String {
     s
 }
 
-/// Opens the kernel side of a TAP or uplink port.
-fn open_kernel_port(cfg: &PortConfig) -> Result<PortIo, String> {
+/// Opens the kernel side of a TAP or uplink port. An uplink without `mode=` tries AF_XDP
+/// and falls back to AF_PACKET; the second value then says why AF_XDP was not used.
+fn open_kernel_port(cfg: &PortConfig) -> Result<(PortIo, Option<String>), String> {
     let dev = cfg.dev.as_deref().unwrap_or_default();
-    match cfg.kind {
-        PortType::Tap => ferrovs_sys::tap::Tap::open(dev)
-            .map(|t| PortIo::Tap(TapIo::new(t)))
-            .map_err(|e| with_sources(&e)),
-        PortType::Uplink => AfPacket::open(dev, RingGeometry::DEFAULT)
+    let af_packet = || {
+        AfPacket::open(dev, RingGeometry::DEFAULT)
             .map(|(sock, ring)| PortIo::Uplink(UplinkIo::new(sock, ring)))
+            .map_err(|e| with_sources(&e))
+    };
+    let af_xdp = || {
+        XskSocket::open(dev, XskGeometry::DEFAULT)
+            .map(|(sock, rx, tx)| PortIo::Xdp(Box::new(XdpIo::new(sock, rx, tx))))
+            .map_err(|e| with_sources(&e))
+    };
+    match (cfg.kind, cfg.mode) {
+        (PortType::Tap, _) => ferrovs_sys::tap::Tap::open(dev)
+            .map(|t| (PortIo::Tap(TapIo::new(t)), None))
             .map_err(|e| with_sources(&e)),
-        PortType::VhostUser | PortType::VhostUserClient => {
+        (PortType::Uplink, Some(UplinkMode::AfPacket)) => af_packet().map(|io| (io, None)),
+        (PortType::Uplink, Some(UplinkMode::AfXdp)) => af_xdp()
+            .map(|io| (io, None))
+            .map_err(|e| format!("mode=af_xdp: {e}")),
+        (PortType::Uplink, None) if !ferrovs_sys::netdev::is_physical(dev) => {
+            // What comes from this host's own stack (the peer of a veth) may be a partial
+            // checksum or a GSO packet: only PACKET_VNET_HDR says so; AF_XDP frames carry no
+            // such metadata and would forward pseudo-header sums as checksums.
+            let why = format!(
+                "{dev} is a virtual device: its peer may send partial checksums and GSO \
+                 packets, whose metadata only AF_PACKET carries (mode=af_xdp forces AF_XDP)"
+            );
+            Ok((af_packet()?, Some(why)))
+        }
+        (PortType::Uplink, None) => match af_xdp() {
+            Ok(io) => Ok((io, None)),
+            // No such device: AF_PACKET would say the same.
+            Err(e) if netdev_missing(dev) => Err(e),
+            Err(why) => {
+                let io = af_packet()?;
+                eprintln!(
+                    "ferrovs: port {}: AF_XDP unavailable ({why}); using AF_PACKET",
+                    cfg.name
+                );
+                Ok((io, Some(why)))
+            }
+        },
+        (PortType::VhostUser | PortType::VhostUserClient, _) => {
             Err(format!("{} is not a kernel port type", cfg.kind.name()))
         }
     }
+}
+
+fn netdev_missing(dev: &str) -> bool {
+    ferrovs_sys::netdev::ifindex(dev).is_err_and(|e| e.kind() == io::ErrorKind::NotFound)
 }
 
 fn alloc_slot(slots: &mut Vec<bool>) -> u32 {
@@ -595,12 +637,16 @@ impl Daemon {
                 cfg.name, other.cfg.name
             )));
         }
-        let io = open_kernel_port(&cfg)
+        let (io, fallback) = open_kernel_port(&cfg)
             .map_err(|e| ConfigError::Invalid(format!("port {}: {e}", cfg.name)))?;
         let id = alloc_slot(&mut self.port_slots);
+        let name = cfg.name.clone();
         let res = self.insert_port(bridge, cfg, id, io, None, None, None, Link::Attached);
         if res.is_err() {
             self.port_slots[id as usize] = false;
+        }
+        if let Some(st) = self.ports.get_mut(&name) {
+            st.fallback = fallback;
         }
         res
     }
@@ -671,6 +717,7 @@ impl Daemon {
             disconnects: 0,
             refused_connections: 0,
             last_error: None,
+            fallback: None,
         };
         self.ports.insert(cfg.name.clone(), st);
         if let Some(b) = self.cfg_bridge(bridge) {
@@ -1150,6 +1197,7 @@ impl Daemon {
                             "path": p.cfg.path,
                             "dev": p.cfg.dev.as_ref().filter(|_| p.cfg.kind.is_kernel()),
                             "kernel": kernel_info(&p.port.io),
+                            "mode_fallback_reason": p.fallback,
                             "state": Self::link_name(&p.link),
                             "queues": p.cfg.queues,
                             "ready_queues": ready,
@@ -1182,6 +1230,7 @@ impl Daemon {
     }
 
     fn port_stats(&self, only: Option<&str>) -> Result<Value, ConfigError> {
+        self.poll_kernel_drops();
         if let Some(n) = only {
             if !self.ports.contains_key(n) {
                 return Err(ConfigError::Invalid(format!("no port named {n}")));
@@ -1322,9 +1371,19 @@ impl Daemon {
         Ok(Value::Array(v))
     }
 
+    /// Reads the kernel's AF_XDP drop counters into the ports' counters.
+    fn poll_kernel_drops(&self) {
+        for p in self.ports.values() {
+            if let PortIo::Xdp(x) = &p.port.io {
+                x.poll_kernel_drops();
+            }
+        }
+    }
+
     fn tick(&mut self) {
         self.clock
             .store(self.started.elapsed().as_secs() as u32, Ordering::Relaxed);
+        self.poll_kernel_drops();
         let now = Instant::now();
         let due: Vec<String> = self
             .ports
@@ -1411,6 +1470,34 @@ fn kernel_info(io: &PortIo) -> Value {
                 "ring_blocks": g.block_nr,
                 "ring_block_size": g.block_size,
                 "ring_block_timeout_ms": ferrovs_sys::af_packet::RETIRE_BLOCK_MS,
+            })
+        }
+        PortIo::Xdp(x) => {
+            let g = x.sock.geometry();
+            let (posted, lost) = x
+                .rx_ring
+                .lock()
+                .map(|r| (r.posted(), r.lost()))
+                .unwrap_or_default();
+            let (free, outstanding, bad) = x
+                .tx_ring
+                .lock()
+                .map(|t| (t.free_frames(), t.outstanding(), t.bad_completions()))
+                .unwrap_or_default();
+            json!({
+                "ifindex": x.sock.ifindex(),
+                "queue": 0,
+                "xdp_mode": x.sock.xdp_mode().name(),
+                "bind": if x.sock.zero_copy() { "zero-copy" } else { "copy" },
+                "rx": "af_xdp",
+                "tx": "af_xdp",
+                "umem_frame_size": g.frame_size,
+                "umem_rx_frames": g.rx_frames,
+                "umem_tx_frames": g.tx_frames,
+                "rx_frames_with_kernel": posted,
+                "tx_frames_free": free,
+                "tx_frames_in_flight": outstanding,
+                "frames_lost": lost + bad,
             })
         }
     }

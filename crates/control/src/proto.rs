@@ -96,6 +96,7 @@ pub fn port_from_options(name: &str, opts: &[String]) -> Result<PortConfig, Conf
         queues: 1,
         tag: None,
         trunks: vec![],
+        mode: None,
     };
     let mut kind = None;
     for o in opts {
@@ -115,9 +116,12 @@ pub fn port_from_options(name: &str, opts: &[String]) -> Result<PortConfig, Conf
             "trunks" => {
                 p.trunks = v.split(',').map(num).collect::<Result<_, _>>()?;
             }
+            "mode" => {
+                p.mode = Some(crate::config::UplinkMode::parse(v).map_err(|e| bad(e.to_string()))?)
+            }
             _ => {
                 return Err(bad(format!(
-                    "unknown option '{k}' (known: type, path, dev, queues, tag, trunks)"
+                    "unknown option '{k}' (known: type, path, dev, queues, tag, trunks, mode)"
                 )))
             }
         }

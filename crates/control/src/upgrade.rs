@@ -79,6 +79,9 @@ pub enum Msg {
         /// Per uplink port (by name): where the old daemon stopped reading its RX ring.
         #[serde(default)]
         rings: Vec<(String, RingPos)>,
+        /// Per AF_XDP uplink (by name): ring indices and the free transmit frames.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        xsks: Vec<(String, XskPos)>,
     },
     /// new → old: forwarding.
     Resumed { t_resumed_ns: u64 },
@@ -139,6 +142,9 @@ pub struct PortState {
     pub disconnects: u64,
     pub refused_connections: u64,
     pub last_error: Option<String>,
+    /// An uplink on AF_PACKET because AF_XDP could not be set up: why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<String>,
 }
 
 /// A vhost-user connection, at whatever point of a message it is.
@@ -158,10 +164,46 @@ pub struct ConnState {
 /// holder of the socket may map it).
 #[derive(Debug, Serialize, Deserialize)]
 pub struct KernelState {
-    /// The TAP fd or the AF_PACKET socket.
+    /// The TAP fd, the AF_PACKET socket or the AF_XDP socket.
     pub fd: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ring: Option<RingState>,
+    /// An AF_XDP uplink's other fds and shape (absent: TAP or AF_PACKET).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xdp: Option<XdpState>,
+}
+
+/// An AF_XDP uplink besides its socket: the UMEM memfd, the promiscuity socket, the BPF
+/// map, program and link (fd indices), the UMEM's shape and the kernel counters already
+/// counted. The new daemon maps the same UMEM and rings; positions come at the freeze.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct XdpState {
+    pub umem: u32,
+    pub promisc: u32,
+    pub map: u32,
+    pub prog: u32,
+    pub link: u32,
+    pub ifindex: u32,
+    /// "native" or "generic".
+    pub xdp_mode: String,
+    pub frame_size: u32,
+    pub rx_frames: u32,
+    pub tx_frames: u32,
+    /// `XDP_STATISTICS` already added to the counters: rx_dropped, rx_ring_full,
+    /// rx_invalid_descs, tx_invalid_descs.
+    #[serde(default)]
+    pub stats_seen: [u64; 4],
+}
+
+/// Where an AF_XDP uplink's PMD stopped: the indices we own in the four rings, and the
+/// transmit frames free in user space (every other transmit frame is outstanding).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct XskPos {
+    pub rx_cons: u32,
+    pub fill_prod: u32,
+    pub tx_prod: u32,
+    pub cq_cons: u32,
+    pub tx_free: Vec<u32>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]

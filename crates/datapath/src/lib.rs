@@ -3,6 +3,7 @@
 //!
 //! * [`port`]: ports as the datapath sees them (vhost-user queues, TAP, AF_PACKET uplinks).
 //! * [`kernel`]: the kernel ports' bursts (TAP devices, netdevs over AF_PACKET).
+//! * [`xdp`]: netdevs over AF_XDP (the uplink's first choice).
 //! * [`mac_table`]: the lock-free MAC learning table of a bridge.
 //! * [`l2`]: the learning-bridge decision for one packet (VLAN access/trunk, flood, learn).
 //! * [`pmd`]: the poll-mode thread loop and its cycle accounting.
@@ -18,6 +19,7 @@ pub mod l2;
 pub mod mac_table;
 pub mod pmd;
 pub mod port;
+pub mod xdp;
 
 use std::sync::Arc;
 
@@ -27,6 +29,7 @@ pub use kernel::{TapIo, UplinkIo};
 pub use mac_table::MacTable;
 pub use pmd::{PmdHandle, PmdStats};
 pub use port::{Port, PortIo, VlanMode};
+pub use xdp::XdpIo;
 
 /// A bridge as the datapath sees it.
 #[derive(Debug)]

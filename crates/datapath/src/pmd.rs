@@ -310,6 +310,17 @@ fn sleep(dp: &Datapath, index: usize, doorbell: &OwnedFd) -> Option<Wake> {
                 }
                 continue;
             }
+            // AF_XDP: the socket is readable while the rx ring holds frames.
+            PortIo::Xdp(x) => {
+                match x.sock.as_fd().try_clone_to_owned() {
+                    Ok(fd) => kernel.push(fd),
+                    Err(_) => {
+                        disarm(&armed);
+                        return None;
+                    }
+                }
+                continue;
+            }
         };
         let Some(q) = queues.get(2 * rxq.pair as usize + 1) else {
             continue;

@@ -14,6 +14,7 @@ use ferrovs_vhost::stats::{DropReason, QueueStats, StatsSnapshot};
 use ferrovs_vhost::virtqueue::BURST;
 
 use crate::kernel::{TapIo, UplinkIo};
+use crate::xdp::XdpIo;
 
 /// VLAN behaviour of a port.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -47,6 +48,8 @@ pub enum PortIo {
     Tap(TapIo),
     /// An existing netdev over AF_PACKET: one queue each way.
     Uplink(UplinkIo),
+    /// An existing netdev over AF_XDP: one queue each way.
+    Xdp(Box<XdpIo>),
 }
 
 impl PortIo {
@@ -56,6 +59,7 @@ impl PortIo {
             PortIo::Vhost { .. } => "vhost-user",
             PortIo::Tap(_) => "tap",
             PortIo::Uplink(_) => "af_packet",
+            PortIo::Xdp(_) => "af_xdp",
         }
     }
 }
@@ -110,7 +114,7 @@ impl Port {
     pub fn rx_queues(&self) -> usize {
         match &self.io {
             PortIo::Vhost { queues } => queues.len() / 2,
-            PortIo::Tap(_) | PortIo::Uplink(_) => 1,
+            PortIo::Tap(_) | PortIo::Uplink(_) | PortIo::Xdp(_) => 1,
         }
     }
 
@@ -124,7 +128,7 @@ impl Port {
                 .first()
                 .map_or(0, |q| q.rx_caps.load(Ordering::Relaxed)),
             PortIo::Tap(t) => t.caps(),
-            PortIo::Uplink(_) => 0,
+            PortIo::Uplink(_) | PortIo::Xdp(_) => 0,
         }
     }
 
@@ -147,6 +151,7 @@ impl Port {
             }
             PortIo::Tap(t) => t.rx_burst(pool, out, BURST),
             PortIo::Uplink(u) => u.rx_burst(pool, out, BURST),
+            PortIo::Xdp(x) => x.rx_burst(pool, out, BURST),
         }
     }
 
@@ -183,6 +188,7 @@ impl Port {
             }
             PortIo::Tap(t) => t.tx_burst(pkts),
             PortIo::Uplink(u) => u.tx_burst(pkts.into_iter().map(|m| m.data())),
+            PortIo::Xdp(x) => x.tx_burst(pkts.into_iter().map(|m| m.data())),
         }
     }
 
@@ -193,6 +199,7 @@ impl Port {
             PortIo::Vhost { .. } => None,
             PortIo::Tap(t) => Some([&t.tx, &t.rx]),
             PortIo::Uplink(u) => Some([&u.tx, &u.rx]),
+            PortIo::Xdp(x) => Some([&x.tx, &x.rx]),
         }
     }
 
@@ -207,6 +214,7 @@ impl Port {
             }
             PortIo::Tap(t) => s.merge(&t.rx.snapshot()),
             PortIo::Uplink(u) => s.merge(&u.rx.snapshot()),
+            PortIo::Xdp(x) => s.merge(&x.rx.snapshot()),
         }
         s
     }
@@ -223,6 +231,7 @@ impl Port {
             }
             PortIo::Tap(t) => s.merge(&t.tx.snapshot()),
             PortIo::Uplink(u) => s.merge(&u.tx.snapshot()),
+            PortIo::Xdp(x) => s.merge(&x.tx.snapshot()),
         }
         s
     }

@@ -14,8 +14,9 @@ commands:
   show                                   bridges, ports, link state, features
   add-bridge BRIDGE | del-bridge BRIDGE
   add-port BRIDGE PORT type=TYPE [path=SOCKET] [dev=NETDEV] [queues=N] [tag=VLAN] [trunks=V,V]
-                                         TYPE: vhost-user | vhost-user-client (path=SOCKET),
-                                         tap | uplink (dev=NETDEV)
+           [mode=af_xdp|af_packet]       TYPE: vhost-user | vhost-user-client (path=SOCKET),
+                                         tap | uplink (dev=NETDEV); an uplink uses AF_XDP
+                                         where it can, else AF_PACKET, unless mode= forces one
   del-port BRIDGE PORT
   port-stats [PORT]                      packets, bytes and drops by reason, per queue
   pmd-stats | pmd-stats-clear            PMD busy/idle cycles, cycles per packet
@@ -101,6 +102,17 @@ fn print_show(v: &Value) {
             );
             if p["last_error"] != Value::Null {
                 println!("    last error: {}", s(&p["last_error"]));
+            }
+            if p["mode_fallback_reason"] != Value::Null {
+                println!("    af_packet fallback: {}", s(&p["mode_fallback_reason"]));
+            }
+            if p["mode"] == "af_xdp" {
+                let k = &p["kernel"];
+                println!(
+                    "    af_xdp: queue 0, xdp {}, {} mode",
+                    s(&k["xdp_mode"]),
+                    s(&k["bind"])
+                );
             }
         }
     }

@@ -16,6 +16,8 @@
 //! * [`tap`]: TAP devices (`/dev/net/tun` with a virtio-net header).
 //! * [`vnet`]: the virtio-net header: offload metadata carried beside a packet.
 //! * [`af_packet`]: AF_PACKET sockets bound to a netdev, with a mapped TPACKET_V3 RX ring.
+//! * [`af_xdp`]: AF_XDP sockets on a netdev's queue 0: UMEM in a memfd, four mapped rings.
+//! * [`bpf`]: the XDP program that redirects to them, loaded with raw `bpf(2)` calls.
 //!
 //! Guest memory is concurrently written by the guest. We never form Rust references
 //! (`&[u8]`/`&mut [u8]`) into it: data is moved with raw copies and ring indices with atomics,
@@ -23,6 +25,8 @@
 //! read, never make us access memory outside the mapping.
 
 pub mod af_packet;
+pub mod af_xdp;
+pub mod bpf;
 pub mod guest;
 pub mod mmap;
 pub mod netdev;

@@ -46,6 +46,16 @@ impl Mmap {
         Self::map(Some(fd), len, 0, libc::MAP_POPULATE)
     }
 
+    /// Maps `len` bytes of `fd` from `offset`, shared and populated (AF_XDP rings, whose
+    /// offsets select the ring).
+    pub fn map_shared_populated_at(
+        fd: BorrowedFd<'_>,
+        len: usize,
+        offset: u64,
+    ) -> io::Result<Mmap> {
+        Self::map(Some(fd), len, offset, libc::MAP_POPULATE)
+    }
+
     fn map(fd: Option<BorrowedFd<'_>>, len: usize, offset: u64, extra: i32) -> io::Result<Mmap> {
         if len == 0 {
             return Err(io::Error::new(

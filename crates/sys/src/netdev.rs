@@ -3,7 +3,7 @@
 //! These run on the control thread only (never on the packet path).
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
 /// `IFNAMSIZ`: a device name plus its terminating NUL.
 pub const IFNAMSIZ: usize = libc::IFNAMSIZ;
@@ -124,6 +124,38 @@ pub fn set_up(name: &str) -> io::Result<()> {
     Ok(())
 }
 
+/// Whether the device with index `ifindex` is up with its carrier on (IFF_UP and
+/// IFF_RUNNING), asked through `sock`, a socket in the device's namespace. Two ioctls: for
+/// error paths only.
+pub fn running_by_index(sock: BorrowedFd<'_>, ifindex: u32) -> bool {
+    // SAFETY: an all-zero ifreq is a valid value.
+    let mut r: libc::ifreq = unsafe { std::mem::zeroed() };
+    r.ifr_ifru.ifru_ifindex = ifindex as libc::c_int;
+    // SAFETY: SIOCGIFNAME reads the index from and writes the name into `r`.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFNAME, &mut r) } < 0 {
+        return false;
+    }
+    // SAFETY: SIOCGIFFLAGS reads the name from and writes the flags into `r`.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut r) } < 0 {
+        return false;
+    }
+    // SAFETY: SIOCGIFFLAGS succeeded, so the union holds `ifru_flags`.
+    let flags = unsafe { r.ifr_ifru.ifru_flags };
+    let want = (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+    flags & want == want
+}
+
+/// The link type (`ARPHRD_*`) of device `name`, asked through `sock`.
+pub fn link_type(sock: BorrowedFd<'_>, name: &str) -> io::Result<u16> {
+    let mut r = ifreq(name).map_err(invalid)?;
+    // SAFETY: SIOCGIFHWADDR reads the name from and writes the hardware address into `r`.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFHWADDR, &mut r) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: SIOCGIFHWADDR succeeded, so the union holds `ifru_hwaddr`.
+    Ok(unsafe { r.ifr_ifru.ifru_hwaddr.sa_family })
+}
+
 fn invalid(e: NameError) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, e)
 }
@@ -164,4 +196,15 @@ mod tests {
             io::ErrorKind::NotFound
         );
     }
+}
+
+/// Whether `name` is a physical device (it has a bus device behind it in sysfs). The other
+/// end of a virtual one (veth, macvlan, bond of them) may be this host's own stack, which
+/// hands over partial checksums and GSO packets.
+pub fn is_physical(name: &str) -> bool {
+    check_name(name).is_ok()
+        && std::path::Path::new("/sys/class/net")
+            .join(name)
+            .join("device")
+            .exists()
 }

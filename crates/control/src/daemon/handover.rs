@@ -11,11 +11,16 @@
 //! Kernel ports travel as their fds: a TAP fd, or an AF_PACKET socket whose RX ring the new
 //! daemon maps again during prepare (mapping an existing ring needs no new socket, so no
 //! frame is missed and none is read twice) and reads from the block and frame where the old
-//! daemon's PMD stopped (`Frozen::rings`).
+//! daemon's PMD stopped (`Frozen::rings`). An AF_XDP uplink travels as six fds (socket,
+//! UMEM memfd, promiscuity socket, BPF map, program, link): the new daemon maps the same
+//! UMEM and rings during prepare and, at `resume`, takes the ring indices and the free
+//! transmit frames from `Frozen::xsks`, checking them against the shared rings.
 
 use std::os::fd::{AsRawFd, OwnedFd};
 
 use ferrovs_sys::af_packet::RingPosition;
+use ferrovs_sys::af_xdp::{XskFds, XskGeometry, XskRxPosition, XskStats, XskTxPosition};
+use ferrovs_sys::bpf::XdpMode;
 use ferrovs_sys::guest::{GuestMemory, RegionDesc};
 use ferrovs_sys::vring::RingAddrs;
 use ferrovs_vhost::device::QueuePart;
@@ -26,7 +31,7 @@ use super::*;
 use crate::upgrade::{
     self, BridgeState as BridgeWire, Channel, ConnState, DeviceState, FdList, FdTable, KernelState,
     Msg, PortState as PortWire, QueueState, RegionState, Report, RingPos, RingState, State,
-    StatsState, MIN_SCHEMA, SCHEMA,
+    StatsState, XdpState, XskPos, MIN_SCHEMA, SCHEMA,
 };
 
 /// Longest a connecting daemon may take to say hello.
@@ -101,6 +106,10 @@ fn counter_sets(p: &PortState) -> Vec<&QueueStats> {
         (None, Some(k)) => k.to_vec(),
         (None, None) => vec![],
     }
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn lock_ring(u: &UplinkIo) -> std::sync::MutexGuard<'_, ferrovs_sys::af_packet::RxRing> {
@@ -210,12 +219,32 @@ impl Daemon {
                 _ => None,
             })
             .collect();
+        let xsks = self
+            .ports
+            .iter()
+            .filter_map(|(n, p)| match &p.port.io {
+                PortIo::Xdp(x) => {
+                    let rx = lock(&x.rx_ring).position();
+                    let tx = lock(&x.tx_ring).position();
+                    let pos = XskPos {
+                        rx_cons: rx.rx_cons,
+                        fill_prod: rx.fill_prod,
+                        tx_prod: tx.tx_prod,
+                        cq_cons: tx.cq_cons,
+                        tx_free: tx.free,
+                    };
+                    Some((n.clone(), pos))
+                }
+                _ => None,
+            })
+            .collect();
         let t1 = os::monotonic_ns();
         let frozen = Msg::Frozen {
             t_freeze_ns: t0,
             freeze_us: (t1 - t0) / 1000,
             positions,
             rings,
+            xsks,
         };
         if let Err(e) = ch.send(&frozen, &[]) {
             // It never got the positions: it cannot have started.
@@ -302,6 +331,18 @@ impl Daemon {
                     let at_freeze = ring.position();
                     ring.resync(Some(at_freeze));
                 }
+                if let PortIo::Xdp(x) = &p.port.io {
+                    let lost = lock(&x.rx_ring).resync();
+                    let exact = lock(&x.tx_ring).resync();
+                    if lost > 0 || !exact {
+                        eprintln!(
+                            "ferrovs: upgrade: port {}: AF_XDP rings resynchronised \
+                             ({lost} receive frames lost, transmit frames {})",
+                            p.cfg.name,
+                            if exact { "exact" } else { "by ring order" }
+                        );
+                    }
+                }
             }
         }
         self.publish();
@@ -357,7 +398,12 @@ impl Daemon {
                     (Some(d), _) => (export_device(d, fds), None),
                     (None, PortIo::Tap(t)) => {
                         let fd = fds.push(t.tap.as_fd().as_raw_fd());
-                        (DeviceState::default(), Some(KernelState { fd, ring: None }))
+                        let k = KernelState {
+                            fd,
+                            ring: None,
+                            xdp: None,
+                        };
+                        (DeviceState::default(), Some(k))
                     }
                     (None, PortIo::Uplink(u)) => {
                         let g = u.geometry;
@@ -367,7 +413,42 @@ impl Daemon {
                             frame_size: g.frame_size,
                         });
                         let fd = fds.push(u.sock.as_fd().as_raw_fd());
-                        (DeviceState::default(), Some(KernelState { fd, ring }))
+                        let k = KernelState {
+                            fd,
+                            ring,
+                            xdp: None,
+                        };
+                        (DeviceState::default(), Some(k))
+                    }
+                    (None, PortIo::Xdp(x)) => {
+                        let [xsk, umem, promisc, map, prog, link] =
+                            x.sock.handover_fds().map(|f| fds.push(f.as_raw_fd()));
+                        let g = x.sock.geometry();
+                        let seen = *lock(&x.stats_seen);
+                        let xdp = XdpState {
+                            umem,
+                            promisc,
+                            map,
+                            prog,
+                            link,
+                            ifindex: x.sock.ifindex(),
+                            xdp_mode: x.sock.xdp_mode().name().to_string(),
+                            frame_size: g.frame_size,
+                            rx_frames: g.rx_frames,
+                            tx_frames: g.tx_frames,
+                            stats_seen: [
+                                seen.rx_dropped,
+                                seen.rx_ring_full,
+                                seen.rx_invalid_descs,
+                                seen.tx_invalid_descs,
+                            ],
+                        };
+                        let k = KernelState {
+                            fd: xsk,
+                            ring: None,
+                            xdp: Some(xdp),
+                        };
+                        (DeviceState::default(), Some(k))
                     }
                     (None, PortIo::Vhost { .. }) => (DeviceState::default(), None),
                 };
@@ -384,6 +465,7 @@ impl Daemon {
                     disconnects: p.disconnects,
                     refused_connections: p.refused_connections,
                     last_error: p.last_error.clone(),
+                    fallback: p.fallback.clone(),
                 }
             })
             .collect();
@@ -450,21 +532,22 @@ impl Daemon {
         )
         .map_err(|e| err(format!("ready: {e}")))?;
         fail_at("ready");
-        let (t_freeze_ns, freeze_us, positions, rings) = match ch.recv(FROZEN_TIMEOUT) {
+        let (t_freeze_ns, freeze_us, positions, rings, xsks) = match ch.recv(FROZEN_TIMEOUT) {
             Ok((
                 Msg::Frozen {
                     t_freeze_ns,
                     freeze_us,
                     positions,
                     rings,
+                    xsks,
                 },
                 _,
-            )) => (t_freeze_ns, freeze_us, positions, rings),
+            )) => (t_freeze_ns, freeze_us, positions, rings, xsks),
             Ok((m, _)) => return Err(err(format!("expected the freeze, got {m:?}"))),
             Err(e) => return Err(err(format!("waiting for the freeze: {e}"))),
         };
         fail_at("hang");
-        if let Err(e) = d.resume_ports(&positions, &rings) {
+        if let Err(e) = d.resume_ports(&positions, &rings, &xsks) {
             let _ = ch.send(&Msg::Fail { error: e.clone() }, &[]);
             return Err(err(e));
         }
@@ -690,6 +773,36 @@ impl Daemon {
                 let tap = ferrovs_sys::tap::Tap::from_fd(fd).map_err(|e| ctx(with_sources(&e)))?;
                 PortIo::Tap(TapIo::new(tap))
             }
+            _ if k.xdp.is_some() => {
+                let x = k.xdp.clone().unwrap_or_else(|| unreachable!());
+                let geo = XskGeometry {
+                    frame_size: x.frame_size,
+                    rx_frames: x.rx_frames,
+                    tx_frames: x.tx_frames,
+                };
+                let mode = XdpMode::from_name(&x.xdp_mode)
+                    .ok_or_else(|| ctx(format!("unknown XDP mode {}", x.xdp_mode)))?;
+                let xfds = XskFds {
+                    xsk: fd,
+                    umem: fds.take(x.umem).map_err(ctx)?,
+                    promisc: fds.take(x.promisc).map_err(ctx)?,
+                    map: fds.take(x.map).map_err(ctx)?,
+                    prog: fds.take(x.prog).map_err(ctx)?,
+                    link: fds.take(x.link).map_err(ctx)?,
+                };
+                let (sock, rx, tx) =
+                    ferrovs_sys::af_xdp::XskSocket::from_fds(xfds, geo, x.ifindex, mode)
+                        .map_err(|e| ctx(with_sources(&e)))?;
+                let io = XdpIo::new(sock, rx, tx);
+                let [a, b, c, d] = x.stats_seen;
+                *lock(&io.stats_seen) = XskStats {
+                    rx_dropped: a,
+                    rx_ring_full: b,
+                    rx_invalid_descs: c,
+                    tx_invalid_descs: d,
+                };
+                PortIo::Xdp(Box::new(io))
+            }
             _ => {
                 let r = k
                     .ring
@@ -708,6 +821,7 @@ impl Daemon {
             .map_err(|e| ctx(e.to_string()))?;
         if let Some(st) = self.ports.get_mut(&name) {
             st.last_error = p.last_error;
+            st.fallback = p.fallback;
         }
         Ok(())
     }
@@ -728,7 +842,31 @@ impl Daemon {
         &mut self,
         positions: &[(String, Vec<Option<u16>>)],
         rings: &[(String, RingPos)],
+        xsks: &[(String, XskPos)],
     ) -> Result<(), String> {
+        for (name, p) in self.ports.iter() {
+            let PortIo::Xdp(x) = &p.port.io else { continue };
+            let pos = xsks
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, pos)| pos)
+                .ok_or_else(|| format!("port {name}: no AF_XDP ring positions at the freeze"))?;
+            let rx = XskRxPosition {
+                rx_cons: pos.rx_cons,
+                fill_prod: pos.fill_prod,
+            };
+            let tx = XskTxPosition {
+                tx_prod: pos.tx_prod,
+                cq_cons: pos.cq_cons,
+                free: pos.tx_free.clone(),
+            };
+            lock(&x.rx_ring)
+                .resume(rx)
+                .map_err(|e| format!("port {name}: {e}"))?;
+            lock(&x.tx_ring)
+                .resume(&tx)
+                .map_err(|e| format!("port {name}: {e}"))?;
+        }
         for (name, pos) in positions {
             let p = self
                 .ports

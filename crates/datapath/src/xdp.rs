@@ -1,0 +1,135 @@
+//! AF_XDP uplinks ([`XdpIo`]): an existing netdev's queue 0 through an AF_XDP socket,
+//! polled by PMDs like the AF_PACKET uplink ([`crate::kernel::UplinkIo`]), with the same
+//! burst shapes.
+//!
+//! Receive copies frames from the UMEM into buffers of the PMD's pool and gives the UMEM
+//! frames straight back to the kernel (fill ring), so no UMEM frame stays with a PMD between
+//! bursts. Transmit copies into free UMEM transmit frames, posts them on the tx ring and
+//! kicks the kernel once per burst when it asks (`sendto`, copy mode sends from that call);
+//! sent frames come back on the completion ring, reaped at the next burst. No allocation, no
+//! system call per packet.
+//!
+//! Every frame not delivered is counted by reason in the port's `rx`/`tx` counters, as for
+//! AF_PACKET: `kernel_tx_full`, `kernel_link_down`, `oversize`, `runt`, `rx_error`,
+//! `no_mbuf`, and `kernel_rx_dropped` (the kernel's `XDP_STATISTICS`, read by the control
+//! thread every tick with [`XdpIo::poll_kernel_drops`]).
+//!
+//! Thread-safety: the receive side has one reader at a time (a mutex a PMD takes with
+//! `try_lock` for one burst); the transmit side is shared by every PMD (a mutex per burst,
+//! uncontended when one PMD transmits to the port).
+
+use std::sync::Mutex;
+
+use ferrovs_sys::af_xdp::{XskRx, XskRxFrame, XskSocket, XskStats, XskTx};
+use ferrovs_sys::pool::{Mbuf, Pool, MAX_DATA};
+use ferrovs_vhost::stats::{DropReason, QueueStats};
+use ferrovs_vhost::virtqueue::BURST;
+
+/// Shortest Ethernet frame accepted (destination, source, type).
+const MIN_FRAME: usize = 14;
+
+/// An uplink over AF_XDP.
+#[derive(Debug)]
+pub struct XdpIo {
+    pub sock: XskSocket,
+    pub rx_ring: Mutex<XskRx>,
+    pub tx_ring: Mutex<XskTx>,
+    /// Frames taken from the device (wire → switch).
+    pub rx: QueueStats,
+    /// Frames sent on the device (switch → wire).
+    pub tx: QueueStats,
+    /// The kernel's counters already added to `rx` (control thread only).
+    pub stats_seen: Mutex<XskStats>,
+}
+
+impl XdpIo {
+    pub fn new(sock: XskSocket, rx: XskRx, tx: XskTx) -> XdpIo {
+        XdpIo {
+            sock,
+            rx_ring: Mutex::new(rx),
+            tx_ring: Mutex::new(tx),
+            rx: QueueStats::default(),
+            tx: QueueStats::default(),
+            stats_seen: Mutex::new(XskStats::default()),
+        }
+    }
+
+    /// Takes up to `max` frames from the rx ring into buffers from `pool`, appended to `out`.
+    #[inline]
+    pub fn rx_burst<'p>(&self, pool: &'p Pool, out: &mut Vec<Mbuf<'p>>, max: usize) -> usize {
+        let Ok(mut ring) = self.rx_ring.try_lock() else {
+            return 0;
+        };
+        let max = max.min(BURST).min(out.capacity() - out.len()) as u32;
+        let avail = ring.available().min(max);
+        if avail == 0 {
+            return 0;
+        }
+        let (mut pkts, mut bytes, mut runts, mut oversize, mut errors) = (0, 0, 0, 0, 0);
+        let mut taken = 0;
+        while taken < avail {
+            // Out of buffers: leave the rest in the ring for the next burst.
+            let Some(mut m) = pool.alloc() else {
+                self.rx.drop(DropReason::NoMbuf, 1);
+                break;
+            };
+            let Some(buf) = m.fill(MAX_DATA) else { break };
+            match ring.read(taken, buf) {
+                XskRxFrame::Frame(n) if n < MIN_FRAME => runts += 1,
+                XskRxFrame::Frame(n) => {
+                    m.truncate(n);
+                    pkts += 1;
+                    bytes += n as u64;
+                    out.push(m);
+                }
+                XskRxFrame::Oversize => oversize += 1,
+                XskRxFrame::Bad => errors += 1,
+            }
+            taken += 1;
+        }
+        ring.release(taken);
+        drop(ring);
+        self.rx.add(pkts as u64, bytes);
+        self.rx.drop(DropReason::Runt, runts);
+        self.rx.drop(DropReason::Oversize, oversize);
+        self.rx.drop(DropReason::RxError, errors);
+        pkts
+    }
+
+    /// Sends `pkts` on the device; returns (sent, dropped).
+    #[inline]
+    pub fn tx_burst<'a, I>(&self, pkts: I) -> (u64, u64)
+    where
+        I: IntoIterator<Item = &'a [u8]>,
+    {
+        let r = {
+            let mut ring = self.tx_ring.lock().unwrap_or_else(|p| p.into_inner());
+            ring.send_burst(pkts)
+        };
+        self.tx.add(r.sent as u64, r.bytes);
+        self.tx.drop(DropReason::KernelTxFull, r.full as u64);
+        self.tx.drop(DropReason::KernelLinkDown, r.link_down as u64);
+        self.tx.drop(DropReason::Oversize, r.oversize as u64);
+        self.tx.drop(DropReason::TxError, r.errors as u64);
+        let dropped = r.full + r.link_down + r.oversize + r.errors;
+        (r.sent as u64, dropped as u64)
+    }
+
+    /// Adds what the kernel dropped on receive since the last call (`XDP_STATISTICS`: no
+    /// frame to fill, rx ring full, frame larger than a UMEM frame) to `kernel_rx_dropped`.
+    /// One system call; the control thread calls it every tick, never a PMD.
+    pub fn poll_kernel_drops(&self) {
+        let Ok(now) = self.sock.statistics() else {
+            return;
+        };
+        let mut seen = self.stats_seen.lock().unwrap_or_else(|p| p.into_inner());
+        let d = now.rx_dropped.saturating_sub(seen.rx_dropped)
+            + now.rx_ring_full.saturating_sub(seen.rx_ring_full);
+        let inval = now.rx_invalid_descs.saturating_sub(seen.rx_invalid_descs)
+            + now.tx_invalid_descs.saturating_sub(seen.tx_invalid_descs);
+        *seen = now;
+        drop(seen);
+        self.rx.drop(DropReason::KernelRxDropped, d);
+        self.rx.drop(DropReason::RxError, inval);
+    }
+}
