@@ -91,6 +91,10 @@ pub enum Msg {
     Bye {
         #[serde(default)]
         stats: Vec<(String, Vec<StatsState>)>,
+        /// Per port: counters kept by the switch rather than by a queue (added in schema 1
+        /// without a version change: an older peer leaves it out).
+        #[serde(default)]
+        ports: Vec<(String, PortCounters)>,
     },
     /// either way: this side gives up (the old daemon carries on).
     Fail { error: String },
@@ -261,6 +265,18 @@ pub struct StatsState {
     pub calls: u64,
     /// Non-zero drop counters by reason name.
     pub drops: Vec<(String, u64)>,
+}
+
+/// A port's own counters: drops decided by the switch for packets it received, packets that
+/// found no ready queue, and offloads done in software (`[sw_csum, sw_tso, sw_segments]`).
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct PortCounters {
+    #[serde(default)]
+    pub rx_drops: StatsState,
+    #[serde(default)]
+    pub tx_not_ready: u64,
+    #[serde(default)]
+    pub offload: [u64; 3],
 }
 
 impl State {

@@ -30,8 +30,8 @@ use ferrovs_vhost::virtqueue::{ChainError, VringState};
 use super::*;
 use crate::upgrade::{
     self, BridgeState as BridgeWire, Channel, ConnState, DeviceState, FdList, FdTable, KernelState,
-    Msg, PortState as PortWire, QueueState, RegionState, Report, RingPos, RingState, State,
-    StatsState, XdpState, XskPos, MIN_SCHEMA, SCHEMA,
+    Msg, PortCounters, PortState as PortWire, QueueState, RegionState, Report, RingPos, RingState,
+    State, StatsState, XdpState, XskPos, MIN_SCHEMA, SCHEMA,
 };
 
 /// Longest a connecting daemon may take to say hello.
@@ -262,7 +262,19 @@ impl Daemon {
                         (n.clone(), sets.map(|q| stats_wire(&q.snapshot())).collect())
                     })
                     .collect();
-                let _ = ch.send(&Msg::Bye { stats }, &[]);
+                let ports = self
+                    .ports
+                    .iter()
+                    .map(|(n, p)| {
+                        let c = PortCounters {
+                            rx_drops: stats_wire(&p.port.rx_drops.snapshot()),
+                            tx_not_ready: p.port.tx_not_ready.load(Ordering::Relaxed),
+                            offload: p.port.offload.get(),
+                        };
+                        (n.clone(), c)
+                    })
+                    .collect();
+                let _ = ch.send(&Msg::Bye { stats, ports }, &[]);
                 eprintln!("ferrovs: upgrade: pid {pid} took over; exiting");
                 Ok(())
             }
@@ -562,7 +574,7 @@ impl Daemon {
             eprintln!("ferrovsd: takeover: telling the old daemon we run: {e}");
         }
         match ch.recv(BYE_TIMEOUT) {
-            Ok((Msg::Bye { stats }, _)) => d.restore_stats(&stats),
+            Ok((Msg::Bye { stats, ports }, _)) => d.restore_stats(&stats, &ports),
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {}
             Ok((m, _)) => eprintln!("ferrovsd: takeover: expected bye, got {m:?}"),
             Err(e) => eprintln!("ferrovsd: takeover: waiting for bye: {e}"),
@@ -827,12 +839,21 @@ impl Daemon {
     }
 
     /// Carries the old daemon's counters on (as they stood at the freeze).
-    fn restore_stats(&self, stats: &[(String, Vec<StatsState>)]) {
+    fn restore_stats(&self, stats: &[(String, Vec<StatsState>)], ports: &[(String, PortCounters)]) {
         for (name, qs) in stats {
             if let Some(p) = self.ports.get(name) {
                 for (q, s) in counter_sets(p).into_iter().zip(qs) {
                     q.restore(&stats_from_wire(s));
                 }
+            }
+        }
+        for (name, c) in ports {
+            if let Some(p) = self.ports.get(name) {
+                p.port.rx_drops.restore(&stats_from_wire(&c.rx_drops));
+                p.port
+                    .tx_not_ready
+                    .fetch_add(c.tx_not_ready, Ordering::Relaxed);
+                p.port.offload.restore(c.offload);
             }
         }
     }
