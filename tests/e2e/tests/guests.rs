@@ -704,7 +704,7 @@ fn multiqueue_guests_spread_flows_over_queue_pairs_without_loss() {
         // Both listen first, wait for the peer, give it time to listen too, then send.
         let append = format!(
             "ferrovs.ip={me}/24 ferrovs.cmd=tool ferrovs.peer={peer} ferrovs.wait=60 \
-             ferrovs.xps=off ferrovs.args=bg,udp-recv-flows,6000,{flows},5+sleep,3+\
+             ferrovs.xps=off ferrovs.args=bg,udp-recv-flows,6000,{flows},5+sleep,5+\
              udp-send-flows,{peer},6000,{flows},{pps},{count},64"
         );
         let mut g = Guest::new(name, &chardev, mac, &append);
