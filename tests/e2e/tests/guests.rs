@@ -476,9 +476,20 @@ const GUEST_ERRORS: &[&str] = &[
 /// NIC driver without reboot (rmmod/insmod virtio_net), while another guest sends it a
 /// sequenced UDP stream at 200 pps. After each, the stream resumes and no datagram is lost
 /// once it has; the daemon stays the same process, neither vhost-user connection drops, no
-/// queue is broken and the sender's port drops nothing.
+/// queue is broken and the sender's port drops nothing. The rebooting guest listens (QEMU
+/// server=on, ferrovs port type vhost-user-client).
 #[test]
 fn guest_reboot_and_driver_reset_keep_the_switch_and_the_other_port_going() {
+    reboot_and_reset("vhost-user-client");
+}
+
+/// The same with ferrovs listening for the rebooting guest (port type vhost-user).
+#[test]
+fn guest_reboot_and_driver_reset_with_ferrovs_listening() {
+    reboot_and_reset("vhost-user");
+}
+
+fn reboot_and_reset(mode: &str) {
     let ok = require(
         have("qemu-system-x86_64"),
         "qemu-system-x86_64 (scripts/deps.sh installs it)",
@@ -487,13 +498,18 @@ fn guest_reboot_and_driver_reset_keep_the_switch_and_the_other_port_going() {
         return;
     }
     let img = guest_image();
-    let dir = run_dir("guests-reboot");
+    let dir = run_dir(&format!("guests-reboot-{mode}"));
     let (pmd, _) = cores();
     let _sw = start_switch(&dir, pmd, &[]);
     let pid = daemon_pid(&dir);
-    // B (QEMU listens, ferrovs connects) receives and takes commands on its console.
+    // B receives and takes commands on its console.
     let q3 = dir.join("q3.sock").display().to_string();
-    let chardev_b = format!("socket,id=c0,path={q3},server=on,wait=off");
+    let vm2 = dir.join("vm2.sock").display().to_string();
+    let (port_b, chardev_b) = if mode == "vhost-user-client" {
+        ("vm3", format!("socket,id=c0,path={q3},server=on,wait=off"))
+    } else {
+        ("vm2", format!("socket,id=c0,path={vm2},reconnect=1"))
+    };
     let mut b = Guest::new(
         "b",
         &chardev_b,
@@ -504,18 +520,20 @@ fn guest_reboot_and_driver_reset_keep_the_switch_and_the_other_port_going() {
     b.reboot = true;
     b.control = true;
     let _b = b.start(&dir, &img);
-    wait_until("guest b socket", 20, || Path::new(&q3).exists());
-    let o = cli(
-        &dir,
-        &[
-            "add-port",
-            "br0",
-            "vm3",
-            "type=vhost-user-client",
-            &format!("path={q3}"),
-        ],
-    );
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    if mode == "vhost-user-client" {
+        wait_until("guest b socket", 20, || Path::new(&q3).exists());
+        let o = cli(
+            &dir,
+            &[
+                "add-port",
+                "br0",
+                "vm3",
+                "type=vhost-user-client",
+                &format!("path={q3}"),
+            ],
+        );
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
     // A (ferrovs listens) sends for up to 300 s; the test ends long before.
     let vm1 = dir.join("vm1.sock").display().to_string();
     let _a = start_guest(
@@ -586,8 +604,9 @@ fn guest_reboot_and_driver_reset_keep_the_switch_and_the_other_port_going() {
     let stats = cli_json(&dir, &["port-stats"]);
     assert_eq!(show["pid"].as_u64(), Some(pid), "the same daemon serves");
     assert!(alive(pid));
+    let ours = |name: &serde_json::Value| name == "vm1" || name == port_b;
     for p in show["bridges"][0]["ports"].as_array().unwrap() {
-        if p["name"] == "vm1" || p["name"] == "vm3" {
+        if ours(&p["name"]) {
             assert_eq!(p["state"], "connected", "{p}");
             assert_eq!(p["connects"], 1, "no reconnect: {p}");
             assert_eq!(p["disconnects"], 0, "no disconnect: {p}");
@@ -598,7 +617,7 @@ fn guest_reboot_and_driver_reset_keep_the_switch_and_the_other_port_going() {
         for q in p["queues"].as_array().unwrap() {
             assert!(q["broken"].is_null(), "{}: {q}", p["port"]);
             assert!(
-                q["ready"] == true || p["port"] == "vm2",
+                q["ready"] == true || !ours(&p["port"]),
                 "{}: {q}",
                 p["port"]
             );
@@ -616,13 +635,13 @@ fn guest_reboot_and_driver_reset_keep_the_switch_and_the_other_port_going() {
         }
     }
     eprintln!(
-        "boot 1: {before}\nboot 2: {first2} .. {before_reset}\nafter reset: {resumed} .. \
-         {later}\nvm3 to-guest drops: {}",
+        "{mode}: boot 1: {before}\nboot 2: {first2} .. {before_reset}\nafter reset: {resumed} .. \
+         {later}\n{port_b} to-guest: {}",
         stats
             .as_array()
             .unwrap()
             .iter()
-            .find(|p| p["port"] == "vm3")
+            .find(|p| p["port"] == port_b)
             .unwrap()["tx"]
     );
 }
