@@ -388,14 +388,31 @@ fn guest_tcp_and_udp_streams_survive_hot_upgrades() {
     wait_console(&dir, "a", &["FERROVS-TOOL-DONE", "FERROVS-ERROR"], 120);
     wait_console(&dir, "b", &["FERROVS-TOOL-DONE", "FERROVS-ERROR"], 120);
     let show = cli_json(&dir, &["show"]);
+    let stats = cli_json(&dir, &["port-stats"]);
     if let Some(pid) = show["pid"].as_u64() {
         let _ = Command::new("kill").arg(pid.to_string()).status();
     }
     let (ra, rb) = (results(&dir, "a"), results(&dir, "b"));
     assert_eq!((ra.len(), rb.len()), (2, 2), "a: {ra:?} b: {rb:?}");
+    // Where frames were dropped, if anywhere (a retransmission's cause).
+    let drops: Vec<String> = stats
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            format!(
+                "{} rx {} tx {}",
+                p["port"], p["rx"]["drops"], p["tx"]["drops"]
+            )
+        })
+        .collect();
     eprintln!(
-        "{upgrades} upgrades; tcp {} / {}; udp {} / {}",
-        ra[0], rb[0], ra[1], rb[1]
+        "{upgrades} upgrades; tcp {} / {}; udp {} / {}; switch drops: {}",
+        ra[0],
+        rb[0],
+        ra[1],
+        rb[1],
+        drops.join(", ")
     );
     assert_eq!(ra[0]["bytes"], rb[0]["bytes"], "every TCP byte arrived");
     assert_eq!(
