@@ -171,6 +171,17 @@ fn control_socket() -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// Whether `name` is a physical device (it has a bus device behind it in sysfs). The other
+/// end of a virtual one (veth, macvlan, bond of them) may be this host's own stack, which
+/// hands over partial checksums and GSO packets.
+pub fn is_physical(name: &str) -> bool {
+    check_name(name).is_ok()
+        && std::path::Path::new("/sys/class/net")
+            .join(name)
+            .join("device")
+            .exists()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -196,15 +207,4 @@ mod tests {
             io::ErrorKind::NotFound
         );
     }
-}
-
-/// Whether `name` is a physical device (it has a bus device behind it in sysfs). The other
-/// end of a virtual one (veth, macvlan, bond of them) may be this host's own stack, which
-/// hands over partial checksums and GSO packets.
-pub fn is_physical(name: &str) -> bool {
-    check_name(name).is_ok()
-        && std::path::Path::new("/sys/class/net")
-            .join(name)
-            .join("device")
-            .exists()
 }

@@ -12,6 +12,15 @@
 #   ferrovs.peer if given)
 #   ferrovs.interval=0.1 (seconds between pings)   ferrovs.wait=N (ping the peer until it
 #   answers, up to N tries, before the counted run)
+#   A tool command written bg,CMD,ARGS runs in the background; FERROVS-TOOL-DONE comes when
+#   all have ended.
+#   ferrovs.xps=off: clear every TX queue's XPS CPU mask (the queue then follows the flow hash)
+#   ferrovs.control=1 (with cmd=tool): the tool commands run in the background while /init
+#   reads commands from the console (the serial port): `reboot` (reboot -f: QEMU resets the
+#   machine, the same kernel, initramfs and command line boot again), `reset-nic` (rmmod
+#   virtio_net, load it again, configure eth0 again: a driver reset without reboot).
+# Console lines for the test: FERROVS-GUEST-READY MAC (every boot and every NIC reset),
+# FERROVS-NIC queues=TX_QUEUES features=VIRTIO_FEATURE_BITS, FERROVS-NIC-RESET-DONE.
 set -euo pipefail
 out=${1:?usage: build-initramfs.sh OUT_DIR}
 kver=$(ls /lib/modules | sort -V | tail -1)
@@ -32,7 +41,7 @@ trap 'rm -rf "$root"' EXIT
 mkdir -p "$root"/{bin,sbin,proc,sys,dev,tmp,lib/modules}
 cp "$(command -v busybox)" "$root/bin/busybox"
 cp "$tool" "$root/bin/ferrovs-guest"
-for a in sh mount ip ping sleep cat echo insmod poweroff grep sed awk seq nc ifconfig dmesg tail lspci; do
+for a in sh mount ip ping sleep cat echo insmod rmmod poweroff reboot grep sed awk seq nc ifconfig dmesg tail lspci tr ls wc; do
     ln -s busybox "$root/bin/$a"
 done
 # Modules in dependency order, as modprobe would load them.
@@ -58,12 +67,53 @@ for m in $(cat /lib/modules/order); do
 done
 arg() { sed -n "s/.*ferrovs\.$1=\([^ ]*\).*/\1/p" /proc/cmdline; }
 ip=$(arg ip); cmd=$(arg cmd); peer=$(arg peer); count=$(arg count); interval=$(arg interval); wait=$(arg wait); targs=$(arg args)
-for i in $(seq 150); do [ -e /sys/class/net/eth0 ] && break; sleep 0.1; done
-[ -e /sys/class/net/eth0 ] || { echo "FERROVS-GUEST: no eth0"; ls /sys/class/net; cat /proc/modules; ls /sys/bus/pci/devices; cat /sys/bus/pci/devices/*/vendor /sys/bus/pci/devices/*/device; dmesg | tail -15; }
-ip link set lo up
-ip link set eth0 up
-ip addr add "$ip" dev eth0
-echo "FERROVS-GUEST-READY $(cat /sys/class/net/eth0/address)"
+xps=$(arg xps); control=$(arg control)
+setup_eth0() {
+    for i in $(seq 150); do [ -e /sys/class/net/eth0 ] && break; sleep 0.1; done
+    [ -e /sys/class/net/eth0 ] || { echo "FERROVS-GUEST: no eth0"; ls /sys/class/net; cat /proc/modules; ls /sys/bus/pci/devices; cat /sys/bus/pci/devices/*/vendor /sys/bus/pci/devices/*/device; dmesg | tail -15; }
+    ip link set lo up
+    ip link set eth0 up
+    ip addr add "$ip" dev eth0
+    if [ "$xps" = off ]; then
+        for f in /sys/class/net/eth0/queues/tx-*/xps_cpus; do echo 0 >"$f"; done
+    fi
+    echo "FERROVS-NIC queues=$(ls -d /sys/class/net/eth0/queues/tx-* | wc -l) features=$(cat /sys/class/net/eth0/device/features)"
+    echo "FERROVS-GUEST-READY $(cat /sys/class/net/eth0/address)"
+}
+wait_peer() {
+    if [ -n "$wait" ] && [ -n "$peer" ]; then
+        for i in $(seq "$wait"); do ping -c 1 -W 1 "$peer" >/dev/null 2>&1 && break; done
+        echo "FERROVS-PEER-UP"
+    fi
+}
+run_tool() {
+    for c in $(echo "$targs" | tr + ' '); do
+        case $c in
+            # shellcheck disable=SC2046
+            bg,*) ferrovs-guest $(echo "${c#bg,}" | tr , ' ') & ;;
+            # shellcheck disable=SC2046
+            *) ferrovs-guest $(echo "$c" | tr , ' ') ;;
+        esac
+    done
+    wait
+    echo "FERROVS-TOOL-DONE"
+}
+control_loop() {
+    while read -r c; do
+        case $c in
+            reboot) echo "FERROVS-REBOOTING"; reboot -f ;;
+            reset-nic)
+                ip link set eth0 down
+                rmmod virtio_net || echo "FERROVS-GUEST: rmmod virtio_net failed"
+                insmod /lib/modules/virtio_net.ko || echo "FERROVS-GUEST: insmod virtio_net failed"
+                setup_eth0
+                echo "FERROVS-NIC-RESET-DONE" ;;
+            "") ;;
+            *) echo "FERROVS-GUEST: unknown command $c" ;;
+        esac
+    done
+}
+setup_eth0
 case "$cmd" in
     ping)
         if [ -n "$wait" ]; then
@@ -77,15 +127,13 @@ case "$cmd" in
         fi
         poweroff -f ;;
     tool)
-        if [ -n "$wait" ] && [ -n "$peer" ]; then
-            for i in $(seq "$wait"); do ping -c 1 -W 1 "$peer" >/dev/null 2>&1 && break; done
-            echo "FERROVS-PEER-UP"
+        wait_peer
+        if [ "$control" = 1 ]; then
+            run_tool &
+            control_loop
+        else
+            run_tool
         fi
-        for c in $(echo "$targs" | tr + ' '); do
-            # shellcheck disable=SC2046
-            ferrovs-guest $(echo "$c" | tr , ' ')
-        done
-        echo "FERROVS-TOOL-DONE"
         while true; do sleep 3600; done ;;
     *)
         while true; do sleep 3600; done ;;

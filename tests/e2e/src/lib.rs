@@ -143,14 +143,22 @@ impl Drop for Proc {
 }
 
 /// A private run directory. Directories of earlier runs of the same test are removed (the
-/// latest one stays for its logs).
+/// latest one stays for its logs), but not those of a test process still running (the same
+/// test run at the same time from another checkout).
 pub fn run_dir(name: &str) -> PathBuf {
     let prefix = format!("ferrovs-e2e-{name}-");
     if let Ok(rd) = std::fs::read_dir(std::env::temp_dir()) {
         for e in rd.flatten() {
-            if e.file_name().to_string_lossy().starts_with(&prefix) {
-                let _ = std::fs::remove_dir_all(e.path());
+            let file = e.file_name().to_string_lossy().to_string();
+            let Some(pid) = file.strip_prefix(&prefix) else {
+                continue;
+            };
+            // (Only this test's: "guests-" must not take "guests-upgrade-PID".)
+            match pid.parse::<u64>() {
+                Ok(pid) if !alive(pid) => {}
+                _ => continue,
             }
+            let _ = std::fs::remove_dir_all(e.path());
         }
     }
     let d = std::env::temp_dir().join(format!("{prefix}{}", std::process::id()));

@@ -5,19 +5,34 @@
 //! ferrovs-guest tcp-recv PORT                      accept one stream, count bytes to EOF
 //! ferrovs-guest tcp-send HOST PORT SECS [MBPS]     send for SECS (paced at MBPS if given),
 //!                                                  report rate and retransmits
-//! ferrovs-guest udp-recv PORT IDLE_SECS            count sequenced datagrams: lost, reordered
+//! ferrovs-guest udp-recv PORT IDLE_SECS [EVERY]    count sequenced datagrams: lost, reordered
+//!                                                  (and every EVERY seconds a progress line
+//!                                                  `FERROVS-PROGRESS {json}`, the same fields)
 //! ferrovs-guest udp-send HOST PORT PPS COUNT SIZE  sequenced datagrams at a fixed rate
+//! ferrovs-guest udp-blast HOST PORT SECS SIZE      sequenced datagrams as fast as possible
+//! ferrovs-guest udp-recv-flows PORT0 N IDLE_SECS   udp-recv on ports PORT0..PORT0+N-1 at once
+//! ferrovs-guest udp-send-flows HOST PORT0 N PPS COUNT SIZE
+//!                                                  N flows (N sockets, so N source ports) to
+//!                                                  PORT0..PORT0+N-1, each PPS and COUNT
 //! ferrovs-guest sleep SECS
 //! ```
+//!
+//! A receiver counts loss from the first datagram it sees (a guest that boots into a running
+//! stream reports `first`, the first sequence number, and loss after it).
 #![forbid(unsafe_code)]
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
 
-fn result(fields: &[(&str, String)]) {
+/// Prints `TAG {json}` with the fields (values already JSON).
+fn line(tag: &str, fields: &[(&str, String)]) {
     let body: Vec<String> = fields.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
-    println!("FERROVS-RESULT {{{}}}", body.join(","));
+    println!("{tag} {{{}}}", body.join(","));
+}
+
+fn result(fields: &[(&str, String)]) {
+    line("FERROVS-RESULT", fields);
 }
 
 /// The sender's TCP retransmitted segments so far (/proc/net/snmp, "Tcp:" RetransSegs).
@@ -113,41 +128,135 @@ fn tcp_send(host: &str, port: &str, secs: &str, mbps: Option<&str>) -> Result<()
     Ok(())
 }
 
-fn udp_recv(port: &str, idle: &str) -> Result<(), String> {
-    let s = UdpSocket::bind(format!("0.0.0.0:{port}")).map_err(|e| e.to_string())?;
-    let idle = Duration::from_secs(num(idle)?);
-    s.set_read_timeout(Some(idle)).map_err(|e| e.to_string())?;
-    println!("FERROVS-LISTENING");
-    let (mut received, mut reordered, mut next, mut lost) = (0u64, 0u64, 0u64, 0u64);
-    let mut first: Option<Instant> = None;
-    let mut last = Instant::now();
-    let mut buf = [0u8; 2048];
-    loop {
-        match s.recv(&mut buf) {
-            Ok(n) if n >= 8 => {
-                let seq = u64::from_be_bytes(buf[..8].try_into().unwrap_or([0; 8]));
-                first.get_or_insert_with(Instant::now);
-                last = Instant::now();
-                received += 1;
-                if seq >= next {
-                    lost += seq - next;
-                    next = seq + 1;
-                } else {
-                    reordered += 1;
-                    lost = lost.saturating_sub(1);
-                }
-            }
-            Ok(_) => {}
-            Err(_) if received > 0 => break,
-            Err(_) => {}
+/// What a receiver of one sequenced stream has seen.
+#[derive(Default, Clone, Copy)]
+struct Rx {
+    received: u64,
+    lost: u64,
+    reordered: u64,
+    /// The first and the highest sequence number seen.
+    first: Option<u64>,
+    next: u64,
+    first_at: Option<Instant>,
+    last_at: Option<Instant>,
+}
+
+impl Rx {
+    fn add(&mut self, seq: u64) {
+        let now = Instant::now();
+        self.first_at.get_or_insert(now);
+        self.last_at = Some(now);
+        if self.first.is_none() {
+            self.first = Some(seq);
+            self.next = seq;
+        }
+        self.received += 1;
+        if seq >= self.next {
+            self.lost += seq - self.next;
+            self.next = seq + 1;
+        } else {
+            self.reordered += 1;
+            self.lost = self.lost.saturating_sub(1);
         }
     }
-    let secs = first.map_or(0.0, |f| (last - f).as_secs_f64());
+
+    fn fields(&self) -> Vec<(&'static str, String)> {
+        let secs = match (self.first_at, self.last_at) {
+            (Some(f), Some(l)) => (l - f).as_secs_f64(),
+            _ => 0.0,
+        };
+        let pps = if secs > 0.0 {
+            self.received as f64 / secs
+        } else {
+            0.0
+        };
+        let seq = |v: Option<u64>| v.map_or("null".to_string(), |v| v.to_string());
+        vec![
+            ("received", self.received.to_string()),
+            ("lost", self.lost.to_string()),
+            ("reordered", self.reordered.to_string()),
+            ("first", seq(self.first)),
+            ("last", seq(self.first.map(|_| self.next - 1))),
+            ("seconds", format!("{secs:.3}")),
+            ("pps", format!("{pps:.0}")),
+        ]
+    }
+}
+
+/// Receives one sequenced stream on `sock` until `idle` passes without a datagram (after the
+/// first one); calls `tick` with the running counts every `every` if given.
+fn recv_stream(
+    sock: &UdpSocket,
+    idle: Duration,
+    every: Option<Duration>,
+    tick: impl Fn(&Rx),
+) -> Rx {
+    let poll = every
+        .map_or(idle, |e| e.min(idle))
+        .max(Duration::from_millis(10));
+    let _ = sock.set_read_timeout(Some(poll));
+    let mut rx = Rx::default();
+    let mut buf = [0u8; 2048];
+    let mut last_tick = Instant::now();
+    let mut quiet_since = Instant::now();
+    loop {
+        match sock.recv(&mut buf) {
+            Ok(n) if n >= 8 => {
+                rx.add(u64::from_be_bytes(buf[..8].try_into().unwrap_or([0; 8])));
+                quiet_since = Instant::now();
+            }
+            Ok(_) => {}
+            Err(_) if rx.received > 0 && quiet_since.elapsed() >= idle => break,
+            Err(_) => {}
+        }
+        if let Some(e) = every {
+            if last_tick.elapsed() >= e {
+                last_tick = Instant::now();
+                tick(&rx);
+            }
+        }
+    }
+    rx
+}
+
+fn udp_recv(port: &str, idle: &str, every: Option<&str>) -> Result<(), String> {
+    let s = UdpSocket::bind(format!("0.0.0.0:{port}")).map_err(|e| e.to_string())?;
+    let idle = Duration::from_secs(num(idle)?);
+    let every = every.map(num).transpose()?.map(Duration::from_secs);
+    println!("FERROVS-LISTENING");
+    let rx = recv_stream(&s, idle, every, |rx| line("FERROVS-PROGRESS", &rx.fields()));
+    result(&rx.fields());
+    Ok(())
+}
+
+fn udp_recv_flows(port0: &str, flows: &str, idle: &str) -> Result<(), String> {
+    let (port0, flows) = (num(port0)?, num(flows)?);
+    let idle = Duration::from_secs(num(idle)?);
+    let mut socks = Vec::new();
+    for i in 0..flows {
+        socks.push(UdpSocket::bind(format!("0.0.0.0:{}", port0 + i)).map_err(|e| e.to_string())?);
+    }
+    println!("FERROVS-LISTENING");
+    let handles: Vec<_> = socks
+        .into_iter()
+        .map(|s| std::thread::spawn(move || recv_stream(&s, idle, None, |_| {})))
+        .collect();
+    let per: Vec<Rx> = handles
+        .into_iter()
+        .map(|h| h.join().unwrap_or_default())
+        .collect();
+    let sum = |f: fn(&Rx) -> u64| per.iter().map(f).sum::<u64>().to_string();
+    let list = |f: fn(&Rx) -> u64| {
+        let v: Vec<String> = per.iter().map(|r| f(r).to_string()).collect();
+        format!("[{}]", v.join(","))
+    };
     result(&[
-        ("received", received.to_string()),
-        ("lost", lost.to_string()),
-        ("reordered", reordered.to_string()),
-        ("seconds", format!("{secs:.3}")),
+        ("flows", flows.to_string()),
+        ("received", sum(|r| r.received)),
+        ("lost", sum(|r| r.lost)),
+        ("reordered", sum(|r| r.reordered)),
+        ("first", list(|r| r.first.unwrap_or(u64::MAX))),
+        ("per_flow", list(|r| r.received)),
     ]);
     Ok(())
 }
@@ -177,6 +286,76 @@ fn udp_send(host: &str, port: &str, pps: &str, count: &str, size: &str) -> Resul
     Ok(())
 }
 
+fn udp_blast(host: &str, port: &str, secs: &str, size: &str) -> Result<(), String> {
+    let a = addr(host, port)?;
+    let (dur, size) = (Duration::from_secs(num(secs)?), num(size)?.clamp(8, 1472));
+    let s = UdpSocket::bind("0.0.0.0:0").map_err(|e| e.to_string())?;
+    s.connect(a).map_err(|e| e.to_string())?;
+    let mut buf = vec![0u8; size as usize];
+    let t = Instant::now();
+    let (mut seq, mut errors) = (0u64, 0u64);
+    while t.elapsed() < dur {
+        // The clock is read once every 64 datagrams.
+        for _ in 0..64 {
+            buf[..8].copy_from_slice(&seq.to_be_bytes());
+            seq += 1;
+            if s.send(&buf).is_err() {
+                errors += 1;
+            }
+        }
+    }
+    let secs = t.elapsed().as_secs_f64();
+    result(&[
+        ("sent", seq.to_string()),
+        ("send_errors", errors.to_string()),
+        ("seconds", format!("{secs:.3}")),
+        ("pps", format!("{:.0}", seq as f64 / secs)),
+    ]);
+    Ok(())
+}
+
+fn udp_send_flows(
+    host: &str,
+    port0: &str,
+    flows: &str,
+    pps: &str,
+    count: &str,
+    size: &str,
+) -> Result<(), String> {
+    let (port0, flows) = (num(port0)?, num(flows)?.max(1));
+    let (pps, count, size) = (num(pps)?.max(1), num(count)?, num(size)?.clamp(8, 1472));
+    let mut socks = Vec::new();
+    for i in 0..flows {
+        let s = UdpSocket::bind("0.0.0.0:0").map_err(|e| e.to_string())?;
+        s.connect(addr(host, &(port0 + i).to_string())?)
+            .map_err(|e| e.to_string())?;
+        socks.push(s);
+    }
+    let mut buf = vec![0u8; size as usize];
+    let t = Instant::now();
+    let mut errors = 0u64;
+    // Round `seq` sends datagram `seq` of every flow.
+    for seq in 0..count {
+        let due = Duration::from_secs_f64(seq as f64 / pps as f64);
+        if let Some(wait) = due.checked_sub(t.elapsed()) {
+            std::thread::sleep(wait);
+        }
+        buf[..8].copy_from_slice(&seq.to_be_bytes());
+        for s in &socks {
+            if s.send(&buf).is_err() {
+                errors += 1;
+            }
+        }
+    }
+    result(&[
+        ("flows", flows.to_string()),
+        ("sent", (count * flows).to_string()),
+        ("send_errors", errors.to_string()),
+        ("seconds", format!("{:.3}", t.elapsed().as_secs_f64())),
+    ]);
+    Ok(())
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -185,7 +364,13 @@ fn main() {
         ["tcp-send", host, port, secs] => tcp_send(host, port, secs, None),
         ["tcp-send", host, port, secs, mbps] => tcp_send(host, port, secs, Some(mbps)),
         ["sleep", secs] => num(secs).map(|s| std::thread::sleep(Duration::from_secs(s))),
-        ["udp-recv", port, idle] => udp_recv(port, idle),
+        ["udp-recv", port, idle] => udp_recv(port, idle, None),
+        ["udp-recv", port, idle, every] => udp_recv(port, idle, Some(every)),
+        ["udp-blast", host, port, secs, size] => udp_blast(host, port, secs, size),
+        ["udp-recv-flows", port0, n, idle] => udp_recv_flows(port0, n, idle),
+        ["udp-send-flows", host, port0, n, pps, count, size] => {
+            udp_send_flows(host, port0, n, pps, count, size)
+        }
         ["udp-send", host, port, pps, count, size] => udp_send(host, port, pps, count, size),
         _ => Err("usage: see the source header".into()),
     };
