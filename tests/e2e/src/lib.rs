@@ -375,3 +375,24 @@ impl Drop for Net {
         }
     }
 }
+
+/// Frames of a pcap file (the classic format tcpdump writes): (original length, bytes).
+pub fn pcap_frames(path: &Path) -> Vec<(usize, Vec<u8>)> {
+    let b = std::fs::read(path).unwrap_or_default();
+    let mut out = Vec::new();
+    if b.len() < 24 {
+        return out;
+    }
+    let u32le = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap()) as usize;
+    assert_eq!(u32le(0), 0xa1b2c3d4, "a little-endian pcap");
+    let mut at = 24;
+    while at + 16 <= b.len() {
+        let (incl, orig) = (u32le(at + 8), u32le(at + 12));
+        if at + 16 + incl > b.len() {
+            break;
+        }
+        out.push((orig, b[at + 16..at + 16 + incl].to_vec()));
+        at += 16 + incl;
+    }
+    out
+}

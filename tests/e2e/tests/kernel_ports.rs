@@ -648,27 +648,6 @@ fn hundred_upgrades_of_an_af_xdp_uplink_under_ping_leak_no_fd_and_no_frame() {
     drop(p.net);
 }
 
-/// Frames of a pcap file (the classic format tcpdump writes): (original length, bytes).
-fn pcap_frames(path: &Path) -> Vec<(usize, Vec<u8>)> {
-    let b = std::fs::read(path).unwrap_or_default();
-    let mut out = Vec::new();
-    if b.len() < 24 {
-        return out;
-    }
-    let u32le = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap()) as usize;
-    assert_eq!(u32le(0), 0xa1b2c3d4, "a little-endian pcap");
-    let mut at = 24;
-    while at + 16 <= b.len() {
-        let (incl, orig) = (u32le(at + 8), u32le(at + 12));
-        if at + 16 + incl > b.len() {
-            break;
-        }
-        out.push((orig, b[at + 16..at + 16 + incl].to_vec()));
-        at += 16 + incl;
-    }
-    out
-}
-
 /// iperf3 from `client_ns` to `server` (in `server_ns`) for 2 s: bytes received.
 fn iperf(server_ns: &str, server: &str, client_ns: &str) -> u64 {
     let srv = std::process::Command::new("ip")
