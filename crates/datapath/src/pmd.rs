@@ -33,7 +33,7 @@ use crate::port::{Port, PortIo};
 use crate::{Datapath, RxMode, RxqRef, Snapshot};
 
 /// Buffers per PMD pool: bursts in flight plus flood copies and software segments
-/// ([`MAX_EXTRA`]), with margin.
+/// (`MAX_EXTRA`), with margin.
 pub const POOL_BUFFERS: u32 = 4096;
 /// Large buffers per PMD pool (TSO packets of up to 64 KiB from guests and TAPs).
 pub const POOL_LARGE_BUFFERS: u32 = 256;
