@@ -35,13 +35,18 @@ pub enum OffloadError {
     CsumNotL4,
 }
 
+/// Adds `v` to a ones'-complement sum (end-around carry: a sum near `u64::MAX` wraps into
+/// its low bits, never overflows).
+#[inline]
+pub fn csum_add_word(sum: u64, v: u64) -> u64 {
+    let (s, o) = sum.overflowing_add(v);
+    s + o as u64
+}
+
 /// Adds `data` (big-endian 16-bit words, odd tail padded) to a ones'-complement sum.
 #[inline]
 pub fn csum_add(mut sum: u64, data: &[u8]) -> u64 {
-    let mut add = |v: u64| {
-        let (s, o) = sum.overflowing_add(v);
-        sum = s + o as u64;
-    };
+    let mut add = |v: u64| sum = csum_add_word(sum, v);
     let mut chunks = data.chunks_exact(8);
     for c in &mut chunks {
         let mut w = [0u8; 8];
@@ -111,10 +116,11 @@ fn l3_of(frame: &[u8]) -> Result<(usize, u16), OffloadError> {
 fn pseudo_sum(frame: &[u8], l3: usize, v6: bool, l4_len: usize) -> u64 {
     if v6 {
         let s = csum_add(0, &frame[l3 + 8..l3 + 40]);
-        csum_add(s, &(l4_len as u32).to_be_bytes()) + u64::from(IPPROTO_TCP)
+        let s = csum_add(s, &(l4_len as u32).to_be_bytes());
+        csum_add_word(s, u64::from(IPPROTO_TCP))
     } else {
         let s = csum_add(0, &frame[l3 + 12..l3 + 20]);
-        s + u64::from(IPPROTO_TCP) + l4_len as u64
+        csum_add_word(s, u64::from(IPPROTO_TCP) + l4_len as u64)
     }
 }
 
@@ -306,6 +312,30 @@ mod tests {
         }
         let ff = vec![0xffu8; 4096];
         assert_eq!(csum_fold(csum_add(0, &ff)), slow_sum(&ff));
+    }
+
+    /// Found by the fuzzer: addresses of all ones make the 64-bit sum of the pseudo-header
+    /// u64::MAX; adding the protocol and length must carry around, not overflow.
+    #[test]
+    fn pseudo_header_sum_of_all_ones_carries_around() {
+        assert_eq!(csum_add_word(u64::MAX, 6), 6);
+        for v6 in [false, true] {
+            let mut f = vec![0xffu8; 14 + 40 + 20];
+            f[12..14].copy_from_slice(&if v6 { ETH_P_IPV6 } else { ETH_P_IPV4 }.to_be_bytes());
+            let l4_len = 20;
+            let mut pseudo = if v6 {
+                f[22..54].to_vec()
+            } else {
+                f[26..34].to_vec()
+            };
+            pseudo.extend_from_slice(&[0, IPPROTO_TCP]);
+            pseudo.extend_from_slice(&(l4_len as u16).to_be_bytes());
+            assert_eq!(
+                csum_fold(pseudo_sum(&f, 14, v6, l4_len)),
+                slow_sum(&pseudo),
+                "v6 {v6}"
+            );
+        }
     }
 
     /// An Ethernet + IPv4/IPv6 + TCP frame with `payload` bytes, its TCP checksum field
