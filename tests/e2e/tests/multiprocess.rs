@@ -455,3 +455,76 @@ fn client_mode_survives_switch_restart() {
     let received = rx["received"].as_u64().unwrap();
     assert!(received > sent * 3 / 4, "sent {sent}, received {received}");
 }
+
+/// The lost-wake-up stress: single packets at random (Poisson) intervals for minutes
+/// (`FERROVS_STRESS_SECS`, default 120) while the PMD's rx mode, idle threshold, load-based
+/// sleep and the receiving port's coalescing change under it every second. Every packet must
+/// be delivered: a wake-up lost while the PMD sleeps, or a notification lost in a mode
+/// switch, shows as a missing sequence number.
+#[test]
+fn random_single_packets_for_minutes_while_modes_switch_lose_nothing() {
+    let secs: u64 = std::env::var("FERROVS_STRESS_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(120);
+    let dir = run_dir("stress");
+    let (pmd, gen) = cores();
+    let _sw = start_switch(&dir, pmd, &[]);
+    let vm1 = dir.join("vm1.sock").display().to_string();
+    let vm2 = dir.join("vm2.sock").display().to_string();
+    let (core, dur) = (gen.to_string(), secs.to_string());
+    let g = Proc::spawn(
+        "gen",
+        &dir,
+        std::path::Path::new("/usr/bin/taskset"),
+        &[
+            "-c",
+            &core,
+            bin("ferrovs-gen").to_str().unwrap(),
+            "--socket",
+            &vm1,
+            "--sink",
+            &vm2,
+            "--quiet",
+            "--ring",
+            "1024",
+            "--duration",
+            &dur,
+            "--rate",
+            "2000",
+            "--poisson",
+            "txonly",
+        ],
+    );
+    let steps: &[&[&str]] = &[
+        &["config", "set", "pmd-rx-mode", "interrupt"],
+        &["set-port", "vm2", "coalesce-usecs=200", "coalesce-frames=16"],
+        &["config", "set", "pmd-rx-mode", "adaptive"],
+        &["config", "set", "pmd-sleep-after-us", "50"],
+        &["config", "set", "pmd-sleep-max-us", "300"],
+        &["config", "set", "pmd-rx-mode", "poll"],
+        &["set-port", "vm2", "coalesce-usecs=0", "coalesce-frames=0"],
+        &["config", "set", "pmd-rx-mode", "interrupt"],
+        &["config", "set", "pmd-sleep-max-us", "0"],
+        &["config", "set", "pmd-rx-mode", "adaptive"],
+        &["config", "set", "pmd-sleep-after-us", "300"],
+    ];
+    let t = std::time::Instant::now();
+    let mut i = 0;
+    while t.elapsed() < Duration::from_secs(secs.saturating_sub(2)) {
+        std::thread::sleep(Duration::from_secs(1));
+        let o = cli(&dir, steps[i % steps.len()]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        i += 1;
+    }
+    let r = g.wait_json(&dir, Duration::from_secs(secs + 60));
+    let pmd = &cli_json(&dir, &["pmd-stats"])[0];
+    eprintln!("{i} switches; gen {r}; pmd {pmd}");
+    assert_eq!(r["corrupt"], 0, "{r}");
+    assert!(r["sent"].as_u64().unwrap() > secs * 1000, "{r}");
+    assert_eq!(r["sent"], r["received"], "every packet delivered: {r}");
+    assert_eq!(r["lost"], 0, "{r}");
+    assert!(pmd["sleeps"].as_u64().unwrap() > 0, "{pmd}");
+    assert!(pmd["kick_wakeups"].as_u64().unwrap() > 0, "{pmd}");
+    assert!(pmd["load_sleeps"].as_u64().unwrap() > 0, "{pmd}");
+}
