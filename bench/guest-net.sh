@@ -20,14 +20,19 @@
 #   udp  sequenced datagrams of --udp-size payload bytes for --seconds, unpaced; figures:
 #        the receiver's datagrams per second (between its first and last datagram), the
 #        sender's, and the loss.
-# The guests' negotiated virtio-net features are recorded: the tap backend offers checksum
-# and TSO offloads, ferrovs does not negotiate them yet, which matters most for TCP.
+# The guests' negotiated virtio-net features are recorded. The UDP receiver also reports its
+# load while the stream flowed: virtio interrupts per second and CPU busy %.
+#
+# ferrovs-cN  ferrovs with guest notification coalescing on both ports
+#          (set-port coalesce-usecs=N coalesce-frames=64): the receiving guest's interrupts
+#          per second and CPU against plain ferrovs.
 #
 # Prints one JSON document on stdout (progress on stderr): every round's figures, per setup
 # the medians, and the ratios ferrovs / kernel of the medians. Every process is started with
 # setsid and stopped by pid; the bridge and TAPs are deleted at the end (also on failure).
 #
-#   bench/guest-net.sh [--rounds 3] [--seconds 10] [--udp-size 18] [--setups "ferrovs kernel"]
+#   bench/guest-net.sh [--rounds 3] [--seconds 10] [--udp-size 18]
+#                      [--setups "ferrovs kernel"]   (also ferrovs-c50 etc.)
 #                      [--keep]
 set -euo pipefail
 shopt -s inherit_errexit
@@ -140,15 +145,22 @@ guest_results() {
         | {tcp_mbps: ($b[0].mbps), tcp_bytes: ($b[0].bytes), tcp_retransmits: ($a[0].retransmits),
            udp_rx_pps: ($b[1].pps), udp_tx_pps: ($a[1].pps), udp_sent: ($a[1].sent),
            udp_received: ($b[1].received), udp_lost: ($a[1].sent - $b[1].received),
-           udp_reordered: ($b[1].reordered), features_a: $fa, features_b: $fb}'
+           udp_reordered: ($b[1].reordered), udp_rx_irqs_per_s: ($b[1].irqs_per_s),
+           udp_rx_cpu_busy_pct: ($b[1].cpu_busy_pct), features_a: $fa, features_b: $fb}'
 }
 
+# run_ferrovs ROUND [COALESCE_USECS]
 run_ferrovs() {
-    local d=$work/ferrovs-$1
+    local d=$work/ferrovs-$1-${2:-0} p
     mkdir -p "$d"
     setsid "$bin/ferrovsd" --run-dir "$d" --pmd-cores "$pmd" >"$d/ferrovsd.log" 2>&1 &
     track "$!"
     wait_sock "$d/vm2.sock"
+    if [ "${2:-0}" != 0 ]; then
+        for p in vm1 vm2; do
+            "$bin/ferrovs" --run-dir "$d" set-port "$p" "coalesce-usecs=$2" coalesce-frames=64
+        done
+    fi
     guest b "$d" "-chardev socket,id=c0,path=$d/vm2.sock -netdev vhost-user,id=n0,chardev=c0"
     guest a "$d" "-chardev socket,id=c0,path=$d/vm1.sock -netdev vhost-user,id=n0,chardev=c0"
     local r; r=$(guest_results "$d")
@@ -158,6 +170,8 @@ run_ferrovs() {
     jq -c --argjson st "$st" --argjson pm "$pm" '. + {
         switch_drops: ([$st[] | (.rx.drops, .tx.drops) | to_entries[]] | group_by(.key)
                        | map({key: .[0].key, value: (map(.value) | add)}) | from_entries),
+        notifications_to_b: ($st[] | select(.port == "vm2") | .tx
+            | {made: .guest_notifications, suppressed: .notifications_suppressed, coalesced: .notifications_coalesced}),
         pmd: ($pm[0] | {rx_mode, busy_pct, sleeps, kick_wakeups})}' <<<"$r"
 }
 
@@ -190,6 +204,7 @@ for round in $(seq "$rounds"); do
     for who in $setups; do
         case $who in
             ferrovs) r=$(run_ferrovs "$round") ;;
+            ferrovs-c[0-9]*) r=$(run_ferrovs "$round" "${who#ferrovs-c}") ;;
             kernel) r=$(run_kernel "$round") ;;
             *) log "unknown setup $who"; exit 2 ;;
         esac
@@ -214,7 +229,9 @@ jq -s --argjson rounds "$rounds" --argjson secs "$secs" --argjson usize "$usize"
   (group_by(.who) | map({key: .[0].who, value: {
       tcp_mbps: (map(.tcp_mbps) | median), udp_rx_pps: (map(.udp_rx_pps) | median),
       udp_tx_pps: (map(.udp_tx_pps) | median), tcp_retransmits: (map(.tcp_retransmits) | add),
-      udp_lost: (map(.udp_lost) | add), guest_features: (.[0].features_a | offloads)}})
+      udp_lost: (map(.udp_lost) | add), guest_features: (.[0].features_a | offloads),
+      udp_rx_irqs_per_s: (map(.udp_rx_irqs_per_s) | median),
+      udp_rx_cpu_busy_pct: (map(.udp_rx_cpu_busy_pct) | median)}})
    | from_entries) as $m
   | {benchmark: "guest-net", date: $date, host: $host, qemu: $qemu, rounds: $rounds,
      load_average: {start: $load0, end: $load1, note: "the machine is shared with other builds"},
@@ -229,4 +246,11 @@ jq -s --argjson rounds "$rounds" --argjson secs "$secs" --argjson usize "$usize"
          {tcp_mbps: (if $m.kernel.tcp_mbps > 0 then $m.ferrovs.tcp_mbps / $m.kernel.tcp_mbps | r3 else null end),
           udp_rx_pps: (if $m.kernel.udp_rx_pps > 0 then $m.ferrovs.udp_rx_pps / $m.kernel.udp_rx_pps | r3 else null end)}
          else null end),
+     coalescing_over_plain_ferrovs: ($m | to_entries | map(select(.key | startswith("ferrovs-c")))
+         | map({key: .key, value: (if $m.ferrovs then
+             {udp_rx_irqs_per_s: (if ($m.ferrovs.udp_rx_irqs_per_s // 0) > 0 then .value.udp_rx_irqs_per_s / $m.ferrovs.udp_rx_irqs_per_s | r3 else null end),
+              udp_rx_cpu_busy_pct: (if ($m.ferrovs.udp_rx_cpu_busy_pct // 0) > 0 then .value.udp_rx_cpu_busy_pct / $m.ferrovs.udp_rx_cpu_busy_pct | r3 else null end),
+              udp_rx_pps: (if ($m.ferrovs.udp_rx_pps // 0) > 0 then .value.udp_rx_pps / $m.ferrovs.udp_rx_pps | r3 else null end),
+              tcp_mbps: (if ($m.ferrovs.tcp_mbps // 0) > 0 then .value.tcp_mbps / $m.ferrovs.tcp_mbps | r3 else null end)}
+             else null end)}) | from_entries),
      rounds_detail: map(del(.features_a, .features_b))}' "$results"

@@ -71,6 +71,28 @@ pub struct PortConfig {
     /// Uplinks: how to attach (absent: AF_XDP where it works, else AF_PACKET).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<UplinkMode>,
+    /// vhost-user: guest notification coalescing, at most one notification per this many
+    /// microseconds (absent or 0: off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coalesce_usecs: Option<u32>,
+    /// ... or per this many packets, whichever comes first (absent or 0: no packet limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coalesce_frames: Option<u32>,
+}
+
+/// Most microseconds a guest notification may be deferred.
+pub const MAX_COALESCE_USECS: u32 = 10_000;
+/// Most packets a guest notification may be deferred for (the largest ring).
+pub const MAX_COALESCE_FRAMES: u32 = 32_768;
+
+impl PortConfig {
+    /// The port's notification coalescing.
+    pub fn coalesce(&self) -> ferrovs_vhost::virtqueue::Coalesce {
+        ferrovs_vhost::virtqueue::Coalesce {
+            usecs: self.coalesce_usecs.unwrap_or(0),
+            frames: self.coalesce_frames.unwrap_or(0),
+        }
+    }
 }
 
 /// How an uplink is attached, when the operator forces it (`mode=` on add-port).
@@ -170,6 +192,16 @@ pub const SETTINGS: &[(&str, &str)] = &[
         "adaptive mode: idle microseconds before a PMD sleeps (0..=1000000, default 300)",
     ),
     (
+        "pmd-sleep-max-us",
+        "load-based sleep: a PMD whose queues give less than half a burst sleeps up to this \
+         many microseconds per iteration (0..=10000, default 0: off; as OVS pmd-maxsleep)",
+    ),
+    (
+        "pmd-priority",
+        "PMD thread scheduling: normal (default), nice:N (-20..=19) or fifo:N (SCHED_FIFO \
+         priority 1..=99; needs CAP_SYS_NICE)",
+    ),
+    (
         "mac-aging",
         "seconds a learned MAC address stays valid (1..=86400, default 300)",
     ),
@@ -191,6 +223,8 @@ impl Config {
             tag: None,
             trunks: vec![],
             mode: None,
+            coalesce_usecs: None,
+            coalesce_frames: None,
         };
         Config {
             version: 1,
@@ -358,6 +392,32 @@ pub fn validate_port(p: &PortConfig) -> Result<(), ConfigError> {
             }
         }
     }
+    let c = p.coalesce();
+    if c.usecs > MAX_COALESCE_USECS {
+        return bad(format!(
+            "coalesce-usecs={} out of range 0..={MAX_COALESCE_USECS}",
+            c.usecs
+        ));
+    }
+    if c.frames > MAX_COALESCE_FRAMES {
+        return bad(format!(
+            "coalesce-frames={} out of range 0..={MAX_COALESCE_FRAMES}",
+            c.frames
+        ));
+    }
+    if c.frames > 0 && c.usecs == 0 {
+        return bad(format!(
+            "coalesce-frames={} needs coalesce-usecs (the bound on how long a notification \
+             may wait)",
+            c.frames
+        ));
+    }
+    if (c.usecs > 0 || c.frames > 0) && p.kind.is_kernel() {
+        return bad(format!(
+            "coalescing is for vhost-user ports (a {} port is notified by the kernel)",
+            p.kind.name()
+        ));
+    }
     if let (Some(m), false) = (p.mode, p.kind == PortType::Uplink) {
         return bad(format!(
             "mode={} is for uplink ports (a {} port has one way to attach)",
@@ -379,6 +439,8 @@ pub fn validate_setting(k: &str, v: &str) -> Result<(), ConfigError> {
         "mac-aging" => range(1, 86400),
         "mac-table-size" => range(64, 1 << 20),
         "pmd-sleep-after-us" => range(0, 1_000_000),
+        "pmd-sleep-max-us" => range(0, 10_000),
+        "pmd-priority" => parse_priority(v).map(|_| ()),
         "pmd-rx-mode" => match v {
             "adaptive" | "poll" | "interrupt" => Ok(()),
             _ => Err(ConfigError::Invalid(format!(
@@ -389,6 +451,27 @@ pub fn validate_setting(k: &str, v: &str) -> Result<(), ConfigError> {
             "unknown setting '{k}' (known: {})",
             SETTINGS.iter().map(|s| s.0).collect::<Vec<_>>().join(", ")
         ))),
+    }
+}
+
+/// Parses `pmd-priority`: `normal`, `nice:N` or `fifo:N`; `None` for normal (the thread is
+/// left as created).
+pub fn parse_priority(v: &str) -> Result<Option<ferrovs_sys::os::ThreadPriority>, ConfigError> {
+    use ferrovs_sys::os::ThreadPriority;
+    let bad = || {
+        ConfigError::Invalid(format!(
+            "pmd-priority={v}: expected normal, nice:N (-20..=19) or fifo:N (1..=99)"
+        ))
+    };
+    if v == "normal" {
+        return Ok(None);
+    }
+    let (kind, n) = v.split_once(':').ok_or_else(bad)?;
+    let n: i32 = n.parse().map_err(|_| bad())?;
+    match kind {
+        "nice" if (-20..=19).contains(&n) => Ok(Some(ThreadPriority::Nice(n))),
+        "fifo" if (1..=99).contains(&n) => Ok(Some(ThreadPriority::Fifo(n))),
+        _ => Err(bad()),
     }
 }
 
@@ -463,6 +546,57 @@ mod tests {
     }
 
     #[test]
+    fn coalescing_and_priority_settings_are_checked() {
+        let opts = |o: &[&str]| {
+            let v: Vec<String> = o.iter().map(|s| s.to_string()).collect();
+            crate::proto::port_from_options("p", &v).map_err(|e| e.to_string())
+        };
+        let p = opts(&[
+            "type=vhost-user",
+            "path=/tmp/p",
+            "coalesce-usecs=50",
+            "coalesce-frames=32",
+        ])
+        .unwrap();
+        assert_eq!((p.coalesce().usecs, p.coalesce().frames), (50, 32));
+        let e = opts(&["type=vhost-user", "path=/tmp/p", "coalesce-frames=32"]).unwrap_err();
+        assert!(e.contains("needs coalesce-usecs"), "{e}");
+        let e = opts(&["type=vhost-user", "path=/tmp/p", "coalesce-usecs=20000"]).unwrap_err();
+        assert!(e.contains("out of range 0..=10000"), "{e}");
+        let e = opts(&["type=vhost-user", "path=/tmp/p", "coalesce-usecs=-1"]).unwrap_err();
+        assert!(e.contains("not a number"), "{e}");
+        let e = opts(&["type=tap", "dev=t0", "coalesce-usecs=50"]).unwrap_err();
+        assert!(e.contains("for vhost-user ports"), "{e}");
+        let mut p = p;
+        let set = |p: &mut PortConfig, o: &str| {
+            crate::proto::port_set_options(p, &[o.to_string()]).map_err(|e| e.to_string())
+        };
+        set(&mut p, "coalesce-usecs=0").unwrap_err(); // frames 32 left without a bound
+        set(&mut p, "coalesce-frames=0").unwrap();
+        set(&mut p, "coalesce-usecs=0").unwrap();
+        assert!(!p.coalesce().is_on());
+        let e = set(&mut p, "tag=5").unwrap_err();
+        assert!(e.contains("cannot be changed on a live port"), "{e}");
+
+        use ferrovs_sys::os::ThreadPriority;
+        assert_eq!(parse_priority("normal").unwrap(), None);
+        assert_eq!(
+            parse_priority("fifo:50").unwrap(),
+            Some(ThreadPriority::Fifo(50))
+        );
+        assert_eq!(
+            parse_priority("nice:-5").unwrap(),
+            Some(ThreadPriority::Nice(-5))
+        );
+        for bad in ["fifo:0", "fifo:100", "nice:20", "rt:5", "fifo", "high"] {
+            assert!(parse_priority(bad).is_err(), "{bad}");
+            assert!(validate_setting("pmd-priority", bad).is_err(), "{bad}");
+        }
+        assert!(validate_setting("pmd-sleep-max-us", "500").is_ok());
+        assert!(validate_setting("pmd-sleep-max-us", "10001").is_err());
+    }
+
+    #[test]
     fn kernel_ports_need_a_valid_dev() {
         let port = |kind, dev: Option<&str>| PortConfig {
             name: "k".into(),
@@ -473,6 +607,8 @@ mod tests {
             tag: None,
             trunks: vec![],
             mode: None,
+            coalesce_usecs: None,
+            coalesce_frames: None,
         };
         let err = |p: &PortConfig| validate_port(p).unwrap_err().to_string();
         assert!(validate_port(&port(PortType::Tap, Some("fvtap0"))).is_ok());

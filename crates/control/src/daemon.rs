@@ -421,10 +421,18 @@ impl Daemon {
             p.stop();
         }
         let cores = self.pmd_cores();
+        // Validated when set; a bad value in a hand-edited file means normal.
+        let priority = self
+            .config
+            .other
+            .get("pmd-priority")
+            .and_then(|v| config::parse_priority(v).ok())
+            .flatten();
         for (i, c) in cores.iter().enumerate() {
             self.pmds.push(PmdHandle::spawn(
                 i,
                 Some(*c),
+                priority,
                 self.datapath.clone(),
                 self.clock.clone(),
             )?);
@@ -461,6 +469,8 @@ impl Daemon {
             .config
             .setting_u32("pmd-sleep-after-us", dp::DEFAULT_SLEEP_AFTER_US as u32);
         self.datapath.set_rx_mode(mode, after as u64);
+        self.datapath
+            .set_sleep_max_us(self.config.setting_u32("pmd-sleep-max-us", 0) as u64);
         for p in &self.pmds {
             p.wake();
         }
@@ -674,6 +684,9 @@ impl Daemon {
             (None, true) => VlanMode::Trunk,
             (None, false) => VlanMode::TrunkOf(cfg.trunks.clone()),
         };
+        if let Some(d) = &device {
+            d.set_coalesce(cfg.coalesce());
+        }
         let port = Arc::new(Port {
             id,
             name: cfg.name.clone(),
@@ -1043,6 +1056,7 @@ impl Daemon {
                 | Request::DelBridge { .. }
                 | Request::AddPort { .. }
                 | Request::DelPort { .. }
+                | Request::SetPort { .. }
                 | Request::ConfigSet { .. }
         );
         let r = match req {
@@ -1058,6 +1072,9 @@ impl Daemon {
                 .and_then(|p| self.add_port(&bridge, p))
                 .map(|_| Value::Null),
             Request::DelPort { bridge, port } => self.del_port(&bridge, &port).map(|_| Value::Null),
+            Request::SetPort { port, options } => {
+                self.set_port(&port, &options).map(|_| Value::Null)
+            }
             Request::PortStats { port } => self.port_stats(port.as_deref()),
             Request::PmdStats => Ok(self.pmd_stats()),
             Request::PmdStatsClear => {
@@ -1078,6 +1095,30 @@ impl Daemon {
             }
             Err(e) => Response::err(e),
         }
+    }
+
+    /// `ferrovs set-port`: changes a live port's settings (coalescing), saved with the
+    /// configuration and applied at once.
+    fn set_port(&mut self, name: &str, options: &[String]) -> Result<(), ConfigError> {
+        let p = self
+            .ports
+            .get_mut(name)
+            .ok_or_else(|| ConfigError::Invalid(format!("no port named {name}")))?;
+        let mut cfg = p.cfg.clone();
+        proto::port_set_options(&mut cfg, options)?;
+        if let Some(d) = &p.device {
+            d.set_coalesce(cfg.coalesce());
+        }
+        // The saved configuration lists ports under their bridges.
+        for b in &mut self.config.bridges {
+            for c in &mut b.ports {
+                if c.name == name {
+                    *c = cfg.clone();
+                }
+            }
+        }
+        p.cfg = cfg;
+        Ok(())
     }
 
     fn config_get(&self, key: Option<&str>) -> Result<Value, ConfigError> {
@@ -1104,6 +1145,19 @@ impl Daemon {
             json!((self.datapath.rx_mode().1 / 1000).to_string()),
         );
         all.insert(
+            "pmd-sleep-max-us".into(),
+            json!((self.datapath.sleep_max_ns() / 1000).to_string()),
+        );
+        all.insert(
+            "pmd-priority".into(),
+            json!(self
+                .config
+                .other
+                .get("pmd-priority")
+                .cloned()
+                .unwrap_or_else(|| "normal".into())),
+        );
+        all.insert(
             "mac-table-size".into(),
             json!(self.config.setting_u32("mac-table-size", 8192).to_string()),
         );
@@ -1111,8 +1165,8 @@ impl Daemon {
             None => Ok(Value::Object(all)),
             Some(k) => all.get(k).cloned().ok_or_else(|| {
                 ConfigError::Invalid(format!(
-                    "unknown setting '{k}' (known: pmd-cores, pmd-rx-mode, pmd-sleep-after-us, \
-                     mac-aging, mac-table-size)"
+                    "unknown setting '{k}' (known: {})",
+                    all.keys().cloned().collect::<Vec<_>>().join(", ")
                 ))
             }),
         }
@@ -1134,8 +1188,12 @@ impl Daemon {
         }
         config::validate_setting(key, value)?;
         self.config.other.insert(key.into(), value.into());
-        if key == "pmd-rx-mode" || key == "pmd-sleep-after-us" {
+        if key == "pmd-rx-mode" || key == "pmd-sleep-after-us" || key == "pmd-sleep-max-us" {
             self.apply_rx_mode();
+        }
+        if key == "pmd-priority" {
+            self.start_pmds()
+                .map_err(|e| ConfigError::Invalid(format!("cannot start PMD threads: {e}")))?;
         }
         if key == "mac-aging" {
             let secs = self.config.setting_u32("mac-aging", 300);
@@ -1241,7 +1299,15 @@ impl Daemon {
                 .named_drops()
                 .map(|(k, v)| (k.to_string(), json!(v)))
                 .collect();
-            json!({ "packets": s.packets, "bytes": s.bytes, "dropped": s.total_drops(), "drops": drops, "guest_notifications": s.calls })
+            json!({
+                "packets": s.packets,
+                "bytes": s.bytes,
+                "dropped": s.total_drops(),
+                "drops": drops,
+                "guest_notifications": s.calls,
+                "notifications_suppressed": s.calls_suppressed,
+                "notifications_coalesced": s.calls_coalesced,
+            })
         };
         let ports: Vec<Value> = self
             .ports
@@ -1285,6 +1351,10 @@ impl Daemon {
                 let [sw_csum, sw_tso, sw_segments] = p.port.offload.get();
                 json!({
                     "port": p.cfg.name,
+                    "coalesce": {
+                        "usecs": p.cfg.coalesce().usecs,
+                        "frames": p.cfg.coalesce().frames,
+                    },
                     "offload": {
                         "sw_csum": sw_csum,
                         "sw_tso": sw_tso,
@@ -1333,9 +1403,14 @@ impl Daemon {
                     "cycles_per_packet": if rx > 0 { (busy as f64 / rx as f64 * 10.0).round() / 10.0 } else { 0.0 },
                     "iterations": s.iterations.load(Ordering::Relaxed),
                     "rx_mode": self.datapath.rx_mode().0.name(),
+                    "sleep_max_us": self.datapath.sleep_max_ns() / 1000,
+                    "priority": self.config.other.get("pmd-priority").map_or("normal", |v| v.as_str()),
+                    "priority_error": s.priority_error.get(),
                     "sleeps": s.sleeps.load(Ordering::Relaxed),
                     "kick_wakeups": s.kick_wakeups.load(Ordering::Relaxed),
+                    "load_sleeps": s.load_sleeps.load(Ordering::Relaxed),
                     "sleep_cycles": s.sleep_cycles.load(Ordering::Relaxed),
+                    "sleep_us": (s.sleep_cycles.load(Ordering::Relaxed) as u128 * 1_000_000 / hz.max(1) as u128) as u64,
                     "tsc_hz": hz,
                     "hugepages": s.hugepages.load(Ordering::Relaxed),
                 })

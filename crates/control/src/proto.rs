@@ -35,6 +35,11 @@ pub enum Request {
         bridge: String,
         port: String,
     },
+    /// Changes settings of a live port (`key=value`: coalesce-usecs, coalesce-frames).
+    SetPort {
+        port: String,
+        options: Vec<String>,
+    },
     PortStats {
         port: Option<String>,
     },
@@ -85,6 +90,41 @@ impl Response {
     }
 }
 
+/// Applies a `coalesce-usecs`/`coalesce-frames` option to `p` (range checks are
+/// [`crate::config::validate_port`]'s).
+fn set_coalesce(p: &mut PortConfig, k: &str, v: &str) -> Result<(), ConfigError> {
+    let n = v
+        .parse::<u32>()
+        .map_err(|_| ConfigError::Invalid(format!("port {}: {k}={v}: not a number", p.name)))?;
+    let n = (n != 0).then_some(n);
+    if k == "coalesce-usecs" {
+        p.coalesce_usecs = n;
+    } else {
+        p.coalesce_frames = n;
+    }
+    Ok(())
+}
+
+/// Changes a port's settings that apply without re-creating it (`ferrovs set-port`).
+pub fn port_set_options(p: &mut PortConfig, opts: &[String]) -> Result<(), ConfigError> {
+    for o in opts {
+        let (k, v) = o.split_once('=').ok_or_else(|| {
+            ConfigError::Invalid(format!("port {}: option '{o}' is not KEY=VALUE", p.name))
+        })?;
+        match k {
+            "coalesce-usecs" | "coalesce-frames" => set_coalesce(p, k, v)?,
+            _ => {
+                return Err(ConfigError::Invalid(format!(
+                    "port {}: '{k}' cannot be changed on a live port (settable: \
+                     coalesce-usecs, coalesce-frames; for others delete and add the port)",
+                    p.name
+                )))
+            }
+        }
+    }
+    crate::config::validate_port(p)
+}
+
 /// Builds a port from `key=value` options as `ferrovs add-port` takes them.
 pub fn port_from_options(name: &str, opts: &[String]) -> Result<PortConfig, ConfigError> {
     let bad = |s: String| ConfigError::Invalid(format!("port {name}: {s}"));
@@ -97,6 +137,8 @@ pub fn port_from_options(name: &str, opts: &[String]) -> Result<PortConfig, Conf
         tag: None,
         trunks: vec![],
         mode: None,
+        coalesce_usecs: None,
+        coalesce_frames: None,
     };
     let mut kind = None;
     for o in opts {
@@ -119,9 +161,11 @@ pub fn port_from_options(name: &str, opts: &[String]) -> Result<PortConfig, Conf
             "mode" => {
                 p.mode = Some(crate::config::UplinkMode::parse(v).map_err(|e| bad(e.to_string()))?)
             }
+            "coalesce-usecs" | "coalesce-frames" => set_coalesce(&mut p, k, v)?,
             _ => {
                 return Err(bad(format!(
-                    "unknown option '{k}' (known: type, path, dev, queues, tag, trunks, mode)"
+                    "unknown option '{k}' (known: type, path, dev, queues, tag, trunks, mode, \
+                     coalesce-usecs, coalesce-frames)"
                 )))
             }
         }

@@ -263,6 +263,11 @@ pub struct StatsState {
     pub packets: u64,
     pub bytes: u64,
     pub calls: u64,
+    /// Added within schema 1 (absent in older state: 0).
+    #[serde(default)]
+    pub calls_suppressed: u64,
+    #[serde(default)]
+    pub calls_coalesced: u64,
     /// Non-zero drop counters by reason name.
     pub drops: Vec<(String, u64)>,
 }

@@ -1,6 +1,7 @@
 //! In-process end-to-end tests: the daemon runs in a thread, mock guests (the vhost-user
 //! frontend of `ferrovs-vhost`) attach over real unix sockets. No root, no VM.
 
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -913,6 +914,161 @@ fn sleeping_pmd_never_misses_a_kick() {
         })
         .unwrap_err();
     assert!(e.contains("adaptive, poll or interrupt"), "{e}");
+}
+
+/// Guest notification coalescing: a lone packet's notification waits for the port's bound
+/// (never less: it was coalesced; never much more: the PMD's timer makes it, also while the
+/// PMD sleeps in interrupt mode), a burst of `frames` packets notifies at once, and no
+/// notification is ever lost. The receiving guest is interrupt-driven (re-arms used_event /
+/// clears NO_INTERRUPT after each poll, as a NAPI driver) and waits on its call eventfd.
+#[test]
+fn coalescing_never_delays_a_notification_past_its_bound() {
+    use ferrovs_sys::os;
+    const T: Duration = Duration::from_micros(500);
+    let sw = Switch::start("coalesce");
+    wait_until("sockets", || {
+        sw.sock("vm1").exists() && sw.sock("vm2").exists()
+    });
+    let set_port = |o: &[&str]| {
+        sw.req(Request::SetPort {
+            port: "vm2".into(),
+            options: o.iter().map(|s| s.to_string()).collect(),
+        })
+    };
+    let e = set_port(&["coalesce-frames=8"]).unwrap_err();
+    assert!(e.contains("needs coalesce-usecs"), "{e}");
+    let e = sw
+        .req(Request::SetPort {
+            port: "vm9".into(),
+            options: vec!["coalesce-usecs=5".into()],
+        })
+        .unwrap_err();
+    assert!(e.contains("no port named vm9"), "{e}");
+    let mut rng = 0x2545_f491_4f6c_dd1du64;
+    for (mode, cfg) in [
+        ("poll", FrontendConfig::default()),
+        ("interrupt", FrontendConfig::default()),
+        (
+            "adaptive",
+            FrontendConfig {
+                want_features: ferrovs_vhost::features::VIRTIO_F_VERSION_1
+                    | ferrovs_vhost::features::VHOST_USER_F_PROTOCOL_FEATURES,
+                ..Default::default()
+            },
+        ),
+    ] {
+        sw.req(Request::ConfigSet {
+            key: "pmd-rx-mode".into(),
+            value: mode.into(),
+        })
+        .unwrap();
+        set_port(&["coalesce-usecs=0", "coalesce-frames=0"]).unwrap();
+        let mut a = attach(&sw.sock("vm1"), 0x0200_0000_0001, cfg.clone());
+        let mut b = attach(&sw.sock("vm2"), 0x0200_0000_0002, cfg);
+        assert_eq!(exchange(&mut b, &mut a, 1, 64).len(), 1);
+        assert_eq!(exchange(&mut a, &mut b, 1, 64).len(), 1);
+        b.rx.set_interrupts(true);
+        let call = b.fe.call_fd(0).unwrap().try_clone_to_owned().unwrap();
+        let mut seq = 100u64;
+        // Sends `n` frames a → b; returns how long until b's call eventfd fired, after
+        // receiving them all.
+        let mut send_and_wait = |a: &mut Guest, b: &mut Guest, n: u64| -> Duration {
+            let _ = os::drain(call.as_fd());
+            let first = seq;
+            for _ in 0..n {
+                assert!(a.tx.send(&frame(b.mac, a.mac, seq, 64)));
+                seq += 1;
+            }
+            let t = Instant::now();
+            let mut got = Vec::new();
+            let mut fired = None;
+            while (got.len() as u64) < n || fired.is_none() {
+                assert!(
+                    t.elapsed() < Duration::from_secs(2),
+                    "{mode}: packets {first}..{seq}: got {got:?}, notified {fired:?}: a \
+                     notification was lost"
+                );
+                if fired.is_none() && os::poll_readable(&[call.as_fd()], 10).unwrap() > 0 {
+                    fired = Some(t.elapsed());
+                    let _ = os::drain(call.as_fd());
+                }
+                b.rx.recv_with(32, |p| {
+                    got.extend(build::parse_udp_frame(p).ok().map(|s| s.seq));
+                });
+            }
+            assert_eq!(got, (first..seq).collect::<Vec<_>>(), "{mode}");
+            fired.unwrap()
+        };
+        let mut pause = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            std::thread::sleep(Duration::from_micros(rng % 1500));
+        };
+        // Coalescing off: a lone packet notifies at once.
+        let mut off: Vec<Duration> = (0..50)
+            .map(|_| {
+                pause();
+                send_and_wait(&mut a, &mut b, 1)
+            })
+            .collect();
+        set_port(&["coalesce-usecs=500", "coalesce-frames=8"]).unwrap();
+        let mut lone: Vec<Duration> = (0..150)
+            .map(|_| {
+                pause();
+                send_and_wait(&mut a, &mut b, 1)
+            })
+            .collect();
+        let mut burst: Vec<Duration> = (0..30)
+            .map(|_| {
+                pause();
+                send_and_wait(&mut a, &mut b, 8)
+            })
+            .collect();
+        for v in [&mut off, &mut lone, &mut burst] {
+            v.sort();
+        }
+        let pct = |v: &[Duration], p: usize| v[(v.len() - 1) * p / 100];
+        eprintln!(
+            "{mode}: off p50 {:?} | lone p50 {:?} p99 {:?} max {:?} | burst of 8 p50 {:?}",
+            pct(&off, 50),
+            pct(&lone, 50),
+            pct(&lone, 99),
+            lone.last().unwrap(),
+            pct(&burst, 50)
+        );
+        // Coalesced: never before the bound (the packet was sent before we started timing).
+        assert!(lone[0] >= T, "{mode}: notified after {:?} < {T:?}", lone[0]);
+        // ... and at the bound: the PMD's timer, not the next packet, made it. The margin is
+        // the OS's (thread wake-ups on a shared 2-core machine), not the switch's.
+        assert!(
+            pct(&lone, 50) < T + Duration::from_micros(300),
+            "{mode}: median {:?}",
+            pct(&lone, 50)
+        );
+        assert!(
+            *lone.last().unwrap() < T + Duration::from_millis(20),
+            "{mode}: worst {:?}",
+            lone.last().unwrap()
+        );
+        // A burst reaching the packet bound notifies without waiting for the time bound.
+        assert!(
+            pct(&burst, 50) < T,
+            "{mode}: burst median {:?}",
+            pct(&burst, 50)
+        );
+        assert!(
+            pct(&off, 50) < T / 2,
+            "{mode}: uncoalesced median {:?}",
+            pct(&off, 50)
+        );
+        let tx = &sw.port_stats("vm2")["tx"];
+        assert!(
+            tx["notifications_coalesced"].as_u64().unwrap() >= 150,
+            "{tx}"
+        );
+        assert!(tx["guest_notifications"].as_u64().unwrap() >= 230, "{tx}");
+    }
 }
 
 /// An Ethernet + IPv4 (or IPv6) + TCP frame with `payload` bytes of pattern and a 32-byte TCP

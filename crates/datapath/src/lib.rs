@@ -28,7 +28,7 @@ use arc_swap::ArcSwap;
 pub use kernel::{TapIo, UplinkIo};
 pub use mac_table::MacTable;
 pub use pmd::{PmdHandle, PmdStats};
-pub use port::{Port, PortIo, VlanMode};
+pub use port::{NotifyTimers, Port, PortIo, VlanMode};
 pub use xdp::XdpIo;
 
 /// A bridge as the datapath sees it.
@@ -81,6 +81,8 @@ pub struct Datapath {
     rx_mode: std::sync::atomic::AtomicU8,
     /// Adaptive mode: idle time before sleeping, in ns (0: the default, 300 us).
     sleep_after_ns: std::sync::atomic::AtomicU64,
+    /// Load-based sleep maximum in ns (0: off), as OVS `pmd-maxsleep`.
+    sleep_max_ns: std::sync::atomic::AtomicU64,
 }
 
 /// How PMDs wait for packets.
@@ -151,6 +153,20 @@ impl Datapath {
             n => n,
         };
         (mode, ns)
+    }
+
+    /// Sets the load-based sleep maximum (0: off): a PMD whose queues give less than half a
+    /// burst sleeps 1 us more each iteration up to this, and polls flat out again as soon as
+    /// one gives more (OVS `pmd-maxsleep`). Works in poll and adaptive mode.
+    pub fn set_sleep_max_us(&self, us: u64) {
+        self.sleep_max_ns
+            .store(us * 1000, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The load-based sleep maximum in ns (0: off).
+    #[inline]
+    pub fn sleep_max_ns(&self) -> u64 {
+        self.sleep_max_ns.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Enters or leaves standby (see the field).

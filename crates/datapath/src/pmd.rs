@@ -29,7 +29,7 @@ use ferrovs_vhost::stats::DropReason;
 use ferrovs_vhost::virtqueue::BURST;
 
 use crate::l2::{self, Decision, Edit};
-use crate::port::{Port, PortIo};
+use crate::port::{NotifyTimers, Port, PortIo};
 use crate::{Datapath, RxMode, RxqRef, Snapshot};
 
 /// Buffers per PMD pool: bursts in flight plus flood copies and software segments
@@ -66,6 +66,11 @@ pub struct PmdStats {
     pub sleeps: AtomicU64,
     pub sleep_cycles: AtomicU64,
     pub kick_wakeups: AtomicU64,
+    /// Load-based sleeps (`pmd-sleep-max-us`): short sleeps while lightly loaded; their
+    /// cycles are in `sleep_cycles` too.
+    pub load_sleeps: AtomicU64,
+    /// Why the configured thread priority could not be applied (empty: applied or none).
+    pub priority_error: std::sync::OnceLock<String>,
 }
 
 /// A running PMD.
@@ -84,6 +89,7 @@ impl PmdHandle {
     pub fn spawn(
         index: usize,
         core: Option<usize>,
+        priority: Option<os::ThreadPriority>,
         dp: Arc<Datapath>,
         clock: Arc<AtomicU32>,
     ) -> std::io::Result<PmdHandle> {
@@ -106,6 +112,15 @@ impl PmdHandle {
                         eprintln!("ferrovs: pmd{index}: cannot pin to core {c}: {e}");
                     }
                 }
+                if let Some(p) = priority {
+                    if let Err(e) = os::set_thread_priority(p) {
+                        eprintln!("ferrovs: pmd{index}: cannot set priority {p:?}: {e}");
+                        let _ = s.priority_error.set(format!("{p:?}: {e}"));
+                    }
+                }
+                // Short sleeps (load-based, coalescing timers) end when asked, not up to
+                // 50 us later.
+                let _ = os::set_timer_slack_ns(1000);
                 run(index, &pool, &dp, &clock, &s, &st, &bell);
             })?;
         Ok(PmdHandle {
@@ -169,6 +184,8 @@ fn run(
     let hz = os::tsc_hz().max(1);
     let mut idle_since = os::rdtsc();
     let (mut sleeps, mut sleep_cycles, mut kick_wakeups) = (0u64, 0u64, 0u64);
+    let (mut load_sleeps, mut load_sleep_ns) = (0u64, 0u64);
+    let mut timers = NotifyTimers::default();
     let mut sc = Scratch {
         batch: Vec::with_capacity(BURST),
         extra: Vec::with_capacity(MAX_EXTRA),
@@ -185,6 +202,7 @@ fn run(
     let mut last = os::rdtsc();
     while !stop.load(Ordering::Relaxed) {
         if dp.standby() {
+            timers.flush_all();
             stats.epoch.store(iters, Ordering::Release);
             std::thread::park_timeout(std::time::Duration::from_millis(50));
             last = os::rdtsc();
@@ -197,10 +215,11 @@ fn run(
             .get(index)
             .map(|v| v.as_slice())
             .unwrap_or(&[]);
-        let mut moved = 0u64;
+        let (mut moved, mut max_batch) = (0u64, 0u64);
         for rxq in mine {
-            let (r, t, d) = poll_rxq(&snap, *rxq, pool, &mut sc, now, index);
+            let (r, t, d) = poll_rxq(&snap, *rxq, pool, &mut sc, &mut timers, now, index);
             moved += r;
+            max_batch = max_batch.max(r);
             rx += r;
             tx += t;
             drops += d;
@@ -208,6 +227,12 @@ fn run(
         let assigned = mine.len();
         drop(snap);
         let t = os::rdtsc();
+        if assigned == 0 {
+            // Frozen (hot upgrade) or nothing left to poll: no timer will run for these.
+            timers.flush_all();
+        } else {
+            timers.run(t);
+        }
         if moved > 0 {
             busy += t.wrapping_sub(last);
         } else {
@@ -224,7 +249,7 @@ fn run(
                 RxMode::Adaptive => after_ns.saturating_mul(hz) / 1_000_000_000,
             };
             if t.wrapping_sub(idle_since) >= after {
-                if let Some(why) = sleep(dp, index, doorbell) {
+                if let Some(why) = sleep(dp, index, doorbell, timeout_ns(&timers, t, hz)) {
                     let w = os::rdtsc();
                     sleeps += 1;
                     sleep_cycles += w.wrapping_sub(t);
@@ -240,6 +265,28 @@ fn run(
                     }
                 }
             }
+        }
+        // Load-based sleep (OVS pmd-maxsleep): while no queue fills half a burst, sleep a
+        // little longer each iteration, up to the maximum; a fuller burst polls flat out again.
+        let sleep_max_ns = dp.sleep_max_ns();
+        if sleep_max_ns == 0
+            || max_batch >= (BURST / 2) as u64
+            || assigned == 0
+            || dp.rx_mode().0 == RxMode::Interrupt
+        {
+            load_sleep_ns = 0;
+        } else {
+            if load_sleep_ns > 0 {
+                let ns = load_sleep_ns.min(timeout_ns(&timers, last, hz));
+                let _ = os::poll_readable_ns(&[doorbell.as_fd()], ns);
+                let w = os::rdtsc();
+                sleep_cycles += w.wrapping_sub(last);
+                load_sleeps += 1;
+                stats.sleep_cycles.store(sleep_cycles, Ordering::Relaxed);
+                stats.load_sleeps.store(load_sleeps, Ordering::Relaxed);
+                last = w;
+            }
+            load_sleep_ns = (load_sleep_ns + LOAD_SLEEP_STEP_NS).min(sleep_max_ns);
         }
         iters += 1;
         stats.epoch.store(iters, Ordering::Release);
@@ -258,11 +305,25 @@ fn run(
             std::thread::park_timeout(std::time::Duration::from_millis(1));
         }
     }
+    timers.flush_all();
+}
+
+/// Load-based sleep grows by this much per lightly loaded iteration (OVS: 1 us).
+const LOAD_SLEEP_STEP_NS: u64 = 1000;
+
+/// How long a PMD may sleep from TSC `now`: the safety net, or less when a deferred guest
+/// notification falls due sooner.
+fn timeout_ns(timers: &NotifyTimers, now: u64, hz: u64) -> u64 {
+    let max = MAX_SLEEP_MS as u64 * 1_000_000;
+    match timers.earliest() {
+        u64::MAX => max,
+        t => (t.saturating_sub(now) as u128 * 1_000_000_000 / hz as u128).min(max as u128) as u64,
+    }
 }
 
 /// Longest sleep (a safety net: the control plane rings the doorbell on every snapshot,
 /// freeze and handled vhost-user message, so new queues are seen at once).
-const MAX_SLEEP_MS: i32 = 100;
+const MAX_SLEEP_MS: u32 = 100;
 
 /// Interrupt mode: asks the guest of every rx queue of this PMD to kick, re-checks every ring
 /// (the race: a buffer made available just before the guest saw our request is never kicked,
@@ -270,7 +331,7 @@ const MAX_SLEEP_MS: i32 = 100;
 /// when it could not sleep (work pending, a queue busy or without kick fd), else what woke
 /// it. Off the packet path: it may allocate.
 #[cold]
-fn sleep(dp: &Datapath, index: usize, doorbell: &OwnedFd) -> Option<Wake> {
+fn sleep(dp: &Datapath, index: usize, doorbell: &OwnedFd, timeout_ns: u64) -> Option<Wake> {
     let snap = dp.guard();
     let mine = snap.pmd_rxqs.get(index)?;
     let mut armed: Vec<Arc<ferrovs_vhost::device::Queue>> = Vec::with_capacity(mine.len());
@@ -351,7 +412,7 @@ fn sleep(dp: &Datapath, index: usize, doorbell: &OwnedFd) -> Option<Wake> {
     }
     let mut fds: Vec<BorrowedFd<'_>> = kicks.iter().chain(&kernel).map(|k| k.as_fd()).collect();
     fds.push(doorbell.as_fd());
-    let ready = os::poll_readable(&fds, MAX_SLEEP_MS).unwrap_or(0);
+    let ready = os::poll_readable_ns(&fds, timeout_ns).unwrap_or(0);
     let mut kicked = false;
     for k in &kicks {
         kicked |= os::drain(k.as_fd()).is_ok_and(|n| n > 0);
@@ -382,13 +443,14 @@ fn poll_rxq<'p>(
     rxq: RxqRef,
     pool: &'p Pool,
     sc: &mut Scratch<'p>,
+    timers: &mut NotifyTimers,
     now: u32,
     pmd: usize,
 ) -> (u64, u64, u64) {
     let Some(inp) = snap.port(rxq.port) else {
         return (0, 0, 0);
     };
-    inp.rx_burst(rxq.pair, pool, &mut sc.batch);
+    inp.rx_burst(rxq.pair, pool, &mut sc.batch, timers);
     let n = sc.batch.len();
     if n == 0 {
         return (0, 0, 0);
@@ -432,7 +494,7 @@ fn poll_rxq<'p>(
         let Some(out) = snap.port(list.port) else {
             continue;
         };
-        let (s, d) = transmit(out, &list.idx, &sc.batch, &sc.extra, pmd);
+        let (s, d) = transmit(out, &list.idx, &sc.batch, &sc.extra, pmd, timers);
         sent += s;
         dropped += d;
     }
@@ -611,6 +673,7 @@ fn transmit(
     batch: &[Mbuf<'_>],
     extra: &[Mbuf<'_>],
     pmd: usize,
+    timers: &mut NotifyTimers,
 ) -> (u64, u64) {
     let mbuf = |i: &u16| {
         let i = *i as usize;
@@ -620,5 +683,5 @@ fn transmit(
             &extra[i - BURST]
         }
     };
-    out.tx_burst(pmd, idx.len(), idx.iter().map(mbuf))
+    out.tx_burst(pmd, idx.len(), idx.iter().map(mbuf), timers)
 }

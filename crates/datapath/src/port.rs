@@ -11,10 +11,105 @@ use std::sync::Arc;
 use ferrovs_sys::pool::{Mbuf, Pool};
 use ferrovs_vhost::device::Queue;
 use ferrovs_vhost::stats::{DropReason, QueueStats, StatsSnapshot};
-use ferrovs_vhost::virtqueue::BURST;
+use ferrovs_vhost::virtqueue::{VirtQueue, BURST};
 
 use crate::kernel::{TapIo, UplinkIo};
 use crate::xdp::XdpIo;
+
+/// Most queues one PMD tracks with a deferred guest notification; past that, a burst that
+/// would defer notifies at once instead.
+pub const MAX_DEFERRED: usize = 256;
+
+/// The queues where one PMD deferred a guest notification (coalescing), each with when it is
+/// due: the PMD's timer ([`NotifyTimers::run`]) makes them on time, so no packet waits past
+/// its queue's bound. Holds the queues themselves, not port ids: a notification deferred
+/// before a port was removed or the datapath frozen (hot upgrade) is still made.
+#[derive(Debug)]
+pub struct NotifyTimers {
+    list: Vec<(Arc<Queue>, u64)>,
+    /// Earliest due TSC in `list`; `u64::MAX` when empty.
+    earliest: u64,
+}
+
+impl Default for NotifyTimers {
+    fn default() -> Self {
+        NotifyTimers {
+            list: Vec::with_capacity(MAX_DEFERRED),
+            earliest: u64::MAX,
+        }
+    }
+}
+
+impl NotifyTimers {
+    /// Notes that `q` has a notification due at TSC `due`. False when the list is full (the
+    /// caller notifies now).
+    #[inline]
+    fn note(&mut self, q: &Arc<Queue>, due: u64) -> bool {
+        if !self.list.iter().any(|(x, _)| Arc::ptr_eq(x, q)) {
+            if self.list.len() == self.list.capacity() {
+                return false;
+            }
+            self.list.push((q.clone(), due));
+        }
+        self.earliest = self.earliest.min(due);
+        true
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    /// TSC of the earliest deferred notification (`u64::MAX`: none).
+    #[inline]
+    pub fn earliest(&self) -> u64 {
+        self.earliest
+    }
+
+    /// Makes the notifications due at TSC `now`. A queue busy in another thread's burst is
+    /// tried again at the next iteration.
+    #[inline]
+    pub fn run(&mut self, now: u64) {
+        if now < self.earliest {
+            return;
+        }
+        self.earliest = u64::MAX;
+        let mut i = 0;
+        while i < self.list.len() {
+            let (q, due) = &self.list[i];
+            // Busy (another thread's burst): the due time stays past, so the next iteration
+            // tries again. Else `None`: made (or made by another PMD); drop the entry.
+            let next = if now < *due {
+                Some(*due)
+            } else {
+                match q.vq.try_lock() {
+                    Err(_) => Some(*due),
+                    Ok(mut vq) => {
+                        let still = vq.flush_due(now, &q.stats);
+                        vq.deferred_until().filter(|_| still)
+                    }
+                }
+            };
+            match next {
+                Some(d) => {
+                    self.list[i].1 = d;
+                    self.earliest = self.earliest.min(d);
+                    i += 1;
+                }
+                None => {
+                    self.list.swap_remove(i);
+                }
+            }
+        }
+    }
+
+    /// Makes every deferred notification now (the PMD stops, or has no queue left).
+    pub fn flush_all(&mut self) {
+        for (q, _) in self.list.drain(..) {
+            q.lock().flush(&q.stats);
+        }
+        self.earliest = u64::MAX;
+    }
+}
 
 /// VLAN behaviour of a port.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -135,7 +230,13 @@ impl Port {
     /// Receives a burst from queue pair `pair` into buffers from `pool`, appended to `out`;
     /// returns how many. A queue that is not ready, or is being reconfigured, gives nothing.
     #[inline]
-    pub fn rx_burst<'p>(&self, pair: u16, pool: &'p Pool, out: &mut Vec<Mbuf<'p>>) -> usize {
+    pub fn rx_burst<'p>(
+        &self,
+        pair: u16,
+        pool: &'p Pool,
+        out: &mut Vec<Mbuf<'p>>,
+        timers: &mut NotifyTimers,
+    ) -> usize {
         match &self.io {
             PortIo::Vhost { queues } => {
                 let Some(q) = queues.get(2 * pair as usize + 1) else {
@@ -147,7 +248,9 @@ impl Port {
                 let Ok(mut vq) = q.vq.try_lock() else {
                     return 0;
                 };
-                vq.dequeue(pool, out, BURST, &q.stats, &self.name)
+                let n = vq.dequeue(pool, out, BURST, &q.stats, &self.name);
+                defer_or_flush(q, &mut vq, timers);
+                n
             }
             PortIo::Tap(t) => t.rx_burst(pool, out, BURST),
             PortIo::Uplink(u) => u.rx_burst(pool, out, BURST),
@@ -159,7 +262,13 @@ impl Port {
     /// Every packet not sent is counted by reason in this port's counters. A packet's offload
     /// metadata must be what [`Port::tx_caps`] accepts.
     #[inline]
-    pub fn tx_burst<'a, 'p: 'a, I>(&self, pmd: usize, n: usize, pkts: I) -> (u64, u64)
+    pub fn tx_burst<'a, 'p: 'a, I>(
+        &self,
+        pmd: usize,
+        n: usize,
+        pkts: I,
+        timers: &mut NotifyTimers,
+    ) -> (u64, u64)
     where
         I: IntoIterator<Item = &'a Mbuf<'p>>,
     {
@@ -176,11 +285,13 @@ impl Port {
                 };
                 let sent = {
                     let mut vq = q.lock();
-                    vq.enqueue(
+                    let sent = vq.enqueue(
                         pkts.into_iter().map(|m| (m.data(), m.vnet)),
                         &q.stats,
                         &self.name,
-                    )
+                    );
+                    defer_or_flush(q, &mut vq, timers);
+                    sent
                 };
                 let dropped = (n - sent) as u64;
                 q.stats.drop(DropReason::GuestNoBuffers, dropped);
@@ -234,5 +345,16 @@ impl Port {
             PortIo::Xdp(x) => s.merge(&x.tx.snapshot()),
         }
         s
+    }
+}
+
+/// After a burst on `q`: a notification coalescing deferred goes to the PMD's timers (or is
+/// made now if they are full).
+#[inline]
+fn defer_or_flush(q: &Arc<Queue>, vq: &mut VirtQueue, timers: &mut NotifyTimers) {
+    if let Some(due) = vq.deferred_until() {
+        if !timers.note(q, due) {
+            vq.flush(&q.stats);
+        }
     }
 }

@@ -50,6 +50,12 @@ pub struct Params {
     pub live: bool,
     /// rxonly: stop after this long without traffic once some arrived.
     pub idle_timeout: Duration,
+    /// txonly at a fixed rate: exponential (Poisson) gaps of mean 1/rate instead of an even
+    /// schedule, one packet at a time (random arrivals: the lost-wake-up stress).
+    pub poisson: bool,
+    /// Never sleep while ahead of schedule: spin, so that a receive is timestamped as soon as
+    /// it lands (latency benchmarks at low rates; costs this core).
+    pub spin: bool,
 }
 
 /// Latency histogram in 100 ns buckets up to 10 ms, plus the maximum.
@@ -324,6 +330,7 @@ pub fn run(
     let mut flow_rr = vec![0u16; pairs.max(1)];
     let mut last_rx = Instant::now();
     let mut q = 0usize;
+    let (mut next_due, mut rng) = (start_ns, start_ns | 1);
     if p.mode == Mode::RxOnly || p.mode == Mode::Reflect {
         // Announce our MAC so the switch learns it (as a guest's gratuitous ARP would).
         let mut f = [0u8; 64];
@@ -381,7 +388,17 @@ pub fn run(
                     break;
                 }
                 let mut allowed = BURST as u64;
-                if p.rate > 0 {
+                if p.rate > 0 && p.poisson {
+                    allowed = u64::from(now >= next_due);
+                    if allowed == 1 {
+                        // Exponential gap: -ln(U) / rate, U uniform in (0, 1].
+                        rng ^= rng << 13;
+                        rng ^= rng >> 7;
+                        rng ^= rng << 17;
+                        let u = ((rng >> 11) as f64 + 1.0) / (1u64 << 53) as f64;
+                        next_due = now + (-u.ln() / p.rate as f64 * 1e9) as u64;
+                    }
+                } else if p.rate > 0 {
                     let due = ((now - start_ns) as f64 / 1e9 * p.rate as f64) as u64;
                     allowed = allowed.min(due.saturating_sub(r.sent));
                 }
@@ -419,7 +436,7 @@ pub fn run(
                 for srx in sink_rxs.iter_mut() {
                     got += rx_burst(srx, now, &mut r, &mut flows);
                 }
-                if allowed == 0 && got == 0 && p.rate > 0 && p.rate < 1_000_000 {
+                if allowed == 0 && got == 0 && p.rate > 0 && p.rate < 1_000_000 && !p.spin {
                     // Ahead of schedule: give the core away rather than spin.
                     std::thread::sleep(Duration::from_micros(20));
                 }

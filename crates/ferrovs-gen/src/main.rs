@@ -28,6 +28,9 @@ MODE: txonly | rxonly | pingpong | reflect | idle (attach and stay quiet)
   --duration SECS    run time (default 10)
   --idle SECS        rxonly: stop after this long without packets (default 2)
   --src MAC / --dst MAC   addresses (defaults 02:00:00:00:00:01 / 02:00:00:00:00:02)
+  --poisson          txonly with --rate: random (exponential) gaps of mean 1/rate
+  --spin             never sleep when ahead of schedule (exact receive timestamps at low
+                     rates; burns this core)
   --quiet            no live line per second
 Prints a JSON summary on stdout: mpps, gbps, loss, latency p50/p99/p99.9/max.";
 
@@ -47,6 +50,8 @@ fn parse() -> Result<(PathBuf, Option<PathBuf>, bool, FrontendConfig, Params), S
         dst: 0x0200_0000_0002,
         live: true,
         idle_timeout: Duration::from_secs(2),
+        poisson: false,
+        spin: false,
     };
     let mut mode = None;
     let mut args = std::env::args().skip(1);
@@ -75,6 +80,8 @@ fn parse() -> Result<(PathBuf, Option<PathBuf>, bool, FrontendConfig, Params), S
             "--src" => p.src = parse_mac(&val()?).ok_or("bad --src MAC")?,
             "--dst" => p.dst = parse_mac(&val()?).ok_or("bad --dst MAC")?,
             "--quiet" => p.live = false,
+            "--poisson" => p.poisson = true,
+            "--spin" => p.spin = true,
             "txonly" => mode = Some(Mode::TxOnly),
             "rxonly" => mode = Some(Mode::RxOnly),
             "pingpong" => mode = Some(Mode::PingPong),

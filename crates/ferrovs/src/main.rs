@@ -18,10 +18,15 @@ commands:
                                          tap | uplink (dev=NETDEV); an uplink uses AF_XDP
                                          where it can, else AF_PACKET, unless mode= forces one
   del-port BRIDGE PORT
+  set-port PORT coalesce-usecs=US [coalesce-frames=N]
+                                         guest notification coalescing of a vhost-user port
+                                         (also add-port options; 0 turns it off)
   port-stats [PORT]                      packets, bytes and drops by reason, per queue
   pmd-stats | pmd-stats-clear            PMD busy/idle cycles, cycles per packet
   mac-table BRIDGE                       learned addresses
-  config get [KEY] | config set KEY VALUE    pmd-cores, mac-aging, mac-table-size
+  config get [KEY] | config set KEY VALUE    pmd-cores, pmd-rx-mode, pmd-sleep-after-us,
+                                         pmd-sleep-max-us, pmd-priority, mac-aging,
+                                         mac-table-size
   monitor [SECONDS]                      live per-port rates, one line per second
   upgrade [NEW-FERROVSD]                 hot upgrade: start NEW-FERROVSD (default: the ferrovsd
                                          beside this ferrovs) with --takeover; it takes every
@@ -130,12 +135,32 @@ fn dir_line(name: &str, d: &Value) -> String {
             out.push_str(&format!(" {k}={v}"));
         }
     }
+    let n = |k: &str| d[k].as_u64().unwrap_or(0);
+    if n("guest_notifications") + n("notifications_suppressed") + n("notifications_coalesced") != 0
+    {
+        out.push_str(&format!(
+            " | notifications {} suppressed {} coalesced {}",
+            n("guest_notifications"),
+            n("notifications_suppressed"),
+            n("notifications_coalesced")
+        ));
+    }
     out
 }
 
 fn print_port_stats(v: &Value) {
     for p in v.as_array().into_iter().flatten() {
-        println!("port {}", s(&p["port"]));
+        let c = &p["coalesce"];
+        if c["usecs"].as_u64().unwrap_or(0) != 0 {
+            println!(
+                "port {} (coalescing: {} us, {} packets)",
+                s(&p["port"]),
+                s(&c["usecs"]),
+                s(&c["frames"])
+            );
+        } else {
+            println!("port {}", s(&p["port"]));
+        }
         println!("  {}", dir_line("rx", &p["rx"]));
         println!("  {}", dir_line("tx", &p["tx"]));
         let o = &p["offload"];
@@ -180,6 +205,28 @@ fn print_pmd_stats(v: &Value) {
             s(&p["busy_pct"]),
             s(&p["idle_cycles"]),
             s(&p["cycles_per_packet"])
+        );
+        let max = p["sleep_max_us"].as_u64().unwrap_or(0);
+        println!(
+            "  rx mode: {}  load-based sleep max: {}  priority: {}{}",
+            s(&p["rx_mode"]),
+            if max == 0 {
+                "off".to_string()
+            } else {
+                format!("{max} us")
+            },
+            s(&p["priority"]),
+            p["priority_error"]
+                .as_str()
+                .map(|e| format!(" (not applied: {e})"))
+                .unwrap_or_default()
+        );
+        println!(
+            "  sleep time: {:.3} s  wake-ups: {} (by kick or kernel port: {})  load-based sleeps: {}",
+            p["sleep_us"].as_u64().unwrap_or(0) as f64 / 1e6,
+            s(&p["sleeps"]),
+            s(&p["kick_wakeups"]),
+            s(&p["load_sleeps"])
         );
     }
 }
@@ -393,6 +440,20 @@ fn run() -> Result<(), String> {
                 Request::DelPort {
                     bridge: a[1].into(),
                     port: a[2].into(),
+                },
+                |_| {},
+            )
+        }
+        Some("set-port") => {
+            if a.len() < 3 {
+                return Err(format!(
+                    "set-port takes PORT and KEY=VALUE options\n{USAGE}"
+                ));
+            }
+            (
+                Request::SetPort {
+                    port: a[1].into(),
+                    options: a[2..].iter().map(|s| s.to_string()).collect(),
                 },
                 |_| {},
             )

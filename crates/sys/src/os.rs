@@ -505,6 +505,76 @@ pub fn set_realtime(on: bool) -> io::Result<()> {
     cvt(unsafe { libc::sched_setscheduler(0, policy, &p) }).map(|_| ())
 }
 
+/// Scheduling of a thread: the normal scheduler at a nice level, or SCHED_FIFO at a
+/// real-time priority.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ThreadPriority {
+    /// SCHED_OTHER at this nice value (-20..=19; 0 is the default).
+    Nice(i32),
+    /// SCHED_FIFO at this priority (1..=99).
+    Fifo(i32),
+}
+
+/// Applies `p` to the calling thread. Needs CAP_SYS_NICE for a negative nice or SCHED_FIFO.
+pub fn set_thread_priority(p: ThreadPriority) -> io::Result<()> {
+    let (policy, prio) = match p {
+        ThreadPriority::Nice(_) => (libc::SCHED_OTHER, 0),
+        ThreadPriority::Fifo(r) => (libc::SCHED_FIFO, r),
+    };
+    let sp = libc::sched_param {
+        sched_priority: prio,
+    };
+    // SAFETY: `sp` is a valid sched_param; 0 means the calling thread.
+    cvt(unsafe { libc::sched_setscheduler(0, policy, &sp) })?;
+    if let ThreadPriority::Nice(n) = p {
+        // SAFETY: plain syscall; who = 0 with PRIO_PROCESS is the calling thread on Linux
+        // (nice values are per thread).
+        cvt(unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, n) })?;
+    }
+    Ok(())
+}
+
+/// Sets the calling thread's timer slack (how late the kernel may end its sleeps and
+/// timeouts to batch wake-ups; 50 us by default, far too coarse for a PMD's short sleeps).
+pub fn set_timer_slack_ns(ns: u64) -> io::Result<()> {
+    // SAFETY: PR_SET_TIMERSLACK takes an unsigned long; no pointers.
+    cvt(unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, ns as libc::c_ulong, 0, 0, 0) }).map(|_| ())
+}
+
+/// Like [`poll_readable`] with a timeout in nanoseconds (`ppoll(2)`).
+pub fn poll_readable_ns(fds: &[BorrowedFd<'_>], timeout_ns: u64) -> io::Result<usize> {
+    let mut pfds: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|f| libc::pollfd {
+            fd: f.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    let ts = libc::timespec {
+        tv_sec: (timeout_ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (timeout_ns % 1_000_000_000) as libc::c_long,
+    };
+    // SAFETY: `pfds` is a valid array of `pfds.len()` pollfd structures, `ts` a valid
+    // timespec; a null sigmask keeps the thread's mask.
+    let n = unsafe {
+        libc::ppoll(
+            pfds.as_mut_ptr(),
+            pfds.len() as libc::nfds_t,
+            &ts,
+            std::ptr::null(),
+        )
+    };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::Interrupted {
+            return Ok(0);
+        }
+        return Err(e);
+    }
+    Ok(n as usize)
+}
+
 /// Waits until one of `fds` is readable or `timeout_ms` passes (`poll(2)`); returns how
 /// many are ready (0 on timeout or signal).
 pub fn poll_readable(fds: &[BorrowedFd<'_>], timeout_ms: i32) -> io::Result<usize> {

@@ -127,6 +127,13 @@ impl Device {
     }
 
     /// Queues in virtio order: even = guest RX (we enqueue), odd = guest TX (we dequeue).
+    /// Sets guest notification coalescing on every queue (both directions).
+    pub fn set_coalesce(&self, c: crate::virtqueue::Coalesce) {
+        for q in &self.queues {
+            q.lock().set_coalesce(c, &q.stats);
+        }
+    }
+
     pub fn queues(&self) -> &[Arc<Queue>] {
         &self.queues
     }
@@ -165,7 +172,7 @@ impl Device {
     pub fn reset(&mut self) {
         for q in &self.queues {
             let mut vq = q.lock();
-            vq.stop();
+            vq.stop(&q.stats);
             vq.call = None;
             vq.err = None;
             vq.state = Default::default();
@@ -339,7 +346,7 @@ impl Device {
             Request::GetVringBase { index } => {
                 let q = self.queue(index)?;
                 let mut vq = q.lock();
-                let st = vq.stop();
+                let st = vq.stop(&q.stats);
                 q.publish_ready(&vq);
                 return Ok(Some(msg::payload::state(index, st.last_avail as u32)));
             }

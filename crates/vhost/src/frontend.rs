@@ -304,6 +304,11 @@ impl Frontend {
         )
     }
 
+    /// The call (interrupt) eventfd of virtqueue `q`, for a driver that waits on it.
+    pub fn call_fd(&self, q: usize) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.calls.get(q).map(|c| c.as_fd())
+    }
+
     pub fn config(&self) -> &FrontendConfig {
         &self.cfg
     }
@@ -520,11 +525,33 @@ pub struct RxQueue {
     kick: OwnedFd,
     avail_idx: u16,
     used_seen: u16,
+    /// Interrupt-driven: asks for a notification on the next used entry (else polling: asks
+    /// for none).
+    interrupts: bool,
     /// Malformed completions seen (bad id or length from the backend).
     pub errors: u64,
 }
 
 impl RxQueue {
+    /// Switches between polling (no notifications wanted; the default) and interrupts (a
+    /// notification for the next used entry, as a NAPI driver re-arms after each poll).
+    pub fn set_interrupts(&mut self, on: bool) {
+        self.interrupts = on;
+        self.arm();
+    }
+
+    fn arm(&self) {
+        let event_idx = self.features & VIRTIO_RING_F_EVENT_IDX != 0;
+        match (event_idx, self.interrupts) {
+            (true, true) => self.ring.set_used_event(self.used_seen),
+            (true, false) => self
+                .ring
+                .set_used_event(self.used_seen.wrapping_add(u16::MAX / 2)),
+            (false, true) => self.ring.set_avail_flags(0),
+            (false, false) => self.ring.set_avail_flags(vring::VRING_AVAIL_F_NO_INTERRUPT),
+        }
+    }
+
     fn new(
         ring: SplitRing,
         bufs: u64,
@@ -548,6 +575,7 @@ impl RxQueue {
             kick,
             avail_idx: 0,
             used_seen: 0,
+            interrupts: false,
             errors: 0,
         };
         for id in 0..q.ring.size() {
@@ -612,8 +640,7 @@ impl RxQueue {
         }
         self.used_seen = self.used_seen.wrapping_add(n as u16);
         if self.features & VIRTIO_RING_F_EVENT_IDX != 0 {
-            self.ring
-                .set_used_event(self.used_seen.wrapping_add(u16::MAX / 2));
+            self.arm();
         }
         self.ring.publish_avail(self.avail_idx);
         kick_if_needed(&self.ring, self.features, &self.kick, old, self.avail_idx);

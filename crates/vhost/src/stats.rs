@@ -54,6 +54,11 @@ pub struct QueueStats {
     pub bytes: AtomicU64,
     /// Guest notifications (call eventfd writes) made.
     pub calls: AtomicU64,
+    /// Notification decisions where the guest asked for none (EVENT_IDX `used_event` not
+    /// crossed, or NO_INTERRUPT set).
+    pub calls_suppressed: AtomicU64,
+    /// Bursts whose notification was deferred by coalescing (merged into a later one).
+    pub calls_coalesced: AtomicU64,
     drops: [AtomicU64; NUM_REASONS],
 }
 
@@ -82,6 +87,10 @@ impl QueueStats {
         self.packets.fetch_add(s.packets, Ordering::Relaxed);
         self.bytes.fetch_add(s.bytes, Ordering::Relaxed);
         self.calls.fetch_add(s.calls, Ordering::Relaxed);
+        self.calls_suppressed
+            .fetch_add(s.calls_suppressed, Ordering::Relaxed);
+        self.calls_coalesced
+            .fetch_add(s.calls_coalesced, Ordering::Relaxed);
         for (a, d) in self.drops.iter().zip(&s.drops) {
             a.fetch_add(*d, Ordering::Relaxed);
         }
@@ -97,6 +106,8 @@ impl QueueStats {
             packets: self.packets.load(Ordering::Relaxed),
             bytes: self.bytes.load(Ordering::Relaxed),
             calls: self.calls.load(Ordering::Relaxed),
+            calls_suppressed: self.calls_suppressed.load(Ordering::Relaxed),
+            calls_coalesced: self.calls_coalesced.load(Ordering::Relaxed),
             drops,
         }
     }
@@ -108,6 +119,8 @@ pub struct StatsSnapshot {
     pub packets: u64,
     pub bytes: u64,
     pub calls: u64,
+    pub calls_suppressed: u64,
+    pub calls_coalesced: u64,
     pub drops: [u64; NUM_REASONS],
 }
 
@@ -120,6 +133,8 @@ impl StatsSnapshot {
         self.packets += o.packets;
         self.bytes += o.bytes;
         self.calls += o.calls;
+        self.calls_suppressed += o.calls_suppressed;
+        self.calls_coalesced += o.calls_coalesced;
         for (a, b) in self.drops.iter_mut().zip(&o.drops) {
             *a += b;
         }

@@ -9,7 +9,10 @@
 //!   frontend re-initialises it. Other queues and ports are unaffected.
 //! * Used entries are written in a burst and published with one Release store of `used.idx`;
 //!   the guest is notified at most once per burst, and only if it asked (EVENT_IDX
-//!   `used_event`, or the NO_INTERRUPT flag).
+//!   `used_event`, or the NO_INTERRUPT flag). With coalescing ([`Coalesce`]) a burst's
+//!   notification may be deferred: it is made when `frames` packets are waiting or `usecs`
+//!   have passed since the first of them, whichever comes first; the PMD's timer
+//!   ([`VirtQueue::flush_due`]) makes the late ones, so none waits longer than `usecs`.
 //! * The queue's plain state ([`VringState`]) is all another process needs to resume it.
 //!
 //! Thread-safety: a `VirtQueue` sits in a `Mutex` ([`crate::device::Queue`]); the PMD that
@@ -195,6 +198,22 @@ fn prefetch_burst(ring: &SplitRing, from: u16, n: usize) {
     }
 }
 
+/// Guest notification coalescing of one queue (as `ethtool -C` `rx-usecs`/`rx-frames`):
+/// notify the guest at most once per `frames` packets or `usecs` microseconds, whichever
+/// comes first. `usecs == 0`: off (one notification per burst, if the guest asked).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Coalesce {
+    pub usecs: u32,
+    /// 0: no packet limit (time only).
+    pub frames: u32,
+}
+
+impl Coalesce {
+    pub fn is_on(&self) -> bool {
+        self.usecs > 0
+    }
+}
+
 /// One virtqueue.
 #[derive(Debug, Default)]
 pub struct VirtQueue {
@@ -213,6 +232,17 @@ pub struct VirtQueue {
     rx_caps: u8,
     /// Cached `avail.idx` (re-read only when exhausted).
     avail_cache: u16,
+    coalesce: Coalesce,
+    /// `coalesce.usecs` in TSC cycles.
+    coalesce_tsc: u64,
+    /// `used.idx` when the guest was last considered for a notification (the `old` of the
+    /// EVENT_IDX test, as DPDK's `signalled_used`): a deferred notification covers every
+    /// entry since.
+    signalled_used: u16,
+    /// TSC of the first used entry whose notification is deferred; 0: none deferred.
+    deferred_since: u64,
+    /// Packets whose notification is deferred.
+    deferred_pkts: u32,
 }
 
 /// What became of one chain the guest sent.
@@ -270,6 +300,9 @@ impl VirtQueue {
         // Start from the guest's view of the used ring (as DPDK does): after a reconnect the
         // frontend restores last_avail from GET_VRING_BASE and used.idx is in guest memory.
         self.state.used_idx = ring.used_idx();
+        self.signalled_used = self.state.used_idx;
+        self.deferred_since = 0;
+        self.deferred_pkts = 0;
         self.avail_cache = self.state.last_avail;
         if self.event_idx() {
             // We poll: place avail_event just behind us once. The guest kicks only when its
@@ -295,6 +328,9 @@ impl VirtQueue {
             self.state.used_idx = u;
             self.state.last_avail = u;
             self.avail_cache = u;
+            self.signalled_used = u;
+            self.deferred_since = 0;
+            self.deferred_pkts = 0;
         }
     }
 
@@ -338,7 +374,10 @@ impl VirtQueue {
     }
 
     /// Stops the ring (GET_VRING_BASE, reset, disconnect) and returns its plain state.
-    pub fn stop(&mut self) -> VringState {
+    pub fn stop(&mut self, stats: &QueueStats) -> VringState {
+        // A deferred notification is made now: the guest must not wait for a timer that
+        // will no longer run for this ring.
+        self.flush(stats);
         self.ring = None;
         self.kick = None;
         self.state.kicked = false;
@@ -376,9 +415,56 @@ impl VirtQueue {
         }
     }
 
-    /// Notifies the guest that used entries moved from `old` to `new`, if it wants that.
+    /// Sets notification coalescing (control plane; takes effect at the next burst). Turning
+    /// it off makes a deferred notification at once.
+    pub fn set_coalesce(&mut self, c: Coalesce, stats: &QueueStats) {
+        self.coalesce = c;
+        self.coalesce_tsc = u64::from(c.usecs) * os::tsc_hz() / 1_000_000;
+        if !c.is_on() {
+            self.flush(stats);
+        }
+    }
+
+    pub fn coalesce(&self) -> Coalesce {
+        self.coalesce
+    }
+
+    /// After a burst moved the used index from `old`: notify the guest now, or defer (when
+    /// coalescing and neither bound is reached yet).
     #[inline]
-    fn notify(&self, ring: &SplitRing, old: u16, new: u16, stats: &QueueStats) {
+    fn notify(&mut self, ring: &SplitRing, old: u16, stats: &QueueStats) {
+        let new = self.state.used_idx;
+        if old == new {
+            return;
+        }
+        if self.coalesce.is_on() {
+            let now = os::rdtsc();
+            if self.deferred_since == 0 {
+                self.deferred_since = now.max(1);
+            }
+            self.deferred_pkts = self
+                .deferred_pkts
+                .saturating_add(u32::from(new.wrapping_sub(old)));
+            let frames_due =
+                self.coalesce.frames != 0 && self.deferred_pkts >= self.coalesce.frames;
+            if !frames_due && now.wrapping_sub(self.deferred_since) < self.coalesce_tsc {
+                stats
+                    .calls_coalesced
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                return;
+            }
+        }
+        self.signal(ring, stats);
+    }
+
+    /// Notifies the guest of every used entry since the last notification decision, if it
+    /// asked for that (EVENT_IDX `used_event`, else the NO_INTERRUPT flag).
+    fn signal(&mut self, ring: &SplitRing, stats: &QueueStats) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let (old, new) = (self.signalled_used, self.state.used_idx);
+        self.signalled_used = new;
+        self.deferred_since = 0;
+        self.deferred_pkts = 0;
         if old == new {
             return;
         }
@@ -388,14 +474,47 @@ impl VirtQueue {
         } else {
             ring.avail_flags() & VRING_AVAIL_F_NO_INTERRUPT == 0
         };
-        if want {
-            if let Some(call) = &self.call {
+        match &self.call {
+            Some(call) if want => {
                 // A full pipe or a closed peer only loses this notification.
                 let _ = os::notify(call.as_fd());
-                stats
-                    .calls
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                stats.calls.fetch_add(1, Relaxed);
             }
+            _ => {
+                stats.calls_suppressed.fetch_add(1, Relaxed);
+            }
+        }
+    }
+
+    /// TSC by which the deferred notification is due; `None` if none is deferred.
+    #[inline]
+    pub fn deferred_until(&self) -> Option<u64> {
+        (self.deferred_since != 0).then(|| self.deferred_since.wrapping_add(self.coalesce_tsc))
+    }
+
+    /// Makes the deferred notification if it is due at TSC `now` (the PMD's timer). Returns
+    /// whether one is still deferred.
+    #[inline]
+    pub fn flush_due(&mut self, now: u64, stats: &QueueStats) -> bool {
+        match self.deferred_until() {
+            None => false,
+            Some(t) if now.wrapping_sub(t) as i64 >= 0 => {
+                self.flush(stats);
+                false
+            }
+            Some(_) => true,
+        }
+    }
+
+    /// Makes a deferred notification now (before a PMD sleeps, when the ring stops).
+    pub fn flush(&mut self, stats: &QueueStats) {
+        if self.deferred_since != 0 {
+            if let Some(ring) = self.ring.take() {
+                self.signal(&ring, stats);
+                self.ring = Some(ring);
+            }
+            self.deferred_since = 0;
+            self.deferred_pkts = 0;
         }
     }
 
@@ -486,7 +605,7 @@ impl VirtQueue {
         stats.drop(DropReason::BadOffload, bad_offload);
         stats.drop(DropReason::NoMbuf, no_large);
         ring.publish_used(self.state.used_idx);
-        self.notify(ring, old_used, self.state.used_idx, stats);
+        self.notify(ring, old_used, stats);
         stats.add(pkts, bytes);
         stats.drop(DropReason::Oversize, oversize);
         stats.drop(DropReason::Runt, runts);
@@ -656,7 +775,7 @@ impl VirtQueue {
             }
         }
         ring.publish_used(self.state.used_idx);
-        self.notify(ring, old_used, self.state.used_idx, stats);
+        self.notify(ring, old_used, stats);
         stats.add(sent, bytes);
         sent as usize
     }
@@ -889,5 +1008,147 @@ mod tests {
         }
         // The generator produces both usable and hostile rings.
         assert!(broken > 100 && broken < 3000, "broken {broken} of 3000");
+    }
+
+    /// A receive ring of `SIZE` posted 2 KiB buffers, a call eventfd, and its counters.
+    fn rx_queue_with_buffers(features: u64) -> (VirtQueue, Arc<GuestMemory>, OwnedFd) {
+        let (mut vq, mem) = queue(features);
+        for i in 0..SIZE as u64 {
+            let d = Descriptor {
+                addr: 16384 + 2048 * i,
+                len: 2048,
+                flags: VRING_DESC_F_WRITE,
+                next: 0,
+            };
+            mem.write(16 * i, &d.to_bytes()).unwrap();
+            mem.write(4096 + 4 + 2 * i, &(i as u16).to_le_bytes())
+                .unwrap();
+        }
+        mem.write(4096 + 2, &(SIZE as u16).to_le_bytes()).unwrap();
+        let call = os::eventfd().unwrap();
+        vq.call = Some(call.try_clone().unwrap());
+        (vq, mem, call)
+    }
+
+    fn calls_seen(call: &OwnedFd) -> u64 {
+        let mut b = [0u8; 8];
+        match read_counter(call, &mut b) {
+            true => u64::from_ne_bytes(b),
+            false => 0,
+        }
+    }
+
+    fn read_counter(fd: &OwnedFd, b: &mut [u8; 8]) -> bool {
+        use std::io::Read;
+        let mut f = std::fs::File::from(fd.try_clone().unwrap());
+        f.read_exact(b).is_ok()
+    }
+
+    #[test]
+    fn coalescing_defers_until_frames_or_time_and_never_loses_one() {
+        let pkt = vec![0x5au8; 60];
+        let one = || std::iter::once((pkt.as_slice(), VnetHdr::default()));
+        let (mut vq, _mem, call) = rx_queue_with_buffers(features::VIRTIO_F_VERSION_1);
+        let stats = QueueStats::default();
+        // Off: one notification per burst (the guest asks for every one: no NO_INTERRUPT).
+        assert_eq!(vq.enqueue(one(), &stats, "t"), 1);
+        assert_eq!(calls_seen(&call), 1);
+        // 4 packets or 1 s: three single-packet bursts wait, the fourth notifies.
+        vq.set_coalesce(
+            Coalesce {
+                usecs: 1_000_000,
+                frames: 4,
+            },
+            &stats,
+        );
+        for _ in 0..3 {
+            assert_eq!(vq.enqueue(one(), &stats, "t"), 1);
+            assert_eq!(calls_seen(&call), 0);
+            assert!(vq.deferred_until().is_some());
+        }
+        assert_eq!(vq.enqueue(one(), &stats, "t"), 1);
+        assert_eq!(calls_seen(&call), 1);
+        assert_eq!(vq.deferred_until(), None);
+        assert_eq!(
+            stats
+                .calls_coalesced
+                .load(std::sync::atomic::Ordering::Relaxed),
+            3
+        );
+        // Time: not before the bound, at once after it.
+        assert_eq!(vq.enqueue(one(), &stats, "t"), 1);
+        let due = vq.deferred_until().unwrap();
+        assert!(vq.flush_due(due - 1, &stats));
+        assert_eq!(calls_seen(&call), 0);
+        assert!(!vq.flush_due(due, &stats));
+        assert_eq!(calls_seen(&call), 1);
+        // Stopping the ring (GET_VRING_BASE) makes a deferred one; so does turning it off.
+        assert_eq!(vq.enqueue(one(), &stats, "t"), 1);
+        vq.set_coalesce(Coalesce::default(), &stats);
+        assert_eq!(calls_seen(&call), 1);
+        vq.set_coalesce(
+            Coalesce {
+                usecs: 1_000_000,
+                frames: 0,
+            },
+            &stats,
+        );
+        assert_eq!(vq.enqueue(one(), &stats, "t"), 1);
+        vq.stop(&stats);
+        assert_eq!(calls_seen(&call), 1);
+        assert_eq!(stats.calls.load(std::sync::atomic::Ordering::Relaxed), 5);
+    }
+
+    #[test]
+    fn coalesced_notifications_honour_used_event_and_no_interrupt() {
+        let pkt = vec![0x5au8; 60];
+        let two = || (0..2).map(|_| (pkt.as_slice(), VnetHdr::default()));
+        let c = Coalesce {
+            usecs: 1_000_000,
+            frames: 4,
+        };
+        // EVENT_IDX: the guest wants a notification when used.idx passes used_event (here:
+        // after entry 2, i.e. within the second burst). The deferred notification covers
+        // both bursts, so it is made.
+        let (mut vq, mem, call) =
+            rx_queue_with_buffers(features::VIRTIO_F_VERSION_1 | features::VIRTIO_RING_F_EVENT_IDX);
+        let used_event_at = 8192 + 4 + 8 * SIZE as u64;
+        mem.write(used_event_at, &2u16.to_le_bytes()).unwrap();
+        let stats = QueueStats::default();
+        vq.set_coalesce(c, &stats);
+        vq.enqueue(two(), &stats, "t");
+        assert_eq!(calls_seen(&call), 0);
+        vq.enqueue(two(), &stats, "t");
+        assert_eq!(
+            calls_seen(&call),
+            1,
+            "used_event 2 lies in the deferred range 0..4"
+        );
+        // used_event far ahead: no notification, counted as suppressed.
+        mem.write(used_event_at, &100u16.to_le_bytes()).unwrap();
+        vq.enqueue(two(), &stats, "t");
+        vq.enqueue(two(), &stats, "t");
+        assert_eq!(calls_seen(&call), 0);
+        assert_eq!(
+            stats
+                .calls_suppressed
+                .load(std::sync::atomic::Ordering::Relaxed),
+            1
+        );
+        // Without EVENT_IDX, NO_INTERRUPT suppresses the deferred one too.
+        let (mut vq, mem, call) = rx_queue_with_buffers(features::VIRTIO_F_VERSION_1);
+        mem.write(4096, &VRING_AVAIL_F_NO_INTERRUPT.to_le_bytes())
+            .unwrap();
+        let stats = QueueStats::default();
+        vq.set_coalesce(c, &stats);
+        vq.enqueue(two(), &stats, "t");
+        vq.enqueue(two(), &stats, "t");
+        assert_eq!(calls_seen(&call), 0);
+        assert_eq!(
+            stats
+                .calls_suppressed
+                .load(std::sync::atomic::Ordering::Relaxed),
+            1
+        );
     }
 }

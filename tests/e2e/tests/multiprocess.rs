@@ -455,3 +455,175 @@ fn client_mode_survives_switch_restart() {
     let received = rx["received"].as_u64().unwrap();
     assert!(received > sent * 3 / 4, "sent {sent}, received {received}");
 }
+
+/// The lost-wake-up stress: single packets at random (Poisson) intervals for minutes
+/// (`FERROVS_STRESS_SECS`, default 120) while the PMD's rx mode, idle threshold, load-based
+/// sleep and the receiving port's coalescing change under it every second. Every packet must
+/// be delivered: a wake-up lost while the PMD sleeps, or a notification lost in a mode
+/// switch, shows as a missing sequence number.
+#[test]
+fn random_single_packets_for_minutes_while_modes_switch_lose_nothing() {
+    let secs: u64 = std::env::var("FERROVS_STRESS_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(120);
+    let dir = run_dir("stress");
+    let (pmd, gen) = cores();
+    let _sw = start_switch(&dir, pmd, &[]);
+    let vm1 = dir.join("vm1.sock").display().to_string();
+    let vm2 = dir.join("vm2.sock").display().to_string();
+    let (core, dur) = (gen.to_string(), secs.to_string());
+    let g = Proc::spawn(
+        "gen",
+        &dir,
+        std::path::Path::new("/usr/bin/taskset"),
+        &[
+            "-c",
+            &core,
+            bin("ferrovs-gen").to_str().unwrap(),
+            "--socket",
+            &vm1,
+            "--sink",
+            &vm2,
+            "--quiet",
+            "--ring",
+            "1024",
+            "--duration",
+            &dur,
+            "--rate",
+            "2000",
+            "--poisson",
+            "txonly",
+        ],
+    );
+    let steps: &[&[&str]] = &[
+        &["config", "set", "pmd-rx-mode", "interrupt"],
+        &[
+            "set-port",
+            "vm2",
+            "coalesce-usecs=200",
+            "coalesce-frames=16",
+        ],
+        &["config", "set", "pmd-rx-mode", "adaptive"],
+        &["config", "set", "pmd-sleep-after-us", "50"],
+        &["config", "set", "pmd-sleep-max-us", "300"],
+        &["config", "set", "pmd-rx-mode", "poll"],
+        &["set-port", "vm2", "coalesce-usecs=0", "coalesce-frames=0"],
+        &["config", "set", "pmd-rx-mode", "interrupt"],
+        &["config", "set", "pmd-sleep-max-us", "0"],
+        &["config", "set", "pmd-rx-mode", "adaptive"],
+        &["config", "set", "pmd-sleep-after-us", "300"],
+    ];
+    let t = std::time::Instant::now();
+    let mut i = 0;
+    while t.elapsed() < Duration::from_secs(secs.saturating_sub(2)) {
+        std::thread::sleep(Duration::from_secs(1));
+        let o = cli(&dir, steps[i % steps.len()]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        i += 1;
+    }
+    let r = g.wait_json(&dir, Duration::from_secs(secs + 60));
+    let pmd = &cli_json(&dir, &["pmd-stats"])[0];
+    eprintln!("{i} switches; gen {r}; pmd {pmd}");
+    assert_eq!(r["corrupt"], 0, "{r}");
+    assert!(r["sent"].as_u64().unwrap() > secs * 1000, "{r}");
+    assert_eq!(r["sent"], r["received"], "every packet delivered: {r}");
+    assert_eq!(r["lost"], 0, "{r}");
+    assert!(pmd["sleeps"].as_u64().unwrap() > 0, "{pmd}");
+    assert!(pmd["kick_wakeups"].as_u64().unwrap() > 0, "{pmd}");
+    assert!(pmd["load_sleeps"].as_u64().unwrap() > 0, "{pmd}");
+}
+
+/// CPU partitioning: the PMD thread runs on its core under the configured scheduling
+/// (SCHED_FIFO, a nice level, or normal), the control thread stays off the PMD core.
+#[test]
+fn pmd_priority_and_pinning_are_applied() {
+    let dir = run_dir("prio");
+    let (pmd, _) = cores();
+    let sw = start_switch(&dir, pmd, &[]);
+    let pid = sw.child.id();
+    // /proc/PID/task/TID/stat fields after the command: state is field 3; nice 19,
+    // rt_priority 40, policy 41 (1-based).
+    let pmd_stat = || -> Option<Vec<String>> {
+        for t in std::fs::read_dir(format!("/proc/{pid}/task"))
+            .ok()?
+            .flatten()
+        {
+            let p = t.path();
+            if std::fs::read_to_string(p.join("comm")).ok()?.trim() == "pmd0" {
+                let st = std::fs::read_to_string(p.join("stat")).ok()?;
+                let rest = &st[st.rfind(')')? + 2..];
+                let cpus = std::fs::read_to_string(p.join("status")).ok()?;
+                let allowed = cpus
+                    .lines()
+                    .find(|l| l.starts_with("Cpus_allowed_list"))?
+                    .split(':')
+                    .nth(1)?
+                    .trim()
+                    .to_string();
+                let mut v: Vec<String> = std::iter::once(allowed)
+                    .chain(rest.split(' ').map(String::from))
+                    .collect();
+                // v[0]: allowed CPUs; v[1]: state (field 3), so field k is v[k - 2].
+                v.truncate(42);
+                return Some(v);
+            }
+        }
+        None
+    };
+    let (mut nice, mut rt, mut policy) = (String::new(), String::new(), String::new());
+    for (setting, want_policy, want_rt, want_nice) in [
+        ("fifo:10", "1", "10", "0"),
+        ("nice:5", "0", "0", "5"),
+        ("normal", "0", "0", "0"),
+    ] {
+        let o = cli(&dir, &["config", "set", "pmd-priority", setting]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let st = &cli_json(&dir, &["pmd-stats"])[0];
+        if let Some(e) = st["priority_error"].as_str() {
+            assert!(!in_ci(), "{setting} refused in CI (root): {e}");
+            eprintln!("skip: {setting} refused here: {e}");
+            continue;
+        }
+        wait_until("the restarted PMD thread", 10, || {
+            pmd_stat().is_some_and(|v| {
+                (nice, rt, policy) = (v[19 - 2].clone(), v[40 - 2].clone(), v[41 - 2].clone());
+                policy == want_policy && rt == want_rt && nice == want_nice
+            })
+        });
+        let v = pmd_stat().unwrap();
+        assert_eq!(v[0], pmd.to_string(), "PMD pinned to its core");
+        assert_eq!(st["priority"], setting);
+    }
+    // The control thread (the main thread: TID == PID) keeps off the PMD core when there is
+    // another.
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let allowed = status
+        .lines()
+        .find(|l| l.starts_with("Cpus_allowed_list"))
+        .unwrap()
+        .split(':')
+        .nth(1)
+        .unwrap()
+        .trim()
+        .to_string();
+    if cores().0 > 0 {
+        assert!(
+            !parse_list(&allowed).contains(&pmd),
+            "control thread allowed on {allowed}, PMD core {pmd}"
+        );
+    }
+    let e = cli(&dir, &["config", "set", "pmd-priority", "fifo:0"]);
+    assert!(!e.status.success());
+    assert!(String::from_utf8_lossy(&e.stderr).contains("fifo:N (1..=99)"));
+}
+
+/// `0-2,5` → [0, 1, 2, 5].
+fn parse_list(s: &str) -> Vec<usize> {
+    s.split(',')
+        .flat_map(|p| match p.split_once('-') {
+            Some((a, b)) => (a.parse().unwrap()..=b.parse().unwrap()).collect::<Vec<usize>>(),
+            None => vec![p.parse().unwrap()],
+        })
+        .collect()
+}

@@ -74,6 +74,8 @@ fn stats_wire(s: &StatsSnapshot) -> StatsState {
         packets: s.packets,
         bytes: s.bytes,
         calls: s.calls,
+        calls_suppressed: s.calls_suppressed,
+        calls_coalesced: s.calls_coalesced,
         drops: s.named_drops().map(|(n, v)| (n.to_string(), v)).collect(),
     }
 }
@@ -83,6 +85,8 @@ fn stats_from_wire(s: &StatsState) -> StatsSnapshot {
         packets: s.packets,
         bytes: s.bytes,
         calls: s.calls,
+        calls_suppressed: s.calls_suppressed,
+        calls_coalesced: s.calls_coalesced,
         ..Default::default()
     };
     for (name, v) in &s.drops {

@@ -17,6 +17,11 @@
 //! ferrovs-guest sleep SECS
 //! ```
 //!
+//! udp-recv also reports the guest's load while the stream flowed (from the first datagram
+//! to the last /proc sample taken while datagrams still arrived, every 200 ms): interrupts
+//! of the virtio devices per second (`irqs_per_s`, from /proc/interrupts) and the share of
+//! CPU time not idle (`cpu_busy_pct`, from /proc/stat).
+//!
 //! A receiver counts loss from the first datagram it sees (a guest that boots into a running
 //! stream reports `first`, the first sequence number, and loss after it).
 #![forbid(unsafe_code)]
@@ -128,6 +133,50 @@ fn tcp_send(host: &str, port: &str, secs: &str, mbps: Option<&str>) -> Result<()
     Ok(())
 }
 
+/// Interrupts of the virtio devices and CPU time so far.
+#[derive(Default, Clone, Copy)]
+struct Load {
+    at: Option<Instant>,
+    irqs: u64,
+    /// Jiffies not idle (idle and iowait excluded) and in all.
+    busy: u64,
+    total: u64,
+}
+
+impl Load {
+    fn now() -> Load {
+        let ints = std::fs::read_to_string("/proc/interrupts").unwrap_or_default();
+        // Lines "NN:  count [count...]  chip  ...  virtioN[-...]": sum the per-CPU counts.
+        let irqs = ints
+            .lines()
+            .filter(|l| l.contains("virtio"))
+            .map(|l| {
+                l.split_whitespace()
+                    .skip(1)
+                    .map_while(|w| w.parse::<u64>().ok())
+                    .sum::<u64>()
+            })
+            .sum();
+        let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+        let cpu: Vec<u64> = stat
+            .lines()
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .skip(1)
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        let total: u64 = cpu.iter().sum();
+        let idle = cpu.get(3).copied().unwrap_or(0) + cpu.get(4).copied().unwrap_or(0);
+        Load {
+            at: Some(Instant::now()),
+            irqs,
+            busy: total - idle,
+            total,
+        }
+    }
+}
+
 /// What a receiver of one sequenced stream has seen.
 #[derive(Default, Clone, Copy)]
 struct Rx {
@@ -139,9 +188,46 @@ struct Rx {
     next: u64,
     first_at: Option<Instant>,
     last_at: Option<Instant>,
+    /// Load at the first datagram and at the last sample while datagrams arrived.
+    load0: Option<Load>,
+    load1: Option<Load>,
 }
 
 impl Rx {
+    /// Samples the load at the first datagram, then every 200 ms while datagrams arrive.
+    fn sample_load(&mut self) {
+        let due = match (self.load0, self.load1) {
+            (None, _) => true,
+            (Some(l), None) | (_, Some(l)) => {
+                l.at.is_some_and(|t| t.elapsed() >= Duration::from_millis(200))
+            }
+        };
+        if due {
+            let l = Load::now();
+            if self.load0.is_none() {
+                self.load0 = Some(l);
+            } else {
+                self.load1 = Some(l);
+            }
+        }
+    }
+
+    /// Interrupts per second and CPU busy % between the two load samples.
+    fn load_fields(&self) -> Vec<(&'static str, String)> {
+        let (Some(a), Some(b)) = (self.load0, self.load1) else {
+            return vec![("irqs_per_s", "null".into()), ("cpu_busy_pct", "null".into())];
+        };
+        let secs = match (a.at, b.at) {
+            (Some(x), Some(y)) => (y - x).as_secs_f64().max(1e-3),
+            _ => 1.0,
+        };
+        let busy = (b.busy - a.busy) as f64 * 100.0 / (b.total - a.total).max(1) as f64;
+        vec![
+            ("irqs_per_s", format!("{:.0}", (b.irqs - a.irqs) as f64 / secs)),
+            ("cpu_busy_pct", format!("{busy:.1}")),
+        ]
+    }
+
     fn add(&mut self, seq: u64) {
         let now = Instant::now();
         self.first_at.get_or_insert(now);
@@ -203,6 +289,7 @@ fn recv_stream(
         match sock.recv(&mut buf) {
             Ok(n) if n >= 8 => {
                 rx.add(u64::from_be_bytes(buf[..8].try_into().unwrap_or([0; 8])));
+                rx.sample_load();
                 quiet_since = Instant::now();
             }
             Ok(_) => {}
@@ -225,7 +312,9 @@ fn udp_recv(port: &str, idle: &str, every: Option<&str>) -> Result<(), String> {
     let every = every.map(num).transpose()?.map(Duration::from_secs);
     println!("FERROVS-LISTENING");
     let rx = recv_stream(&s, idle, every, |rx| line("FERROVS-PROGRESS", &rx.fields()));
-    result(&rx.fields());
+    let mut f = rx.fields();
+    f.extend(rx.load_fields());
+    result(&f);
     Ok(())
 }
 
