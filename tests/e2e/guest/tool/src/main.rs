@@ -215,7 +215,10 @@ impl Rx {
     /// Interrupts per second and CPU busy % between the two load samples.
     fn load_fields(&self) -> Vec<(&'static str, String)> {
         let (Some(a), Some(b)) = (self.load0, self.load1) else {
-            return vec![("irqs_per_s", "null".into()), ("cpu_busy_pct", "null".into())];
+            return vec![
+                ("irqs_per_s", "null".into()),
+                ("cpu_busy_pct", "null".into()),
+            ];
         };
         let secs = match (a.at, b.at) {
             (Some(x), Some(y)) => (y - x).as_secs_f64().max(1e-3),
@@ -223,7 +226,10 @@ impl Rx {
         };
         let busy = (b.busy - a.busy) as f64 * 100.0 / (b.total - a.total).max(1) as f64;
         vec![
-            ("irqs_per_s", format!("{:.0}", (b.irqs - a.irqs) as f64 / secs)),
+            (
+                "irqs_per_s",
+                format!("{:.0}", (b.irqs - a.irqs) as f64 / secs),
+            ),
             ("cpu_busy_pct", format!("{busy:.1}")),
         ]
     }
