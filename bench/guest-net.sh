@@ -31,19 +31,21 @@
 # the medians, and the ratios ferrovs / kernel of the medians. Every process is started with
 # setsid and stopped by pid; the bridge and TAPs are deleted at the end (also on failure).
 #
-#   bench/guest-net.sh [--rounds 3] [--seconds 10] [--udp-size 18]
+#   bench/guest-net.sh [--rounds 3] [--seconds 10] [--udp-size 18] [--udp-pps N (paced; default
+#                      unpaced)]
 #                      [--setups "ferrovs kernel"]   (also ferrovs-c50 etc.)
 #                      [--keep]
 set -euo pipefail
 shopt -s inherit_errexit
 cd "$(dirname "$0")/.."
 root=$PWD
-rounds=3 secs=10 usize=18 setups="ferrovs kernel" keep=0
+rounds=3 secs=10 usize=18 setups="ferrovs kernel" keep=0 upps=0
 while [ $# -gt 0 ]; do
     case $1 in
         --rounds) rounds=$2; shift 2 ;;
         --seconds) secs=$2; shift 2 ;;
         --udp-size) usize=$2; shift 2 ;;
+        --udp-pps) upps=$2; shift 2 ;;
         --setups) setups=$2; shift 2 ;;
         --keep) keep=1; shift ;;
         *) echo "unknown argument $1" >&2; exit 2 ;;
@@ -115,7 +117,11 @@ guest() {
     if [ "$name" = a ]; then
         mac=52:54:00:00:00:01
         args="ferrovs.ip=10.0.0.1/24 ferrovs.cmd=tool ferrovs.peer=10.0.0.2 ferrovs.wait=60"
-        args+=" ferrovs.args=sleep,2+tcp-send,10.0.0.2,5000,$secs+sleep,2+udp-blast,10.0.0.2,5001,$secs,$usize"
+        if [ "$upps" = 0 ]; then
+            args+=" ferrovs.args=sleep,2+tcp-send,10.0.0.2,5000,$secs+sleep,2+udp-blast,10.0.0.2,5001,$secs,$usize"
+        else
+            args+=" ferrovs.args=sleep,2+tcp-send,10.0.0.2,5000,$secs+sleep,2+udp-send,10.0.0.2,5001,$upps,$((upps * secs)),$usize"
+        fi
     else
         mac=52:54:00:00:00:02
         args="ferrovs.ip=10.0.0.2/24 ferrovs.cmd=tool ferrovs.args=tcp-recv,5000+udp-recv,5001,3"
@@ -215,7 +221,7 @@ done
 
 load1=$(cut -d' ' -f1-3 /proc/loadavg)
 brnf=$(cat /proc/sys/net/bridge/bridge-nf-call-iptables 2>/dev/null || echo absent)
-jq -s --argjson rounds "$rounds" --argjson secs "$secs" --argjson usize "$usize" \
+jq -s --argjson rounds "$rounds" --argjson secs "$secs" --argjson usize "$usize" --argjson upps "$upps" \
     --arg host "$(uname -r), $ncpu cpus" --arg date "$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
     --arg qemu "$(qemu-system-x86_64 --version | head -1)" --arg brnf "$brnf" --argjson pmd "$pmd" \
     --arg load0 "$load0" --arg load1 "$load1" '
@@ -240,7 +246,8 @@ jq -s --argjson rounds "$rounds" --argjson secs "$secs" --argjson usize "$usize"
              ferrovs: {pmd_core: $pmd, rx_mode: "adaptive (default)", ports: "vhost-user server ports vm1, vm2 on bridge br0"},
              kernel: {bridge: "ip link add type bridge (no STP), two TAPs (ip tuntap add)", qemu_netdev: "tap,vhost=off", bridge_nf_call_iptables: $brnf}},
      tcp: {seconds: $secs, figure: "receiver Mbit/s, one stream A -> B, unpaced"},
-     udp: {seconds: $secs, payload_bytes: $usize, figure: "receiver datagrams/s between its first and last datagram, sender unpaced"},
+     udp: {seconds: $secs, payload_bytes: $usize, sender_pps: (if $upps > 0 then $upps else "unpaced" end),
+           figure: "receiver datagrams/s between its first and last datagram; receiver virtio IRQ/s and CPU busy % meanwhile"},
      median: $m,
      ratio_ferrovs_over_kernel: (if $m.ferrovs and $m.kernel then
          {tcp_mbps: (if $m.kernel.tcp_mbps > 0 then $m.ferrovs.tcp_mbps / $m.kernel.tcp_mbps | r3 else null end),
