@@ -33,10 +33,15 @@
 # traffic (from 0.3 s after the traffic starts to 0.2 s before it ends), as % of one core.
 # The PMD thread is found by name: ferrovs `pmd0`, OVS `pmd-c01/id:N`. For ferrovs the
 # window's pmd-stats deltas too (sleeps, kick wake-ups, load-based sleeps, time asleep).
+# Noise indicators per run: the PMD thread's time runnable but waiting for its core
+# (schedstat run_delay) and the time the host stole from that vCPU (/proc/stat steal).
 #
 # Placement as in the other benches: the PMD on the last core, ferrovs-gen on core 0
 # (taskset; with --spin it holds core 0 for the whole run), every process under test started
-# with setsid (own session: autogroup scheduling would otherwise skew CPU shares).
+# with setsid (own session: autogroup scheduling would otherwise skew CPU shares). The
+# harness itself and every tool it runs (CLIs, jq, sleep) is pinned to core 0 too, and takes
+# its samples during the traffic without jq or subshells (one statistics request per sample,
+# for both systems alike): a jq on the PMD core preempted a polling PMD for 10-20 ms.
 # Interleaving: in each round both systems are measured (their order alternates by round),
 # and within a system each test runs every configuration back to back (the configurations'
 # order rotates by round). Figures are medians over --rounds (max latency also its maximum
@@ -92,6 +97,11 @@ if [ -z "$report_from" ]; then
     work=$(mktemp -d /tmp/ferrovs-adaptive.XXXXXX)
 fi
 log() { echo "bench: $*" >&2; }
+# The harness itself, and every tool it runs (the CLIs, jq, sleep), stays on the traffic core:
+# nothing of it may preempt the PMD. The daemons under test start with every core allowed
+# (each pins its own threads).
+all_cores=0-$((ncpu - 1))
+[ -n "$work" ] && taskset -pc "$gen" $$ >/dev/null
 
 # Every process we started, stopped by pid while its command line still names our work dir
 # (a recycled pid is never hit). OVS: its own stop (by its pidfiles) plus the same check.
@@ -145,7 +155,8 @@ sys= sys_pid= fv_dir= port_a= port_b=
 fv_start() {
     fv_dir=$work/ferrovs-r$1
     mkdir -p "$fv_dir"
-    setsid "$bin/ferrovsd" --run-dir "$fv_dir" --pmd-cores "$pmd" >"$fv_dir/ferrovsd.log" 2>&1 &
+    setsid taskset -c "$all_cores" "$bin/ferrovsd" --run-dir "$fv_dir" --pmd-cores "$pmd" \
+        >"$fv_dir/ferrovsd.log" 2>&1 &
     sys_pid=$!; track "$sys_pid"
     port_a=$fv_dir/vm1.sock port_b=$fv_dir/vm2.sock
     wait_sock "$port_a"; wait_sock "$port_b"
@@ -156,7 +167,9 @@ ovs_up() {
     # shellcheck source=/dev/null
     source scripts/peers/ovs-dpdk.sh
     local d=$work/ovs-r$1
+    taskset -pc "$all_cores" $$ >/dev/null
     ovs_start "$d" "$pmd" >"$work/ovs-start.log" 2>&1 || { cat "$work/ovs-start.log" >&2; return 1; }
+    taskset -pc "$gen" $$ >/dev/null
     for f in "$d"/*.pid; do track "$(cat "$f")"; done
     sys_pid=$(cat "$d/ovs-vswitchd.pid")
     port_a=$(ovs_port_path "$d" 1) port_b=$(ovs_port_path "$d" 2)
@@ -212,19 +225,29 @@ apply_config() {
     sleep 0.3
 }
 
-# One sample of the PMD thread: {t_us, cpu_ns, ticks, pmd} in file $1.
+# One sample of the PMD thread into file $1 (JSON), its switch's PMD statistics into $1.pmd.
+# Taken while the traffic runs: bash builtins only (no jq, no subshell), plus one statistics
+# request (ferrovs pmd-stats / ovs-appctl pmd-stats-show, on the harness core, the same
+# for both systems); everything is parsed after the run.
 sample() {
-    local out=$1 t cpu ticks st pmdj=null
-    t=$(now_us)
-    read -r cpu _ <"/proc/$sys_pid/task/$tid/schedstat"
-    st=$(<"/proc/$sys_pid/task/$tid/stat")
+    local out=$1 t cpu wait st l ticks steal
+    t=${EPOCHREALTIME/./}
+    # Run time on the CPU and time spent runnable but waiting for it (ns).
+    read -r cpu wait _ <"/proc/$sys_pid/task/$tid/schedstat"
+    read -r st <"/proc/$sys_pid/task/$tid/stat"
     st=${st##*) }
-    # shellcheck disable=SC2086
-    set -- $st
-    ticks=$((${12} + ${13}))
-    [ "$sys" = ferrovs ] && pmdj=$(fv pmd-stats --json | jq -c '.[0] | {sleeps, kick_wakeups,
-        load_sleeps, sleep_us, busy_cycles, idle_cycles, rx_packets, rx_mode, sleep_max_us}')
-    echo "{\"t_us\": $t, \"cpu_ns\": $cpu, \"ticks\": $ticks, \"pmd\": $pmdj}" >"$out"
+    read -r -a l <<<"$st"
+    ticks=$((l[11] + l[12]))
+    # Time the host took from the PMD core's vCPU (USER_HZ ticks).
+    while read -r -a l; do
+        [ "${l[0]}" = "cpu$pmd" ] && { steal=${l[8]}; break; }
+    done </proc/stat
+    case $sys in
+        ferrovs) fv pmd-stats --json >"$out.pmd" ;;
+        ovs) ovs_appctl dpif-netdev/pmd-stats-show >"$out.pmd" ;;
+    esac
+    printf '{"t_us": %d, "cpu_ns": %d, "wait_ns": %d, "ticks": %d, "steal": %d}\n' \
+        "$((10#$t))" "$cpu" "$wait" "$ticks" "$steal" >"$out"
 }
 
 # Drops and guest-notification counters of the whole switch (deltas over a run).
@@ -248,17 +271,24 @@ counters() {
 
 # The window's figures from samples $1 and $2: CPU % of a core and the PMD's counter deltas.
 window() {
-    jq -n -c --slurpfile a "$1" --slurpfile b "$2" --argjson hz "$(getconf CLK_TCK)" '
+    local pa=null pb=null
+    if [ "$sys" = ferrovs ]; then
+        pa=$(jq -c '.[0]' "$1.pmd") pb=$(jq -c '.[0]' "$2.pmd")
+    fi
+    jq -n -c --slurpfile a "$1" --slurpfile b "$2" --argjson pa "$pa" --argjson pb "$pb" \
+        --argjson hz "$(getconf CLK_TCK)" '
         ($a[0]) as $a | ($b[0]) as $b | (($b.t_us - $a.t_us) / 1e6) as $s
         | {window_s: ($s * 1000 | round / 1000),
            cpu_pct: (($b.cpu_ns - $a.cpu_ns) / 1e9 / $s * 100 * 100 | round / 100),
            cpu_pct_ticks: (($b.ticks - $a.ticks) / $hz / $s * 100 * 10 | round / 10),
-           pmd: (if $a.pmd == null then null else
-                 {rx_mode: $b.pmd.rx_mode, sleep_max_us: $b.pmd.sleep_max_us,
-                  sleeps_per_s: (($b.pmd.sleeps - $a.pmd.sleeps) / $s | round),
-                  kick_wakeups_per_s: (($b.pmd.kick_wakeups - $a.pmd.kick_wakeups) / $s | round),
-                  load_sleeps_per_s: (($b.pmd.load_sleeps - $a.pmd.load_sleeps) / $s | round),
-                  asleep_pct: (($b.pmd.sleep_us - $a.pmd.sleep_us) / 1e6 / $s * 100 * 10 | round / 10)}
+           pmd_runnable_waiting_pct: (($b.wait_ns - $a.wait_ns) / 1e9 / $s * 100 * 100 | round / 100),
+           core_steal_pct: (($b.steal - $a.steal) / $hz / $s * 100 * 10 | round / 10),
+           pmd: (if $pa == null then null else
+                 {rx_mode: $pb.rx_mode, sleep_max_us: $pb.sleep_max_us,
+                  sleeps_per_s: (($pb.sleeps - $pa.sleeps) / $s | round),
+                  kick_wakeups_per_s: (($pb.kick_wakeups - $pa.kick_wakeups) / $s | round),
+                  load_sleeps_per_s: (($pb.load_sleeps - $pa.load_sleeps) / $s | round),
+                  asleep_pct: (($pb.sleep_us - $pa.sleep_us) / 1e6 / $s * 100 * 10 | round / 10)}
                  end)}'
 }
 
@@ -346,7 +376,7 @@ measure() {
     fi
     jq -c --arg sys "$sys" --arg cfg "$cfg" --argjson round "$round" \
         '{config: ($sys + "/" + $cfg), round: $round} + .' "$d/r.json" | tee -a "$results" |
-        jq -r '"bench: round \(.round) \(.config) \(.test): cpu \(.cpu_pct) %"
+        jq -r '"bench: round \(.round) \(.config) \(.test): cpu \(.cpu_pct) % (waiting \(.pmd_runnable_waiting_pct) stolen \(.core_steal_pct))"
                + (if .p50_us then ", p50 \(.p50_us) p99 \(.p99_us) max \(.max_us) us, \(.achieved_pps) pps, lost \(.lost)" else "" end)
                + (if .pmd then ", sleeps/s \(.pmd.sleeps_per_s) kicks/s \(.pmd.kick_wakeups_per_s) load-sleeps/s \(.pmd.load_sleeps_per_s)" else "" end)
                + (if .error then ", ERROR \(.error)" else "" end)' >&2
@@ -432,14 +462,16 @@ jq -s --argjson rounds "$rounds" --argjson secs "$secs" --argjson settle "$settl
                load_sleeps_per_s: (map(.pmd.load_sleeps_per_s) | median),
                asleep_pct: (map(.pmd.asleep_pct) | median)} end),
         errors: (map(.error // empty)),
-        rounds: map({round, cpu_pct, cpu_pct_ticks, p50_us, p99_us, max_us, achieved_pps, lost})}
+        rounds: map({round, cpu_pct, cpu_pct_ticks, p50_us, p99_us, max_us, achieved_pps, lost,
+                     pmd_runnable_waiting_pct, core_steal_pct})}
       | with_entries(select(.value != null and .value != []));
     def idle_agg: {cpu_pct: (map(.cpu_pct) | median),
                    cpu_pct_ticks: (map(.cpu_pct_ticks) | median),
                    pmd: (if .[0].pmd == null then null else
                          {sleeps_per_s: (map(.pmd.sleeps_per_s) | median),
                           asleep_pct: (map(.pmd.asleep_pct) | median)} end),
-                   rounds: map(.cpu_pct)} | with_entries(select(.value != null));
+                   rounds: map({round, cpu_pct, cpu_pct_ticks, pmd_runnable_waiting_pct, core_steal_pct})}
+                  | with_entries(select(.value != null));
   ($runs | group_by(.config) | map({key: .[0].config, value: (
       (map(select(.test == "idle")) | if length > 0 then {idle: idle_agg} else {} end)
       + (map(select(.test == "full")) | if length > 0 then {full_load: (agg | {mpps, lost, switch_drops, cpu_pct, p50_us, p99_us, max_us, errors, rounds} | with_entries(select(.value != null)))} else {} end)
@@ -457,10 +489,10 @@ jq -s --argjson rounds "$rounds" --argjson secs "$secs" --argjson settle "$settl
     method: {
       traffic: "ferrovs-gen txonly 64-byte frames into port 1 at rate_pps (evenly spaced), --sink port 2 in the same thread, --spin, --ring 1024, attached settle_s before the traffic starts; one-way latency on one clock; full_load: --rate 0",
       latency: "the generator histogram (100 ns buckets up to 10 ms: percentiles above 10 ms read 10000.1; max exact); medians over rounds, max_us_worst: the largest over rounds",
-      cpu_pct: "PMD thread run time (/proc/PID/task/TID/schedstat) over a window inside the traffic (settle+0.3 s .. end-0.2 s), % of one core; cpu_pct_ticks: utime+stime from /proc/.../stat (10 ms ticks)",
+      cpu_pct: "PMD thread run time (/proc/PID/task/TID/schedstat) over a window inside the traffic (settle+0.3 s .. end-0.2 s), % of one core; cpu_pct_ticks: utime+stime from /proc/.../stat (10 ms ticks); pmd_runnable_waiting_pct: time the PMD thread was runnable but another task had its core (schedstat run_delay), core_steal_pct: time the host took from the vCPU of the PMD core (/proc/stat steal), both noise indicators",
       idle: "two ferrovs-gen idle frontends attached to both ports (quiet, kick fds given); PMD CPU over seconds, after the ports are ready + 1 s",
       configs: "ferrovs: pmd-rx-mode poll|interrupt|adaptive (pmd-sleep-after-us 300), adaptive+maxN = adaptive with pmd-sleep-max-us N; ovs: OVS-DPDK (netdev bridge, NORMAL, dpdkvhostuser ports) with pmd-maxsleep N; both changed at runtime on one daemon per system and round",
-      placement: "PMD on the last core, generator on core 0 (taskset), all under test started with setsid; systems alternate order by round, configurations rotate within each test"},
+      placement: "PMD on the last core, generator and the harness on core 0 (taskset), all under test started with setsid; systems alternate order by round, configurations rotate within each test"},
     configs: $c,
     ratios: {
       latency_minus_reference_us: (($fv_others + $ovs_others) | map(. as $k | ref($k) as $ref
