@@ -56,6 +56,11 @@ pub struct Params {
     /// Never sleep while ahead of schedule: spin, so that a receive is timestamped as soon as
     /// it lands (latency benchmarks at low rates; costs this core).
     pub spin: bool,
+    /// txonly: after attaching, wait this long (draining the receive rings) before the
+    /// traffic and the clock start: the backend finishes setting the new ports up (a switch
+    /// may poll a new port only after reconfiguring its datapath), so the start-up is not
+    /// measured.
+    pub settle: Duration,
 }
 
 /// Latency histogram in 100 ns buckets up to 10 ms, plus the maximum.
@@ -315,6 +320,15 @@ pub fn run(
         size: p.size,
         ..Default::default()
     };
+    if p.mode == Mode::TxOnly && !p.settle.is_zero() {
+        let until = Instant::now() + p.settle;
+        while Instant::now() < until && !stop.load(Ordering::Relaxed) {
+            for rx in rxs.iter_mut().chain(sink_rxs.iter_mut()) {
+                rx.recv_with(BURST, |_| {});
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
     let start = Instant::now();
     let start_ns = monotonic_ns();
     let dur_ns = p.duration.as_nanos().min(u64::MAX as u128) as u64;

@@ -31,6 +31,8 @@ MODE: txonly | rxonly | pingpong | reflect | idle (attach and stay quiet)
   --poisson          txonly with --rate: random (exponential) gaps of mean 1/rate
   --spin             never sleep when ahead of schedule (exact receive timestamps at low
                      rates; burns this core)
+  --settle SECS      txonly: wait this long after attaching before sending (the backend
+                     sets the new ports up; not measured)
   --quiet            no live line per second
 Prints a JSON summary on stdout: mpps, gbps, loss, latency p50/p99/p99.9/max.";
 
@@ -52,6 +54,7 @@ fn parse() -> Result<(PathBuf, Option<PathBuf>, bool, FrontendConfig, Params), S
         idle_timeout: Duration::from_secs(2),
         poisson: false,
         spin: false,
+        settle: Duration::ZERO,
     };
     let mut mode = None;
     let mut args = std::env::args().skip(1);
@@ -82,6 +85,9 @@ fn parse() -> Result<(PathBuf, Option<PathBuf>, bool, FrontendConfig, Params), S
             "--quiet" => p.live = false,
             "--poisson" => p.poisson = true,
             "--spin" => p.spin = true,
+            "--settle" => {
+                p.settle = Duration::from_secs_f64(val()?.parse().map_err(|_| "bad --settle")?)
+            }
             "txonly" => mode = Some(Mode::TxOnly),
             "rxonly" => mode = Some(Mode::RxOnly),
             "pingpong" => mode = Some(Mode::PingPong),
