@@ -42,15 +42,35 @@ fn result(fields: &[(&str, String)]) {
 
 /// The sender's TCP retransmitted segments so far (/proc/net/snmp, "Tcp:" RetransSegs).
 fn retrans_segs() -> u64 {
+    snmp("Tcp:", "RetransSegs")
+}
+
+/// A counter of /proc/net/snmp: `table` is the line prefix ("Tcp:", "Udp:").
+fn snmp(table: &str, name: &str) -> u64 {
     let s = std::fs::read_to_string("/proc/net/snmp").unwrap_or_default();
-    let mut lines = s.lines().filter(|l| l.starts_with("Tcp:"));
+    let mut lines = s.lines().filter(|l| l.starts_with(table));
     let (Some(names), Some(values)) = (lines.next(), lines.next()) else {
         return 0;
     };
     names
         .split_whitespace()
         .zip(values.split_whitespace())
-        .find(|(n, _)| *n == "RetransSegs")
+        .find(|(n, _)| *n == name)
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// A `TcpExt:` counter of /proc/net/netstat (0 if absent).
+fn tcp_ext(name: &str) -> u64 {
+    let s = std::fs::read_to_string("/proc/net/netstat").unwrap_or_default();
+    let mut lines = s.lines().filter(|l| l.starts_with("TcpExt:"));
+    let (Some(names), Some(values)) = (lines.next(), lines.next()) else {
+        return 0;
+    };
+    names
+        .split_whitespace()
+        .zip(values.split_whitespace())
+        .find(|(n, _)| *n == name)
         .and_then(|(_, v)| v.parse().ok())
         .unwrap_or(0)
 }
@@ -105,6 +125,15 @@ fn tcp_send(host: &str, port: &str, secs: &str, mbps: Option<&str>) -> Result<()
         }
     };
     let r0 = retrans_segs();
+    // Why segments were sent again: a tail-loss probe is sent when an ACK is late (the
+    // path stalled), and recovers a loss only when TCPLossProbeRecovery counts it.
+    let ext0 = [
+        "TCPLossProbes",
+        "TCPLossProbeRecovery",
+        "TCPFastRetrans",
+        "TCPTimeouts",
+    ]
+    .map(tcp_ext);
     let t = Instant::now();
     let buf = vec![0x5au8; 1 << 16];
     let mut sent = 0u64;
@@ -129,6 +158,19 @@ fn tcp_send(host: &str, port: &str, secs: &str, mbps: Option<&str>) -> Result<()
         ("seconds", format!("{secs:.3}")),
         ("mbps", format!("{:.1}", sent as f64 * 8.0 / secs / 1e6)),
         ("retransmits", (retrans_segs() - r0).to_string()),
+        (
+            "loss_probes",
+            (tcp_ext("TCPLossProbes") - ext0[0]).to_string(),
+        ),
+        (
+            "loss_probe_recoveries",
+            (tcp_ext("TCPLossProbeRecovery") - ext0[1]).to_string(),
+        ),
+        (
+            "fast_retransmits",
+            (tcp_ext("TCPFastRetrans") - ext0[2]).to_string(),
+        ),
+        ("timeouts", (tcp_ext("TCPTimeouts") - ext0[3]).to_string()),
     ]);
     Ok(())
 }
@@ -316,10 +358,18 @@ fn udp_recv(port: &str, idle: &str, every: Option<&str>) -> Result<(), String> {
     let s = UdpSocket::bind(format!("0.0.0.0:{port}")).map_err(|e| e.to_string())?;
     let idle = Duration::from_secs(num(idle)?);
     let every = every.map(num).transpose()?.map(Duration::from_secs);
+    // Datagrams this guest's own stack dropped (socket buffer full, bad checksum): a loss
+    // that happened after the NIC.
+    let e0 = [snmp("Udp:", "RcvbufErrors"), snmp("Udp:", "InErrors")];
     println!("FERROVS-LISTENING");
     let rx = recv_stream(&s, idle, every, |rx| line("FERROVS-PROGRESS", &rx.fields()));
     let mut f = rx.fields();
     f.extend(rx.load_fields());
+    f.push((
+        "rcvbuf_errors",
+        (snmp("Udp:", "RcvbufErrors") - e0[0]).to_string(),
+    ));
+    f.push(("in_errors", (snmp("Udp:", "InErrors") - e0[1]).to_string()));
     result(&f);
     Ok(())
 }
