@@ -133,6 +133,10 @@ pub struct BridgeConfig {
     pub name: String,
     #[serde(default)]
     pub ports: Vec<PortConfig>,
+    /// The bridge's rules in `ferrovs add-flow` syntax, in order; absent: the default
+    /// `priority=0 actions=NORMAL` only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flows: Option<Vec<String>>,
 }
 
 /// The whole configuration.
@@ -209,6 +213,20 @@ pub const SETTINGS: &[(&str, &str)] = &[
         "mac-table-size",
         "entries per bridge MAC table (64..=1048576, default 8192)",
     ),
+    (
+        "flow-limit",
+        "most megaflow cache entries per bridge (1..=10000000, default 200000; as OVS \
+         flow-limit)",
+    ),
+    (
+        "flow-max-idle",
+        "seconds an unused megaflow stays cached (1..=3600, default 10; as OVS max-idle)",
+    ),
+    (
+        "emc-insert-inv-prob",
+        "exact-match cache insertion probability is 1 in this (0..=4294967295, default \
+         100; 0 disables the EMC; as OVS emc-insert-inv-prob)",
+    ),
 ];
 
 impl Config {
@@ -231,6 +249,7 @@ impl Config {
             bridges: vec![BridgeConfig {
                 name: "br0".into(),
                 ports: vec![port("vm1"), port("vm2")],
+                flows: None,
             }],
             pmd_cores: vec![],
             other: BTreeMap::new(),
@@ -295,6 +314,10 @@ impl Config {
             validate_name("bridge", &b.name)?;
             if !bridges.insert(&b.name) {
                 return bad(format!("bridge {} defined twice", b.name));
+            }
+            if let Some(flows) = &b.flows {
+                crate::flows::BridgeRules::from_texts(flows)
+                    .map_err(|e| ConfigError::Invalid(format!("bridge {}: {e}", b.name)))?;
             }
             for p in &b.ports {
                 validate_port(p)?;
@@ -440,6 +463,9 @@ pub fn validate_setting(k: &str, v: &str) -> Result<(), ConfigError> {
         "mac-table-size" => range(64, 1 << 20),
         "pmd-sleep-after-us" => range(0, 1_000_000),
         "pmd-sleep-max-us" => range(0, 10_000),
+        "flow-limit" => range(1, 10_000_000),
+        "flow-max-idle" => range(1, 3600),
+        "emc-insert-inv-prob" => range(0, u32::MAX),
         "pmd-priority" => parse_priority(v).map(|_| ()),
         "pmd-rx-mode" => match v {
             "adaptive" | "poll" | "interrupt" => Ok(()),

@@ -32,8 +32,11 @@ use ferrovs_vhost::device::Device;
 use ferrovs_vhost::features;
 
 use crate::config::{self, BridgeConfig, Config, ConfigError, PortConfig, PortType, UplinkMode};
+use crate::flows::BridgeRules;
 use crate::proto::{self, Request, Response};
 use crate::upgrade::UPGRADE_SOCKET;
+use dp::flow::{BridgeFlows, MegaflowCache};
+use ferrovs_flow::Pipeline;
 
 mod handover;
 
@@ -43,6 +46,9 @@ pub const CTL_SOCKET: &str = "ferrovs.ctl";
 pub const SAVED_CONFIG: &str = "ferrovs.conf.json";
 
 const TICK: Duration = Duration::from_millis(100);
+/// The revalidator's period: megaflow statistics pushed to the rules, idle megaflows
+/// evicted, rule timeouts applied.
+const REVALIDATE_EVERY: Duration = Duration::from_secs(1);
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
 
@@ -140,6 +146,16 @@ struct PortState {
 struct BridgeState {
     id: u32,
     macs: Arc<MacTable>,
+    rules: BridgeRules,
+    /// The megaflow cache (kept across snapshots; used while the rules are not plain).
+    cache: Arc<MegaflowCache>,
+    /// What the datapath runs: `None` while the rules are the default NORMAL only.
+    pipeline: Option<Arc<Pipeline>>,
+    gen: u64,
+    /// The rules changed since `pipeline` was built.
+    dirty: bool,
+    /// The (port name, id) pairs `pipeline` was built with.
+    built_ports: Vec<(String, u32)>,
 }
 
 /// The daemon.
@@ -172,6 +188,8 @@ pub struct Daemon {
     next_token: u64,
     /// Control requests refused (malformed or invalid).
     bad_requests: u64,
+    /// Last revalidator pass (megaflow statistics, idle eviction, rule timeouts).
+    last_revalidate: Instant,
 }
 
 /// Takes slot `id` (a takeover restores the old daemon's ids).
@@ -328,7 +346,8 @@ impl Daemon {
         let mut d = Daemon::assemble(&opts.run_dir, config.clone(), ctl, upgrade)?;
         d.start_pmds().map_err(io_err("cannot start PMD threads"))?;
         for b in &config.bridges {
-            d.add_bridge(&b.name).map_err(DaemonError::Config)?;
+            d.add_bridge_as(&b.name, None, b.flows.as_deref())
+                .map_err(DaemonError::Config)?;
             for p in &b.ports {
                 if let Err(e) = d.add_port(&b.name, p.clone()) {
                     // A port that cannot come up (socket taken...) is reported, not fatal.
@@ -374,6 +393,7 @@ impl Daemon {
             tokens: HashMap::new(),
             next_token: 1,
             bad_requests: 0,
+            last_revalidate: Instant::now(),
         };
         let t = d.token(Source::CtlListener, "");
         d.epoll
@@ -471,13 +491,82 @@ impl Daemon {
         self.datapath.set_rx_mode(mode, after as u64);
         self.datapath
             .set_sleep_max_us(self.config.setting_u32("pmd-sleep-max-us", 0) as u64);
+        self.datapath
+            .set_emc_insert_inv_prob(self.config.setting_u32(
+                "emc-insert-inv-prob",
+                dp::flow::emc::DEFAULT_INSERT_INV_PROB,
+            ));
         for p in &self.pmds {
             p.wake();
         }
     }
 
-    /// Builds and publishes the datapath snapshot from the current state.
+    /// Builds and publishes the datapath snapshot from the current state. When a bridge's
+    /// rules (or the ports its rules name) changed, its pipeline is rebuilt with the next
+    /// generation, its megaflow cache revalidated, and this returns only once every PMD has
+    /// finished the iteration it was in: from then on no packet is decided by a replaced rule.
     fn publish(&mut self) {
+        let mut rebuilt = Vec::new();
+        for (name, b) in self.bridges.iter_mut() {
+            let mut members: Vec<(String, u32)> = self
+                .ports
+                .values()
+                .filter(|p| &p.bridge == name)
+                .map(|p| (p.cfg.name.clone(), p.id))
+                .collect();
+            members.sort();
+            if !b.dirty && (b.pipeline.is_none() || members == b.built_ports) {
+                continue;
+            }
+            b.dirty = false;
+            b.gen += 1;
+            b.pipeline = if b.rules.is_plain_normal() {
+                None
+            } else {
+                let resolve = |n: &str| members.iter().find(|(m, _)| m == n).map(|(_, id)| *id);
+                Some(Arc::new(b.rules.build(&resolve)))
+            };
+            b.built_ports = members;
+            rebuilt.push(name.clone());
+        }
+        self.publish_snapshot();
+        if rebuilt.is_empty() {
+            return;
+        }
+        for name in &rebuilt {
+            let b = &self.bridges[name];
+            b.cache.revalidate(b.pipeline.as_deref(), b.gen);
+        }
+        self.quiesce();
+    }
+
+    /// Waits until every PMD finished the iteration it was in (at most 1 s: a PMD that does
+    /// not move on is stuck elsewhere, and waiting longer would stall the control plane).
+    fn quiesce(&self) {
+        let seen: Vec<u64> = self
+            .pmds
+            .iter()
+            .map(|p| p.stats.epoch.load(Ordering::Acquire))
+            .collect();
+        for p in &self.pmds {
+            p.wake();
+        }
+        let t = Instant::now();
+        while !self
+            .pmds
+            .iter()
+            .zip(&seen)
+            .all(|(p, s)| p.stats.epoch.load(Ordering::Acquire) > *s)
+        {
+            if t.elapsed() > Duration::from_secs(1) {
+                eprintln!("ferrovs: a PMD did not finish its iteration within 1 s");
+                return;
+            }
+            std::thread::sleep(Duration::from_micros(20));
+        }
+    }
+
+    fn publish_snapshot(&mut self) {
         let mut ports: Vec<Option<Arc<Port>>> = vec![None; self.port_slots.len()];
         for p in self.ports.values() {
             ports[p.id as usize] = Some(p.port.clone());
@@ -490,10 +579,22 @@ impl Daemon {
                 .filter(|p| &p.bridge == name)
                 .map(|p| p.id)
                 .collect();
+            let flows = b.pipeline.as_ref().map(|p| BridgeFlows {
+                pipeline: p.clone(),
+                gen: b.gen,
+                cache: b.cache.clone(),
+            });
+            let default_rule = b
+                .pipeline
+                .is_none()
+                .then(|| b.rules.rules().first().map(|r| r.stats.clone()))
+                .flatten();
             bridges[b.id as usize] = Some(Arc::new(Bridge {
                 name: name.clone(),
                 macs: b.macs.clone(),
                 ports: members,
+                flows,
+                default_rule,
             }));
         }
         let pmd_rxqs = dp::assign_rxqs(&ports, self.pmds.len());
@@ -513,17 +614,28 @@ impl Daemon {
     }
 
     fn add_bridge(&mut self, name: &str) -> Result<(), ConfigError> {
-        self.add_bridge_as(name, None)
+        self.add_bridge_as(name, None, None)
     }
 
-    /// Adds a bridge, with datapath id `id` when given (a takeover keeps the old ids).
-    fn add_bridge_as(&mut self, name: &str, id: Option<u32>) -> Result<(), ConfigError> {
+    /// Adds a bridge, with datapath id `id` when given (a takeover keeps the old ids) and its
+    /// saved rules (`None`: the default NORMAL rule).
+    fn add_bridge_as(
+        &mut self,
+        name: &str,
+        id: Option<u32>,
+        flows: Option<&[String]>,
+    ) -> Result<(), ConfigError> {
         config::validate_name("bridge", name)?;
         if self.bridges.contains_key(name) {
             return Err(ConfigError::Invalid(format!(
                 "bridge {name} already exists"
             )));
         }
+        let rules = match flows {
+            Some(t) => BridgeRules::from_texts(t)
+                .map_err(|e| ConfigError::Invalid(format!("bridge {name}: {e}")))?,
+            None => BridgeRules::new(),
+        };
         let id = match id {
             Some(id) => claim_slot(&mut self.bridge_slots, id)?,
             None => alloc_slot(&mut self.bridge_slots),
@@ -535,14 +647,23 @@ impl Daemon {
             BridgeState {
                 id,
                 macs: Arc::new(MacTable::new(size, aging)),
+                cache: Arc::new(MegaflowCache::new(id)),
+                pipeline: None,
+                gen: 0,
+                dirty: !rules.is_plain_normal(),
+                rules,
+                built_ports: vec![],
             },
         );
+        self.apply_flow_limit();
         if self.cfg_bridge(name).is_none() {
             self.config.bridges.push(BridgeConfig {
                 name: name.into(),
                 ports: vec![],
+                flows: None,
             });
         }
+        self.sync_flows_config(name);
         self.publish();
         Ok(())
     }
@@ -561,7 +682,9 @@ impl Daemon {
         for p in members {
             self.del_port(name, &p)?;
         }
-        self.bridges.remove(name);
+        if let Some(b) = self.bridges.remove(name) {
+            b.cache.flush();
+        }
         self.bridge_slots[id as usize] = false;
         self.config.bridges.retain(|b| b.name != name);
         self.publish();
@@ -1058,6 +1181,8 @@ impl Daemon {
                 | Request::DelPort { .. }
                 | Request::SetPort { .. }
                 | Request::ConfigSet { .. }
+                | Request::AddFlows { .. }
+                | Request::DelFlows { .. }
         );
         let r = match req {
             Request::Show => Ok(self.show()),
@@ -1085,6 +1210,14 @@ impl Daemon {
             Request::ConfigGet { key } => self.config_get(key.as_deref()),
             Request::ConfigSet { key, value } => self.config_set(&key, &value).map(|_| Value::Null),
             Request::UpgradeHistory { last } => Ok(self.upgrade_history(last.unwrap_or(20))),
+            Request::AddFlows { bridge, flows } => self.add_flows(&bridge, &flows),
+            Request::DelFlows {
+                bridge,
+                filter,
+                strict,
+            } => self.del_flows(&bridge, filter.as_deref().unwrap_or(""), strict),
+            Request::DumpFlows { bridge, filter } => self.dump_flows(&bridge, filter.as_deref()),
+            Request::DumpMegaflows { bridge } => self.dump_megaflows(&bridge),
         };
         match r {
             Ok(v) => {
@@ -1194,6 +1327,12 @@ impl Daemon {
         if key == "pmd-priority" {
             self.start_pmds()
                 .map_err(|e| ConfigError::Invalid(format!("cannot start PMD threads: {e}")))?;
+        }
+        if key == "flow-limit" {
+            self.apply_flow_limit();
+        }
+        if key == "emc-insert-inv-prob" {
+            self.apply_rx_mode();
         }
         if key == "mac-aging" {
             let secs = self.config.setting_u32("mac-aging", 300);
@@ -1380,8 +1519,37 @@ impl Daemon {
         ]
     }
 
+    /// The megaflow caches of the bridges with rules (shared by every PMD).
+    fn megaflow_caches(&self) -> Value {
+        let v: Vec<Value> = self
+            .bridges
+            .iter()
+            .filter(|(_, b)| b.pipeline.is_some() || b.cache.size().0 > 0)
+            .map(|(name, b)| {
+                let c = &b.cache.counters;
+                let (entries, subtables) = b.cache.size();
+                let l = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+                json!({
+                    "bridge": name,
+                    "rules": b.rules.len(),
+                    "entries": entries,
+                    "subtables": subtables,
+                    "limit": b.cache.limit(),
+                    "inserted": l(&c.inserted),
+                    "evicted": l(&c.evicted),
+                    "invalidated": l(&c.invalidated),
+                    "revalidations": l(&c.revalidations),
+                    "refused_full": l(&c.limit_refused),
+                    "refused_stale": l(&c.stale_refused),
+                })
+            })
+            .collect();
+        Value::Array(v)
+    }
+
     fn pmd_stats(&self) -> Value {
         let hz = os::tsc_hz();
+        let caches = self.megaflow_caches();
         let v: Vec<Value> = self
             .pmds
             .iter()
@@ -1391,6 +1559,14 @@ impl Daemon {
                 let raw = Self::pmd_raw(s);
                 let [busy, idle, rx, tx] = [0, 1, 2, 3].map(|i| raw[i].saturating_sub(base[i]));
                 let total = (busy + idle).max(1);
+                let f = s.flow.load();
+                let flow = json!({
+                    "packets": f.packets,
+                    "emc_hits": f.emc_hits,
+                    "megaflow_hits": f.megaflow_hits,
+                    "upcalls": f.upcalls,
+                    "emc_inserts": f.emc_inserts,
+                });
                 json!({
                     "pmd": s.index,
                     "core": s.core,
@@ -1413,6 +1589,8 @@ impl Daemon {
                     "sleep_us": (s.sleep_cycles.load(Ordering::Relaxed) as u128 * 1_000_000 / hz.max(1) as u128) as u64,
                     "tsc_hz": hz,
                     "hugepages": s.hugepages.load(Ordering::Relaxed),
+                    "flow": flow,
+                    "megaflow_caches": caches.clone(),
                 })
             })
             .collect();
@@ -1446,6 +1624,172 @@ impl Daemon {
         Ok(Value::Array(v))
     }
 
+    /// The revalidator's periodic pass (see [`REVALIDATE_EVERY`]).
+    fn revalidator(&mut self) {
+        let now_s = self.clock.load(Ordering::Relaxed);
+        let max_idle = self
+            .config
+            .setting_u32("flow-max-idle", dp::flow::megaflow::DEFAULT_MAX_IDLE_S);
+        let mut expired = Vec::new();
+        for (name, b) in self.bridges.iter_mut() {
+            if b.pipeline.is_none() && b.cache.size().0 == 0 {
+                continue;
+            }
+            b.cache.maintain(now_s, max_idle);
+            let now = Instant::now();
+            let gone = b.rules.expire(now, |r| {
+                match r.stats.used.load(Ordering::Relaxed) {
+                    // Never hit: idle since installed.
+                    0 => now.duration_since(r.installed),
+                    u => Duration::from_secs(u64::from(now_s).saturating_sub(u)),
+                }
+            });
+            if !gone.is_empty() {
+                b.dirty = true;
+                expired.push(name.clone());
+            }
+        }
+        if expired.is_empty() {
+            return;
+        }
+        for name in &expired {
+            self.sync_flows_config(name);
+        }
+        self.publish();
+        self.save();
+    }
+
+    /// Copies a bridge's rules into the configuration (to be saved).
+    fn sync_flows_config(&mut self, bridge: &str) {
+        let Some(b) = self.bridges.get(bridge) else {
+            return;
+        };
+        let flows = (!b.rules.is_plain_normal()).then(|| b.rules.texts());
+        if let Some(c) = self.cfg_bridge(bridge) {
+            c.flows = flows;
+        }
+    }
+
+    /// Applies `flow-limit` to every megaflow cache.
+    fn apply_flow_limit(&self) {
+        let limit = self
+            .config
+            .setting_u32("flow-limit", dp::flow::megaflow::DEFAULT_LIMIT as u32);
+        for b in self.bridges.values() {
+            b.cache.set_limit(limit as usize);
+        }
+    }
+
+    fn bridge_mut(&mut self, bridge: &str) -> Result<&mut BridgeState, ConfigError> {
+        self.bridges
+            .get_mut(bridge)
+            .ok_or_else(|| ConfigError::Invalid(format!("no bridge named {bridge}")))
+    }
+
+    /// `ferrovs add-flow(s)`: all the rules or none (the first bad one is named).
+    fn add_flows(&mut self, bridge: &str, flows: &[String]) -> Result<Value, ConfigError> {
+        let mut specs = Vec::with_capacity(flows.len());
+        for (i, f) in flows.iter().enumerate() {
+            let spec = ferrovs_flow::parse_flow(f).map_err(|e| {
+                ConfigError::Invalid(if flows.len() == 1 {
+                    format!("bad flow: {e}")
+                } else {
+                    format!("flow {}: {e}", i + 1)
+                })
+            })?;
+            specs.push(spec);
+        }
+        let n = specs.len();
+        let b = self.bridge_mut(bridge)?;
+        b.rules.add(specs);
+        b.dirty = true;
+        self.sync_flows_config(bridge);
+        self.publish();
+        Ok(json!({ "added": n, "rules": self.bridges[bridge].rules.len() }))
+    }
+
+    /// `ferrovs del-flows`.
+    fn del_flows(
+        &mut self,
+        bridge: &str,
+        filter: &str,
+        strict: bool,
+    ) -> Result<Value, ConfigError> {
+        let f = ferrovs_flow::parse_filter(filter)
+            .map_err(|e| ConfigError::Invalid(format!("bad flow filter: {e}")))?;
+        let b = self.bridge_mut(bridge)?;
+        // Statistics of the rules going away are final: push them first (for nobody, but
+        // the megaflows pointing to them are about to be revalidated anyway).
+        let n = b.rules.delete(&f, strict);
+        if n > 0 {
+            b.dirty = true;
+            self.sync_flows_config(bridge);
+            self.publish();
+        }
+        Ok(json!({ "deleted": n, "rules": self.bridges[bridge].rules.len() }))
+    }
+
+    /// `ferrovs dump-flows`: the rules `filter` selects, with their counters.
+    fn dump_flows(&self, bridge: &str, filter: Option<&str>) -> Result<Value, ConfigError> {
+        let b = self
+            .bridges
+            .get(bridge)
+            .ok_or_else(|| ConfigError::Invalid(format!("no bridge named {bridge}")))?;
+        let f = ferrovs_flow::parse_filter(filter.unwrap_or(""))
+            .map_err(|e| ConfigError::Invalid(format!("bad flow filter: {e}")))?;
+        b.cache.push_stats();
+        let v: Vec<Value> = b
+            .rules
+            .rules()
+            .iter()
+            .filter(|r| f.selects(&r.spec, false))
+            .map(|r| {
+                let s = &r.spec;
+                json!({
+                    "table": s.table,
+                    "priority": s.priority,
+                    "cookie": format!("{:#x}", s.cookie),
+                    "duration_s": (r.installed.elapsed().as_millis() as f64 / 1000.0),
+                    "idle_timeout": s.idle_timeout,
+                    "hard_timeout": s.hard_timeout,
+                    "n_packets": r.stats.packets.load(Ordering::Relaxed),
+                    "n_bytes": r.stats.bytes.load(Ordering::Relaxed),
+                    "flow": s.to_string(),
+                })
+            })
+            .collect();
+        Ok(Value::Array(v))
+    }
+
+    /// `ferrovs dump-megaflows`: the bridge's cached megaflows.
+    fn dump_megaflows(&self, bridge: &str) -> Result<Value, ConfigError> {
+        let b = self
+            .bridges
+            .get(bridge)
+            .ok_or_else(|| ConfigError::Invalid(format!("no bridge named {bridge}")))?;
+        let names: HashMap<u32, &str> = self
+            .ports
+            .values()
+            .map(|p| (p.id, p.cfg.name.as_str()))
+            .collect();
+        let now = self.clock.load(Ordering::Relaxed);
+        let v: Vec<Value> = b
+            .cache
+            .entries()
+            .iter()
+            .map(|f| {
+                json!({
+                    "match": crate::flows::format_megaflow(&f.key, &f.mask, &names),
+                    "actions": crate::flows::format_dp_actions(&f.actions, &names),
+                    "packets": f.packets.load(Ordering::Relaxed),
+                    "bytes": f.bytes.load(Ordering::Relaxed),
+                    "used_s_ago": now.saturating_sub(f.used.load(Ordering::Relaxed)),
+                })
+            })
+            .collect();
+        Ok(Value::Array(v))
+    }
+
     /// Reads the kernel's AF_XDP drop counters into the ports' counters.
     fn poll_kernel_drops(&self) {
         for p in self.ports.values() {
@@ -1459,6 +1803,10 @@ impl Daemon {
         self.clock
             .store(self.started.elapsed().as_secs() as u32, Ordering::Relaxed);
         self.poll_kernel_drops();
+        if self.last_revalidate.elapsed() >= REVALIDATE_EVERY {
+            self.last_revalidate = Instant::now();
+            self.revalidator();
+        }
         let now = Instant::now();
         let due: Vec<String> = self
             .ports

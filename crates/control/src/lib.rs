@@ -7,12 +7,15 @@
 //! * [`daemon`]: the control thread: one epoll loop over the control socket, vhost-user
 //!   listeners and connections (server and client mode, with reconnect backoff), and the PMD
 //!   threads' configuration, published to them RCU-style.
+//! * [`flows`]: the OpenFlow-style rules of each bridge as installed (specs, counters,
+//!   timeouts), built into the datapath's pipeline on every change.
 //! * [`upgrade`]: the hot-upgrade handover protocol and its versioned state.
 #![forbid(unsafe_code)]
 
 pub mod client;
 pub mod config;
 pub mod daemon;
+pub mod flows;
 pub mod proto;
 pub mod upgrade;
 

@@ -60,6 +60,29 @@ pub enum Request {
         #[serde(default)]
         last: Option<usize>,
     },
+    /// Installs rules (`ferrovs add-flow` syntax), all or none.
+    AddFlows {
+        bridge: String,
+        flows: Vec<String>,
+    },
+    /// Removes the rules a filter selects (none given: every rule).
+    DelFlows {
+        bridge: String,
+        #[serde(default)]
+        filter: Option<String>,
+        #[serde(default)]
+        strict: bool,
+    },
+    /// The rules (a filter selects some) with their counters.
+    DumpFlows {
+        bridge: String,
+        #[serde(default)]
+        filter: Option<String>,
+    },
+    /// The bridge's megaflow cache entries.
+    DumpMegaflows {
+        bridge: String,
+    },
 }
 
 /// A response.

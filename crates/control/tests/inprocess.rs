@@ -1279,3 +1279,318 @@ fn offloads_pass_through_or_are_done_in_software() {
     let got = exchange(&mut a, &mut c, 100, 200);
     assert_eq!(got.len(), 100);
 }
+
+// ---- The flow pipeline ------------------------------------------------------------------
+
+fn udp(dst: u64, src: u64, flow: u16, seq: u64) -> Vec<u8> {
+    let mut b = vec![0u8; 100];
+    let n = build::udp_frame(
+        &mut b,
+        100,
+        dst,
+        src,
+        Stamp {
+            flow,
+            seq,
+            tx_ns: 1,
+        },
+    );
+    b.truncate(n);
+    b
+}
+
+fn udp_dst_port(p: &[u8]) -> u16 {
+    u16::from_be_bytes([p[36], p[37]])
+}
+
+impl Switch {
+    fn add_flows(&self, flows: &[&str]) -> Result<Value, String> {
+        self.req(Request::AddFlows {
+            bridge: "br0".into(),
+            flows: flows.iter().map(|s| s.to_string()).collect(),
+        })
+    }
+
+    fn del_flows(&self, filter: &str, strict: bool) -> Value {
+        self.req(Request::DelFlows {
+            bridge: "br0".into(),
+            filter: Some(filter.into()),
+            strict,
+        })
+        .unwrap()
+    }
+
+    fn dump_flows(&self) -> Vec<Value> {
+        self.req(Request::DumpFlows {
+            bridge: "br0".into(),
+            filter: None,
+        })
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .clone()
+    }
+
+    fn drops(&self, port: &str, reason: &str) -> u64 {
+        self.port_stats(port)["rx"]["drops"][reason]
+            .as_u64()
+            .unwrap_or(0)
+    }
+}
+
+/// Three guests on one bridge: rules steer, drop and rewrite; counters follow; deleting a
+/// rule goes back to NORMAL at once.
+#[test]
+fn flow_rules_steer_drop_rewrite_and_count() {
+    let sw = Switch::start("flows");
+    sw.add_port("vm3", &[]);
+    let mut a = attach(&sw.sock("vm1"), 0x0200_0000_0001, FrontendConfig::default());
+    let mut b = attach(&sw.sock("vm2"), 0x0200_0000_0002, FrontendConfig::default());
+    let mut c = attach(&sw.sock("vm3"), 0x0200_0000_0003, FrontendConfig::default());
+    // Learn b's address (NORMAL), so unicast to b is not flooded.
+    assert!(b.tx.send(&udp(ferrovs_packet::BROADCAST, b.mac, 0, 0)));
+    let (mut flooded_a, mut flooded_c) = (0, 0);
+    wait_until("learning", || {
+        a.rx.recv_with(32, |_| flooded_a += 1);
+        c.rx.recv_with(32, |_| flooded_c += 1);
+        flooded_a == 1 && flooded_c == 1
+    });
+    sw.add_flows(&[
+        // flow 1 (src port 1025) goes to vm3 instead of vm2
+        "priority=100,in_port=vm1,udp,tp_src=1025 actions=output:vm3",
+        // flow 2 is dropped
+        "priority=100,in_port=vm1,udp,tp_src=1026 actions=drop",
+        // flow 3 is rewritten to port 7 and sent on by NORMAL
+        "priority=100,in_port=vm1,udp,tp_src=1027 actions=mod_tp_dst:7,normal",
+    ])
+    .unwrap();
+    assert_eq!(sw.dump_flows().len(), 4, "3 rules + the default NORMAL");
+    for seq in 0..40u64 {
+        let flow = (seq % 4) as u16; // 0: NORMAL, 1: vm3, 2: drop, 3: rewrite
+        while !a.tx.send(&udp(b.mac, a.mac, flow, seq)) {}
+    }
+    let (mut at_b, mut at_c) = (Vec::new(), Vec::new());
+    let t0 = Instant::now();
+    while !(at_b.len() + at_c.len() == 30 && sw.drops("vm1", "flow_drop") == 10) {
+        b.rx.recv_with(32, |p| {
+            at_b.push((build::parse_udp_frame(p).unwrap().seq, udp_dst_port(p)))
+        });
+        c.rx.recv_with(32, |p| at_c.push(build::parse_udp_frame(p).unwrap().seq));
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "at vm2 {at_b:?}, at vm3 {at_c:?}, vm1 {}, flows {:?}",
+            sw.port_stats("vm1"),
+            sw.dump_flows()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(at_c.iter().all(|s| s % 4 == 1), "{at_c:?}");
+    assert_eq!(at_c.len(), 10);
+    for (s, port) in &at_b {
+        match s % 4 {
+            0 => assert_eq!(*port, 9),
+            3 => assert_eq!(*port, 7, "rewritten"),
+            _ => panic!("seq {s} reached vm2"),
+        }
+    }
+    let flows = sw.dump_flows();
+    for f in &flows {
+        let text = f["flow"].as_str().unwrap();
+        let n = f["n_packets"].as_u64().unwrap();
+        if text.contains("1025") || text.contains("1026") || text.contains("1027") {
+            assert_eq!(n, 10, "{text}");
+            assert_eq!(f["n_bytes"].as_u64().unwrap(), 1000, "{text}");
+        }
+    }
+    // Deleting the steering rule: the very next packets follow NORMAL again.
+    let r = sw.del_flows("priority=100,in_port=vm1,udp,tp_src=1025", true);
+    assert_eq!(r["deleted"], 1);
+    for seq in 100..110u64 {
+        while !a.tx.send(&udp(b.mac, a.mac, 1, seq)) {}
+    }
+    let mut n = 0;
+    wait_until("NORMAL again", || {
+        b.rx.recv_with(32, |p| {
+            assert_eq!(build::parse_udp_frame(p).unwrap().seq / 100, 1);
+            n += 1
+        });
+        n == 10
+    });
+    let mut stray = 0;
+    c.rx.recv_with(32, |_| stray += 1);
+    assert_eq!(stray, 0, "a deleted rule still steered packets");
+    // Non-strict delete of everything in_port=vm1 covers: the two rules left.
+    assert_eq!(sw.del_flows("in_port=vm1", false)["deleted"], 2);
+    assert_eq!(sw.dump_flows().len(), 1);
+    let _ = (&a.fe, &b.fe, &c.fe, &mut b.tx, &mut c.tx);
+}
+
+/// Rules flip between forward, drop and rewrite while packets flow through the EMC and the
+/// megaflow cache: after every acknowledged change, every packet is decided by the new rule
+/// alone (a stale cached decision would deliver a packet that must be dropped, drop one that
+/// must arrive, or leave a port unrewritten).
+#[test]
+fn revalidation_under_rule_churn_never_uses_a_stale_rule() {
+    let sw = Switch::start("churn");
+    sw.req(Request::ConfigSet {
+        key: "emc-insert-inv-prob".into(),
+        value: "1".into(),
+    })
+    .unwrap();
+    let mut a = attach(&sw.sock("vm1"), 0x0200_0000_0001, FrontendConfig::default());
+    let mut b = attach(&sw.sock("vm2"), 0x0200_0000_0002, FrontendConfig::default());
+    // Some rules that never match, so the cache has several subtables.
+    sw.add_flows(&[
+        "priority=50,ip,nw_dst=192.168.0.0/16 actions=drop",
+        "priority=40,in_port=vm2,tcp actions=drop",
+        "priority=30,udp,tp_dst=53 actions=drop",
+    ])
+    .unwrap();
+    let mut seq = 0u64;
+    let mut drops = sw.drops("vm1", "flow_drop");
+    for epoch in 0..45u64 {
+        let (rule, outcome) = match epoch % 3 {
+            0 => (
+                "priority=200,in_port=vm1,udp,tp_dst=9 actions=output:vm2",
+                9,
+            ),
+            1 => ("priority=200,in_port=vm1,udp,tp_dst=9 actions=drop", 0),
+            _ => (
+                "priority=200,in_port=vm1,udp,tp_dst=9 actions=mod_tp_dst:99,output:vm2",
+                99,
+            ),
+        };
+        // Same match and priority: the add replaces the rule.
+        sw.add_flows(&[rule]).unwrap();
+        let first = seq;
+        for i in 0..64u16 {
+            // 16 flows, 4 packets each: EMC and megaflow entries per flow, all invalidated
+            // at each change.
+            while !a.tx.send(&udp(b.mac, a.mac, i % 16, seq)) {}
+            seq += 1;
+        }
+        if outcome == 0 {
+            wait_until("drops", || sw.drops("vm1", "flow_drop") == drops + 64);
+            drops += 64;
+        } else {
+            let mut got = 0;
+            wait_until("delivery", || {
+                b.rx.recv_with(32, |p| {
+                    let s = build::parse_udp_frame(p).unwrap().seq;
+                    assert!(s >= first, "epoch {epoch}: packet {s} of an earlier epoch");
+                    assert_eq!(udp_dst_port(p), outcome, "epoch {epoch}: stale action");
+                    got += 1;
+                });
+                got == 64
+            });
+        }
+        assert_eq!(
+            sw.drops("vm1", "flow_drop"),
+            drops,
+            "epoch {epoch}: stale drop"
+        );
+    }
+    // Nothing arrived late from a drop epoch.
+    std::thread::sleep(Duration::from_millis(50));
+    let mut late = 0;
+    b.rx.recv_with(32, |_| late += 1);
+    assert_eq!(late, 0);
+    let pmd = &sw.req(Request::PmdStats).unwrap()[0];
+    let f = &pmd["flow"];
+    assert!(f["emc_hits"].as_u64().unwrap() > 0, "{pmd}");
+    assert!(f["upcalls"].as_u64().unwrap() >= 45, "{pmd}");
+    let caches = pmd["megaflow_caches"].as_array().unwrap();
+    assert!(caches[0]["invalidated"].as_u64().unwrap() > 0, "{pmd}");
+    let _ = (&a.fe, &b.fe, &mut b.tx);
+}
+
+/// The megaflow of a rule on one field ignores the others: many flows, one entry per input
+/// port, decided by the cache after the first upcall.
+#[test]
+fn megaflows_wildcard_what_the_rules_ignore() {
+    let sw = Switch::start("megaflow");
+    let mut a = attach(&sw.sock("vm1"), 0x0200_0000_0001, FrontendConfig::default());
+    let mut b = attach(&sw.sock("vm2"), 0x0200_0000_0002, FrontendConfig::default());
+    sw.add_flows(&[
+        "priority=10,udp,tp_dst=9 actions=output:vm2",
+        "priority=5,tcp actions=drop",
+    ])
+    .unwrap();
+    for i in 0..200u16 {
+        while !a.tx.send(&udp(b.mac, a.mac, i, u64::from(i))) {}
+    }
+    let mut got = 0;
+    wait_until("delivery", || {
+        b.rx.recv_with(32, |_| got += 1);
+        got == 200
+    });
+    let mf = sw
+        .req(Request::DumpMegaflows {
+            bridge: "br0".into(),
+        })
+        .unwrap();
+    let mf = mf.as_array().unwrap();
+    assert_eq!(mf.len(), 1, "{mf:?}");
+    let m = mf[0]["match"].as_str().unwrap();
+    assert!(m.contains("in_port=vm1") && m.contains("tp_dst=9"), "{m}");
+    assert!(!m.contains("tp_src") && !m.contains("nw_src"), "{m}");
+    assert_eq!(mf[0]["packets"].as_u64(), Some(200));
+    let f = &sw.req(Request::PmdStats).unwrap()[0]["flow"];
+    assert!(f["upcalls"].as_u64().unwrap() <= 2, "{f}");
+    let _ = (&a.fe, &b.fe, &mut b.tx);
+}
+
+#[test]
+fn rule_timeouts_expire() {
+    let sw = Switch::start("timeouts");
+    sw.add_flows(&[
+        "priority=10,hard_timeout=1,tcp actions=drop",
+        "priority=11,idle_timeout=1,udp actions=drop",
+        "priority=12,icmp actions=drop",
+    ])
+    .unwrap();
+    assert_eq!(sw.dump_flows().len(), 4);
+    wait_until("both timed rules expired", || sw.dump_flows().len() == 2);
+    let left: Vec<String> = sw
+        .dump_flows()
+        .iter()
+        .map(|f| f["flow"].as_str().unwrap().to_string())
+        .collect();
+    assert!(left.iter().any(|f| f.contains("icmp")), "{left:?}");
+}
+
+#[test]
+fn bad_flows_are_refused_whole_with_a_precise_error() {
+    let sw = Switch::start("badflows");
+    let e = sw
+        .add_flows(&["priority=1,nw_dts=10.0.0.1 actions=drop"])
+        .unwrap_err();
+    assert!(e.contains("nw_dts"), "{e}");
+    let e = sw
+        .add_flows(&[
+            "priority=1,udp actions=drop",
+            "priority=1,tp_dst=80 actions=drop",
+        ])
+        .unwrap_err();
+    assert!(e.starts_with("flow 2: "), "{e}");
+    let e = sw
+        .req(Request::AddFlows {
+            bridge: "nope".into(),
+            flows: vec!["actions=drop".into()],
+        })
+        .unwrap_err();
+    assert!(e.contains("no bridge named nope"), "{e}");
+    let e = sw
+        .req(Request::DelFlows {
+            bridge: "br0".into(),
+            filter: Some("tp_dst=99999".into()),
+            strict: false,
+        })
+        .unwrap_err();
+    assert!(e.contains("bad flow filter"), "{e}");
+    // Nothing was installed, and the bridge still switches as before.
+    assert_eq!(sw.dump_flows().len(), 1);
+    let mut a = attach(&sw.sock("vm1"), 0x0200_0000_0001, FrontendConfig::default());
+    let mut b = attach(&sw.sock("vm2"), 0x0200_0000_0002, FrontendConfig::default());
+    assert_eq!(exchange(&mut a, &mut b, 50, 100).len(), 50);
+}

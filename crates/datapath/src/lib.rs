@@ -6,6 +6,8 @@
 //! * [`xdp`]: netdevs over AF_XDP (the uplink's first choice).
 //! * [`mac_table`]: the lock-free MAC learning table of a bridge.
 //! * [`l2`]: the learning-bridge decision for one packet (VLAN access/trunk, flood, learn).
+//! * [`flow`]: bridges with OpenFlow-style rules: exact-match cache, megaflow cache, upcalls
+//!   to the rule tables, action execution.
 //! * [`pmd`]: the poll-mode thread loop and its cycle accounting.
 //! * [`Datapath`]: what the control plane publishes, RCU-style through `arc-swap`: a new
 //!   [`Snapshot`] replaces the old one atomically; PMDs pick it up at the next iteration and
@@ -14,6 +16,7 @@
 //! This crate depends on no control-plane code (no serde, no config parsing, no async).
 #![forbid(unsafe_code)]
 
+pub mod flow;
 pub mod kernel;
 pub mod l2;
 pub mod mac_table;
@@ -38,6 +41,11 @@ pub struct Bridge {
     pub macs: Arc<MacTable>,
     /// Ports of this bridge (indices into [`Snapshot::ports`]).
     pub ports: Vec<u32>,
+    /// The rule pipeline and its caches; `None` while the only rule is the default
+    /// `actions=NORMAL` (plain L2 switching, no flow keys).
+    pub flows: Option<flow::BridgeFlows>,
+    /// The default rule's counters, counted per burst on the plain L2 path.
+    pub default_rule: Option<Arc<ferrovs_flow::RuleStats>>,
 }
 
 /// One rx queue assigned to a PMD: a port and its queue pair.
@@ -83,6 +91,8 @@ pub struct Datapath {
     sleep_after_ns: std::sync::atomic::AtomicU64,
     /// Load-based sleep maximum in ns (0: off), as OVS `pmd-maxsleep`.
     sleep_max_ns: std::sync::atomic::AtomicU64,
+    /// EMC insertion probability: 1 in this, plus one (0: the default, 100).
+    emc_inv_prob: std::sync::atomic::AtomicU64,
 }
 
 /// How PMDs wait for packets.
@@ -120,6 +130,21 @@ pub const DEFAULT_SLEEP_AFTER_US: u64 = 300;
 impl Datapath {
     pub fn new() -> Datapath {
         Datapath::default()
+    }
+
+    /// Sets the exact-match caches' insertion probability to 1 in `p` (0: EMC off).
+    pub fn set_emc_insert_inv_prob(&self, p: u32) {
+        self.emc_inv_prob
+            .store(u64::from(p) + 1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The EMC insertion probability's inverse (see [`Datapath::set_emc_insert_inv_prob`]).
+    #[inline]
+    pub fn emc_insert_inv_prob(&self) -> u32 {
+        match self.emc_inv_prob.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => flow::emc::DEFAULT_INSERT_INV_PROB,
+            p => (p - 1) as u32,
+        }
     }
 
     /// Publishes a new snapshot; PMDs use it from their next iteration.

@@ -28,6 +28,7 @@ use ferrovs_sys::vring;
 use ferrovs_vhost::stats::DropReason;
 use ferrovs_vhost::virtqueue::BURST;
 
+use crate::flow::input::FlowCtx;
 use crate::l2::{self, Decision, Edit};
 use crate::port::{NotifyTimers, Port, PortIo};
 use crate::{Datapath, RxMode, RxqRef, Snapshot};
@@ -71,6 +72,38 @@ pub struct PmdStats {
     pub load_sleeps: AtomicU64,
     /// Why the configured thread priority could not be applied (empty: applied or none).
     pub priority_error: std::sync::OnceLock<String>,
+    /// The flow path's cache levels.
+    pub flow: FlowStats,
+}
+
+/// The flow path's counters of one PMD, as published.
+#[derive(Debug, Default)]
+pub struct FlowStats {
+    pub packets: AtomicU64,
+    pub emc_hits: AtomicU64,
+    pub megaflow_hits: AtomicU64,
+    pub upcalls: AtomicU64,
+    pub emc_inserts: AtomicU64,
+}
+
+impl FlowStats {
+    fn publish(&self, c: &crate::flow::FlowCounters) {
+        self.packets.store(c.packets, Ordering::Relaxed);
+        self.emc_hits.store(c.emc_hits, Ordering::Relaxed);
+        self.megaflow_hits.store(c.megaflow_hits, Ordering::Relaxed);
+        self.upcalls.store(c.upcalls, Ordering::Relaxed);
+        self.emc_inserts.store(c.emc_inserts, Ordering::Relaxed);
+    }
+
+    pub fn load(&self) -> crate::flow::FlowCounters {
+        crate::flow::FlowCounters {
+            packets: self.packets.load(Ordering::Relaxed),
+            emc_hits: self.emc_hits.load(Ordering::Relaxed),
+            megaflow_hits: self.megaflow_hits.load(Ordering::Relaxed),
+            upcalls: self.upcalls.load(Ordering::Relaxed),
+            emc_inserts: self.emc_inserts.load(Ordering::Relaxed),
+        }
+    }
 }
 
 /// A running PMD.
@@ -158,18 +191,56 @@ impl Drop for PmdHandle {
 }
 
 /// Per-output packet list.
-struct TxList {
+pub(crate) struct TxList {
     port: u32,
     idx: Vec<u16>,
 }
 
 /// Scratch of one PMD, allocated once.
-struct Scratch<'p> {
-    batch: Vec<Mbuf<'p>>,
+pub(crate) struct Scratch<'p> {
+    pub(crate) batch: Vec<Mbuf<'p>>,
     /// Copies with VLAN edits; referenced as `BURST + i`.
-    extra: Vec<Mbuf<'p>>,
+    pub(crate) extra: Vec<Mbuf<'p>>,
+    /// Software segments of one packet before they join `extra`.
+    segs: Vec<Mbuf<'p>>,
     outs: Vec<TxList>,
     nouts: usize,
+}
+
+impl<'p> Scratch<'p> {
+    /// Packet `i`: `batch[i]`, or `extra[i - BURST]` from `BURST` on.
+    #[inline]
+    pub(crate) fn at(&self, i: usize) -> &Mbuf<'p> {
+        if i < BURST {
+            &self.batch[i]
+        } else {
+            &self.extra[i - BURST]
+        }
+    }
+
+    #[inline]
+    pub(crate) fn at_mut(&mut self, i: usize) -> &mut Mbuf<'p> {
+        if i < BURST {
+            &mut self.batch[i]
+        } else {
+            &mut self.extra[i - BURST]
+        }
+    }
+
+    /// A copy of packet `i` (with its offload metadata) in `extra`; its index, or `None`
+    /// when no buffer is left.
+    pub(crate) fn copy(&mut self, pool: &'p Pool, i: usize) -> Option<usize> {
+        if self.extra.len() == self.extra.capacity() {
+            return None;
+        }
+        let src = self.at(i);
+        let len = src.len();
+        let mut m = pool.alloc_for(len)?;
+        m.fill(len)?.copy_from_slice(src.data());
+        m.vnet = src.vnet;
+        self.extra.push(m);
+        Some(BURST + self.extra.len() - 1)
+    }
 }
 
 fn run(
@@ -186,9 +257,11 @@ fn run(
     let (mut sleeps, mut sleep_cycles, mut kick_wakeups) = (0u64, 0u64, 0u64);
     let (mut load_sleeps, mut load_sleep_ns) = (0u64, 0u64);
     let mut timers = NotifyTimers::default();
+    let mut fx = FlowCtx::default();
     let mut sc = Scratch {
         batch: Vec::with_capacity(BURST),
         extra: Vec::with_capacity(MAX_EXTRA),
+        segs: Vec::with_capacity(MAX_EXTRA),
         outs: (0..MAX_OUTPUTS)
             .map(|_| TxList {
                 port: 0,
@@ -210,6 +283,7 @@ fn run(
         }
         let snap = dp.guard();
         let now = clock.load(Ordering::Relaxed);
+        fx.emc.set_insert_inv_prob(dp.emc_insert_inv_prob());
         let mine: &[RxqRef] = snap
             .pmd_rxqs
             .get(index)
@@ -217,7 +291,7 @@ fn run(
             .unwrap_or(&[]);
         let (mut moved, mut max_batch) = (0u64, 0u64);
         for rxq in mine {
-            let (r, t, d) = poll_rxq(&snap, *rxq, pool, &mut sc, &mut timers, now, index);
+            let (r, t, d) = poll_rxq(&snap, *rxq, pool, &mut sc, &mut timers, &mut fx, now, index);
             moved += r;
             max_batch = max_batch.max(r);
             rx += r;
@@ -298,6 +372,7 @@ fn run(
             stats.tx_packets.store(tx, Ordering::Relaxed);
             stats.drops.store(drops, Ordering::Relaxed);
             stats.rxqs.store(assigned as u64, Ordering::Relaxed);
+            stats.flow.publish(&fx.counters);
         }
         if assigned == 0 {
             // Nothing assigned: don't spin a core for nothing (a new snapshot or a freeze
@@ -437,6 +512,7 @@ enum Wake {
 }
 
 /// Polls one rx queue; returns (received, transmitted, dropped).
+#[allow(clippy::too_many_arguments)]
 #[inline]
 fn poll_rxq<'p>(
     snap: &Snapshot,
@@ -444,6 +520,7 @@ fn poll_rxq<'p>(
     pool: &'p Pool,
     sc: &mut Scratch<'p>,
     timers: &mut NotifyTimers,
+    fx: &mut FlowCtx,
     now: u32,
     pmd: usize,
 ) -> (u64, u64, u64) {
@@ -460,9 +537,47 @@ fn poll_rxq<'p>(
         sc.batch.clear();
         return (n as u64, 0, n as u64);
     };
-    let mut dropped = 0u64;
     sc.nouts = 0;
-    for i in 0..n {
+    let mut dropped = if let Some(bf) = &bridge.flows {
+        crate::flow::input::process(snap, bridge, bf, inp, pool, sc, fx, now)
+    } else {
+        if let Some(r) = &bridge.default_rule {
+            let bytes: usize = sc.batch.iter().map(|m| m.len()).sum();
+            r.packets.fetch_add(n as u64, Ordering::Relaxed);
+            r.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+            if r.used.load(Ordering::Relaxed) != u64::from(now) {
+                r.used.store(u64::from(now), Ordering::Relaxed);
+            }
+        }
+        plain_l2(snap, bridge, inp, pool, sc, now)
+    };
+    let mut sent = 0u64;
+    for o in 0..sc.nouts {
+        let list = &sc.outs[o];
+        let Some(out) = snap.port(list.port) else {
+            continue;
+        };
+        let (s, d) = transmit(out, &list.idx, &sc.batch, &sc.extra, pmd, timers);
+        sent += s;
+        dropped += d;
+    }
+    sc.batch.clear();
+    sc.extra.clear();
+    (n as u64, sent, dropped)
+}
+
+/// The default pipeline (NORMAL only): the learning-bridge decision per packet, no flow key.
+#[inline]
+fn plain_l2<'p>(
+    snap: &Snapshot,
+    bridge: &crate::Bridge,
+    inp: &Port,
+    pool: &'p Pool,
+    sc: &mut Scratch<'p>,
+    now: u32,
+) -> u64 {
+    let mut dropped = 0u64;
+    for i in 0..sc.batch.len() {
         let c = l2::decide(snap, bridge, inp, sc.batch[i].data(), now);
         match c.decision {
             Decision::Drop(r) => {
@@ -488,25 +603,14 @@ fn poll_rxq<'p>(
             }
         }
     }
-    let mut sent = 0u64;
-    for o in 0..sc.nouts {
-        let list = &sc.outs[o];
-        let Some(out) = snap.port(list.port) else {
-            continue;
-        };
-        let (s, d) = transmit(out, &list.idx, &sc.batch, &sc.extra, pmd, timers);
-        sent += s;
-        dropped += d;
-    }
-    sc.batch.clear();
-    sc.extra.clear();
-    (n as u64, sent, dropped)
+    dropped
 }
 
-/// Adds packet `i` to `out`'s list, making a VLAN-edited copy if the port needs one, and
-/// doing in software the offloads the packet asks for that the port cannot take.
+/// Adds packet `i` (`BURST + k`: `extra[k]`) to `out`'s list, making a VLAN-edited copy if
+/// the port needs one, and doing in software the offloads the packet asks for that the port
+/// cannot take.
 #[inline]
-fn add_output<'p>(
+pub(crate) fn add_output<'p>(
     sc: &mut Scratch<'p>,
     pool: &'p Pool,
     i: usize,
@@ -515,7 +619,7 @@ fn add_output<'p>(
     out: &Port,
 ) {
     let edit = l2::egress_edit(c, out);
-    let ol = sc.batch[i].vnet;
+    let ol = sc.at(i).vnet;
     if ol.is_offload() && !caps::accepts(out.tx_caps(), &ol) {
         match software_offload(sc, pool, i, edit, out) {
             Ok(true) => return,
@@ -533,7 +637,7 @@ fn add_output<'p>(
                 out.rx_drops.drop(DropReason::NoMbuf, 1);
                 return;
             }
-            let src = &sc.batch[i];
+            let src = sc.at(i);
             let len = src.len() + if matches!(edit, Edit::Push(_)) { 4 } else { 0 };
             let Some(mut m) = pool.alloc_for(len) else {
                 out.rx_drops.drop(DropReason::NoMbuf, 1);
@@ -612,18 +716,27 @@ fn software_offload<'p>(
     let Scratch {
         batch,
         extra,
+        segs,
         outs,
         nouts,
     } = sc;
-    let h = batch[i].vnet;
+    let src = if i < BURST {
+        &batch[i]
+    } else {
+        &extra[i - BURST]
+    };
+    let h = src.vnet;
     if h.gso() != vnet::GSO_NONE {
-        let seg = TcpSegmenter::new(batch[i].data(), h.gso_size, h.csum_start)?;
+        let seg = TcpSegmenter::new(src.data(), h.gso_size, h.csum_start)?;
         if seg.count() > 1 {
             out.offload.sw_tso.fetch_add(1, Ordering::Relaxed);
-            let mut made = 0u64;
+            // Segments go to `segs` first (the source may be in `extra`), then join `extra`
+            // at the indices already given to `out`'s list.
+            let base = extra.len();
+            segs.clear();
             for k in 0..seg.count() {
                 let len = seg.len(k);
-                let m = (extra.len() < extra.capacity())
+                let m = (base + segs.len() < extra.capacity())
                     .then(|| pool.alloc_for(len))
                     .flatten();
                 let Some(mut m) = m else {
@@ -645,16 +758,21 @@ fn software_offload<'p>(
                         m.pull_front(4);
                     }
                 }
-                extra.push(m);
-                push_output(outs, nouts, out, (BURST + extra.len() - 1) as u16);
-                made += 1;
+                push_output(outs, nouts, out, (BURST + base + segs.len()) as u16);
+                segs.push(m);
             }
+            let made = segs.len() as u64;
+            extra.append(segs);
             out.offload.sw_segments.fetch_add(made, Ordering::Relaxed);
             return Ok(true);
         }
     }
     // One segment's worth, or only a checksum: complete it in place.
-    let m = &mut batch[i];
+    let m = if i < BURST {
+        &mut batch[i]
+    } else {
+        &mut extra[i - BURST]
+    };
     offload::complete_csum(
         m.data_mut(),
         usize::from(h.csum_start),

@@ -61,6 +61,29 @@ pub struct Params {
     /// may poll a new port only after reconfiguring its datapath), so the start-up is not
     /// measured.
     pub settle: Duration,
+    /// txonly: also vary the IPv4 source address over this many values (10.128.0.0 and up),
+    /// packet by packet: up to millions of distinct flows for a switch's flow caches (the
+    /// per-flow sequence accounting stays by UDP port, `flows`). 0: off.
+    pub ip_flows: u32,
+}
+
+/// Sets the IPv4 source of a test frame to the `k`-th address from 10.128.0.0 and fixes
+/// the header checksum.
+#[inline]
+fn set_ip_source(b: &mut [u8], k: u32) {
+    if b.len() < 34 {
+        return;
+    }
+    b[26..30].copy_from_slice(&(0x0a80_0000u32.wrapping_add(k)).to_be_bytes());
+    b[24..26].copy_from_slice(&[0, 0]);
+    let mut sum: u32 = 0;
+    for w in b[14..34].chunks_exact(2) {
+        sum += u32::from(u16::from_be_bytes([w[0], w[1]]));
+    }
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    b[24..26].copy_from_slice(&(!(sum as u16)).to_be_bytes());
 }
 
 /// Latency histogram in 100 ns buckets up to 10 ms, plus the maximum.
@@ -339,6 +362,7 @@ pub fn run(
     };
     let mut flows: Vec<FlowRx> = Vec::new();
     let mut seq = vec![0u64; p.flows.max(1) as usize];
+    let mut ip_next = 0u32;
     // Flows are pinned to queue pairs (flow % pairs == queue), as RSS would, so that one
     // flow's packets never race each other over two queues.
     let mut flow_rr = vec![0u16; pairs.max(1)];
@@ -425,6 +449,7 @@ pub fn run(
                     let nflows = p.flows.max(1) as usize;
                     let per_queue = nflows.div_ceil(pairs).max(1);
                     let rr = &mut flow_rr[q];
+                    let ipf = &mut ip_next;
                     let n = tx.send_with(allowed as usize, |_, buf| {
                         let mut flow = (*rr as usize) * pairs + q;
                         if flow >= nflows {
@@ -439,7 +464,12 @@ pub fn run(
                             tx_ns: now,
                         };
                         *s += 1;
-                        template.write(buf, st)
+                        let len = template.write(buf, st);
+                        if p.ip_flows > 0 {
+                            set_ip_source(buf, *ipf);
+                            *ipf = (*ipf + 1) % p.ip_flows;
+                        }
+                        len
                     });
                     r.sent += n as u64;
                     r.bytes += (n * p.size) as u64;

@@ -24,6 +24,8 @@ MODE: txonly | rxonly | pingpong | reflect | idle (attach and stay quiet)
   --rate PPS         packets per second, 0 = max (default 0)
   --count N          stop after N packets (txonly)
   --flows N          distinct UDP flows (default 1)
+  --ip-flows N       txonly: also vary the IPv4 source over N addresses from 10.128.0.0,
+                     packet by packet (millions of flows for flow caches; default 0: off)
   --size BYTES       frame size without FCS (default 64)
   --duration SECS    run time (default 10)
   --idle SECS        rxonly: stop after this long without packets (default 2)
@@ -55,6 +57,7 @@ fn parse() -> Result<(PathBuf, Option<PathBuf>, bool, FrontendConfig, Params), S
         poisson: false,
         spin: false,
         settle: Duration::ZERO,
+        ip_flows: 0,
     };
     let mut mode = None;
     let mut args = std::env::args().skip(1);
@@ -85,6 +88,13 @@ fn parse() -> Result<(PathBuf, Option<PathBuf>, bool, FrontendConfig, Params), S
             "--quiet" => p.live = false,
             "--poisson" => p.poisson = true,
             "--spin" => p.spin = true,
+            "--ip-flows" => {
+                p.ip_flows = val()?
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|n| *n <= 1 << 24)
+                    .ok_or("bad --ip-flows (0..=16777216)")?
+            }
             "--settle" => {
                 p.settle = Duration::from_secs_f64(val()?.parse().map_err(|_| "bad --settle")?)
             }

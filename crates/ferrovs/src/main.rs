@@ -24,9 +24,18 @@ commands:
   port-stats [PORT]                      packets, bytes and drops by reason, per queue
   pmd-stats | pmd-stats-clear            PMD busy/idle cycles, cycles per packet
   mac-table BRIDGE                       learned addresses
+  add-flow BRIDGE FLOW                   install a rule, ovs-ofctl syntax, e.g.
+                                         'priority=100,in_port=vm1,tcp,tp_dst=80 actions=drop'
+  add-flows BRIDGE FILE                  install every rule of FILE (- : stdin), one per line
+                                         (# comments), all or none
+  del-flows BRIDGE [--strict] [FILTER]   remove the rules FILTER covers (all without one;
+                                         --strict: same match and priority only)
+  dump-flows BRIDGE [FILTER]             rules with their packet and byte counters
+  dump-megaflows BRIDGE                  the megaflow cache's entries
   config get [KEY] | config set KEY VALUE    pmd-cores, pmd-rx-mode, pmd-sleep-after-us,
                                          pmd-sleep-max-us, pmd-priority, mac-aging,
-                                         mac-table-size
+                                         mac-table-size, flow-limit, flow-max-idle,
+                                         emc-insert-inv-prob
   monitor [SECONDS]                      live per-port rates, one line per second
   upgrade [NEW-FERROVSD]                 hot upgrade: start NEW-FERROVSD (default: the ferrovsd
                                          beside this ferrovs) with --takeover; it takes every
@@ -227,6 +236,42 @@ fn print_pmd_stats(v: &Value) {
             s(&p["sleeps"]),
             s(&p["kick_wakeups"]),
             s(&p["load_sleeps"])
+        );
+        let f = &p["flow"];
+        if f["packets"].as_u64().unwrap_or(0) > 0 {
+            let n = f["packets"].as_u64().unwrap_or(0).max(1) as f64;
+            let pct = |k: &str| f[k].as_u64().unwrap_or(0) as f64 * 100.0 / n;
+            println!(
+                "  flow packets: {}  emc hits: {} ({:.1}%)  megaflow hits: {} ({:.1}%)  upcalls (misses): {} ({:.1}%)",
+                s(&f["packets"]),
+                s(&f["emc_hits"]),
+                pct("emc_hits"),
+                s(&f["megaflow_hits"]),
+                pct("megaflow_hits"),
+                s(&f["upcalls"]),
+                pct("upcalls")
+            );
+        }
+    }
+    // The megaflow caches are shared by the PMDs: printed once.
+    let caches = v
+        .as_array()
+        .and_then(|a| a.first())
+        .and_then(|p| p["megaflow_caches"].as_array());
+    for c in caches.into_iter().flatten() {
+        println!(
+            "megaflow cache {}: {} entries in {} subtables (limit {}), {} rules; inserted {}, evicted {}, invalidated {} in {} revalidations, refused: full {} stale {}",
+            s(&c["bridge"]),
+            s(&c["entries"]),
+            s(&c["subtables"]),
+            s(&c["limit"]),
+            s(&c["rules"]),
+            s(&c["inserted"]),
+            s(&c["evicted"]),
+            s(&c["invalidated"]),
+            s(&c["revalidations"]),
+            s(&c["refused_full"]),
+            s(&c["refused_stale"])
         );
     }
 }
@@ -536,6 +581,79 @@ fn run() -> Result<(), String> {
                 }
             })
         }
+        Some("add-flow") => {
+            need(3)?;
+            (
+                Request::AddFlows {
+                    bridge: a[1].into(),
+                    flows: vec![a[2].into()],
+                },
+                |_| {},
+            )
+        }
+        Some("add-flows") => {
+            need(3)?;
+            return add_flows_file(&cli, a[1], a[2]);
+        }
+        Some("del-flows") => {
+            let strict = a.contains(&"--strict");
+            let rest: Vec<&str> = a[1..]
+                .iter()
+                .copied()
+                .filter(|x| *x != "--strict")
+                .collect();
+            if rest.is_empty() || rest.len() > 2 {
+                return Err(format!(
+                    "del-flows takes BRIDGE, --strict and a FILTER\n{USAGE}"
+                ));
+            }
+            (
+                Request::DelFlows {
+                    bridge: rest[0].into(),
+                    filter: rest.get(1).map(|s| s.to_string()),
+                    strict,
+                },
+                |v| {
+                    println!(
+                        "deleted {} rule(s), {} left",
+                        s(&v["deleted"]),
+                        s(&v["rules"])
+                    )
+                },
+            )
+        }
+        Some("dump-flows") => {
+            if a.len() < 2 || a.len() > 3 {
+                return Err(format!("dump-flows takes BRIDGE and a FILTER\n{USAGE}"));
+            }
+            (
+                Request::DumpFlows {
+                    bridge: a[1].into(),
+                    filter: a.get(2).map(|s| s.to_string()),
+                },
+                print_flows,
+            )
+        }
+        Some("dump-megaflows") => {
+            need(2)?;
+            (
+                Request::DumpMegaflows {
+                    bridge: a[1].into(),
+                },
+                |v| {
+                    for e in v.as_array().into_iter().flatten() {
+                        println!(
+                            "{}, packets:{}, bytes:{}, used:{}s, actions:{}",
+                            s(&e["match"]),
+                            s(&e["packets"]),
+                            s(&e["bytes"]),
+                            s(&e["used_s_ago"]),
+                            s(&e["actions"])
+                        );
+                    }
+                },
+            )
+        }
         Some("monitor") => {
             let secs = match a.get(1) {
                 Some(n) => Some(
@@ -556,6 +674,70 @@ fn run() -> Result<(), String> {
         );
     } else {
         printer(&v);
+    }
+    Ok(())
+}
+
+/// `dump-flows`, as ovs-ofctl prints it.
+fn print_flows(v: &Value) {
+    for r in v.as_array().into_iter().flatten() {
+        println!(
+            " cookie={}, duration={:.3}s, table={}, n_packets={}, n_bytes={}, {}",
+            s(&r["cookie"]),
+            r["duration_s"].as_f64().unwrap_or(0.0),
+            s(&r["table"]),
+            s(&r["n_packets"]),
+            s(&r["n_bytes"]),
+            s(&r["flow"])
+        );
+    }
+}
+
+/// `add-flows BRIDGE FILE`: one request with every rule of the file; an error names the
+/// file's line.
+fn add_flows_file(cli: &Cli, bridge: &str, path: &str) -> Result<(), String> {
+    let text = if path == "-" {
+        let mut t = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut t)
+            .map_err(|e| format!("cannot read stdin: {e}"))?;
+        t
+    } else {
+        std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?
+    };
+    let mut lines = Vec::new();
+    let mut flows = Vec::new();
+    for (i, l) in text.lines().enumerate() {
+        let l = l.trim();
+        if l.is_empty() || l.starts_with('#') {
+            continue;
+        }
+        lines.push(i + 1);
+        flows.push(l.to_string());
+    }
+    let req = Request::AddFlows {
+        bridge: bridge.into(),
+        flows,
+    };
+    let v = cli.call(&req).map_err(|e| {
+        // "flow N: why" -> "FILE:LINE: why"
+        let parsed = e.strip_prefix("flow ").and_then(|r| {
+            let (n, why) = r.split_once(": ")?;
+            let n: usize = n.parse().ok()?;
+            Some((*lines.get(n.checked_sub(1)?)?, why.to_string()))
+        });
+        match parsed {
+            Some((line, why)) => format!("{path}:{line}: {why}"),
+            None => e,
+        }
+    })?;
+    if cli.json {
+        println!("{v}");
+    } else {
+        println!(
+            "added {} rule(s), {} in all",
+            s(&v["added"]),
+            s(&v["rules"])
+        );
     }
     Ok(())
 }

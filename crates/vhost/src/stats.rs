@@ -43,6 +43,7 @@ reasons! {
     KernelRxDropped => "kernel_rx_dropped",
     BadOffload => "bad_offload",
     OffloadRefused => "offload_refused",
+    FlowDrop => "flow_drop",
 }
 
 pub const NUM_REASONS: usize = DropReason::ALL.len();

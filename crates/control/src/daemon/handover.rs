@@ -654,7 +654,13 @@ impl Daemon {
             .map_err(|e| format!("cannot start PMD threads: {e}"))?;
         d.upgrades = state.upgrades;
         for b in &state.bridges {
-            d.add_bridge_as(&b.name, Some(b.id))
+            let flows = state
+                .config
+                .bridges
+                .iter()
+                .find(|c| c.name == b.name)
+                .and_then(|c| c.flows.clone());
+            d.add_bridge_as(&b.name, Some(b.id), flows.as_deref())
                 .map_err(|e| e.to_string())?;
             let macs = &d.bridges[&b.name].macs;
             for &(mac, vlan, port) in &b.macs {

@@ -1,0 +1,53 @@
+//! The flow pipeline's fast path: how a PMD decides a packet of a bridge that has OpenFlow-
+//! style rules, in three levels, each a file with its own counters (as OVS's
+//! `dp_netdev_input__` → `dfc_processing` → `fast_path_processing` → `handle_packet_upcall`):
+//!
+//! 1. [`emc`]: the PMD's exact-match cache (full key → megaflow);
+//! 2. [`megaflow`]: the bridge's shared megaflow cache (wildcarded entries by mask);
+//! 3. [`upcall`]: on a miss, the packet's key goes through the rule tables
+//!    ([`ferrovs_flow::Pipeline::translate`]), which also says which key bits it consulted;
+//!    the result becomes a megaflow entry.
+//!
+//! [`input`] runs a burst through the levels and executes each packet's actions.
+//!
+//! A bridge whose only rule is the default `priority=0 actions=NORMAL` keeps the plain L2
+//! path ([`crate::l2`]): no key extraction, no caches ([`BridgeFlows`] is then absent).
+//!
+//! # Thread-safety
+//! [`BridgeFlows`] is part of the published [`crate::Snapshot`]: the pipeline it holds is
+//! immutable; a rule change publishes a new one with the next generation and revalidates the
+//! megaflow cache ([`megaflow::MegaflowCache::revalidate`]) before it is acknowledged.
+
+pub mod emc;
+pub mod input;
+pub mod megaflow;
+pub mod upcall;
+
+use std::sync::Arc;
+
+use ferrovs_flow::Pipeline;
+
+pub use emc::Emc;
+pub use megaflow::{MegaflowCache, Revalidation};
+
+/// A bridge's rules as the datapath sees them.
+#[derive(Debug, Clone)]
+pub struct BridgeFlows {
+    pub pipeline: Arc<Pipeline>,
+    /// Generation of `pipeline` (megaflows translated with another are not cached).
+    pub gen: u64,
+    pub cache: Arc<MegaflowCache>,
+}
+
+/// Flow-path counters of one PMD (kept locally, published with the PMD's other counters).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct FlowCounters {
+    /// Packets decided through the flow pipeline.
+    pub packets: u64,
+    pub emc_hits: u64,
+    pub megaflow_hits: u64,
+    /// Misses in both caches: translated through the rule tables.
+    pub upcalls: u64,
+    /// EMC insertions.
+    pub emc_inserts: u64,
+}

@@ -1,0 +1,372 @@
+//! Header rewrites for `set_field` actions, in place, with incremental checksum updates
+//! (RFC 1624): the IPv4 header checksum, and the TCP/UDP checksum over the pseudo-header
+//! when an address changes or over the port when a port does. An IPv4 UDP checksum of 0
+//! ("none") stays 0. A packet whose L4 checksum the next hop completes (virtio
+//! `NEEDS_CSUM`: the field holds the pseudo-header sum, not complemented) is updated as
+//! such when `partial_l4` is set.
+
+use crate::key::{Field, ETH_IPV4, ETH_IPV6, ETH_VLAN, IP_TCP, IP_UDP};
+
+/// Why a rewrite could not be done (the frame is left as it was).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum EditError {
+    #[error("the frame has no {0} header")]
+    Missing(&'static str),
+    #[error("field {0:?} cannot be rewritten in a frame")]
+    NotEditable(Field),
+}
+
+fn rd16(b: &[u8], at: usize) -> u16 {
+    u16::from_be_bytes([b[at], b[at + 1]])
+}
+
+fn wr16(b: &mut [u8], at: usize, v: u16) {
+    b[at..at + 2].copy_from_slice(&v.to_be_bytes());
+}
+
+/// One's-complement sum of 16-bit words (no final fold).
+fn sum_words(bytes: &[u8]) -> u32 {
+    bytes
+        .chunks(2)
+        .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))
+        .sum()
+}
+
+fn fold(mut s: u32) -> u16 {
+    while s > 0xffff {
+        s = (s & 0xffff) + (s >> 16);
+    }
+    s as u16
+}
+
+/// A checksum field `hc` (complemented) after bytes `old` became `new` (same length).
+fn update_csum(hc: u16, old: &[u8], new: &[u8]) -> u16 {
+    // HC' = ~(~HC + ~m + m')
+    let mut s = u32::from(!hc);
+    for c in old.chunks(2) {
+        s += u32::from(!u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]));
+    }
+    s += sum_words(new);
+    !fold(s)
+}
+
+/// A non-complemented sum field (a partial checksum) after `old` became `new`.
+fn update_partial(sum: u16, old: &[u8], new: &[u8]) -> u16 {
+    let mut s = u32::from(sum);
+    for c in old.chunks(2) {
+        s += u32::from(!u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]));
+    }
+    s += sum_words(new);
+    fold(s)
+}
+
+struct Layout {
+    l3: usize,
+    ethertype: u16,
+    /// (offset, protocol) of TCP/UDP, when directly after the IP header.
+    l4: Option<(usize, u8)>,
+}
+
+fn layout(f: &[u8]) -> Option<Layout> {
+    let mut ty = u16::from_be_bytes(f.get(12..14)?.try_into().ok()?);
+    let mut l3 = 14;
+    if ty == ETH_VLAN {
+        ty = u16::from_be_bytes(f.get(16..18)?.try_into().ok()?);
+        l3 = 18;
+    }
+    let l4 = match ty {
+        ETH_IPV4 => {
+            let ihl = usize::from(*f.get(l3)? & 0x0f) * 4;
+            if ihl < 20 || f.len() < l3 + ihl {
+                return None;
+            }
+            let later = rd16(f, l3 + 6) & 0x1fff != 0;
+            let proto = f[l3 + 9];
+            (!later && (proto == IP_TCP || proto == IP_UDP)).then_some((l3 + ihl, proto))
+        }
+        ETH_IPV6 => {
+            if f.len() < l3 + 40 {
+                return None;
+            }
+            let proto = f[l3 + 6];
+            (proto == IP_TCP || proto == IP_UDP).then_some((l3 + 40, proto))
+        }
+        _ => None,
+    };
+    Some(Layout {
+        l3,
+        ethertype: ty,
+        l4: l4.filter(|(o, p)| f.len() >= o + if *p == IP_TCP { 20 } else { 8 }),
+    })
+}
+
+/// Offset of the L4 checksum field.
+fn l4_csum_at(l4: usize, proto: u8) -> usize {
+    if proto == IP_TCP {
+        l4 + 16
+    } else {
+        l4 + 6
+    }
+}
+
+/// Rewrites bytes `at..at+new.len()` and fixes the checksums that cover them: the IPv4
+/// header checksum if `ip_hdr`, the L4 one if `l4` (pseudo-header or L4 header bytes).
+fn rewrite(
+    f: &mut [u8],
+    lay: &Layout,
+    at: usize,
+    new: &[u8],
+    ip_hdr: bool,
+    l4: bool,
+    partial: bool,
+) {
+    let old: Vec<u8> = f[at..at + new.len()].to_vec();
+    if old == new {
+        return;
+    }
+    if ip_hdr && lay.ethertype == ETH_IPV4 {
+        let c = rd16(f, lay.l3 + 10);
+        wr16(f, lay.l3 + 10, update_csum(c, &old, new));
+    }
+    if let (true, Some((o, proto))) = (l4, lay.l4) {
+        let at_c = l4_csum_at(o, proto);
+        let c = rd16(f, at_c);
+        let v4_udp_none = proto == IP_UDP && lay.ethertype == ETH_IPV4 && c == 0;
+        if partial {
+            wr16(f, at_c, update_partial(c, &old, new));
+        } else if !v4_udp_none {
+            let mut n = update_csum(c, &old, new);
+            if proto == IP_UDP && n == 0 {
+                n = 0xffff;
+            }
+            wr16(f, at_c, n);
+        }
+    }
+    f[at..at + new.len()].copy_from_slice(new);
+}
+
+/// Sets field `fld` of `frame` to `v` (see the module doc).
+pub fn set_field(frame: &mut [u8], fld: Field, v: u128, partial_l4: bool) -> Result<(), EditError> {
+    match fld {
+        Field::EthDst | Field::EthSrc => {
+            if frame.len() < 14 {
+                return Err(EditError::Missing("Ethernet"));
+            }
+            let at = if fld == Field::EthDst { 0 } else { 6 };
+            frame[at..at + 6].copy_from_slice(&(v as u64).to_be_bytes()[2..]);
+            return Ok(());
+        }
+        _ => {}
+    }
+    let lay = layout(frame).ok_or(EditError::Missing("IP"))?;
+    let v4 = lay.ethertype == ETH_IPV4;
+    let v6 = lay.ethertype == ETH_IPV6;
+    let l3 = lay.l3;
+    match fld {
+        Field::Ipv4Src | Field::Ipv4Dst if v4 => {
+            let at = l3 + if fld == Field::Ipv4Src { 12 } else { 16 };
+            rewrite(
+                frame,
+                &lay,
+                at,
+                &(v as u32).to_be_bytes(),
+                true,
+                true,
+                partial_l4,
+            );
+        }
+        Field::Ipv6Src | Field::Ipv6Dst if v6 => {
+            let at = l3 + if fld == Field::Ipv6Src { 8 } else { 24 };
+            rewrite(frame, &lay, at, &v.to_be_bytes(), false, true, partial_l4);
+        }
+        Field::IpTos if v4 => {
+            let new = [frame[l3], v as u8];
+            rewrite(frame, &lay, l3, &new, true, false, false);
+        }
+        Field::IpTos if v6 => {
+            // Traffic class spans the first two bytes: version(4) tc(8) flow(4..).
+            let tc = v as u8;
+            let b0 = (frame[l3] & 0xf0) | (tc >> 4);
+            let b1 = (frame[l3 + 1] & 0x0f) | (tc << 4);
+            frame[l3] = b0;
+            frame[l3 + 1] = b1;
+        }
+        Field::IpTtl if v4 => {
+            let new = [v as u8, frame[l3 + 9]];
+            rewrite(frame, &lay, l3 + 8, &new, true, false, false);
+        }
+        Field::IpTtl if v6 => frame[l3 + 7] = v as u8,
+        Field::TpSrc | Field::TpDst => {
+            let Some((o, _)) = lay.l4 else {
+                return Err(EditError::Missing("TCP or UDP"));
+            };
+            let at = o + if fld == Field::TpSrc { 0 } else { 2 };
+            rewrite(
+                frame,
+                &lay,
+                at,
+                &(v as u16).to_be_bytes(),
+                false,
+                true,
+                partial_l4,
+            );
+        }
+        Field::Ipv4Src | Field::Ipv4Dst | Field::IpTos | Field::IpTtl => {
+            return Err(EditError::Missing("IPv4"))
+        }
+        Field::Ipv6Src | Field::Ipv6Dst => return Err(EditError::Missing("IPv6")),
+        f => return Err(EditError::NotEditable(f)),
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn csum(b: &[u8]) -> u16 {
+        !fold(sum_words(b))
+    }
+
+    /// An IPv4 (or IPv6) TCP/UDP frame with correct checksums.
+    fn frame(v6: bool, proto: u8, vlan: bool) -> Vec<u8> {
+        let l4len = if proto == IP_TCP { 20 } else { 8 } + 11;
+        let l3len = if v6 { 40 } else { 20 };
+        let off = if vlan { 4 } else { 0 };
+        let mut f = vec![0u8; 14 + off + l3len + l4len];
+        f[0..12].copy_from_slice(&[2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1]);
+        if vlan {
+            f[12..16].copy_from_slice(&[0x81, 0, 0, 5]);
+        }
+        let l3 = 14 + off;
+        let l4 = l3 + l3len;
+        if v6 {
+            f[l3 - 2..l3].copy_from_slice(&[0x86, 0xdd]);
+            f[l3] = 0x60;
+            wr16(&mut f, l3 + 4, l4len as u16);
+            f[l3 + 6] = proto;
+            f[l3 + 7] = 64;
+            for i in 0..16 {
+                f[l3 + 8 + i] = 0x20 + i as u8;
+                f[l3 + 24 + i] = 0x40 + i as u8;
+            }
+        } else {
+            f[l3 - 2..l3].copy_from_slice(&[0x08, 0]);
+            f[l3] = 0x45;
+            wr16(&mut f, l3 + 2, (20 + l4len) as u16);
+            f[l3 + 8] = 64;
+            f[l3 + 9] = proto;
+            f[l3 + 12..l3 + 20].copy_from_slice(&[10, 0, 0, 1, 10, 0, 0, 2]);
+            let c = csum(&f[l3..l3 + 20]);
+            wr16(&mut f, l3 + 10, c);
+        }
+        wr16(&mut f, l4, 1111);
+        wr16(&mut f, l4 + 2, 2222);
+        if proto == IP_TCP {
+            f[l4 + 12] = 0x50;
+        } else {
+            wr16(&mut f, l4 + 4, l4len as u16);
+        }
+        for (i, b) in f[l4 + l4len - 11..].iter_mut().enumerate() {
+            *b = i as u8 * 7;
+        }
+        let c = l4_full(&f, l3, l4, v6, proto);
+        wr16(&mut f, l4_csum_at(l4, proto), c);
+        f
+    }
+
+    fn l4_full(f: &[u8], l3: usize, l4: usize, v6: bool, proto: u8) -> u16 {
+        let mut s = 0u32;
+        if v6 {
+            s += sum_words(&f[l3 + 8..l3 + 40]);
+        } else {
+            s += sum_words(&f[l3 + 12..l3 + 20]);
+        }
+        s += u32::from(proto) + (f.len() - l4) as u32;
+        let mut seg = f[l4..].to_vec();
+        let at = l4_csum_at(0, proto);
+        seg[at] = 0;
+        seg[at + 1] = 0;
+        s += sum_words(&seg);
+        let c = !fold(s);
+        if c == 0 && proto == IP_UDP {
+            0xffff
+        } else {
+            c
+        }
+    }
+
+    fn check(f: &[u8], v6: bool, proto: u8, vlan: bool) {
+        let l3 = 14 + if vlan { 4 } else { 0 };
+        let l4 = l3 + if v6 { 40 } else { 20 };
+        if !v6 {
+            assert_eq!(
+                fold(sum_words(&f[l3..l3 + 20])),
+                0xffff,
+                "IPv4 header checksum"
+            );
+        }
+        assert_eq!(
+            rd16(f, l4_csum_at(l4, proto)),
+            l4_full(f, l3, l4, v6, proto),
+            "L4 checksum"
+        );
+    }
+
+    #[test]
+    fn rewrites_keep_every_checksum_valid() {
+        let edits: &[(Field, u128)] = &[
+            (Field::Ipv4Src, 0xc0a8_0101),
+            (Field::Ipv4Dst, 0xffff_ffff),
+            (Field::IpTos, 0xb8),
+            (Field::IpTtl, 1),
+            (Field::TpSrc, 80),
+            (Field::TpDst, 0xffff),
+            (Field::Ipv6Src, 0xfe80_0000_0000_0000_0000_0000_0000_0001),
+            (Field::Ipv6Dst, u128::MAX),
+            (Field::EthDst, 0x0200_0000_0099),
+        ];
+        for v6 in [false, true] {
+            for proto in [IP_TCP, IP_UDP] {
+                for vlan in [false, true] {
+                    for &(fld, v) in edits {
+                        let mut f = frame(v6, proto, vlan);
+                        let r = set_field(&mut f, fld, v, false);
+                        let applies = !matches!(
+                            (fld, v6),
+                            (Field::Ipv4Src | Field::Ipv4Dst, true)
+                                | (Field::Ipv6Src | Field::Ipv6Dst, false)
+                        );
+                        assert_eq!(r.is_ok(), applies, "{fld:?} v6={v6}");
+                        check(&f, v6, proto, vlan);
+                        if applies {
+                            let k = crate::FlowKey::extract(&f, 0, None);
+                            assert_eq!(k.get(fld), v & fld.full(), "{fld:?} v6={v6}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn ipv4_udp_without_checksum_stays_without() {
+        let mut f = frame(false, IP_UDP, false);
+        let at = l4_csum_at(34, IP_UDP);
+        wr16(&mut f, at, 0);
+        set_field(&mut f, Field::Ipv4Dst, 0x0b00_0001, false).unwrap();
+        assert_eq!(rd16(&f, at), 0);
+        assert_eq!(fold(sum_words(&f[14..34])), 0xffff);
+    }
+
+    #[test]
+    fn frames_without_the_header_are_refused_untouched() {
+        let mut arp = vec![0u8; 42];
+        arp[12..14].copy_from_slice(&[0x08, 0x06]);
+        let before = arp.clone();
+        assert!(set_field(&mut arp, Field::Ipv4Src, 1, false).is_err());
+        assert!(set_field(&mut arp, Field::TpDst, 1, false).is_err());
+        assert_eq!(arp, before);
+        assert!(set_field(&mut [0u8; 10], Field::EthSrc, 1, false).is_err());
+    }
+}

@@ -1,0 +1,522 @@
+//! The flow key: every header field a rule can match, extracted once per packet into eleven
+//! 64-bit words, so masking, hashing and comparing are word operations.
+//!
+//! Layout (fixed; [`Field::layout`]): w0 in_port·eth_type·vlan_tci, w1 eth_dst·ip_proto·
+//! ip_tos, w2 eth_src·ip_ttl·ip_frag, w3 ipv4_src·ipv4_dst (ARP spa/tpa too), w4-w5
+//! ipv6_src, w6-w7 ipv6_dst, w8 tp_src·tp_dst·arp_op (ICMP type/code in tp_src/tp_dst, as
+//! OVS), w9 tun_id, w10 tun_src·tun_dst. Addresses are integers of their big-endian value.
+//!
+//! [`FlowKey::extract`] reads an untrusted frame with bounds-checked accessors only: a
+//! truncated or malformed header leaves the fields it could not read at 0.
+
+use std::net::Ipv4Addr;
+
+/// Words in a key.
+pub const KEY_WORDS: usize = 11;
+
+/// A packet's (or a mask's) match fields.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default, Debug)]
+pub struct FlowKey(pub [u64; KEY_WORDS]);
+
+/// Tunnel metadata of a packet that arrived through a tunnel port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TunnelKey {
+    pub id: u64,
+    pub src: Ipv4Addr,
+    pub dst: Ipv4Addr,
+}
+
+/// A match field.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Field {
+    InPort,
+    EthType,
+    VlanTci,
+    EthDst,
+    IpProto,
+    IpTos,
+    EthSrc,
+    IpTtl,
+    IpFrag,
+    Ipv4Src,
+    Ipv4Dst,
+    Ipv6Src,
+    Ipv6Dst,
+    TpSrc,
+    TpDst,
+    ArpOp,
+    TunId,
+    TunSrc,
+    TunDst,
+}
+
+impl Field {
+    /// Every field.
+    pub const ALL: [Field; 19] = [
+        Field::InPort,
+        Field::EthType,
+        Field::VlanTci,
+        Field::EthDst,
+        Field::IpProto,
+        Field::IpTos,
+        Field::EthSrc,
+        Field::IpTtl,
+        Field::IpFrag,
+        Field::Ipv4Src,
+        Field::Ipv4Dst,
+        Field::Ipv6Src,
+        Field::Ipv6Dst,
+        Field::TpSrc,
+        Field::TpDst,
+        Field::ArpOp,
+        Field::TunId,
+        Field::TunSrc,
+        Field::TunDst,
+    ];
+
+    /// (word, shift, bits). 128-bit fields take words `word` (high half) and `word + 1`.
+    #[inline]
+    pub const fn layout(self) -> (usize, u32, u32) {
+        match self {
+            Field::InPort => (0, 0, 32),
+            Field::EthType => (0, 32, 16),
+            Field::VlanTci => (0, 48, 16),
+            Field::EthDst => (1, 0, 48),
+            Field::IpProto => (1, 48, 8),
+            Field::IpTos => (1, 56, 8),
+            Field::EthSrc => (2, 0, 48),
+            Field::IpTtl => (2, 48, 8),
+            Field::IpFrag => (2, 56, 8),
+            Field::Ipv4Src => (3, 0, 32),
+            Field::Ipv4Dst => (3, 32, 32),
+            Field::Ipv6Src => (4, 0, 128),
+            Field::Ipv6Dst => (6, 0, 128),
+            Field::TpSrc => (8, 0, 16),
+            Field::TpDst => (8, 16, 16),
+            Field::ArpOp => (8, 32, 16),
+            Field::TunId => (9, 0, 64),
+            Field::TunSrc => (10, 0, 32),
+            Field::TunDst => (10, 32, 32),
+        }
+    }
+
+    /// Width in bits.
+    pub const fn bits(self) -> u32 {
+        self.layout().2
+    }
+
+    /// All of the field's bits set.
+    pub const fn full(self) -> u128 {
+        match self.bits() {
+            128 => u128::MAX,
+            b => (1u128 << b) - 1,
+        }
+    }
+}
+
+/// `ip_frag` bits.
+pub const FRAG_ANY: u8 = 1;
+pub const FRAG_LATER: u8 = 2;
+
+pub const ETH_IPV4: u16 = 0x0800;
+pub const ETH_IPV6: u16 = 0x86dd;
+pub const ETH_ARP: u16 = 0x0806;
+pub const ETH_VLAN: u16 = 0x8100;
+pub const IP_ICMP: u8 = 1;
+pub const IP_TCP: u8 = 6;
+pub const IP_UDP: u8 = 17;
+pub const IP_SCTP: u8 = 132;
+pub const IP_ICMPV6: u8 = 58;
+/// The OpenFlow VLAN TCI bit meaning "the frame carries a tag".
+pub const VLAN_CFI: u16 = 0x1000;
+
+#[inline]
+fn be16(b: &[u8], at: usize) -> Option<u16> {
+    Some(u16::from_be_bytes(b.get(at..at + 2)?.try_into().ok()?))
+}
+
+#[inline]
+fn be32(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_be_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+
+#[inline]
+fn be48(b: &[u8], at: usize) -> Option<u64> {
+    let s = b.get(at..at + 6)?;
+    Some(s.iter().fold(0u64, |a, &x| (a << 8) | u64::from(x)))
+}
+
+#[inline]
+fn be128(b: &[u8], at: usize) -> Option<u128> {
+    Some(u128::from_be_bytes(b.get(at..at + 16)?.try_into().ok()?))
+}
+
+impl FlowKey {
+    /// Reads field `f`.
+    #[inline]
+    pub fn get(&self, f: Field) -> u128 {
+        let (w, s, b) = f.layout();
+        if b == 128 {
+            (u128::from(self.0[w]) << 64) | u128::from(self.0[w + 1])
+        } else if b == 64 {
+            u128::from(self.0[w])
+        } else {
+            u128::from((self.0[w] >> s) & ((1u64 << b) - 1))
+        }
+    }
+
+    /// Writes field `f` (bits beyond its width are ignored).
+    #[inline]
+    pub fn set(&mut self, f: Field, v: u128) {
+        let (w, s, b) = f.layout();
+        if b == 128 {
+            self.0[w] = (v >> 64) as u64;
+            self.0[w + 1] = v as u64;
+        } else if b == 64 {
+            self.0[w] = v as u64;
+        } else {
+            let m = ((1u64 << b) - 1) << s;
+            self.0[w] = (self.0[w] & !m) | (((v as u64) << s) & m);
+        }
+    }
+
+    /// ORs `v` into field `f` (accumulating a mask).
+    #[inline]
+    pub fn or_field(&mut self, f: Field, v: u128) {
+        let old = self.get(f);
+        self.set(f, old | v);
+    }
+
+    /// Word-wise AND.
+    #[inline]
+    pub fn masked(&self, mask: &FlowKey) -> FlowKey {
+        let mut k = *self;
+        for (a, m) in k.0.iter_mut().zip(&mask.0) {
+            *a &= m;
+        }
+        k
+    }
+
+    /// Word-wise OR (accumulating masks).
+    #[inline]
+    pub fn union(&mut self, other: &FlowKey) {
+        for (a, m) in self.0.iter_mut().zip(&other.0) {
+            *a |= m;
+        }
+    }
+
+    /// Whether every bit of `self` is in `other`.
+    #[inline]
+    pub fn is_subset_of(&self, other: &FlowKey) -> bool {
+        self.0.iter().zip(&other.0).all(|(a, b)| a & !b == 0)
+    }
+
+    /// A fast hash of the key (multiply-xorshift per word).
+    #[inline]
+    pub fn hash(&self) -> u64 {
+        let mut h = 0x243f_6a88_85a3_08d3u64;
+        for &w in &self.0 {
+            h = (h ^ w).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            h ^= h >> 29;
+        }
+        h ^ (h >> 32)
+    }
+
+    pub fn in_port(&self) -> u32 {
+        self.get(Field::InPort) as u32
+    }
+    pub fn eth_type(&self) -> u16 {
+        self.get(Field::EthType) as u16
+    }
+    pub fn vlan_tci(&self) -> u16 {
+        self.get(Field::VlanTci) as u16
+    }
+    pub fn ip_proto(&self) -> u8 {
+        self.get(Field::IpProto) as u8
+    }
+    pub fn tp_src(&self) -> u16 {
+        self.get(Field::TpSrc) as u16
+    }
+    pub fn tp_dst(&self) -> u16 {
+        self.get(Field::TpDst) as u16
+    }
+    pub fn eth_src(&self) -> [u8; 6] {
+        mac_bytes(self.get(Field::EthSrc) as u64)
+    }
+    pub fn eth_dst(&self) -> [u8; 6] {
+        mac_bytes(self.get(Field::EthDst) as u64)
+    }
+
+    /// Extracts the key of `frame` received on `in_port` (through a tunnel: `tun`).
+    pub fn extract(frame: &[u8], in_port: u32, tun: Option<&TunnelKey>) -> FlowKey {
+        let mut k = FlowKey::default();
+        k.set(Field::InPort, u128::from(in_port));
+        if let Some(t) = tun {
+            k.set(Field::TunId, u128::from(t.id));
+            k.set(Field::TunSrc, u128::from(u32::from(t.src)));
+            k.set(Field::TunDst, u128::from(u32::from(t.dst)));
+        }
+        let (Some(dst), Some(src), Some(mut ty)) =
+            (be48(frame, 0), be48(frame, 6), be16(frame, 12))
+        else {
+            return k;
+        };
+        k.set(Field::EthDst, u128::from(dst));
+        k.set(Field::EthSrc, u128::from(src));
+        let mut l3 = 14;
+        if ty == ETH_VLAN {
+            let Some(tci) = be16(frame, 14) else {
+                return k;
+            };
+            k.set(Field::VlanTci, u128::from(tci | VLAN_CFI));
+            let Some(inner) = be16(frame, 16) else {
+                return k;
+            };
+            ty = inner;
+            l3 = 18;
+        }
+        k.set(Field::EthType, u128::from(ty));
+        match ty {
+            ETH_IPV4 => extract_ipv4(&mut k, frame, l3),
+            ETH_IPV6 => extract_ipv6(&mut k, frame, l3),
+            ETH_ARP => {
+                if let (Some(op), Some(spa), Some(tpa)) = (
+                    be16(frame, l3 + 6),
+                    be32(frame, l3 + 14),
+                    be32(frame, l3 + 24),
+                ) {
+                    k.set(Field::ArpOp, u128::from(op));
+                    k.set(Field::Ipv4Src, u128::from(spa));
+                    k.set(Field::Ipv4Dst, u128::from(tpa));
+                }
+            }
+            _ => {}
+        }
+        k
+    }
+}
+
+/// The 6 bytes of a MAC stored as an integer.
+pub fn mac_bytes(m: u64) -> [u8; 6] {
+    let b = m.to_be_bytes();
+    [b[2], b[3], b[4], b[5], b[6], b[7]]
+}
+
+fn extract_ipv4(k: &mut FlowKey, f: &[u8], l3: usize) {
+    let Some(&vihl) = f.get(l3) else { return };
+    let ihl = usize::from(vihl & 0x0f) * 4;
+    if vihl >> 4 != 4 || ihl < 20 || f.len() < l3 + ihl {
+        return;
+    }
+    let (Some(&tos), Some(frag), Some(&ttl), Some(&proto), Some(src), Some(dst)) = (
+        f.get(l3 + 1),
+        be16(f, l3 + 6),
+        f.get(l3 + 8),
+        f.get(l3 + 9),
+        be32(f, l3 + 12),
+        be32(f, l3 + 16),
+    ) else {
+        return;
+    };
+    k.set(Field::IpTos, u128::from(tos));
+    k.set(Field::IpTtl, u128::from(ttl));
+    k.set(Field::IpProto, u128::from(proto));
+    k.set(Field::Ipv4Src, u128::from(src));
+    k.set(Field::Ipv4Dst, u128::from(dst));
+    let offset = frag & 0x1fff;
+    let more = frag & 0x2000 != 0;
+    if offset != 0 || more {
+        let bits = FRAG_ANY | if offset != 0 { FRAG_LATER } else { 0 };
+        k.set(Field::IpFrag, u128::from(bits));
+        if offset != 0 {
+            return;
+        }
+    }
+    extract_l4(k, f, l3 + ihl, proto, IP_ICMP);
+}
+
+fn extract_ipv6(k: &mut FlowKey, f: &[u8], l3: usize) {
+    let (Some(vtc), Some(&next), Some(&hlim), Some(src), Some(dst)) = (
+        be16(f, l3),
+        f.get(l3 + 6),
+        f.get(l3 + 7),
+        be128(f, l3 + 8),
+        be128(f, l3 + 24),
+    ) else {
+        return;
+    };
+    if vtc >> 12 != 6 {
+        return;
+    }
+    k.set(Field::IpTos, u128::from((vtc >> 4) as u8));
+    k.set(Field::IpTtl, u128::from(hlim));
+    k.set(Field::Ipv6Src, src);
+    k.set(Field::Ipv6Dst, dst);
+    // Skip extension headers (hop-by-hop, routing, destination options, fragment).
+    let (mut proto, mut off) = (next, l3 + 40);
+    for _ in 0..8 {
+        match proto {
+            0 | 43 | 60 => {
+                let (Some(&n), Some(&len)) = (f.get(off), f.get(off + 1)) else {
+                    return;
+                };
+                proto = n;
+                off += (usize::from(len) + 1) * 8;
+            }
+            44 => {
+                let (Some(&n), Some(fo)) = (f.get(off), be16(f, off + 2)) else {
+                    return;
+                };
+                let later = fo & 0xfff8 != 0;
+                k.set(
+                    Field::IpFrag,
+                    u128::from(FRAG_ANY | if later { FRAG_LATER } else { 0 }),
+                );
+                proto = n;
+                off += 8;
+                if later {
+                    k.set(Field::IpProto, u128::from(proto));
+                    return;
+                }
+            }
+            _ => break,
+        }
+    }
+    k.set(Field::IpProto, u128::from(proto));
+    extract_l4(k, f, off, proto, IP_ICMPV6);
+}
+
+fn extract_l4(k: &mut FlowKey, f: &[u8], l4: usize, proto: u8, icmp: u8) {
+    match proto {
+        IP_TCP | IP_UDP | IP_SCTP => {
+            if let (Some(s), Some(d)) = (be16(f, l4), be16(f, l4 + 2)) {
+                k.set(Field::TpSrc, u128::from(s));
+                k.set(Field::TpDst, u128::from(d));
+            }
+        }
+        p if p == icmp => {
+            if let (Some(&t), Some(&c)) = (f.get(l4), f.get(l4 + 1)) {
+                k.set(Field::TpSrc, u128::from(t));
+                k.set(Field::TpDst, u128::from(c));
+            }
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn udp4(vlan: Option<u16>) -> Vec<u8> {
+        let mut f = vec![0u8; 64];
+        f[0..6].copy_from_slice(&[2, 0, 0, 0, 0, 2]);
+        f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
+        let mut at = 12;
+        if let Some(v) = vlan {
+            f.splice(12..12, [0x81, 0x00, (v >> 8) as u8, v as u8]);
+            at = 16;
+        }
+        f[at..at + 2].copy_from_slice(&[0x08, 0x00]);
+        let ip = at + 2;
+        f[ip] = 0x45;
+        f[ip + 1] = 0x10;
+        f[ip + 8] = 64;
+        f[ip + 9] = 17;
+        f[ip + 12..ip + 16].copy_from_slice(&[10, 0, 0, 1]);
+        f[ip + 16..ip + 20].copy_from_slice(&[10, 0, 0, 2]);
+        f[ip + 20..ip + 22].copy_from_slice(&1234u16.to_be_bytes());
+        f[ip + 22..ip + 24].copy_from_slice(&53u16.to_be_bytes());
+        f
+    }
+
+    #[test]
+    fn extracts_ipv4_udp_with_and_without_a_tag() {
+        for vlan in [None, Some(0x2064)] {
+            let k = FlowKey::extract(&udp4(vlan), 7, None);
+            assert_eq!(k.in_port(), 7);
+            assert_eq!(k.eth_dst(), [2, 0, 0, 0, 0, 2]);
+            assert_eq!(k.eth_src(), [2, 0, 0, 0, 0, 1]);
+            assert_eq!(k.eth_type(), ETH_IPV4);
+            assert_eq!(k.vlan_tci(), vlan.map_or(0, |v| v | VLAN_CFI));
+            assert_eq!(k.ip_proto(), 17);
+            assert_eq!(k.get(Field::IpTos), 0x10);
+            assert_eq!(k.get(Field::IpTtl), 64);
+            assert_eq!(k.get(Field::Ipv4Src), 0x0a00_0001);
+            assert_eq!(k.get(Field::Ipv4Dst), 0x0a00_0002);
+            assert_eq!((k.tp_src(), k.tp_dst()), (1234, 53));
+        }
+    }
+
+    #[test]
+    fn later_fragments_have_no_ports() {
+        let mut f = udp4(None);
+        f[20..22].copy_from_slice(&0x0010u16.to_be_bytes()); // offset 16*8
+        let k = FlowKey::extract(&f, 1, None);
+        assert_eq!(k.get(Field::IpFrag), u128::from(FRAG_ANY | FRAG_LATER));
+        assert_eq!((k.tp_src(), k.tp_dst()), (0, 0));
+        f[20..22].copy_from_slice(&0x2000u16.to_be_bytes()); // first fragment
+        let k = FlowKey::extract(&f, 1, None);
+        assert_eq!(k.get(Field::IpFrag), u128::from(FRAG_ANY));
+        assert_eq!(k.tp_dst(), 53);
+    }
+
+    #[test]
+    fn ipv6_tcp_through_an_extension_header() {
+        let mut f = vec![0u8; 14 + 40 + 8 + 20];
+        f[12..14].copy_from_slice(&[0x86, 0xdd]);
+        f[14] = 0x60;
+        f[20] = 0; // hop-by-hop
+        f[21] = 255;
+        f[22..38].copy_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+        f[38..54].copy_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+        f[54] = 6; // next: TCP
+        f[62..64].copy_from_slice(&443u16.to_be_bytes());
+        f[64..66].copy_from_slice(&80u16.to_be_bytes());
+        let k = FlowKey::extract(&f, 3, None);
+        assert_eq!(k.eth_type(), ETH_IPV6);
+        assert_eq!(k.ip_proto(), 6);
+        assert_eq!(k.get(Field::Ipv6Dst) & 0xff, 2);
+        assert_eq!((k.tp_src(), k.tp_dst()), (443, 80));
+    }
+
+    #[test]
+    fn fields_round_trip_and_stay_in_their_bits() {
+        let mut k = FlowKey::default();
+        for (i, f) in Field::ALL.iter().enumerate() {
+            let mut one = FlowKey::default();
+            one.set(*f, u128::MAX);
+            assert_eq!(one.get(*f), f.full(), "{f:?}");
+            let bits: u32 = one.0.iter().map(|w| w.count_ones()).sum();
+            assert_eq!(bits, f.bits(), "{f:?} leaked into another field");
+            one.set(*f, 0);
+            assert_eq!(one, FlowKey::default());
+            k.set(*f, (i as u128 + 1) & f.full());
+        }
+        for (i, f) in Field::ALL.iter().enumerate() {
+            assert_eq!(k.get(*f), (i as u128 + 1) & f.full(), "{f:?}");
+        }
+    }
+
+    #[test]
+    fn truncated_and_random_frames_never_panic() {
+        let full = udp4(Some(5));
+        for n in 0..full.len() {
+            let _ = FlowKey::extract(&full[..n], 0, None);
+        }
+        let mut x = 0x1234_5678_9abc_def0u64;
+        for _ in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let len = (x % 120) as usize;
+            let mut f: Vec<u8> = (0..len).map(|i| (x >> (i % 56)) as u8).collect();
+            if len > 14 && x & 1 == 0 {
+                f[12..14].copy_from_slice(&[0x86, 0xdd]);
+            } else if len > 14 && x & 2 == 0 {
+                f[12..14].copy_from_slice(&[0x08, 0x00]);
+            }
+            let _ = FlowKey::extract(&f, 0, None);
+        }
+    }
+}

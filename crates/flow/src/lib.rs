@@ -1,0 +1,36 @@
+//! The flow pipeline's slow path: what the datapath's caches are filled from.
+//!
+//! * [`key`]: the flow key (every matchable header field in eleven words) and its extraction
+//!   from an untrusted frame.
+//! * [`matching`]: a rule's match (key + mask).
+//! * [`classifier`]: tuple-space search with priority pruning, reporting which key bits a
+//!   decision depended on (the megaflow mask).
+//! * [`pipeline`]: rule tables, and the translation of a key into datapath actions.
+//! * [`spec`]: ovs-ofctl's rule syntax, parsed with precise errors and printed back.
+//! * [`edit`]: header rewrites with incremental checksum updates.
+//! * [`reference`]: a linear classifier, the reference the tuple-space one is tested
+//!   against.
+//!
+//! No control plane, no I/O: the datapath calls [`Pipeline::translate`] on a cache miss;
+//! the control plane parses rules and builds pipelines. Design: `docs/flows.md`.
+#![forbid(unsafe_code)]
+
+pub mod classifier;
+pub mod edit;
+pub mod key;
+pub mod matching;
+pub mod pipeline;
+pub mod reference;
+pub mod spec;
+#[cfg(test)]
+mod testrng;
+#[cfg(test)]
+mod tests;
+
+pub use classifier::Classifier;
+pub use key::{Field, FlowKey, TunnelKey, KEY_WORDS};
+pub use matching::Match;
+pub use pipeline::{CompiledRule, DpAction, Pipeline, ResolvedAction, RuleStats, Translation};
+pub use spec::{
+    parse_filter, parse_flow, parse_flows_file, ActionSpec, FlowFilter, FlowSpec, ParseError,
+};

@@ -1,0 +1,318 @@
+//! Rule tables and the translation of a flow key through them (the slow path).
+//!
+//! A [`Pipeline`] is up to 255 tables, each a [`Classifier`] of compiled rules (port names
+//! resolved to datapath ids). [`Pipeline::translate`] starts at table 0 and applies the
+//! matched rule's actions in order, with OpenFlow semantics: field modifications change the
+//! key that later lookups (`goto_table`, to a later table) see and are emitted as datapath
+//! actions; an output to the packet's own input port is skipped unless the `in_port` action
+//! is used; a table miss drops. The result carries the mask of every key bit the decision
+//! consulted — the megaflow it can be cached as.
+//!
+//! Thread-safety: immutable once built; the control plane builds a new one per change and
+//! PMDs share it (`Arc<Pipeline>`).
+
+use std::net::Ipv4Addr;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+use crate::classifier::Classifier;
+use crate::key::{Field, FlowKey, VLAN_CFI};
+use crate::spec::{ActionSpec, FlowSpec};
+
+/// Counters of one rule, shared by the rule and the megaflows that came from it.
+#[derive(Debug, Default)]
+pub struct RuleStats {
+    pub packets: AtomicU64,
+    pub bytes: AtomicU64,
+    /// Datapath clock (seconds) of the last packet; 0: never.
+    pub used: AtomicU64,
+}
+
+/// What the datapath does with a packet (a cached megaflow's actions). Dropping is the
+/// empty list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DpAction {
+    Output(u32),
+    /// Back out of the port it came in on.
+    InPort,
+    /// The learning bridge's decision, made per packet.
+    Normal,
+    /// Every port of the bridge but the input.
+    Flood,
+    /// Push an 802.1Q tag (OpenFlow TCI: 0x1000 = present).
+    PushVlan {
+        tci: u16,
+    },
+    /// Set the tag's TCI, pushing one if the frame has none.
+    SetVlanTci {
+        tci: u16,
+    },
+    PopVlan,
+    /// Rewrite a header field (the executor fixes checksums).
+    SetField(Field, u128),
+    SetTunnel {
+        id: u64,
+    },
+    SetTunnelDst(Ipv4Addr),
+}
+
+/// An action with its ports resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResolvedAction {
+    Output(Option<u32>),
+    Mirror(Option<u32>),
+    InPort,
+    Normal,
+    Flood,
+    Drop,
+    SetField(Field, u128),
+    SetVlanVid(u16),
+    SetVlanPcp(u8),
+    PopVlan,
+    PushVlan,
+    SetTunnel(u64),
+    GotoTable(u8),
+}
+
+/// A rule as the pipeline holds it.
+#[derive(Debug)]
+pub struct CompiledRule {
+    pub priority: u16,
+    pub actions: Vec<ResolvedAction>,
+    pub stats: Arc<RuleStats>,
+    /// Position in the build order.
+    pub id: u64,
+}
+
+/// The result of a translation.
+#[derive(Debug, Clone, Default)]
+pub struct Translation {
+    pub actions: Vec<DpAction>,
+    /// Every key bit the decision depended on.
+    pub mask: FlowKey,
+    /// Every rule matched on the way.
+    pub rules: Vec<Arc<RuleStats>>,
+}
+
+/// Most table visits per translation (loop safety; gotos only go forward anyway).
+const MAX_VISITS: usize = 64;
+
+/// The rule tables of a bridge.
+#[derive(Debug, Default)]
+pub struct Pipeline {
+    tables: Vec<Classifier<Arc<CompiledRule>>>,
+    rules: usize,
+    plain_normal: bool,
+}
+
+impl Pipeline {
+    /// Compiles `rules` (specs with their counters); `resolve` maps a port name to its id.
+    /// A rule whose `in_port` does not resolve can match nothing and is left out; an output
+    /// to a port that does not resolve does nothing.
+    pub fn build<'a>(
+        rules: impl IntoIterator<Item = (&'a FlowSpec, Arc<RuleStats>)>,
+        resolve: &dyn Fn(&str) -> Option<u32>,
+    ) -> Pipeline {
+        let mut p = Pipeline::default();
+        let mut only: Option<&FlowSpec> = None;
+        let mut n = 0usize;
+        for (i, (spec, stats)) in rules.into_iter().enumerate() {
+            n += 1;
+            only = if n == 1 { Some(spec) } else { None };
+            let mut m = spec.m;
+            if let Some(name) = &spec.in_port {
+                match resolve(name) {
+                    Some(id) => m.set(Field::InPort, u128::from(id), u128::from(u32::MAX)),
+                    None => continue,
+                }
+            }
+            let actions = spec
+                .actions
+                .iter()
+                .map(|a| match a {
+                    ActionSpec::Output(n) => ResolvedAction::Output(resolve(n)),
+                    ActionSpec::Mirror(n) => ResolvedAction::Mirror(resolve(n)),
+                    ActionSpec::InPort => ResolvedAction::InPort,
+                    ActionSpec::Normal => ResolvedAction::Normal,
+                    ActionSpec::Flood | ActionSpec::All => ResolvedAction::Flood,
+                    ActionSpec::Drop => ResolvedAction::Drop,
+                    ActionSpec::SetField(f, v) => ResolvedAction::SetField(*f, *v),
+                    ActionSpec::SetVlanVid(v) => ResolvedAction::SetVlanVid(*v),
+                    ActionSpec::SetVlanPcp(v) => ResolvedAction::SetVlanPcp(*v),
+                    ActionSpec::PopVlan => ResolvedAction::PopVlan,
+                    ActionSpec::PushVlan(_) => ResolvedAction::PushVlan,
+                    ActionSpec::SetTunnel(t) => ResolvedAction::SetTunnel(*t),
+                    ActionSpec::GotoTable(t) => ResolvedAction::GotoTable(*t),
+                })
+                .collect();
+            let t = usize::from(spec.table);
+            while p.tables.len() <= t {
+                p.tables.push(Classifier::new());
+            }
+            let rule = Arc::new(CompiledRule {
+                priority: spec.priority,
+                actions,
+                stats,
+                id: i as u64,
+            });
+            if p.tables[t].insert(m, spec.priority, rule).is_none() {
+                p.rules += 1;
+            }
+        }
+        p.plain_normal = only.is_some_and(|s| {
+            n == 1
+                && s.table == 0
+                && s.in_port.is_none()
+                && s.m == crate::Match::catchall()
+                && s.actions == [ActionSpec::Normal]
+        });
+        p
+    }
+
+    /// Rules installed (those that can match).
+    pub fn rule_count(&self) -> usize {
+        self.rules
+    }
+
+    /// Exactly one rule: table 0, match everything, `actions=NORMAL`.
+    pub fn is_plain_normal(&self) -> bool {
+        self.plain_normal
+    }
+
+    /// Translates `key` through the tables (see the module doc).
+    pub fn translate(&self, key: &FlowKey) -> Translation {
+        walk(key, |table, k, wc| {
+            self.tables
+                .get(table)
+                .and_then(|c| c.lookup(k, wc))
+                .map(|(r, _)| r)
+        })
+    }
+
+    /// Every rule of table `t`: (match, priority, rule).
+    pub fn table_rules(&self, t: usize) -> Vec<(crate::Match, u16, &Arc<CompiledRule>)> {
+        self.tables
+            .get(t)
+            .map(|c| c.iter().collect())
+            .unwrap_or_default()
+    }
+
+    /// Number of tables (the highest used + 1).
+    pub fn tables(&self) -> usize {
+        self.tables.len()
+    }
+}
+
+/// The translation walk over tables, with `lookup(table, key, wc)` finding a table's rule
+/// (the pipeline's classifiers; a linear reference in tests).
+pub fn walk<'a>(
+    key: &FlowKey,
+    lookup: impl Fn(usize, &FlowKey, &mut FlowKey) -> Option<&'a Arc<CompiledRule>>,
+) -> Translation {
+    let mut t = Translation::default();
+    let mut k = *key;
+    let mut table = 0usize;
+    let in_port = key.in_port();
+    // Set once a modification was emitted: a later mirror needs the original packet.
+    let mut modified = false;
+    for _ in 0..MAX_VISITS {
+        let Some(rule) = lookup(table, &k, &mut t.mask) else {
+            break;
+        };
+        t.rules.push(rule.stats.clone());
+        let mut next = None;
+        for a in &rule.actions {
+            match *a {
+                ResolvedAction::Output(Some(p)) => {
+                    // OpenFlow: never back out of the input port unless asked.
+                    t.mask.or_field(Field::InPort, u128::from(u32::MAX));
+                    if p != in_port {
+                        t.actions.push(DpAction::Output(p));
+                    }
+                }
+                ResolvedAction::Mirror(Some(p)) => {
+                    t.mask.or_field(Field::InPort, u128::from(u32::MAX));
+                    if p != in_port {
+                        if modified {
+                            // The copy as received: insert it before any edit.
+                            t.actions.insert(0, DpAction::Output(p));
+                        } else {
+                            t.actions.push(DpAction::Output(p));
+                        }
+                    }
+                }
+                ResolvedAction::Output(None) | ResolvedAction::Mirror(None) => {}
+                ResolvedAction::InPort => t.actions.push(DpAction::InPort),
+                ResolvedAction::Normal => t.actions.push(DpAction::Normal),
+                ResolvedAction::Flood => t.actions.push(DpAction::Flood),
+                ResolvedAction::Drop => {}
+                ResolvedAction::SetField(f, v) => {
+                    modified = true;
+                    match f {
+                        Field::VlanTci => {
+                            let tci = (v as u16) | VLAN_CFI;
+                            k.set(Field::VlanTci, u128::from(tci));
+                            t.actions.push(DpAction::SetVlanTci { tci });
+                            t.mask.or_field(Field::VlanTci, u128::from(VLAN_CFI));
+                        }
+                        Field::TunId => {
+                            k.set(f, v);
+                            t.actions.push(DpAction::SetTunnel { id: v as u64 });
+                        }
+                        Field::TunDst => {
+                            k.set(f, v);
+                            t.actions
+                                .push(DpAction::SetTunnelDst(Ipv4Addr::from(v as u32)));
+                        }
+                        _ => {
+                            k.set(f, v);
+                            t.actions.push(DpAction::SetField(f, v & f.full()));
+                        }
+                    }
+                }
+                ResolvedAction::SetVlanVid(vid) => {
+                    modified = true;
+                    // The result depends on whether the frame has a tag (its PCP is kept).
+                    t.mask.or_field(Field::VlanTci, 0xffff);
+                    let old = k.vlan_tci();
+                    let tci = (old & 0xe000) | VLAN_CFI | (vid & 0x0fff);
+                    k.set(Field::VlanTci, u128::from(tci));
+                    t.actions.push(DpAction::SetVlanTci { tci });
+                }
+                ResolvedAction::SetVlanPcp(pcp) => {
+                    modified = true;
+                    t.mask.or_field(Field::VlanTci, 0xffff);
+                    let old = k.vlan_tci();
+                    let tci = (old & 0x0fff) | VLAN_CFI | (u16::from(pcp & 7) << 13);
+                    k.set(Field::VlanTci, u128::from(tci));
+                    t.actions.push(DpAction::SetVlanTci { tci });
+                }
+                ResolvedAction::PushVlan => {
+                    modified = true;
+                    // A new outer tag, VID 0 until set (OpenFlow push_vlan).
+                    let tci = VLAN_CFI;
+                    k.set(Field::VlanTci, u128::from(tci));
+                    t.actions.push(DpAction::PushVlan { tci });
+                }
+                ResolvedAction::PopVlan => {
+                    modified = true;
+                    t.mask.or_field(Field::VlanTci, u128::from(VLAN_CFI));
+                    if k.vlan_tci() & VLAN_CFI != 0 {
+                        k.set(Field::VlanTci, 0);
+                        t.actions.push(DpAction::PopVlan);
+                    }
+                }
+                ResolvedAction::SetTunnel(id) => {
+                    k.set(Field::TunId, u128::from(id));
+                    t.actions.push(DpAction::SetTunnel { id });
+                }
+                ResolvedAction::GotoTable(n) => next = Some(usize::from(n)),
+            }
+        }
+        match next {
+            Some(n) if n > table => table = n,
+            _ => break,
+        }
+    }
+    t
+}

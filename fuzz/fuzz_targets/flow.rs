@@ -1,0 +1,25 @@
+//! Any bytes as a frame through flow-key extraction and every header rewrite (wire input),
+//! and any text through the rule and filter parsers (control input): no panic, a rewrite
+//! never changes the frame's length, and a parsed rule prints to text that parses back to
+//! the same rule.
+#![no_main]
+use ferrovs_flow::{edit, parse_filter, parse_flow, Field, FlowKey};
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let k = FlowKey::extract(data, 1, None);
+    let _ = k.hash();
+    for f in Field::ALL {
+        let mut copy = data.to_vec();
+        let v = u128::from(data.first().copied().unwrap_or(0)) * 0x0101_0101;
+        let _ = edit::set_field(&mut copy, f, v, data.len() % 2 == 0);
+        assert_eq!(copy.len(), data.len());
+    }
+    if let Ok(s) = std::str::from_utf8(data) {
+        if let Ok(rule) = parse_flow(s) {
+            let text = rule.to_string();
+            assert_eq!(parse_flow(&text).as_ref(), Ok(&rule), "{text}");
+        }
+        let _ = parse_filter(s);
+    }
+});
