@@ -8,7 +8,7 @@
 //! * [`pipeline`]: rule tables, and the translation of a key into datapath actions.
 //! * [`spec`]: ovs-ofctl's rule syntax, parsed with precise errors and printed back.
 //! * [`edit`]: header rewrites with incremental checksum updates.
-//! * [`reference`]: a linear classifier, the reference the tuple-space one is tested
+//! * [`mod@reference`]: a linear classifier, the reference the tuple-space one is tested
 //!   against.
 //!
 //! No control plane, no I/O: the datapath calls [`Pipeline::translate`] on a cache miss;
