@@ -18,6 +18,8 @@ pub enum PortType {
     Tap,
     /// An existing kernel netdev `dev`, attached with AF_XDP, else AF_PACKET (`mode`).
     Uplink,
+    /// A VXLAN tunnel to `remote_ip` with VNI `key`, over the host stack (UDP `dst_port`).
+    Vxlan,
 }
 
 impl PortType {
@@ -27,17 +29,19 @@ impl PortType {
             "vhost-user-client" => PortType::VhostUserClient,
             "tap" => PortType::Tap,
             "uplink" => PortType::Uplink,
+            "vxlan" => PortType::Vxlan,
             _ => {
                 return Err(ConfigError::Invalid(format!(
-                "unknown port type '{s}' (expected vhost-user, vhost-user-client, tap or uplink)"
+                "unknown port type '{s}' (expected vhost-user, vhost-user-client, tap, uplink or vxlan)"
             )))
             }
         })
     }
 
-    /// Whether the port is a kernel netdev (TAP or uplink) rather than vhost-user.
+    /// Whether the port is served by a kernel fd (TAP, uplink, tunnel socket) rather than
+    /// vhost-user.
     pub fn is_kernel(self) -> bool {
-        matches!(self, PortType::Tap | PortType::Uplink)
+        matches!(self, PortType::Tap | PortType::Uplink | PortType::Vxlan)
     }
 
     pub fn name(self) -> &'static str {
@@ -46,6 +50,7 @@ impl PortType {
             PortType::VhostUserClient => "vhost-user-client",
             PortType::Tap => "tap",
             PortType::Uplink => "uplink",
+            PortType::Vxlan => "vxlan",
         }
     }
 }
@@ -78,6 +83,18 @@ pub struct PortConfig {
     /// ... or per this many packets, whichever comes first (absent or 0: no packet limit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub coalesce_frames: Option<u32>,
+    /// Tunnels: the remote endpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote_ip: Option<std::net::Ipv4Addr>,
+    /// Tunnels: the local address to bind (absent: any).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_ip: Option<std::net::Ipv4Addr>,
+    /// Tunnels: the VNI (absent: 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<u32>,
+    /// Tunnels: the UDP port, local and remote (absent: 4789).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dst_port: Option<u16>,
 }
 
 /// Most microseconds a guest notification may be deferred.
@@ -243,6 +260,10 @@ impl Config {
             mode: None,
             coalesce_usecs: None,
             coalesce_frames: None,
+            remote_ip: None,
+            local_ip: None,
+            key: None,
+            dst_port: None,
         };
         Config {
             version: 1,
@@ -393,6 +414,29 @@ pub fn validate_port(p: &PortConfig) -> Result<(), ConfigError> {
             }
             Some(_) => {}
         },
+        PortType::Vxlan => {
+            if p.remote_ip.is_none() {
+                return bad("remote_ip=IPV4 is required for vxlan ports".into());
+            }
+            if p.key.is_some_and(|k| k > 0x00ff_ffff) {
+                return bad(format!(
+                    "key={}: a VNI is 24 bits (0..=16777215)",
+                    p.key.unwrap_or(0)
+                ));
+            }
+            if p.dst_port == Some(0) {
+                return bad("dst_port=0: give a UDP port (default 4789)".into());
+            }
+            if p.path.is_some() || p.dev.is_some() {
+                return bad(
+                    "vxlan ports take remote_ip, key, local_ip and dst_port, not path or dev"
+                        .into(),
+                );
+            }
+            if p.queues != 1 {
+                return bad(format!("queues={}: vxlan ports have one queue", p.queues));
+            }
+        }
         PortType::Tap | PortType::Uplink => {
             let kind = p.kind.name();
             let Some(dev) = &p.dev else {
@@ -414,6 +458,17 @@ pub fn validate_port(p: &PortConfig) -> Result<(), ConfigError> {
                 ));
             }
         }
+    }
+    if p.kind != PortType::Vxlan
+        && (p.remote_ip.is_some()
+            || p.local_ip.is_some()
+            || p.key.is_some()
+            || p.dst_port.is_some())
+    {
+        return bad(format!(
+            "remote_ip, local_ip, key and dst_port are for vxlan ports, not {}",
+            p.kind.name()
+        ));
     }
     let c = p.coalesce();
     if c.usecs > MAX_COALESCE_USECS {
@@ -635,6 +690,10 @@ mod tests {
             mode: None,
             coalesce_usecs: None,
             coalesce_frames: None,
+            remote_ip: None,
+            local_ip: None,
+            key: None,
+            dst_port: None,
         };
         let err = |p: &PortConfig| validate_port(p).unwrap_err().to_string();
         assert!(validate_port(&port(PortType::Tap, Some("fvtap0"))).is_ok());

@@ -10,6 +10,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{self, Read, Write};
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::os::fd::AsFd;
 use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -234,6 +235,17 @@ fn open_kernel_port(cfg: &PortConfig) -> Result<(PortIo, Option<String>), String
             .map_err(|e| with_sources(&e))
     };
     match (cfg.kind, cfg.mode) {
+        (PortType::Vxlan, _) => {
+            let (local, remote, vni) = vxlan_endpoints(cfg);
+            dp::VxlanIo::open(local, remote, vni)
+                .map(|v| (PortIo::Vxlan(v), None))
+                .map_err(|e| {
+                    format!(
+                        "cannot bind {local}: {e} (each vxlan port needs its own local_ip or \
+                         dst_port)"
+                    )
+                })
+        }
         (PortType::Tap, _) => ferrovs_sys::tap::Tap::open(dev)
             .map(|t| (PortIo::Tap(TapIo::new(t)), None))
             .map_err(|e| with_sources(&e)),
@@ -268,6 +280,16 @@ fn open_kernel_port(cfg: &PortConfig) -> Result<(PortIo, Option<String>), String
             Err(format!("{} is not a kernel port type", cfg.kind.name()))
         }
     }
+}
+
+/// A vxlan port's (local, remote, VNI).
+fn vxlan_endpoints(cfg: &PortConfig) -> (SocketAddrV4, SocketAddrV4, u32) {
+    let port = cfg.dst_port.unwrap_or(dp::tunnel::VXLAN_PORT);
+    (
+        SocketAddrV4::new(cfg.local_ip.unwrap_or(Ipv4Addr::UNSPECIFIED), port),
+        SocketAddrV4::new(cfg.remote_ip.unwrap_or(Ipv4Addr::UNSPECIFIED), port),
+        cfg.key.unwrap_or(0),
+    )
 }
 
 fn netdev_missing(dev: &str) -> bool {
@@ -1878,6 +1900,13 @@ impl Daemon {
 fn kernel_info(io: &PortIo) -> Value {
     match io {
         PortIo::Vhost { .. } => Value::Null,
+        PortIo::Vxlan(v) => json!({
+            "local": v.local.to_string(),
+            "remote": v.remote.to_string(),
+            "vni": v.vni,
+            "rx": "recvfrom",
+            "tx": "sendto",
+        }),
         PortIo::Tap(t) => json!({
             "device": t.tap.name(),
             "vnet_hdr_len": ferrovs_sys::tap::VNET_HDR_LEN,

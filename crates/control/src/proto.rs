@@ -162,6 +162,10 @@ pub fn port_from_options(name: &str, opts: &[String]) -> Result<PortConfig, Conf
         mode: None,
         coalesce_usecs: None,
         coalesce_frames: None,
+        remote_ip: None,
+        local_ip: None,
+        key: None,
+        dst_port: None,
     };
     let mut kind = None;
     for o in opts {
@@ -185,10 +189,27 @@ pub fn port_from_options(name: &str, opts: &[String]) -> Result<PortConfig, Conf
                 p.mode = Some(crate::config::UplinkMode::parse(v).map_err(|e| bad(e.to_string()))?)
             }
             "coalesce-usecs" | "coalesce-frames" => set_coalesce(&mut p, k, v)?,
+            "remote_ip" | "local_ip" => {
+                let a: std::net::Ipv4Addr = v
+                    .parse()
+                    .map_err(|_| bad(format!("{k}={v}: not an IPv4 address")))?;
+                if k == "remote_ip" {
+                    p.remote_ip = Some(a);
+                } else {
+                    p.local_ip = Some(a);
+                }
+            }
+            "key" => {
+                p.key = Some(
+                    v.parse::<u32>()
+                        .map_err(|_| bad(format!("{k}={v}: not a number")))?,
+                )
+            }
+            "dst_port" => p.dst_port = Some(num(v)?),
             _ => {
                 return Err(bad(format!(
                     "unknown option '{k}' (known: type, path, dev, queues, tag, trunks, mode, \
-                     coalesce-usecs, coalesce-frames)"
+                     coalesce-usecs, coalesce-frames, remote_ip, local_ip, key, dst_port)"
                 )))
             }
         }

@@ -4,6 +4,7 @@
 //! * [`port`]: ports as the datapath sees them (vhost-user queues, TAP, AF_PACKET uplinks).
 //! * [`kernel`]: the kernel ports' bursts (TAP devices, netdevs over AF_PACKET).
 //! * [`xdp`]: netdevs over AF_XDP (the uplink's first choice).
+//! * [`tunnel`]: VXLAN tunnel ports over the host stack.
 //! * [`mac_table`]: the lock-free MAC learning table of a bridge.
 //! * [`l2`]: the learning-bridge decision for one packet (VLAN access/trunk, flood, learn).
 //! * [`flow`]: bridges with OpenFlow-style rules: exact-match cache, megaflow cache, upcalls
@@ -22,6 +23,7 @@ pub mod l2;
 pub mod mac_table;
 pub mod pmd;
 pub mod port;
+pub mod tunnel;
 pub mod xdp;
 
 use std::sync::Arc;
@@ -32,6 +34,7 @@ pub use kernel::{TapIo, UplinkIo};
 pub use mac_table::MacTable;
 pub use pmd::{PmdHandle, PmdStats};
 pub use port::{NotifyTimers, Port, PortIo, VlanMode};
+pub use tunnel::VxlanIo;
 pub use xdp::XdpIo;
 
 /// A bridge as the datapath sees it.

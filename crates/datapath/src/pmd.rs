@@ -446,6 +446,17 @@ fn sleep(dp: &Datapath, index: usize, doorbell: &OwnedFd, timeout_ns: u64) -> Op
                 }
                 continue;
             }
+            // A tunnel's UDP socket: readable while datagrams wait.
+            PortIo::Vxlan(v) => {
+                match v.sock.try_clone() {
+                    Ok(s) => kernel.push(OwnedFd::from(s)),
+                    Err(_) => {
+                        disarm(&armed);
+                        return None;
+                    }
+                }
+                continue;
+            }
             // AF_XDP: the socket is readable while the rx ring holds frames.
             PortIo::Xdp(x) => {
                 match x.sock.as_fd().try_clone_to_owned() {

@@ -14,6 +14,7 @@ use ferrovs_vhost::stats::{DropReason, QueueStats, StatsSnapshot};
 use ferrovs_vhost::virtqueue::{VirtQueue, BURST};
 
 use crate::kernel::{TapIo, UplinkIo};
+use crate::tunnel::VxlanIo;
 use crate::xdp::XdpIo;
 
 /// Most queues one PMD tracks with a deferred guest notification; past that, a burst that
@@ -145,6 +146,8 @@ pub enum PortIo {
     Uplink(UplinkIo),
     /// An existing netdev over AF_XDP: one queue each way.
     Xdp(Box<XdpIo>),
+    /// A VXLAN tunnel over the host stack: one queue each way.
+    Vxlan(VxlanIo),
 }
 
 impl PortIo {
@@ -155,6 +158,7 @@ impl PortIo {
             PortIo::Tap(_) => "tap",
             PortIo::Uplink(_) => "af_packet",
             PortIo::Xdp(_) => "af_xdp",
+            PortIo::Vxlan(_) => "vxlan",
         }
     }
 }
@@ -205,11 +209,20 @@ impl OffloadStats {
 }
 
 impl Port {
+    /// Tunnel metadata of what this port receives (tunnel ports).
+    #[inline]
+    pub fn tunnel_key(&self) -> Option<ferrovs_flow::TunnelKey> {
+        match &self.io {
+            PortIo::Vxlan(v) => Some(v.tunnel_key()),
+            _ => None,
+        }
+    }
+
     /// Queue pairs the datapath polls.
     pub fn rx_queues(&self) -> usize {
         match &self.io {
             PortIo::Vhost { queues } => queues.len() / 2,
-            PortIo::Tap(_) | PortIo::Uplink(_) | PortIo::Xdp(_) => 1,
+            PortIo::Tap(_) | PortIo::Uplink(_) | PortIo::Xdp(_) | PortIo::Vxlan(_) => 1,
         }
     }
 
@@ -223,7 +236,7 @@ impl Port {
                 .first()
                 .map_or(0, |q| q.rx_caps.load(Ordering::Relaxed)),
             PortIo::Tap(t) => t.caps(),
-            PortIo::Uplink(_) | PortIo::Xdp(_) => 0,
+            PortIo::Uplink(_) | PortIo::Xdp(_) | PortIo::Vxlan(_) => 0,
         }
     }
 
@@ -255,6 +268,7 @@ impl Port {
             PortIo::Tap(t) => t.rx_burst(pool, out, BURST),
             PortIo::Uplink(u) => u.rx_burst(pool, out, BURST),
             PortIo::Xdp(x) => x.rx_burst(pool, out, BURST),
+            PortIo::Vxlan(v) => v.rx_burst(pool, out, BURST),
         }
     }
 
@@ -300,6 +314,7 @@ impl Port {
             PortIo::Tap(t) => t.tx_burst(pkts),
             PortIo::Uplink(u) => u.tx_burst(pkts.into_iter().map(|m| m.data())),
             PortIo::Xdp(x) => x.tx_burst(pkts.into_iter().map(|m| m.data())),
+            PortIo::Vxlan(v) => v.tx_burst(pkts),
         }
     }
 
@@ -311,6 +326,7 @@ impl Port {
             PortIo::Tap(t) => Some([&t.tx, &t.rx]),
             PortIo::Uplink(u) => Some([&u.tx, &u.rx]),
             PortIo::Xdp(x) => Some([&x.tx, &x.rx]),
+            PortIo::Vxlan(v) => Some([&v.tx, &v.rx]),
         }
     }
 
@@ -326,6 +342,7 @@ impl Port {
             PortIo::Tap(t) => s.merge(&t.rx.snapshot()),
             PortIo::Uplink(u) => s.merge(&u.rx.snapshot()),
             PortIo::Xdp(x) => s.merge(&x.rx.snapshot()),
+            PortIo::Vxlan(v) => s.merge(&v.rx.snapshot()),
         }
         s
     }
@@ -343,6 +360,7 @@ impl Port {
             PortIo::Tap(t) => s.merge(&t.tx.snapshot()),
             PortIo::Uplink(u) => s.merge(&u.tx.snapshot()),
             PortIo::Xdp(x) => s.merge(&x.tx.snapshot()),
+            PortIo::Vxlan(v) => s.merge(&v.tx.snapshot()),
         }
         s
     }

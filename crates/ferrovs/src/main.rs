@@ -16,7 +16,9 @@ commands:
   add-port BRIDGE PORT type=TYPE [path=SOCKET] [dev=NETDEV] [queues=N] [tag=VLAN] [trunks=V,V]
            [mode=af_xdp|af_packet]       TYPE: vhost-user | vhost-user-client (path=SOCKET),
                                          tap | uplink (dev=NETDEV); an uplink uses AF_XDP
-                                         where it can, else AF_PACKET, unless mode= forces one
+                                         where it can, else AF_PACKET, unless mode= forces one;
+                                         vxlan (remote_ip=IP [key=VNI] [local_ip=IP]
+                                         [dst_port=4789]): a VXLAN tunnel port
   del-port BRIDGE PORT
   set-port PORT coalesce-usecs=US [coalesce-frames=N]
                                          guest notification coalescing of a vhost-user port

@@ -44,6 +44,7 @@ reasons! {
     BadOffload => "bad_offload",
     OffloadRefused => "offload_refused",
     FlowDrop => "flow_drop",
+    TunnelMismatch => "tunnel_mismatch",
 }
 
 pub const NUM_REASONS: usize = DropReason::ALL.len();

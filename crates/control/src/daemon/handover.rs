@@ -412,6 +412,15 @@ impl Daemon {
                 });
                 let (device, kernel) = match (&p.device, &p.port.io) {
                     (Some(d), _) => (export_device(d, fds), None),
+                    (None, PortIo::Vxlan(v)) => {
+                        let fd = fds.push(v.sock.as_fd().as_raw_fd());
+                        let k = KernelState {
+                            fd,
+                            ring: None,
+                            xdp: None,
+                        };
+                        (DeviceState::default(), Some(k))
+                    }
                     (None, PortIo::Tap(t)) => {
                         let fd = fds.push(t.tap.as_fd().as_raw_fd());
                         let k = KernelState {
@@ -791,6 +800,11 @@ impl Daemon {
             .ok_or_else(|| ctx("handed over without its kernel fd".into()))?;
         let fd = fds.take(k.fd).map_err(ctx)?;
         let io = match p.cfg.kind {
+            PortType::Vxlan => {
+                let (_, remote, vni) = super::vxlan_endpoints(&p.cfg);
+                let sock = std::net::UdpSocket::from(fd);
+                PortIo::Vxlan(dp::VxlanIo::new(sock, remote, vni).map_err(|e| ctx(e.to_string()))?)
+            }
             PortType::Tap => {
                 let tap = ferrovs_sys::tap::Tap::from_fd(fd).map_err(|e| ctx(with_sources(&e)))?;
                 PortIo::Tap(TapIo::new(tap))

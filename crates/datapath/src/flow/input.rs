@@ -77,8 +77,9 @@ pub(crate) fn process<'p>(
     keys.clear();
     hashes.clear();
     misses.clear();
+    let tun = inp.tunnel_key();
     for m in &sc.batch {
-        let k = FlowKey::extract(m.data(), inp.id, None);
+        let k = FlowKey::extract(m.data(), inp.id, tun.as_ref());
         hashes.push(k.hash());
         keys.push(k);
     }
