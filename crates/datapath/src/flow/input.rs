@@ -11,12 +11,15 @@
 //! learning decision on the packet then ([`crate::l2::decide`]): MAC learning stays per
 //! packet, and cached flows never hold a learned port.
 
+use std::sync::Arc;
+
 use ferrovs_flow::{DpAction, FlowKey};
 use ferrovs_sys::pool::Pool;
 use ferrovs_vhost::stats::DropReason;
 use ferrovs_vhost::virtqueue::BURST;
 
 use super::emc::Emc;
+use super::megaflow::Megaflow;
 use super::{upcall, BridgeFlows, FlowCounters};
 use crate::l2::{self, Classified, Decision};
 use crate::pmd::{add_output, Scratch};
@@ -85,18 +88,20 @@ pub(crate) fn process<'p>(
     }
     counters.packets += n as u64;
     let mut dropped = 0u64;
+    let mut hits = Hits::default();
     // 1. The exact-match cache.
     for i in 0..n {
         match emc.lookup(&keys[i], hashes[i], inp.bridge) {
             Some(f) => {
                 counters.emc_hits += 1;
-                f.hit(1, sc.batch[i].len() as u64, now);
+                hits.add(f, sc.batch[i].len() as u64, now);
                 dropped += execute(snap, bridge, inp, pool, sc, i, &f.actions, now);
             }
             None => misses.push(i as u16),
         }
     }
     if misses.is_empty() {
+        hits.flush(now);
         return dropped;
     }
     // 2. The megaflow cache, read-locked once for the burst.
@@ -108,7 +113,7 @@ pub(crate) fn process<'p>(
             match mf.lookup(&keys[i]) {
                 Some(f) => {
                     counters.megaflow_hits += 1;
-                    f.hit(1, sc.batch[i].len() as u64, now);
+                    hits.add(f, sc.batch[i].len() as u64, now);
                     dropped += execute(snap, bridge, inp, pool, sc, i, &f.actions, now);
                     counters.emc_inserts += emc.maybe_insert(&keys[i], hashes[i], f) as u64;
                 }
@@ -129,11 +134,45 @@ pub(crate) fn process<'p>(
         } else {
             counters.megaflow_hits += 1;
         }
-        f.hit(1, sc.batch[i].len() as u64, now);
+        hits.add(&f, sc.batch[i].len() as u64, now);
         dropped += execute(snap, bridge, inp, pool, sc, i, &f.actions, now);
         counters.emc_inserts += emc.maybe_insert(&keys[i], hashes[i], &f) as u64;
     }
+    hits.flush(now);
     dropped
+}
+
+/// A burst's hits on megaflows, added to an entry's shared counters once per run of packets
+/// of that entry (not two atomic additions per packet).
+#[derive(Default)]
+struct Hits {
+    flow: Option<Arc<Megaflow>>,
+    packets: u64,
+    bytes: u64,
+}
+
+impl Hits {
+    #[inline]
+    fn add(&mut self, f: &Arc<Megaflow>, bytes: u64, now: u32) {
+        match &self.flow {
+            Some(x) if Arc::ptr_eq(x, f) => {}
+            _ => {
+                self.flush(now);
+                self.flow = Some(f.clone());
+            }
+        }
+        self.packets += 1;
+        self.bytes += bytes;
+    }
+
+    #[inline]
+    fn flush(&mut self, now: u32) {
+        if let Some(f) = self.flow.take() {
+            f.hit(self.packets, self.bytes, now);
+        }
+        self.packets = 0;
+        self.bytes = 0;
+    }
 }
 
 /// Executes `actions` on packet `i`; returns 1 if the packet went nowhere (counted as a
