@@ -107,6 +107,8 @@ enum Source {
 struct CtlClient {
     stream: UnixStream,
     inbuf: Vec<u8>,
+    /// How much of `inbuf` is known to hold no newline (a long request is scanned once).
+    scanned: usize,
     out: Vec<u8>,
     closing: bool,
 }
@@ -1101,6 +1103,7 @@ impl Daemon {
                         CtlClient {
                             stream: s,
                             inbuf: Vec::new(),
+                            scanned: 0,
                             out: Vec::new(),
                             closing: false,
                         },
@@ -1118,7 +1121,7 @@ impl Daemon {
         };
         let mut eof = false;
         if ev.readable || ev.hangup {
-            let mut buf = [0u8; 4096];
+            let mut buf = [0u8; 65536];
             loop {
                 match c.stream.read(&mut buf) {
                     Ok(0) => {
@@ -1139,15 +1142,22 @@ impl Daemon {
                 }
             }
         }
-        while let Some(pos) = c.inbuf.iter().position(|b| *b == b'\n') {
+        while let Some(off) = c.inbuf[c.scanned..].iter().position(|b| *b == b'\n') {
+            let pos = c.scanned + off;
             let line: Vec<u8> = c.inbuf.drain(..=pos).collect();
+            c.scanned = 0;
             let resp = self.handle_line(&line[..line.len() - 1]);
             c.out.extend_from_slice(resp.as_bytes());
             c.out.push(b'\n');
         }
+        c.scanned = c.inbuf.len();
         if c.inbuf.len() > proto::MAX_REQUEST {
             self.bad_requests += 1;
-            let r = serde_json::to_string(&Response::err("request too long")).unwrap_or_default();
+            let r = serde_json::to_string(&Response::err(format!(
+                "request too long (over {} MiB)",
+                proto::MAX_REQUEST >> 20
+            )))
+            .unwrap_or_default();
             c.out.extend_from_slice(r.as_bytes());
             c.out.push(b'\n');
             c.inbuf.clear();
@@ -1156,6 +1166,7 @@ impl Daemon {
         if eof && !c.inbuf.is_empty() {
             // A last request without a newline.
             let line = std::mem::take(&mut c.inbuf);
+            c.scanned = 0;
             let resp = self.handle_line(&line);
             c.out.extend_from_slice(resp.as_bytes());
             c.out.push(b'\n');

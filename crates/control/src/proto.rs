@@ -11,8 +11,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::{ConfigError, PortConfig, PortType};
 
-/// Longest request line accepted.
-pub const MAX_REQUEST: usize = 64 * 1024;
+/// Longest request line accepted: room for a bulk `add-flows` of some 500 000 rules (all or
+/// none is one request). A client sending more is answered with an error and disconnected;
+/// the daemon never buffers more than this per client.
+pub const MAX_REQUEST: usize = 32 << 20;
 
 /// A control request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -166,6 +166,11 @@ fn rules_from_the_cli_steer_traffic_and_survive_restart_and_upgrade() {
     assert!(e.contains("no bridge named nobridge"), "{e}");
     let e = fails(&dir, &["dump-flows", "br0", "in_port=vm1,nw_dst=1.2.3.4"]);
     assert!(e.contains("nw_dst"), "{e}");
+    // The daemon now running is the one the upgrade started: stop it by its pid.
+    let pid = cli_json(&dir, &["show"])["pid"].as_u64().unwrap();
+    let _ = std::process::Command::new("kill")
+        .arg(pid.to_string())
+        .status();
     sw.kill();
 }
 
