@@ -15,8 +15,17 @@ use std::net::Ipv4Addr;
 pub const KEY_WORDS: usize = 11;
 
 /// A packet's (or a mask's) match fields.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Default, Debug)]
+#[derive(Clone, Copy, PartialEq, Eq, Default, Debug)]
 pub struct FlowKey(pub [u64; KEY_WORDS]);
+
+/// Hash maps hash a key as one word, [`FlowKey::hash`]: the derived impl would feed the
+/// hasher the key's 88 bytes one by one.
+impl std::hash::Hash for FlowKey {
+    #[inline]
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(FlowKey::hash(self));
+    }
+}
 
 /// Tunnel metadata of a packet that arrived through a tunnel port.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
