@@ -1142,49 +1142,69 @@ impl Daemon {
                 }
             }
         }
-        while let Some(off) = c.inbuf[c.scanned..].iter().position(|b| *b == b'\n') {
-            let pos = c.scanned + off;
-            let line: Vec<u8> = c.inbuf.drain(..=pos).collect();
-            c.scanned = 0;
-            let resp = self.handle_line(&line[..line.len() - 1]);
-            c.out.extend_from_slice(resp.as_bytes());
-            c.out.push(b'\n');
-        }
-        c.scanned = c.inbuf.len();
-        if c.inbuf.len() > proto::MAX_REQUEST {
-            self.bad_requests += 1;
-            let r = serde_json::to_string(&Response::err(format!(
-                "request too long (over {} MiB)",
-                proto::MAX_REQUEST >> 20
-            )))
-            .unwrap_or_default();
-            c.out.extend_from_slice(r.as_bytes());
-            c.out.push(b'\n');
-            c.inbuf.clear();
-            c.closing = true;
-        }
-        if eof && !c.inbuf.is_empty() {
-            // A last request without a newline.
-            let line = std::mem::take(&mut c.inbuf);
-            c.scanned = 0;
-            let resp = self.handle_line(&line);
-            c.out.extend_from_slice(resp.as_bytes());
-            c.out.push(b'\n');
-        }
-        while !c.out.is_empty() {
-            match c.stream.write(&c.out) {
-                Ok(n) => {
-                    c.out.drain(..n);
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(_) => {
-                    c.out.clear();
-                    eof = true;
+        // Backpressure: while a client has 1 MiB of replies unread, its further requests wait
+        // in its buffer; they are handled once it reads (a writable event) or here, when the
+        // reply went out at once.
+        loop {
+            let mut backlog = false;
+            loop {
+                if c.out.len() >= 1 << 20 {
+                    backlog = true;
                     break;
                 }
+                let Some(off) = c.inbuf[c.scanned..].iter().position(|b| *b == b'\n') else {
+                    c.scanned = c.inbuf.len();
+                    break;
+                };
+                let pos = c.scanned + off;
+                let line: Vec<u8> = c.inbuf.drain(..=pos).collect();
+                c.scanned = 0;
+                let resp = self.handle_line(&line[..line.len() - 1]);
+                c.out.extend_from_slice(resp.as_bytes());
+                c.out.push(b'\n');
+            }
+            if !backlog && c.inbuf.len() > proto::MAX_REQUEST {
+                self.bad_requests += 1;
+                let r = serde_json::to_string(&Response::err(format!(
+                    "request too long (over {} MiB)",
+                    proto::MAX_REQUEST >> 20
+                )))
+                .unwrap_or_default();
+                c.out.extend_from_slice(r.as_bytes());
+                c.out.push(b'\n');
+                c.inbuf.clear();
+                c.scanned = 0;
+                c.closing = true;
+            }
+            if !backlog && eof && !c.inbuf.is_empty() {
+                // A last request without a newline.
+                let line = std::mem::take(&mut c.inbuf);
+                c.scanned = 0;
+                let resp = self.handle_line(&line);
+                c.out.extend_from_slice(resp.as_bytes());
+                c.out.push(b'\n');
+            }
+            while !c.out.is_empty() {
+                match c.stream.write(&c.out) {
+                    Ok(n) => {
+                        c.out.drain(..n);
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(_) => {
+                        c.out.clear();
+                        c.inbuf.clear();
+                        eof = true;
+                        break;
+                    }
+                }
+            }
+            if !(backlog && c.out.is_empty()) {
+                break;
             }
         }
-        if (eof || c.closing) && c.out.is_empty() || c.out.len() > 16 << 20 {
+        // A reply may be large (dump-flows of 100 000 rules: ~20 MiB); past this, the client
+        // is not reading and is dropped.
+        if (eof || c.closing) && c.out.is_empty() || c.out.len() > 256 << 20 {
             let _ = self.epoll.delete(c.stream.as_fd());
             self.tokens.remove(&t);
             return;
