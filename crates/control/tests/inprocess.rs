@@ -1594,3 +1594,32 @@ fn bad_flows_are_refused_whole_with_a_precise_error() {
     let mut b = attach(&sw.sock("vm2"), 0x0200_0000_0002, FrontendConfig::default());
     assert_eq!(exchange(&mut a, &mut b, 50, 100).len(), 50);
 }
+
+/// A bulk load of 50 000 rules is one request (all or none) of some 3 MiB, and dumping them
+/// is a reply of some 10 MiB: both go through the control socket whole.
+#[test]
+fn bulk_rules_go_through_the_control_socket_whole() {
+    let sw = Switch::start("bulk");
+    let flows: Vec<String> = (0..50_000u32)
+        .map(|i| {
+            format!(
+                "priority=20,ip,nw_dst=10.{}.{}.{} actions=drop",
+                100 + (i >> 16),
+                (i >> 8) & 0xff,
+                i & 0xff
+            )
+        })
+        .collect();
+    let r = sw
+        .req(Request::AddFlows {
+            bridge: "br0".into(),
+            flows,
+        })
+        .unwrap();
+    assert_eq!(r["rules"], 50_001);
+    assert_eq!(sw.dump_flows().len(), 50_001);
+    // The switch still forwards (10.0.0.2 matches none; the default NORMAL rule decides).
+    let mut a = attach(&sw.sock("vm1"), 0x0200_0000_0001, FrontendConfig::default());
+    let mut b = attach(&sw.sock("vm2"), 0x0200_0000_0002, FrontendConfig::default());
+    assert_eq!(exchange(&mut a, &mut b, 100, 100).len(), 100);
+}
