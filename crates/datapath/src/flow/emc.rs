@@ -25,11 +25,14 @@ const EMC_MASK: u64 = EMC_ENTRIES as u64 - 1;
 /// Default insertion probability is 1 in this.
 pub const DEFAULT_INSERT_INV_PROB: u32 = 100;
 
+/// Two cache lines: the hash, the megaflow and the first six key words in the first (all a
+/// miss reads), the other five in the second.
 #[derive(Debug, Default)]
+#[repr(C, align(64))]
 struct Entry {
     hash: u64,
-    key: FlowKey,
     flow: Option<Arc<Megaflow>>,
+    key: FlowKey,
 }
 
 impl Entry {
@@ -74,6 +77,15 @@ impl Emc {
             (hash & EMC_MASK) as usize,
             ((hash >> 32) & EMC_MASK) as usize,
         ]
+    }
+
+    /// Starts loading the first line of both candidate slots of a key hashing to `hash`
+    /// (done for a whole burst before its lookups, so their cache misses overlap).
+    #[inline]
+    pub fn prefetch(&self, hash: u64) {
+        for s in Self::slots(hash) {
+            ferrovs_sys::os::prefetch(std::ptr::from_ref(&self.entries[s]).cast());
+        }
     }
 
     /// The live megaflow cached for `key` (whose [`FlowKey::hash`] is `hash`) on `bridge`.

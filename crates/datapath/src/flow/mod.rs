@@ -23,6 +23,9 @@ pub mod input;
 pub mod megaflow;
 pub mod upcall;
 
+#[cfg(test)]
+mod tests;
+
 use std::sync::Arc;
 
 use ferrovs_flow::Pipeline;
