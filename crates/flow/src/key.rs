@@ -292,25 +292,49 @@ impl FlowKey {
     /// against each other, and fuzzed).
     #[inline]
     pub fn extract(frame: &[u8], in_port: u32, tun: Option<&TunnelKey>) -> FlowKey {
-        if tun.is_none() {
-            if let Some(k) = FlowKey::extract_ipv4_fast(frame, in_port) {
-                return k;
-            }
+        let mut k = FlowKey::default();
+        k.extract_into(frame, in_port, tun);
+        k
+    }
+
+    /// [`FlowKey::extract`] into `self` (a burst's key array: the words are stored once, where
+    /// they stay, rather than built on the stack and copied, whose wide reloads of just-made
+    /// narrow stores stall).
+    #[inline]
+    pub fn extract_into(&mut self, frame: &[u8], in_port: u32, tun: Option<&TunnelKey>) {
+        if tun.is_some() || !self.extract_ipv4_fast_into(frame, in_port) {
+            *self = FlowKey::extract_generic(frame, in_port, tun);
         }
-        FlowKey::extract_generic(frame, in_port, tun)
     }
 
     /// The specialised path of [`FlowKey::extract`]: `None` unless `frame` has the common
     /// shape (see there) in full; then exactly the key [`FlowKey::extract_generic`] gives.
-    #[inline]
     pub fn extract_ipv4_fast(frame: &[u8], in_port: u32) -> Option<FlowKey> {
-        match be16(frame, 12)? {
+        let mut k = FlowKey::default();
+        k.extract_ipv4_fast_into(frame, in_port).then_some(k)
+    }
+
+    /// [`FlowKey::extract_ipv4_fast`] into `self`: false (and `self` untouched) when the frame
+    /// does not have the shape.
+    #[inline]
+    pub fn extract_ipv4_fast_into(&mut self, frame: &[u8], in_port: u32) -> bool {
+        let Some(ty) = be16(frame, 12) else {
+            return false;
+        };
+        let w = match ty {
             ETH_IPV4 => ipv4_fast::<14>(frame, in_port, 0),
-            ETH_VLAN if be16(frame, 16)? == ETH_IPV4 => {
-                let tci = be16(frame, 14)? | VLAN_CFI;
-                ipv4_fast::<18>(frame, in_port, tci)
-            }
+            ETH_VLAN if be16(frame, 16) == Some(ETH_IPV4) => match be16(frame, 14) {
+                Some(tci) => ipv4_fast::<18>(frame, in_port, tci | VLAN_CFI),
+                None => None,
+            },
             _ => None,
+        };
+        match w {
+            Some([w0, w1, w2, w3, w8]) => {
+                self.0 = [w0, w1, w2, w3, 0, 0, 0, 0, w8, 0, 0];
+                true
+            }
+            None => false,
         }
     }
 
@@ -367,8 +391,9 @@ impl FlowKey {
 /// The fast path of [`FlowKey::extract`] for IPv4 at offset `L3` (14 untagged, 18 tagged with
 /// `tci`, already with [`VLAN_CFI`]): one length check for the Ethernet, IPv4 and first four
 /// L4 bytes, then reads at constant offsets (no further bounds checks) straight into words.
+/// Returns the key's words 0, 1, 2, 3 and 8 (the others are 0).
 #[inline(always)]
-fn ipv4_fast<const L3: usize>(frame: &[u8], in_port: u32, tci: u16) -> Option<FlowKey> {
+fn ipv4_fast<const L3: usize>(frame: &[u8], in_port: u32, tci: u16) -> Option<[u64; 5]> {
     let h = frame.get(..L3 + 24)?;
     // Version 4, a 20-byte header (no options); not a fragment (offset 0, MF clear).
     if h[L3] != 0x45 || (u16::from(h[L3 + 6]) << 8 | u16::from(h[L3 + 7])) & 0x3fff != 0 {
@@ -389,13 +414,13 @@ fn ipv4_fast<const L3: usize>(frame: &[u8], in_port: u32, tci: u16) -> Option<Fl
     };
     let be32 = |o: usize| u64::from(u32::from_be_bytes([h[o], h[o + 1], h[o + 2], h[o + 3]]));
     // Layout as in the module doc ([`Field::layout`]); ip_frag is 0.
-    let mut k = FlowKey::default();
-    k.0[0] = u64::from(in_port) | u64::from(ETH_IPV4) << 32 | u64::from(tci) << 48;
-    k.0[1] = mac(0) | u64::from(proto) << 48 | u64::from(h[L3 + 1]) << 56;
-    k.0[2] = mac(6) | u64::from(h[L3 + 8]) << 48;
-    k.0[3] = be32(L3 + 12) | be32(L3 + 16) << 32;
-    k.0[8] = ports;
-    Some(k)
+    Some([
+        u64::from(in_port) | u64::from(ETH_IPV4) << 32 | u64::from(tci) << 48,
+        mac(0) | u64::from(proto) << 48 | u64::from(h[L3 + 1]) << 56,
+        mac(6) | u64::from(h[L3 + 8]) << 48,
+        be32(L3 + 12) | be32(L3 + 16) << 32,
+        ports,
+    ])
 }
 
 /// The 6 bytes of a MAC stored as an integer.

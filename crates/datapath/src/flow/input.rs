@@ -44,8 +44,8 @@ impl Default for FlowCtx {
     fn default() -> Self {
         FlowCtx {
             emc: Emc::default(),
-            keys: Vec::with_capacity(BURST),
-            hashes: Vec::with_capacity(BURST),
+            keys: vec![FlowKey::default(); BURST],
+            hashes: vec![0; BURST],
             misses: Vec::with_capacity(BURST),
             groups: Groups::default(),
             batch_outputs: true,
@@ -92,19 +92,15 @@ pub(crate) fn process<'p>(
         batch_outputs,
         counters,
     } = fx;
-    keys.clear();
-    hashes.clear();
     misses.clear();
     groups.clear();
     let tun = inp.tunnel_key();
-    for m in &sc.batch {
-        let k = FlowKey::extract(m.data(), inp.id, tun.as_ref());
-        let h = k.hash();
+    for ((m, k), h) in sc.batch.iter().zip(keys.iter_mut()).zip(hashes.iter_mut()) {
+        k.extract_into(m.data(), inp.id, tun.as_ref());
+        *h = k.hash();
         // The lookups below come after the whole burst's extraction: the slots' lines are
         // on their way meanwhile.
-        emc.prefetch(h);
-        hashes.push(h);
-        keys.push(k);
+        emc.prefetch(*h);
     }
     counters.packets += n as u64;
     // 1. The exact-match cache.
@@ -214,7 +210,7 @@ impl Groups {
     }
 
     /// Adds packet `i` (of `bytes` bytes) to the latest group of `f`, or to a new one.
-    #[inline]
+    #[inline(always)]
     fn add(&mut self, f: &Arc<Megaflow>, i: usize, bytes: usize) {
         let n = self.len;
         let same = |g: &Group| g.flow.as_ref().is_some_and(|x| Arc::ptr_eq(x, f));

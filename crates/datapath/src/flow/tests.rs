@@ -289,7 +289,12 @@ fn bench_flow_path() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(100_000);
-    for flows in [1u32, 1000, 100_000, 1_000_000] {
+    let list: Vec<u32> = std::env::var("FLOW_BENCH_FLOWS")
+        .unwrap_or_else(|_| "1 1000 100000 1000000".into())
+        .split_whitespace()
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    for flows in list {
         let snap = switch(&rules);
         let mut fx = FlowCtx::default();
         let mut sc = Scratch::new();
