@@ -54,6 +54,9 @@ impl Default for FlowCtx {
     }
 }
 
+// `process` marks a burst's packets in a 64-bit mask.
+const _: () = assert!(BURST <= 64);
+
 /// A classification that makes no VLAN edit on output (OpenFlow outputs send the packet as
 /// it is).
 const AS_IS: Classified = Classified {
@@ -95,22 +98,50 @@ pub(crate) fn process<'p>(
     misses.clear();
     groups.clear();
     let tun = inp.tunnel_key();
-    for ((m, k), h) in sc.batch.iter().zip(keys.iter_mut()).zip(hashes.iter_mut()) {
+    for (m, k) in sc.batch.iter().zip(keys.iter_mut()) {
         k.extract_into(m.data(), inp.id, tun.as_ref());
-        *h = k.hash();
-        // The lookups below come after the whole burst's extraction: the slots' lines are
-        // on their way meanwhile.
-        emc.prefetch(*h);
+    }
+    // Packets whose key equals the previous packet's (bit i): a burst is often runs of one
+    // flow, and such a packet needs no hash and no lookup of its own. (Compared in a pass of
+    // its own: right after extraction, the wide loads would wait for the narrow stores.)
+    let mut repeat = 0u64;
+    for i in 0..n {
+        if i > 0 && keys[i] == keys[i - 1] {
+            repeat |= 1 << i;
+            hashes[i] = hashes[i - 1];
+            continue;
+        }
+        let h = keys[i].hash();
+        hashes[i] = h;
+        // The lookups below come after the whole burst's hashing: the slots' lines are on
+        // their way meanwhile.
+        emc.prefetch(h);
     }
     counters.packets += n as u64;
-    // 1. The exact-match cache.
+    // 1. The exact-match cache. A repeated key has the previous packet's outcome (the EMC
+    // does not change during this pass): the same group, or a miss.
+    let mut prev_group = None;
     for i in 0..n {
+        let bytes = sc.batch[i].len();
+        if repeat & (1 << i) != 0 {
+            match prev_group {
+                Some(g) => {
+                    counters.emc_hits += 1;
+                    groups.add_at(g, i, bytes);
+                }
+                None => misses.push(i as u16),
+            }
+            continue;
+        }
         match emc.lookup(&keys[i], hashes[i], inp.bridge) {
             Some(f) => {
                 counters.emc_hits += 1;
-                groups.add(f, i, sc.batch[i].len());
+                prev_group = Some(groups.add(f, i, bytes));
             }
-            None => misses.push(i as u16),
+            None => {
+                prev_group = None;
+                misses.push(i as u16);
+            }
         }
     }
     if !misses.is_empty() {
@@ -209,9 +240,10 @@ impl Groups {
         self.len = 0;
     }
 
-    /// Adds packet `i` (of `bytes` bytes) to the latest group of `f`, or to a new one.
+    /// Adds packet `i` (of `bytes` bytes) to the latest group of `f`, or to a new one;
+    /// returns the group's index.
     #[inline(always)]
-    fn add(&mut self, f: &Arc<Megaflow>, i: usize, bytes: usize) {
+    fn add(&mut self, f: &Arc<Megaflow>, i: usize, bytes: usize) -> usize {
         let n = self.len;
         let same = |g: &Group| g.flow.as_ref().is_some_and(|x| Arc::ptr_eq(x, f));
         let g = match self.list[n.saturating_sub(GROUP_SEARCH)..n]
@@ -229,6 +261,13 @@ impl Groups {
                 n
             }
         };
+        self.add_at(g, i, bytes);
+        g
+    }
+
+    /// Adds packet `i` (of `bytes` bytes) to group `g`.
+    #[inline(always)]
+    fn add_at(&mut self, g: usize, i: usize, bytes: usize) {
         let g = &mut self.list[g];
         g.pkts.push(i as u16);
         g.bytes += bytes as u64;
