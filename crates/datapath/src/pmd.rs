@@ -84,6 +84,7 @@ pub struct FlowStats {
     pub megaflow_hits: AtomicU64,
     pub upcalls: AtomicU64,
     pub emc_inserts: AtomicU64,
+    pub emc_skipped: AtomicU64,
 }
 
 impl FlowStats {
@@ -93,6 +94,7 @@ impl FlowStats {
         self.megaflow_hits.store(c.megaflow_hits, Ordering::Relaxed);
         self.upcalls.store(c.upcalls, Ordering::Relaxed);
         self.emc_inserts.store(c.emc_inserts, Ordering::Relaxed);
+        self.emc_skipped.store(c.emc_skipped, Ordering::Relaxed);
     }
 
     pub fn load(&self) -> crate::flow::FlowCounters {
@@ -102,6 +104,7 @@ impl FlowStats {
             megaflow_hits: self.megaflow_hits.load(Ordering::Relaxed),
             upcalls: self.upcalls.load(Ordering::Relaxed),
             emc_inserts: self.emc_inserts.load(Ordering::Relaxed),
+            emc_skipped: self.emc_skipped.load(Ordering::Relaxed),
         }
     }
 }

@@ -101,48 +101,58 @@ pub(crate) fn process<'p>(
     for (m, k) in sc.batch.iter().zip(keys.iter_mut()) {
         k.extract_into(m.data(), inp.id, tun.as_ref());
     }
-    // Packets whose key equals the previous packet's (bit i): a burst is often runs of one
-    // flow, and such a packet needs no hash and no lookup of its own. (Compared in a pass of
-    // its own: right after extraction, the wide loads would wait for the narrow stores.)
-    let mut repeat = 0u64;
-    for i in 0..n {
-        if i > 0 && keys[i] == keys[i - 1] {
-            repeat |= 1 << i;
-            hashes[i] = hashes[i - 1];
-            continue;
-        }
-        let h = keys[i].hash();
-        hashes[i] = h;
-        // The lookups below come after the whole burst's hashing: the slots' lines are on
-        // their way meanwhile.
-        emc.prefetch(h);
-    }
     counters.packets += n as u64;
-    // 1. The exact-match cache. A repeated key has the previous packet's outcome (the EMC
-    // does not change during this pass): the same group, or a miss.
-    let mut prev_group = None;
-    for i in 0..n {
-        let bytes = sc.batch[i].len();
-        if repeat & (1 << i) != 0 {
-            match prev_group {
-                Some(g) => {
-                    counters.emc_hits += 1;
-                    groups.add_at(g, i, bytes);
+    let use_emc = !emc.bypass_burst();
+    if use_emc {
+        // Packets whose key equals the previous packet's (bit i): a burst is often runs of
+        // one flow, and such a packet needs no hash and no lookup of its own. (Compared in a
+        // pass of its own: right after extraction, the wide loads would wait for the narrow
+        // stores.)
+        let mut repeat = 0u64;
+        for i in 0..n {
+            if i > 0 && keys[i] == keys[i - 1] {
+                repeat |= 1 << i;
+                hashes[i] = hashes[i - 1];
+                continue;
+            }
+            let h = keys[i].hash();
+            hashes[i] = h;
+            // The lookups below come after the whole burst's hashing: the slots' lines are
+            // on their way meanwhile.
+            emc.prefetch(h);
+        }
+        // 1. The exact-match cache. A repeated key has the previous packet's outcome (the
+        // EMC does not change during this pass): the same group, or a miss.
+        let (mut prev_group, mut hits) = (None, 0u64);
+        for i in 0..n {
+            let bytes = sc.batch[i].len();
+            if repeat & (1 << i) != 0 {
+                match prev_group {
+                    Some(g) => {
+                        hits += 1;
+                        groups.add_at(g, i, bytes);
+                    }
+                    None => misses.push(i as u16),
                 }
-                None => misses.push(i as u16),
+                continue;
             }
-            continue;
+            match emc.lookup(&keys[i], hashes[i], inp.bridge) {
+                Some(f) => {
+                    hits += 1;
+                    prev_group = Some(groups.add(f, i, bytes));
+                }
+                None => {
+                    prev_group = None;
+                    misses.push(i as u16);
+                }
+            }
         }
-        match emc.lookup(&keys[i], hashes[i], inp.bridge) {
-            Some(f) => {
-                counters.emc_hits += 1;
-                prev_group = Some(groups.add(f, i, bytes));
-            }
-            None => {
-                prev_group = None;
-                misses.push(i as u16);
-            }
-        }
+        counters.emc_hits += hits;
+        // Repeated keys count as lookups that hit or missed like the previous one.
+        emc.account(n as u64, hits);
+    } else {
+        counters.emc_skipped += n as u64;
+        misses.extend(0..n as u16);
     }
     if !misses.is_empty() {
         // 2. The megaflow cache, read-locked once for the burst.
@@ -156,7 +166,9 @@ pub(crate) fn process<'p>(
                     counters.megaflow_hits += 1;
                     st_hits.add(&mf, st);
                     groups.add(f, i, sc.batch[i].len());
-                    counters.emc_inserts += emc.maybe_insert(&keys[i], hashes[i], f) as u64;
+                    if use_emc {
+                        counters.emc_inserts += emc.maybe_insert(&keys[i], hashes[i], f) as u64;
+                    }
                 }
                 None => {
                     misses[left] = i as u16;
@@ -177,7 +189,9 @@ pub(crate) fn process<'p>(
                 counters.megaflow_hits += 1;
             }
             groups.add(&f, i, sc.batch[i].len());
-            counters.emc_inserts += emc.maybe_insert(&keys[i], hashes[i], &f) as u64;
+            if use_emc {
+                counters.emc_inserts += emc.maybe_insert(&keys[i], hashes[i], &f) as u64;
+            }
         }
     }
     // Execution, group by group (in the order the groups were made).

@@ -53,4 +53,6 @@ pub struct FlowCounters {
     pub upcalls: u64,
     /// EMC insertions.
     pub emc_inserts: u64,
+    /// Packets that skipped the EMC while it was bypassed for its low hit rate.
+    pub emc_skipped: u64,
 }

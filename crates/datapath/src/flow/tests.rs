@@ -182,23 +182,52 @@ impl Rng {
     }
 }
 
+/// What every port receives in `got` is what it receives in the reference `want`, each
+/// flow's packets (by their input key) in arrival order.
+fn same_as_reference(got: &Outputs, want: &Outputs, frames: &[Vec<u8>], first: u32, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: ports");
+    for ((pg, fg), (pr, fr)) in got.iter().zip(want) {
+        assert_eq!(pg, pr);
+        let mut a = fg.clone();
+        let mut b = fr.clone();
+        a.sort();
+        b.sort();
+        assert_eq!(a, b, "{what}: what port {pg} receives");
+        let key = |p: &[u8]| frames[(seq_of(p) - first) as usize][26..38].to_vec();
+        for (i, x) in fg.iter().enumerate() {
+            for y in &fg[i + 1..] {
+                if key(x) == key(y) {
+                    assert!(seq_of(x) <= seq_of(y), "{what}: port {pg} reordered a flow");
+                }
+            }
+        }
+    }
+}
+
 /// Grouped execution (output-only groups at once) gives exactly what packet-by-packet
 /// execution of the same groups gives, and what every port receives is what an arrival-order
 /// translation of every packet sends it, each flow's packets in their order; drops and
 /// megaflow counters agree. Random bursts of a dozen rule shapes (outputs, several outputs,
 /// drop, rewrites between outputs, flood, in_port, NORMAL, an output to the input port,
 /// VLAN push), few or many flows per rule, through the EMC (insertion always), the megaflow
-/// cache and upcalls.
+/// cache and upcalls; and the same with the EMC never filled, so that it is bypassed.
 #[test]
 fn grouped_execution_equals_packet_by_packet_and_the_reference() {
     let pool = Pool::new(1024).unwrap();
     let rules = rules();
-    let (grouped, plain, refsw) = (switch(&rules), switch(&rules), switch(&rules));
+    let (grouped, plain, bypass, refsw) = (
+        switch(&rules),
+        switch(&rules),
+        switch(&rules),
+        switch(&rules),
+    );
     let mut fx_g = FlowCtx::default();
     let mut fx_p = FlowCtx::default();
+    let mut fx_b = FlowCtx::default();
     fx_p.batch_outputs = false;
     fx_g.emc.set_insert_inv_prob(1);
     fx_p.emc.set_insert_inv_prob(1);
+    fx_b.emc.set_insert_inv_prob(0);
     let mut rng = Rng(0x2545_f491_4f6c_dd1d);
     let mut seq = 0u32;
     let mut total = 0u64;
@@ -206,6 +235,7 @@ fn grouped_execution_equals_packet_by_packet_and_the_reference() {
         let n = 1 + (rng.next() % 32) as usize;
         // Few distinct flows in some bursts (long runs of one megaflow), many in others.
         let spread = [1, 3, 40][round % 3];
+        let first = seq + 1;
         let frames: Vec<Vec<u8>> = (0..n)
             .map(|_| {
                 let r = rng.next();
@@ -218,34 +248,19 @@ fn grouped_execution_equals_packet_by_packet_and_the_reference() {
         total += n as u64;
         let (og, dg) = burst(&grouped, &pool, &mut fx_g, &frames);
         let (op, dp) = burst(&plain, &pool, &mut fx_p, &frames);
+        let (ob, db) = burst(&bypass, &pool, &mut fx_b, &frames);
         let (or, dr) = reference(&refsw, &pool, &frames);
         assert_eq!(og, op, "round {round}: grouped vs packet by packet");
         assert_eq!(dg, dp, "round {round}");
         assert_eq!(dg, dr, "round {round}: drops vs the reference");
-        assert_eq!(og.len(), or.len(), "round {round}: ports");
-        for ((pg, fg), (pr, fr)) in og.iter().zip(&or) {
-            assert_eq!(pg, pr);
-            let mut a = fg.clone();
-            let mut b = fr.clone();
-            a.sort();
-            b.sort();
-            assert_eq!(a, b, "round {round}: what port {pg} receives");
-            // Each flow's packets (by the input key) in arrival order.
-            let key =
-                |p: &[u8]| frames[(seq_of(p) - (seq - n as u32) - 1) as usize][26..38].to_vec();
-            for (i, x) in fg.iter().enumerate() {
-                for y in &fg[i + 1..] {
-                    if key(x) == key(y) {
-                        assert!(
-                            seq_of(x) <= seq_of(y),
-                            "round {round}: port {pg} reordered a flow"
-                        );
-                    }
-                }
-            }
-        }
+        assert_eq!(
+            db, dr,
+            "round {round}: drops (EMC bypassed) vs the reference"
+        );
+        same_as_reference(&og, &or, &frames, first, &format!("round {round}"));
+        same_as_reference(&ob, &or, &frames, first, &format!("round {round}, bypass"));
     }
-    for (snap, fx) in [(&grouped, &fx_g), (&plain, &fx_p)] {
+    for (snap, fx) in [(&grouped, &fx_g), (&plain, &fx_p), (&bypass, &fx_b)] {
         let bf = snap.bridge(0).unwrap().flows.as_ref().unwrap();
         let counted: u64 = bf
             .cache
@@ -259,14 +274,19 @@ fn grouped_execution_equals_packet_by_packet_and_the_reference() {
             fx.counters.emc_hits + fx.counters.megaflow_hits + fx.counters.upcalls,
             total
         );
-        assert!(fx.counters.emc_hits > total / 2, "{:?}", fx.counters);
         let drops = snap.port(0).unwrap().rx_drops.drops(DropReason::FlowDrop);
         assert!(drops > 0);
     }
+    assert!(fx_g.counters.emc_hits > total / 2, "{:?}", fx_g.counters);
+    assert_eq!(fx_g.counters.emc_skipped, 0);
     assert_eq!(
         fx_g.counters, fx_p.counters,
         "both took the same cache levels"
     );
+    // The never-filled EMC was bypassed, and probed again after each bypass.
+    let b = fx_b.counters;
+    assert_eq!(b.emc_hits, 0);
+    assert!(b.emc_skipped > total / 2 && b.emc_skipped < total, "{b:?}");
 }
 
 /// Cycles per packet of the flow path (key extraction, caches, execution into output
