@@ -181,11 +181,14 @@ fn prefetch_on() -> bool {
     *ON.get_or_init(|| std::env::var_os("FERROVS_NO_PREFETCH").is_none())
 }
 
-/// Starts loading the descriptors and first buffers of the next `n` chains, so that the
-/// copies that follow overlap their cross-core cache misses instead of taking them one by
-/// one (the guest just wrote all of these lines on another core).
+/// Starts loading the descriptors and the first `bytes` of the first buffers of the next
+/// `n` chains, so that the copies that follow overlap their cross-core cache misses instead
+/// of taking them one by one (the guest just wrote all of these lines on another core). Every
+/// line counts: a 64-byte frame behind its 12-byte virtio header spans two, and a copy that
+/// found only the first one prefetched waited for the second alone (measured: 44 % of a PMD's
+/// samples on that load with one line prefetched).
 #[inline]
-fn prefetch_burst(ring: &SplitRing, from: u16, n: usize) {
+fn prefetch_burst(ring: &SplitRing, from: u16, n: usize, bytes: u64) {
     if !prefetch_on() {
         return;
     }
@@ -193,10 +196,30 @@ fn prefetch_burst(ring: &SplitRing, from: u16, n: usize) {
     for i in 0..n {
         let head = ring.avail_entry(from.wrapping_add(i as u16));
         if let Some(d) = ring.desc(head) {
-            mem.prefetch(d.addr);
+            // Lines from the one holding `addr` to the one holding the last byte wanted
+            // (guest values: no overflow, whatever they are).
+            let last = d
+                .addr
+                .saturating_add(u64::from(d.len).min(bytes).saturating_sub(1))
+                & !63;
+            let mut line = d.addr & !63;
+            loop {
+                mem.prefetch(line.max(d.addr));
+                if line >= last {
+                    break;
+                }
+                line += 64;
+            }
         }
     }
 }
+
+/// How much of each chain's first buffer is prefetched: what the guest sends (dequeue: a
+/// whole small frame with its header), and what a small frame fills of a receive buffer
+/// (enqueue: its header and 64 bytes; a receive buffer is usually far larger than what
+/// is written to it).
+const PREFETCH_TX_BYTES: u64 = 256;
+const PREFETCH_RX_BYTES: u64 = 128;
 
 /// Guest notification coalescing of one queue (as `ethtool -C` `rx-usecs`/`rx-frames`):
 /// notify the guest at most once per `frames` packets or `usecs` microseconds, whichever
@@ -571,7 +594,7 @@ impl VirtQueue {
             }
         };
         let n = avail.min(max).min(out.capacity() - out.len());
-        prefetch_burst(ring, self.state.last_avail, n);
+        prefetch_burst(ring, self.state.last_avail, n, PREFETCH_TX_BYTES);
         let old_used = self.state.used_idx;
         let (mut pkts, mut bytes, mut oversize, mut runts) = (0u64, 0u64, 0u64, 0u64);
         let (mut bad_offload, mut no_large) = (0u64, 0u64);
@@ -754,8 +777,19 @@ impl VirtQueue {
         }
         let old_used = self.state.used_idx;
         let (mut sent, mut bytes) = (0u64, 0u64);
+        let pkts = pkts.into_iter();
         if let Ok(avail) = self.pending(ring) {
-            prefetch_burst(ring, self.state.last_avail, (avail as usize).min(BURST));
+            // As many buffers as packets come (when the caller says), at most a burst.
+            let want = match pkts.size_hint().0 {
+                0 => BURST,
+                k => k.min(BURST),
+            };
+            prefetch_burst(
+                ring,
+                self.state.last_avail,
+                (avail as usize).min(want),
+                PREFETCH_RX_BYTES,
+            );
         }
         for (pkt, hdr) in pkts {
             if hdr.is_offload() && !caps::accepts(self.rx_caps, &hdr) {
