@@ -97,6 +97,9 @@ pub(crate) fn process<'p>(
     } = fx;
     misses.clear();
     groups.clear();
+    // Every port's rx_burst takes at most BURST packets (the scratch's packet indices rely
+    // on it too).
+    debug_assert!(n <= BURST);
     let tun = inp.tunnel_key();
     for (m, k) in sc.batch.iter().zip(keys.iter_mut()) {
         k.extract_into(m.data(), inp.id, tun.as_ref());
