@@ -112,6 +112,8 @@ fn harness_migrates_a_guest_without_a_switch_port_precopy_then_postcopy() {
     assert_eq!(ram.differing, 0, "{ram:?}");
     q1.run("cont", json!({}));
     quit(&mut q0);
+    // (Long enough for h1 to print progress of its own.)
+    std::thread::sleep(Duration::from_secs(2));
 
     let mut d2 = d1.destination(
         "h2",
