@@ -184,6 +184,19 @@ impl Daemon {
             let _ = ch.send(&Msg::Fail { error: e.clone() }, &[]);
             return Err(e);
         }
+        // A live migration cannot be handed over: its userfaultfd registers this process's
+        // mappings, and the dirty log would have to be marked without a gap. Refused until
+        // it ends (checked on the control thread, which reads vhost-user messages: none can
+        // start a migration between this check and the export).
+        if let Some(e) = self.ports.iter().find_map(|(name, p)| {
+            let why = p.device.as_ref()?.migrating()?;
+            Some(format!(
+                "port {name}: {why}; upgrade after the migration ends"
+            ))
+        }) {
+            let _ = ch.send(&Msg::Fail { error: e.clone() }, &[]);
+            return Err(e);
+        }
         eprintln!("ferrovs: upgrade: handing over to pid {pid} (ferrovsd {version})");
         let mut fds = FdList::default();
         let state = self.export_state(&mut fds);
@@ -731,6 +744,8 @@ impl Daemon {
                     used_idx: q.used_idx,
                     enabled: q.enabled,
                     kicked: q.kicked,
+                    // Never handed over: no upgrade while a migration logs.
+                    log_addr: None,
                 },
                 kick: fds.take_opt(q.kick).map_err(ctx)?,
                 call: fds.take_opt(q.call).map_err(ctx)?,
