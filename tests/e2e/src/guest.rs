@@ -467,7 +467,8 @@ pub struct MigrateOpts {
     /// Where the destination listens (its `-incoming`).
     pub uri: String,
     /// Postcopy: `postcopy-ram` on both sides, `migrate-start-postcopy` once the migration
-    /// has run `postcopy_after` in precopy.
+    /// has run `postcopy_after` (zero: at once; QEMU then switches over after its first pass
+    /// over RAM, with most pages still on the source).
     pub postcopy: bool,
     pub postcopy_after: Duration,
     /// Bytes per second (QMP `max-bandwidth`).
@@ -564,7 +565,9 @@ pub fn migrate(src: &mut Qmp, dst: &mut Qmp, o: &MigrateOpts) -> Migration {
         }
         match s.as_str() {
             "completed" | "failed" | "cancelled" => break s,
-            "active" if o.postcopy && !postcopy_started && start.elapsed() >= o.postcopy_after => {
+            "setup" | "active"
+                if o.postcopy && !postcopy_started && start.elapsed() >= o.postcopy_after =>
+            {
                 src.run("migrate-start-postcopy", json!({}));
                 postcopy_started = true;
             }
