@@ -310,6 +310,8 @@ pub const GUEST_ERRORS: &[&str] = &[
 pub struct Qmp {
     stream: UnixStream,
     buf: Vec<u8>,
+    /// QEMU closed the monitor (it exited).
+    closed: bool,
     /// Events received so far, oldest first (`{"event", "data", "timestamp"}`).
     pub events: Vec<Value>,
 }
@@ -341,6 +343,7 @@ impl Qmp {
         let mut q = Qmp {
             stream,
             buf: Vec::new(),
+            closed: false,
             events: Vec::new(),
         };
         let greeting = q
@@ -351,7 +354,7 @@ impl Qmp {
         q
     }
 
-    /// The next message, or None at `deadline`.
+    /// The next message, or None at `deadline` or once QEMU has closed the monitor.
     fn message(&mut self, deadline: Instant) -> Option<Value> {
         loop {
             if let Some(n) = self.buf.iter().position(|&b| b == b'\n') {
@@ -361,13 +364,16 @@ impl Qmp {
                     Err(e) => panic!("QMP: bad message {:?}: {e}", String::from_utf8_lossy(&line)),
                 }
             }
+            if self.closed {
+                return None;
+            }
             let left = deadline.checked_duration_since(Instant::now())?;
             self.stream
                 .set_read_timeout(Some(left.max(Duration::from_millis(1))))
                 .unwrap();
             let mut chunk = [0u8; 65536];
             match self.stream.read(&mut chunk) {
-                Ok(0) => panic!("QMP: QEMU closed the monitor"),
+                Ok(0) => self.closed = true,
                 Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
                 Err(e)
                     if matches!(
@@ -390,15 +396,20 @@ impl Qmp {
         }
         let mut line = req.to_string();
         line.push('\n');
-        self.stream
-            .write_all(line.as_bytes())
-            .map_err(|e| QmpError(format!("{cmd}: {e}")))?;
+        if let Err(e) = self.stream.write_all(line.as_bytes()) {
+            self.closed = true;
+            return Err(QmpError(format!("{cmd}: {e}")));
+        }
         // pmemsave of the whole RAM takes the longest (a second or two).
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
-            let m = self
-                .message(deadline)
-                .ok_or_else(|| QmpError(format!("{cmd}: no reply within 120 s")))?;
+            let m = self.message(deadline).ok_or_else(|| {
+                QmpError(if self.closed {
+                    format!("{cmd}: QEMU closed the monitor")
+                } else {
+                    format!("{cmd}: no reply within 120 s")
+                })
+            })?;
             if m.get("event").is_some() {
                 self.events.push(m);
             } else if let Some(r) = m.get("return") {
@@ -534,6 +545,8 @@ impl Migration {
             "dirty_pages_rate": ram["dirty-pages-rate"],
             "postcopy_requests": ram["postcopy-requests"],
             "stop_to_resume_ms": self.stopped_ms().map(|v| (v * 10.0).round() / 10.0),
+            "source_stop_epoch": self.source_stop,
+            "dest_resume_epoch": self.dest_resume,
             "dest_status": self.dest_status,
         })
     }
@@ -601,7 +614,10 @@ pub fn migrate(src: &mut Qmp, dst: &mut Qmp, o: &MigrateOpts) -> Migration {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let dest_resume = if status == "completed" && dst.status() == "running" {
+    let running = dst
+        .execute("query-status", json!({}))
+        .is_ok_and(|s| s["status"] == "running");
+    let dest_resume = if status == "completed" && running {
         dst.wait_event("RESUME", Duration::from_secs(5))
             .map(|e| timestamp(&e))
     } else {
