@@ -336,7 +336,7 @@ fn send_rarp_announces_the_guest_from_its_port() {
 }
 
 #[test]
-fn postcopy_requests_out_of_order_are_refused_and_harmless() {
+fn migration_requests_out_of_order_are_refused_and_harmless() {
     let (sw, mut a, mut b) = two_guests("mig-pcbad");
     // LISTEN before ADVISE: refused (QEMU asks for an answer with NEED_REPLY).
     let m = msg::encode(Code::PostcopyListen as u32, msg::FLAG_NEED_REPLY, &[]);
@@ -347,12 +347,26 @@ fn postcopy_requests_out_of_order_are_refused_and_harmless() {
     let m = msg::encode(Code::PostcopyEnd as u32, msg::FLAG_NEED_REPLY, &[]);
     let (_, p, _) = b.fe.call_raw(&m, &[]).unwrap();
     assert_eq!(p, 0u64.to_le_bytes());
-    // ADVISE answers with a userfaultfd, and a hot upgrade is then refused with the reason.
+    // A running ring may have its log address set, not be moved.
+    let bad = ferrovs_sys::vring::RingAddrs {
+        desc: 0x7f00_0001_0000,
+        avail: 0x7f00_0001_1000,
+        used: 0x7f00_0001_2000,
+    };
+    let m = msg::encode(
+        Code::SetVringAddr as u32,
+        msg::FLAG_NEED_REPLY,
+        &payload::addr_logged(0, bad, Some(0x2000)),
+    );
+    let (_, p, _) = b.fe.call_raw(&m, &[]).unwrap();
+    assert_eq!(p, 1u64.to_le_bytes(), "a running ring moved");
+    assert_eq!(exchange(&mut a, &mut b, 100, 64).len(), 100);
+    // ADVISE answers with a userfaultfd.
     let m = msg::encode(Code::PostcopyAdvise as u32, 0, &[]);
     let (_, p, fds) = b.fe.call_raw(&m, &[]).unwrap();
     assert!(p.is_empty());
     assert_eq!(fds.len(), 1);
     assert_eq!(sw.port_stats("vm2")["migration"]["postcopy"], true);
-    assert_eq!(sw.port_stats("vm2")["vhost_user_errors"], 1);
+    assert_eq!(sw.port_stats("vm2")["vhost_user_errors"], 2);
     assert_eq!(exchange(&mut a, &mut b, 200, 64).len(), 200);
 }
