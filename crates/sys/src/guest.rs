@@ -935,7 +935,7 @@ mod tests {
         let fd = memfd("postcopy", size, false).unwrap();
         // The "frontend": its own mapping of the same file; page 3 has arrived already.
         let fmap = crate::mmap::Mmap::map_shared(fd.as_fd(), size as usize, 0).unwrap();
-        // SAFETY (test): in bounds of the mapping.
+        // SAFETY: in bounds of the test's own mapping of the file.
         unsafe { std::ptr::write_bytes(fmap.as_ptr().add(3 * 4096), 0x33, 4096) };
         let r = RegionDesc {
             gpa: 0x10_0000,
@@ -968,7 +968,7 @@ mod tests {
         assert_eq!(addr & !4095, base + 5 * 4096);
         assert_eq!(m.postcopy_stats().fetched, 0, "still waiting for the page");
         // Place it (through the frontend's mapping) and wake the fault thread.
-        // SAFETY (test): in bounds of the mapping.
+        // SAFETY: in bounds of the test's own mapping of the file.
         unsafe { std::ptr::write_bytes(fmap.as_ptr().add(5 * 4096), 0x55, 4096) };
         uf.wake(addr & !4095, 4096).unwrap();
         let t = std::time::Instant::now();

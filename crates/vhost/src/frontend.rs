@@ -454,6 +454,17 @@ impl Frontend {
         Ok(())
     }
 
+    /// Sends a raw message and waits for the backend's answer (tests of bad input that
+    /// expect one).
+    pub fn call_raw(
+        &mut self,
+        bytes: &[u8],
+        fds: &[i32],
+    ) -> Result<(msg::Header, Vec<u8>, Vec<OwnedFd>), FrontendError> {
+        self.conn.send(bytes, fds)?;
+        Ok(self.conn.recv_blocking()?)
+    }
+
     /// GET_VRING_BASE: stops queue `q` in the backend and returns its last_avail_idx.
     pub fn get_vring_base(&mut self, q: u32) -> Result<u32, FrontendError> {
         self.conn.send(

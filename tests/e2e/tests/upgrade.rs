@@ -498,3 +498,63 @@ fn a_hundred_upgrades_in_a_row_leak_nothing() {
     });
     assert_eq!(cli_json(&dir, &["show"])["upgrades"], 100);
 }
+
+/// A port whose VM is being migrated (its frontend logs dirty pages) cannot be handed over:
+/// `ferrovs upgrade` is refused with the port named, the daemon keeps forwarding, and once
+/// the migration's frontend is gone the upgrade goes through.
+#[test]
+fn an_upgrade_waits_for_a_live_migration_to_end() {
+    let dir = run_dir("upgrade-migrating");
+    let (pmd, core) = cores();
+    let _sw = start_switch(&dir, pmd, &[]);
+    let _stop = StopCurrent(dir.clone());
+    let pid = daemon_pid(&dir);
+    let gen = bin("ferrovs-gen").display().to_string();
+    let core = core.to_string();
+    let sock = dir.join("vm3.sock").display().to_string();
+    let o = cli(
+        &dir,
+        &[
+            "add-port",
+            "br0",
+            "vm3",
+            "type=vhost-user",
+            &format!("path={sock}"),
+        ],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut migrating = Proc::spawn(
+        "migrating",
+        &dir,
+        taskset(),
+        &gen_args(
+            &core,
+            &gen,
+            &[
+                "--socket",
+                &sock,
+                "--log",
+                "--duration",
+                "30",
+                "--quiet",
+                "idle",
+            ],
+        ),
+    );
+    wait_until("logging on vm3", 10, || {
+        cli_json(&dir, &["port-stats", "vm3"])[0]["migration"]["logging"] == true
+    });
+    let e = upgrade(&dir, &[]).expect_err("upgrade refused while vm3 migrates");
+    assert!(
+        e.contains("vm3") && e.contains("live migration"),
+        "the refusal names the port and why: {e}"
+    );
+    assert_eq!(daemon_pid(&dir), pid);
+    with_traffic(&dir, 10_000, 20_000, 0, || {});
+    migrating.kill();
+    wait_until("vm3 reset", 10, || {
+        cli_json(&dir, &["port-stats", "vm3"])[0]["migration"]["logging"] == false
+    });
+    upgrade(&dir, &[]).expect("upgrade after the migration");
+    assert_ne!(daemon_pid(&dir), pid);
+}
