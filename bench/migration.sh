@@ -18,7 +18,8 @@
 # Then the destination QEMU (the same command line on vmb, -incoming unix:...) and the
 # migration, driven through QMP by target/release/ferrovs-e2e-migrate (tests/e2e): the
 # capability postcopy-ram on both sides (true for postcopy, false for precopy), max-bandwidth
-# and downtime-limit (--downtime-limit ms) set explicitly on the source, `migrate`; each
+# (and max-postcopy-bandwidth, the same: QEMU's postcopy phase is unlimited otherwise) and
+# downtime-limit (--downtime-limit ms) set explicitly on the source, `migrate`; each
 # combination runs once per bandwidth of --max-bandwidth (MiB/s, a list: 128 is QEMU 7.2's
 # default, 8 a throttled link on which RAM takes ~10 s to copy); for postcopy `migrate-start-postcopy` at once (QEMU switches over after
 # its first pass over RAM). A precopy migration not completed after --timeout seconds is
@@ -28,7 +29,7 @@
 # announce).
 #
 # Figures, from QEMU's query-migrate on the source: total-time, downtime, setup-time, ram
-# transferred, dirty-sync-count; and stop_to_resume_ms: the source's STOP event to the
+# transferred, dirty-sync-count, the highest dirty-pages-rate it reported; and stop_to_resume_ms: the source's STOP event to the
 # destination's RESUME event (both stamped with this host's clock), the downtime as the guest
 # lives it, measured the same way in both modes (QEMU 7.2's own downtime figure for postcopy
 # is not reliable). Prints one JSON document (progress on stderr): every run, per mode and
@@ -224,10 +225,11 @@ out=$(jq -s --argjson rounds "$rounds" --arg bws "$bws" --argjson dl "$dl_ms" \
    setup: {accel: "tcg (no KVM)", guest: "QEMU -smp 1 -m 256, memory-backend-memfd share=on, virtio-net-pci one queue pair, vectors=0; idle (busybox), no IPv6",
            switch: {pmd_core: $pmd, ports: "vhost-user server ports vma (source), vmb (destination), vm1 (generator)"},
            heavy_load: {generator: "ferrovs-gen txonly --rate 0 on vm1, to the guest MAC", frame_bytes: $gsize, core: $gen, ramp_s: $ramp},
-           migration: {transport: "unix socket, same host", max_bandwidth_mib_s: ($bws | split(" ") | map(select(. != "") | tonumber)), downtime_limit_ms: $dl,
+           migration: {transport: "unix socket, same host", max_bandwidth_and_max_postcopy_bandwidth_mib_s: ($bws | split(" ") | map(select(. != "") | tonumber)), downtime_limit_ms: $dl,
                        precopy_timeout_s: $timeout, postcopy: "migrate-start-postcopy at once"}},
    figures: {total_time_ms: "query-migrate total-time (source)", downtime_ms: "query-migrate downtime (source; QEMU 7.2 computes it oddly for postcopy)",
              stop_to_resume_ms: "source STOP event to destination RESUME event", dirty_sync_count: "query-migrate ram dirty-sync-count",
+             dirty_pages_rate_max: "the highest query-migrate ram dirty-pages-rate (pages/s) seen while polling every 20 ms",
              announce_ms: "destination RESUME event to the guest MAC on vmb in the switch MAC table (polled every 20 ms; the guest announces itself, GUEST_ANNOUNCE)",
              converged: "completed before the timeout (a precopy that did not was cancelled)"},
    median: (group_by([.max_bandwidth_mib_s, .load, .mode]) | map({key: (.[0].mode + " " + .[0].load + " " + (.[0].max_bandwidth_mib_s | tostring) + " MiB/s"), value: {
@@ -238,6 +240,7 @@ out=$(jq -s --argjson rounds "$rounds" --arg bws "$bws" --argjson dl "$dl_ms" \
        setup_time_ms: (map(.setup_time_ms) | median),
        ram_transferred_mib: (map(select(.converged) | .ram_transferred) | median | if . == null then null else (. / 1048576 * 10 | round / 10) end),
        dirty_sync_count: (map(.dirty_sync_count) | median),
+       dirty_pages_rate_max: (map(.dirty_pages_rate_max) | median),
        postcopy_requests: (map(.postcopy_requests) | median),
        switch_dirty_pages_logged: (map(.switch.dirty_pages_logged_source) | median),
        switch_postcopy_pages_fetched: (map(.switch.postcopy_pages_fetched_destination) | median),

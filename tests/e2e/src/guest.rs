@@ -482,7 +482,8 @@ pub struct MigrateOpts {
     /// over RAM, with most pages still on the source).
     pub postcopy: bool,
     pub postcopy_after: Duration,
-    /// Bytes per second (QMP `max-bandwidth`).
+    /// Bytes per second, in both phases (QMP `max-bandwidth` and `max-postcopy-bandwidth`:
+    /// QEMU's postcopy phase is otherwise unlimited).
     pub max_bandwidth: u64,
     /// The longest stop precopy may plan for, in ms (QMP `downtime-limit`).
     pub downtime_limit_ms: u64,
@@ -522,6 +523,9 @@ pub struct Migration {
     pub dest_resume: Option<f64>,
     /// The destination's incoming status when it ended.
     pub dest_status: String,
+    /// The highest `dirty-pages-rate` (pages/s dirtied in the guest, by the guest and by
+    /// the switch's logged writes) QEMU reported while it ran.
+    pub dirty_pages_rate_max: u64,
 }
 
 impl Migration {
@@ -542,7 +546,7 @@ impl Migration {
             "ram_transferred": ram["transferred"],
             "ram_remaining": ram["remaining"],
             "dirty_sync_count": ram["dirty-sync-count"],
-            "dirty_pages_rate": ram["dirty-pages-rate"],
+            "dirty_pages_rate_max": self.dirty_pages_rate_max,
             "postcopy_requests": ram["postcopy-requests"],
             "stop_to_resume_ms": self.stopped_ms().map(|v| (v * 10.0).round() / 10.0),
             "source_stop_epoch": self.source_stop,
@@ -563,16 +567,22 @@ pub fn migrate(src: &mut Qmp, dst: &mut Qmp, o: &MigrateOpts) -> Migration {
     dst.run("migrate-set-capabilities", caps);
     src.run(
         "migrate-set-parameters",
-        json!({ "max-bandwidth": o.max_bandwidth, "downtime-limit": o.downtime_limit_ms }),
+        json!({
+            "max-bandwidth": o.max_bandwidth,
+            "max-postcopy-bandwidth": o.max_bandwidth,
+            "downtime-limit": o.downtime_limit_ms,
+        }),
     );
     let start = Instant::now();
     src.run("migrate", json!({ "uri": o.uri }));
     let mut statuses: Vec<String> = Vec::new();
     let mut postcopy_started = false;
+    let mut rate_max = 0;
     let mut info;
     let status = loop {
         info = src.run("query-migrate", json!({}));
         let s = info["status"].as_str().unwrap_or("none").to_string();
+        rate_max = rate_max.max(info["ram"]["dirty-pages-rate"].as_u64().unwrap_or(0));
         if statuses.last() != Some(&s) {
             statuses.push(s.clone());
         }
@@ -630,6 +640,7 @@ pub fn migrate(src: &mut Qmp, dst: &mut Qmp, o: &MigrateOpts) -> Migration {
         statuses,
         dest_resume,
         dest_status,
+        dirty_pages_rate_max: rate_max,
     }
 }
 
