@@ -67,28 +67,10 @@ bash tests/e2e/guest/build-initramfs.sh "$img" >&2
 ncpu=$(nproc)
 pmd=$((ncpu - 1)); gen=0; [ "$ncpu" -gt 1 ] && gen=$((ncpu - 2))
 work=$(mktemp -d /tmp/ferrovs-migration-bench.XXXXXX)
-log() { echo "bench: $*" >&2; }
 mac=52:54:00:00:00:0a
 
-# Every process we started, stopped by pid while its command line still names our work dir.
-track() { echo "$1" >>"$work/pids"; }
-ours() { local c; c=$(tr '\0' ' ' 2>/dev/null <"/proc/$1/cmdline") && [[ $c == *"$work/"* ]]; }
-stop_all() {
-    local p left=() alive
-    [ -f "$work/pids" ] || return 0
-    for p in $(sort -un "$work/pids"); do ours "$p" && { kill -TERM "$p" 2>/dev/null || true; left+=("$p"); }; done
-    for _ in $(seq 100); do
-        alive=0
-        for p in "${left[@]}"; do ours "$p" && alive=1; done
-        [ "$alive" = 0 ] && break
-        sleep 0.05
-    done
-    for p in "${left[@]}"; do
-        ours "$p" && { kill -KILL "$p" 2>/dev/null || true; }
-        wait "$p" 2>/dev/null || true
-    done
-    : >"$work/pids"
-}
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
 cleanup() {
     stop_all
     if [ "$keep" = 1 ]; then log "kept $work"; else rm -rf "$work"; fi
@@ -96,15 +78,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-wait_sock() { for _ in $(seq 400); do [ -S "$1" ] && return 0; sleep 0.05; done; log "no socket $1"; return 1; }
-wait_console() {
-    local i
-    for i in $(seq $(($3 * 10))); do
-        grep -q "$2" "$1" 2>/dev/null && return 0
-        sleep 0.1
-    done
-    log "$1: no $2 within $3 s"; return 1
-}
 fv() { "$bin/ferrovs" --run-dir "$@"; }
 # mac_watch DIR OUT: writes the time (seconds since the epoch) when the switch in DIR first has
 # the guest's MAC on vmb; polls every 20 ms for up to 150 s.

@@ -59,6 +59,25 @@ fn compare_paused_ram(dir: &Path, src: &mut Qmp, dst: &mut Qmp) -> RamComparison
     c
 }
 
+/// Starts `name`, the migration destination of `g` (its NIC on `chardev` if given), listening
+/// at `DIR/NAME.mig`, paused after the migration if `paused`; returns it, its process and its
+/// monitor.
+fn start_destination(
+    dir: &Path,
+    img: &Path,
+    g: &Guest,
+    name: &str,
+    chardev: Option<&str>,
+    paused: bool,
+) -> (Guest, Proc, Qmp) {
+    let uri = format!("unix:{}", dir.join(format!("{name}.mig")).display());
+    let mut d = g.destination(name, chardev, &uri);
+    d.paused = paused;
+    let p = d.start(dir, img);
+    let q = d.qmp(dir);
+    (d, p, q)
+}
+
 fn quit(q: &mut Qmp) {
     // QEMU may close the monitor before it answers.
     let _ = q.execute("quit", json!({}));
@@ -93,14 +112,7 @@ fn harness_migrates_a_guest_without_a_switch_port_precopy_then_postcopy() {
             .is_some_and(|p| p["received"].as_u64() >= Some(1000))
     });
 
-    let mut d1 = g.destination(
-        "h1",
-        None,
-        &format!("unix:{}", dir.join("m1.sock").display()),
-    );
-    d1.paused = true;
-    let _h1 = d1.start(&dir, &img);
-    let mut q1 = d1.qmp(&dir);
+    let (d1, _h1, mut q1) = start_destination(&dir, &img, &g, "h1", None, true);
     let m1 = migrate(
         &mut q0,
         &mut q1,
@@ -117,14 +129,7 @@ fn harness_migrates_a_guest_without_a_switch_port_precopy_then_postcopy() {
     // (Long enough for h1 to print progress of its own.)
     std::thread::sleep(Duration::from_secs(2));
 
-    let mut d2 = d1.destination(
-        "h2",
-        None,
-        &format!("unix:{}", dir.join("m2.sock").display()),
-    );
-    d2.paused = false;
-    let _h2 = d2.start(&dir, &img);
-    let mut q2 = d2.qmp(&dir);
+    let (d2, _h2, mut q2) = start_destination(&dir, &img, &d1, "h2", None, false);
     let m2 = migrate(
         &mut q1,
         &mut q2,
@@ -322,14 +327,9 @@ fn migration_under_traffic(name: &str, postcopy: bool, guest_announce: bool) {
     assert_eq!(mac_port(&dir, M_MAC).as_deref(), Some("vma"));
 
     // The destination, on vmb; paused after a precopy migration (RAM compared first).
-    let mut dst = src.destination(
-        "m-dst",
-        Some(&format!("socket,id=c0,path={vmb},reconnect=1")),
-        &format!("unix:{}", dir.join("mig.sock").display()),
-    );
-    dst.paused = !postcopy;
-    let _dst_proc = dst.start(&dir, &img);
-    let mut qd = dst.qmp(&dir);
+    let chardev = format!("socket,id=c0,path={vmb},reconnect=1");
+    let (dst, _dst_proc, mut qd) =
+        start_destination(&dir, &img, &src, "m-dst", Some(&chardev), !postcopy);
     wait_until("m-dst connected to vmb", 20, || {
         port_state(&dir, "vmb")["state"] == "connected"
     });
