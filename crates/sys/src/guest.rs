@@ -597,6 +597,28 @@ impl GuestMemory {
         self.write_split(gpa, src)
     }
 
+    /// Copies `a` then `b` into guest memory at `gpa`, contiguously: one translation for a
+    /// header and the packet behind it.
+    #[inline]
+    pub fn write_pair(&self, gpa: u64, a: &[u8], b: &[u8]) -> Result<(), AccessError> {
+        let len = (a.len() + b.len()) as u64;
+        if !a.is_empty() && !b.is_empty() {
+            if let Some(dst) = self.access_range(gpa, len)? {
+                // SAFETY: `access_range` checked `[dst, dst + len)` lies in a live mapping;
+                // `a` and `b` are distinct Rust buffers and fill it exactly.
+                unsafe {
+                    copy_bytes(a.as_ptr(), dst, a.len());
+                    copy_bytes(b.as_ptr(), dst.add(a.len()), b.len());
+                }
+                return Ok(());
+            }
+        }
+        // Spanning regions (or an empty part): one part at a time, every page checked first.
+        self.check_range(gpa, len)?;
+        self.write(gpa, a)?;
+        self.write(gpa + a.len() as u64, b)
+    }
+
     #[cold]
     fn write_split(&self, gpa: u64, src: &[u8]) -> Result<(), AccessError> {
         let oob = OutOfBounds {

@@ -1094,6 +1094,14 @@ impl VirtQueue {
                     }
                     hdr_addr = Some(addr);
                 }
+                if written == 0 && room >= total {
+                    // The common case: header and packet in one buffer, one translation.
+                    mem.write_pair(addr, &hdr[..hdr_len], pkt)?;
+                    marker.mark(addr, total as u64);
+                    written = total;
+                    in_buf = total;
+                    room = 0;
+                }
                 while room > 0 && written < total {
                     let n = if written < hdr_len {
                         let n = (hdr_len - written).min(room);
