@@ -510,7 +510,7 @@ impl GuestMemory {
         if len > r.desc.size - off {
             return Ok(None);
         }
-        if self.postcopy.is_some() {
+        if self.in_postcopy() {
             self.check_resident(ri, off, len)?;
         }
         Ok(Some(r.host(off)))
