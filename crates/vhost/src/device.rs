@@ -205,13 +205,12 @@ impl Device {
         self.announce.take()
     }
 
-    /// Whether a live migration involves this device right now: the frontend logs, or a
-    /// postcopy is under way (a hot upgrade cannot hand either over).
+    /// Why a hot upgrade cannot hand this device over now: a postcopy migration is under way
+    /// (its userfaultfd registers this process's mappings; a dirty log, on the other hand,
+    /// is handed over).
     pub fn migrating(&self) -> Option<&'static str> {
         if !matches!(self.postcopy, Postcopy::Off) || self.pending_mem.is_some() {
-            Some("a postcopy migration is under way")
-        } else if self.features & features::VHOST_F_LOG_ALL != 0 || self.log.is_some() {
-            Some("a live migration is logging its dirty pages")
+            Some("a postcopy live migration is under way")
         } else {
             None
         }
@@ -326,6 +325,7 @@ impl Device {
         protocol: u64,
         errors: u64,
         mem: Option<Arc<GuestMemory>>,
+        log: Option<Arc<DirtyLog>>,
     ) -> Device {
         let mut d = Device::new(name, queue_pairs);
         d.features = features;
@@ -333,9 +333,17 @@ impl Device {
         d.errors = errors;
         d.mem = mem;
         for q in &d.queues {
-            q.lock().set_features(features);
+            let mut vq = q.lock();
+            vq.set_features(features);
+            vq.set_log(log.clone());
         }
+        d.log = log;
         d
+    }
+
+    /// The frontend's dirty log, while a migration has one set.
+    pub fn log(&self) -> Option<&Arc<DirtyLog>> {
+        self.log.as_ref()
     }
 
     /// Sets queue `index` from handed-over state.
