@@ -21,9 +21,10 @@
 # (and max-postcopy-bandwidth, the same: QEMU's postcopy phase is unlimited otherwise) and
 # downtime-limit (--downtime-limit ms) set explicitly on the source, `migrate`; each
 # combination runs once per bandwidth of --max-bandwidth (MiB/s, a list: 128 is QEMU 7.2's
-# default, 8 a throttled link on which RAM takes ~10 s to copy); for postcopy `migrate-start-postcopy` at once (QEMU switches over after
-# its first pass over RAM). A precopy migration not completed after --timeout seconds is
-# cancelled and reported as not converged (postcopy always ends). After it: the source quits,
+# default, 8 a throttled link on which RAM takes ~10 s to copy); for postcopy
+# `migrate-start-postcopy` at once (QEMU switches over at its next iteration, with nearly
+# every page still on the source). A precopy migration not completed after --timeout seconds
+# is cancelled and reported as not converged (postcopy always ends). After it: the source quits,
 # the switch's counters (pages it logged for the source, postcopy pages it found missing and
 # fetched at the destination, drops by reason) and whether the guest's MAC is on vmb (its
 # announce).

@@ -478,8 +478,8 @@ pub struct MigrateOpts {
     /// Where the destination listens (its `-incoming`).
     pub uri: String,
     /// Postcopy: `postcopy-ram` on both sides, `migrate-start-postcopy` once the migration
-    /// has run `postcopy_after` (zero: at once; QEMU then switches over after its first pass
-    /// over RAM, with most pages still on the source).
+    /// has run `postcopy_after` (zero: at once; QEMU then switches over at its next
+    /// iteration, with (nearly) every page still on the source).
     pub postcopy: bool,
     pub postcopy_after: Duration,
     /// Bytes per second, in both phases (QMP `max-bandwidth` and `max-postcopy-bandwidth`:
