@@ -511,7 +511,8 @@ pub struct Migration {
     /// The source's final status: "completed", "failed", "cancelled", or "timeout" (did not
     /// complete in time and was cancelled).
     pub status: String,
-    /// The source's last `query-migrate` (total-time, downtime, setup-time, ram...).
+    /// The source's last `query-migrate` (total-time, downtime, setup-time, ram...); on a
+    /// timeout, the last one before the cancel (expected-downtime, ram remaining...).
     pub info: Value,
     /// The source's statuses in the order seen ("setup", "active", "postcopy-active"...).
     pub statuses: Vec<String>,
@@ -547,6 +548,7 @@ impl Migration {
             "ram_remaining": ram["remaining"],
             "dirty_sync_count": ram["dirty-sync-count"],
             "dirty_pages_rate_max": self.dirty_pages_rate_max,
+            "expected_downtime_ms": self.info["expected-downtime"],
             "postcopy_requests": ram["postcopy-requests"],
             "stop_to_resume_ms": self.stopped_ms().map(|v| (v * 10.0).round() / 10.0),
             "source_stop_epoch": self.source_stop,
@@ -598,11 +600,13 @@ pub fn migrate(src: &mut Qmp, dst: &mut Qmp, o: &MigrateOpts) -> Migration {
         }
         if start.elapsed() >= o.timeout && !s.starts_with("postcopy") {
             // Precopy that did not converge (postcopy cannot be cancelled: it always ends).
+            // What it had done is `info` as it stands (the destination QEMU exits once the
+            // migration is cancelled).
             let _ = src.execute("migrate_cancel", json!({}));
             let t = Instant::now();
             while t.elapsed() < Duration::from_secs(30) {
-                info = src.run("query-migrate", json!({}));
-                if matches!(info["status"].as_str(), Some("cancelled" | "failed")) {
+                let i = src.run("query-migrate", json!({}));
+                if matches!(i["status"].as_str(), Some("cancelled" | "failed")) {
                     break;
                 }
                 std::thread::sleep(Duration::from_millis(20));
