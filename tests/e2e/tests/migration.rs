@@ -10,12 +10,16 @@
 //!   stale across the migration shows up as one or the other);
 //! * postcopy: pages the switch touches on the destination before they arrived must be
 //!   fetched, not read as zeros;
+//! * postcopy runs at 32 MiB/s, so that the stream reaches the destination for ~2.5 s while
+//!   most pages are still on the source;
 //! * announce: the guest's MAC moves to the destination port in the switch's MAC table by an
-//!   announce alone (the guests have static ARP entries, so the migrating guest sends
-//!   nothing unasked): by the guest itself (VIRTIO_NET_F_GUEST_ANNOUNCE) or, with
-//!   `guest_announce=off`, by the switch on QEMU's request (SEND_RARP);
-//! * loss only around the switchover, bounded by the time from the source's stop to the MAC
-//!   move, and every datagram lost accounted for by a switch counter; no broken queue.
+//!   announce alone (the guests have static ARP entries and no IPv6, so the migrating guest
+//!   sends nothing unasked): by the guest itself (VIRTIO_NET_F_GUEST_ANNOUNCE) after the
+//!   precopy, by the switch on QEMU's request (SEND_RARP, `guest_announce=off`) after the
+//!   postcopy;
+//! * loss only around the switchover (from the source's stop to the MAC move, or to the end of
+//!   a postcopy), bounded by that time and every datagram of it counted by a switch drop
+//!   counter of a switchover reason; none after; no broken queue, the peer pings the guest.
 //!
 //! A first test migrates a guest without any switch port (`-netdev user`) the same ways: the
 //! harness's own check (pmemsave comparison, postcopy on memfd RAM, the receiver's checks).
