@@ -60,30 +60,12 @@ bash tests/e2e/guest/build-initramfs.sh "$img" >&2
 ncpu=$(nproc)
 pmd=$((ncpu - 1))
 work=$(mktemp -d /tmp/ferrovs-guest-net.XXXXXX)
-log() { echo "bench: $*" >&2; }
 # Link names carry our pid (at most 15 bytes).
 tag=$(($$ % 10000000))
 br=fvbr$tag tapa=fvta$tag tapb=fvtb$tag
 
-# Every process we started, stopped by pid while its command line still names our work dir.
-track() { echo "$1" >>"$work/pids"; }
-ours() { local c; c=$(tr '\0' ' ' 2>/dev/null <"/proc/$1/cmdline") && [[ $c == *"$work/"* ]]; }
-stop_all() {
-    local p left=() alive
-    [ -f "$work/pids" ] || return 0
-    for p in $(sort -un "$work/pids"); do ours "$p" && { kill -TERM "$p" 2>/dev/null || true; left+=("$p"); }; done
-    for _ in $(seq 100); do
-        alive=0
-        for p in "${left[@]}"; do ours "$p" && alive=1; done
-        [ "$alive" = 0 ] && break
-        sleep 0.05
-    done
-    for p in "${left[@]}"; do
-        ours "$p" && { kill -KILL "$p" 2>/dev/null || true; }
-        wait "$p" 2>/dev/null || true
-    done
-    : >"$work/pids"
-}
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
 del_links() {
     local l
     for l in "$tapa" "$tapb" "$br"; do
@@ -99,17 +81,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-wait_sock() { for _ in $(seq 400); do [ -S "$1" ] && return 0; sleep 0.05; done; log "no socket $1"; return 1; }
-# Waits up to $3 seconds for $2 on the console $1.
-wait_console() {
-    local i
-    for i in $(seq $(($3 * 10))); do
-        grep -q "$2" "$1" 2>/dev/null && return 0
-        grep -q FERROVS-ERROR "$1" 2>/dev/null && { log "$1: $(grep FERROVS-ERROR "$1")"; return 1; }
-        sleep 0.1
-    done
-    log "$1: no $2 within $3 s"; return 1
-}
 
 # Starts guest $1 (a or b) in $2 with NIC backend arguments $3 (-netdev ...).
 guest() {

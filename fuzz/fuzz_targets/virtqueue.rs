@@ -1,5 +1,7 @@
 //! Any bytes as a guest's descriptor table, rings and buffers: dequeue and enqueue must not
 //! panic, must not move the used index past the ring size, and must return every buffer.
+//! Half the inputs run with dirty logging on (a migrating frontend, a log with any used-ring
+//! log address): every page written must then be marked in the log.
 #![no_main]
 use std::sync::Arc;
 
@@ -31,12 +33,20 @@ fuzz_target!(|data: &[u8]| {
         2 => VIRTIO_F_VERSION_1 | VIRTIO_RING_F_INDIRECT_DESC | OFFLOADS,
         _ => VIRTIO_F_VERSION_1 | VIRTIO_NET_F_MRG_RXBUF | OFFLOADS,
     };
+    let logging = data[0] & 0x80 != 0;
+    let log = logging.then(|| {
+        let lfd = ferrovs_sys::os::memfd("fuzz-log", 4096, false).unwrap();
+        Arc::new(ferrovs_sys::dirty_log::DirtyLog::map(lfd, 8, 0).unwrap())
+    });
     let mut vq = VirtQueue::default();
-    vq.set_features(features);
+    vq.set_features(if logging { features | VHOST_F_LOG_ALL } else { features });
+    vq.set_log(log.clone());
     vq.state.size = 16;
     vq.state.addrs = Some(RingAddrs { desc: BASE, avail: BASE + 4096, used: BASE + 8192 });
     vq.state.kicked = true;
     vq.state.enabled = true;
+    // The used ring's log address as the frontend claims it (any value).
+    vq.state.log_addr = (data[0] & 0x40 != 0).then(|| u64::from(data[1]) << 12);
     if vq.start(Some(&mem)).is_err() {
         return;
     }
@@ -58,6 +68,14 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     assert!(vq.state.used_idx.wrapping_sub(before) <= 16);
+    if let (Some(log), false) = (&log, vq.state.used_idx == before) {
+        // Used entries were written: the page of `used.idx` (guest-physical 8192, or where the
+        // frontend claimed the used ring is) is marked, when the log covers it.
+        let page = vq.state.log_addr.unwrap_or(8192) >> 12;
+        if page < 64 {
+            assert!(log.is_marked(page), "used ring written, page {page} not logged");
+        }
+    }
     assert_eq!(pool.available(), 64);
     assert_eq!(pool.available_large(), 4);
 });

@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -843,6 +843,7 @@ impl Daemon {
             rx_drops: Default::default(),
             tx_not_ready: Default::default(),
             offload: Default::default(),
+            inject: Default::default(),
         });
         let listener = match listener {
             Some(l) => {
@@ -1058,9 +1059,13 @@ impl Daemon {
                             break;
                         };
                         if let Some(reply) = device.handle_message(&h, &payload, fds) {
-                            if let Err(e) = conn.send(&reply, &[]) {
+                            let fds: Vec<_> = reply.fds.iter().map(|f| f.as_raw_fd()).collect();
+                            if let Err(e) = conn.send(&reply.bytes, &fds) {
                                 failure = Some(e.to_string());
                             }
+                        }
+                        if let Some(mac) = device.take_announce() {
+                            announce(&p.port, mac);
                         }
                     }
                     Ok(Incoming::Pending) => break,
@@ -1499,6 +1504,7 @@ impl Daemon {
                 "guest_notifications": s.calls,
                 "notifications_suppressed": s.calls_suppressed,
                 "notifications_coalesced": s.calls_coalesced,
+                "dirty_pages_logged": s.dirty_pages,
             })
         };
         let ports: Vec<Value> = self
@@ -1556,6 +1562,17 @@ impl Daemon {
                     "tx": stats_json(&p.port.tx_stats()),
                     "vhost_user_errors": p.device.as_ref().map_or(0, |d| d.errors),
                     "refused_connections": p.refused_connections,
+                    "migration": p.device.as_ref().map(|d| {
+                        let m = d.migration_info();
+                        json!({
+                            "logging": m.logging,
+                            "log_bytes": m.log_size,
+                            "postcopy": m.postcopy,
+                            "postcopy_pages_missing": m.pages_missing,
+                            "postcopy_pages_fetched": m.pages_fetched,
+                            "rarp_announces": m.rarps,
+                        })
+                    }),
                     "queues": queues,
                 })
             })
@@ -1929,6 +1946,18 @@ impl Daemon {
 }
 
 /// What `show` says about a kernel port's attachment (null for vhost-user ports).
+/// SEND_RARP: the frontend (QEMU after a migration, for a guest that cannot announce
+/// itself) asks us to announce `mac` from its port: a RARP enters the datapath as if the
+/// guest had sent it, so every bridge and switch on the way learns where the guest now is.
+fn announce(port: &Port, mac: [u8; 6]) {
+    port.inject.push(&ferrovs_packet::rarp_announce(mac));
+    eprintln!(
+        "ferrovs: {}: announcing {} (SEND_RARP)",
+        port.name,
+        ferrovs_packet::mac_to_string(mac.iter().fold(0u64, |m, b| m << 8 | u64::from(*b)))
+    );
+}
+
 fn kernel_info(io: &PortIo) -> Value {
     match io {
         PortIo::Vhost { .. } => Value::Null,

@@ -39,8 +39,11 @@ use ferrovs_sys::os;
 
 use crate::config::{Config, PortConfig};
 
-/// Schema this daemon writes.
-pub const SCHEMA: u32 = 1;
+/// Newest schema this daemon writes. Schema 2 adds the dirty log of a port whose VM is being
+/// live-migrated ([`DeviceState::log`], [`QueueState::log_addr`]); a daemon writes schema 1
+/// when no port logs, so that a daemon that restores only schema 1 can still take over then
+/// (and is refused, with the reason, while a migration logs).
+pub const SCHEMA: u32 = 2;
 /// Oldest schema this daemon restores.
 pub const MIN_SCHEMA: u32 = 1;
 /// Name of the upgrade socket in the run directory.
@@ -232,6 +235,17 @@ pub struct DeviceState {
     pub errors: u64,
     pub regions: Vec<RegionState>,
     pub queues: Vec<QueueState>,
+    /// Schema 2: the frontend's dirty log (a live migration is under way).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log: Option<LogState>,
+}
+
+/// A dirty log: the fd (index in the handed-over fds), its size and offset.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct LogState {
+    pub fd: u32,
+    pub size: u64,
+    pub offset: u64,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -256,6 +270,9 @@ pub struct QueueState {
     pub call: Option<u32>,
     pub err: Option<u32>,
     pub broken: Option<String>,
+    /// Schema 2: the used ring's guest-physical address for the dirty log.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_addr: Option<u64>,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]

@@ -2,161 +2,18 @@
 //! frontend of `ferrovs-vhost`) attach over real unix sockets. No root, no VM.
 
 use std::os::fd::AsFd;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use ferrovs_control::client::call;
 use ferrovs_control::proto::Request;
 use ferrovs_control::{Daemon, DaemonOptions};
 use ferrovs_packet::build::{self, Stamp};
 use ferrovs_sys::vring::{Descriptor, VRING_DESC_F_INDIRECT, VRING_DESC_F_NEXT};
-use ferrovs_vhost::frontend::{Frontend, FrontendConfig, RxQueue, TxQueue};
+use ferrovs_vhost::frontend::{Frontend, FrontendConfig, TxQueue};
 use ferrovs_vhost::msg;
 use serde_json::Value;
 
-struct Switch {
-    dir: PathBuf,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Switch {
-    fn start(name: &str) -> Switch {
-        let dir = std::env::temp_dir().join(format!("ferrovs-it-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        // The PMD busy-polls its core; this test thread (the mock guests) must not share it,
-        // or every packet waits for a scheduler time slice.
-        let cpus = ferrovs_sys::os::allowed_cpus();
-        let pmd = *cpus.last().unwrap();
-        if let Some(other) = cpus.iter().rev().find(|c| **c != pmd) {
-            ferrovs_sys::os::set_affinity(&[*other]).unwrap();
-        }
-        let mut d = Daemon::start(DaemonOptions {
-            run_dir: dir.clone(),
-            config: None,
-            pmd_cores: Some(vec![pmd]),
-        })
-        .expect("daemon starts");
-        let stop = Arc::new(AtomicBool::new(false));
-        let s = stop.clone();
-        let thread = std::thread::spawn(move || {
-            d.run(&s);
-            d.shutdown();
-        });
-        Switch {
-            dir,
-            stop,
-            thread: Some(thread),
-        }
-    }
-
-    fn sock(&self, port: &str) -> PathBuf {
-        self.dir.join(format!("{port}.sock"))
-    }
-
-    fn req(&self, r: Request) -> Result<Value, String> {
-        call(&self.dir, &r)
-    }
-
-    fn port_stats(&self, port: &str) -> Value {
-        self.req(Request::PortStats {
-            port: Some(port.into()),
-        })
-        .unwrap()[0]
-            .clone()
-    }
-
-    fn add_port(&self, port: &str, extra: &[&str]) {
-        let mut options = vec![
-            "type=vhost-user".to_string(),
-            format!("path={}", self.sock(port).display()),
-        ];
-        options.extend(extra.iter().map(|s| s.to_string()));
-        self.req(Request::AddPort {
-            bridge: "br0".into(),
-            port: port.into(),
-            options,
-        })
-        .unwrap();
-    }
-}
-
-impl Drop for Switch {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
-    let t = Instant::now();
-    while !f() {
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "timed out waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-struct Guest {
-    fe: Frontend,
-    tx: TxQueue,
-    rx: RxQueue,
-    mac: u64,
-}
-
-fn attach(path: &Path, mac: u64, cfg: FrontendConfig) -> Guest {
-    let fe = Frontend::connect(path, cfg).expect("frontend attaches");
-    let tx = fe.tx_queue(0).unwrap();
-    let rx = fe.rx_queue(0).unwrap();
-    Guest { fe, tx, rx, mac }
-}
-
-fn frame(dst: u64, src: u64, seq: u64, size: usize) -> Vec<u8> {
-    let mut b = vec![0u8; size];
-    let n = build::udp_frame(
-        &mut b,
-        size,
-        dst,
-        src,
-        Stamp {
-            flow: 0,
-            seq,
-            tx_ns: 1,
-        },
-    );
-    b.truncate(n);
-    b
-}
-
-/// Sends `n` frames from `a` to `b` and returns the sequence numbers `b` received, intact.
-fn exchange(a: &mut Guest, b: &mut Guest, n: u64, size: usize) -> Vec<u64> {
-    let mut got = Vec::new();
-    let mut sent = 0;
-    let t = Instant::now();
-    while (got.len() as u64) < n && t.elapsed() < Duration::from_secs(10) {
-        // Never more in flight than b's receive ring holds (256 buffers): a receiver that is
-        // descheduled while the switch delivers a backlog would otherwise overflow, counted
-        // as guest_no_rx_buffers, as a real guest's ring would.
-        let in_flight = sent - got.len() as u64;
-        if sent < n && in_flight < 192 && a.tx.send(&frame(b.mac, a.mac, sent, size)) {
-            sent += 1;
-        }
-        b.rx.recv_with(32, |p| {
-            let st = build::parse_udp_frame(p).expect("intact frame");
-            assert_eq!(p.len(), size);
-            got.push(st.seq);
-        });
-    }
-    got
-}
+mod common;
+use common::*;
 
 #[test]
 fn forwards_between_two_guests_with_every_packet_accounted() {

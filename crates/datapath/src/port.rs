@@ -5,8 +5,8 @@
 //! netdev over AF_PACKET ([`crate::kernel`]). [`Port::rx_burst`] and [`Port::tx_burst`] are
 //! the two entry points the PMD uses, whatever the kind.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use ferrovs_sys::pool::{Mbuf, Pool};
 use ferrovs_vhost::device::Queue;
@@ -177,6 +177,62 @@ pub struct Port {
     pub tx_not_ready: AtomicU64,
     /// Offload work done in software for packets sent to this port.
     pub offload: OffloadStats,
+    /// Frames the control plane hands the datapath as if this port had received them.
+    pub inject: Inject,
+}
+
+/// Frames injected as if received from a port (the RARP announcing a guest that migrated
+/// to it): taken by the PMD that polls the port's first queue pair, never waiting for the
+/// control plane (`try_lock`, and an atomic flag checked first).
+#[derive(Debug, Default)]
+pub struct Inject {
+    pending: AtomicBool,
+    frames: Mutex<Vec<Vec<u8>>>,
+}
+
+impl Inject {
+    /// Most frames waiting at a time (more are dropped).
+    const MAX: usize = 16;
+
+    /// Queues `frame` (control plane).
+    pub fn push(&self, frame: &[u8]) {
+        let mut q = self.frames.lock().unwrap_or_else(|e| e.into_inner());
+        if q.len() < Self::MAX {
+            q.push(frame.to_vec());
+        }
+        self.pending.store(true, Ordering::Release);
+    }
+
+    /// Moves waiting frames into buffers from `pool`, appended to `out` (PMD).
+    #[inline]
+    fn take_into<'p>(&self, pool: &'p Pool, out: &mut Vec<Mbuf<'p>>) {
+        if !self.pending.load(Ordering::Relaxed) {
+            return;
+        }
+        self.take_slow(pool, out);
+    }
+
+    #[cold]
+    fn take_slow<'p>(&self, pool: &'p Pool, out: &mut Vec<Mbuf<'p>>) {
+        let Ok(mut q) = self.frames.try_lock() else {
+            return;
+        };
+        while out.len() < out.capacity() {
+            let Some(f) = q.pop() else { break };
+            let Some(mut m) = pool.alloc() else {
+                q.push(f);
+                break;
+            };
+            match m.fill(f.len()) {
+                Some(b) => {
+                    b.copy_from_slice(&f);
+                    out.push(m);
+                }
+                None => continue,
+            }
+        }
+        self.pending.store(!q.is_empty(), Ordering::Release);
+    }
 }
 
 /// Offloads done in software because the output port could not take the packet's offload
@@ -252,18 +308,21 @@ impl Port {
     ) -> usize {
         match &self.io {
             PortIo::Vhost { queues } => {
+                if pair == 0 {
+                    self.inject.take_into(pool, out);
+                }
                 let Some(q) = queues.get(2 * pair as usize + 1) else {
-                    return 0;
+                    return out.len();
                 };
                 if !q.ready.load(Ordering::Acquire) {
-                    return 0;
+                    return out.len();
                 }
                 let Ok(mut vq) = q.vq.try_lock() else {
                     return 0;
                 };
-                let n = vq.dequeue(pool, out, BURST, &q.stats, &self.name);
+                vq.dequeue(pool, out, BURST, &q.stats, &self.name);
                 defer_or_flush(q, &mut vq, timers);
-                n
+                out.len()
             }
             PortIo::Tap(t) => t.rx_burst(pool, out, BURST),
             PortIo::Uplink(u) => u.rx_burst(pool, out, BURST),
@@ -297,7 +356,7 @@ impl Port {
                     self.tx_not_ready.fetch_add(n as u64, Ordering::Relaxed);
                     return (0, n as u64);
                 };
-                let sent = {
+                let (sent, why) = {
                     let mut vq = q.lock();
                     let sent = vq.enqueue(
                         pkts.into_iter().map(|m| (m.data(), m.vnet)),
@@ -305,10 +364,10 @@ impl Port {
                         &self.name,
                     );
                     defer_or_flush(q, &mut vq, timers);
-                    sent
+                    (sent, vq.shortfall())
                 };
                 let dropped = (n - sent) as u64;
-                q.stats.drop(DropReason::GuestNoBuffers, dropped);
+                q.stats.drop(why, dropped);
                 (sent as u64, dropped)
             }
             PortIo::Tap(t) => t.tx_burst(pkts),

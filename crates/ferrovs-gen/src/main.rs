@@ -36,10 +36,23 @@ MODE: txonly | rxonly | pingpong | reflect | idle (attach and stay quiet)
   --settle SECS      txonly: wait this long after attaching before sending (the backend
                      sets the new ports up; not measured)
   --quiet            no live line per second
+  --log              play a migrating VM: ask the backend to log dirty pages (SET_LOG_BASE,
+                     VHOST_F_LOG_ALL) on every port attached, and take the log every 10 ms
+                     as QEMU's migration thread does (the dirty-logging cost in the bench)
 Prints a JSON summary on stdout: mpps, gbps, loss, latency p50/p99/p99.9/max.";
 
-fn parse() -> Result<(PathBuf, Option<PathBuf>, bool, FrontendConfig, Params), String> {
+struct Args {
+    path: PathBuf,
+    sink: Option<PathBuf>,
+    server: bool,
+    fc: FrontendConfig,
+    p: Params,
+    log: bool,
+}
+
+fn parse() -> Result<Args, String> {
     let mut path = None;
+    let mut log = false;
     let mut sink = None;
     let mut server = false;
     let mut fc = FrontendConfig::default();
@@ -86,6 +99,7 @@ fn parse() -> Result<(PathBuf, Option<PathBuf>, bool, FrontendConfig, Params), S
             "--src" => p.src = parse_mac(&val()?).ok_or("bad --src MAC")?,
             "--dst" => p.dst = parse_mac(&val()?).ok_or("bad --dst MAC")?,
             "--quiet" => p.live = false,
+            "--log" => log = true,
             "--poisson" => p.poisson = true,
             "--spin" => p.spin = true,
             "--ip-flows" => {
@@ -123,17 +137,50 @@ fn parse() -> Result<(PathBuf, Option<PathBuf>, bool, FrontendConfig, Params), S
             ferrovs_packet::build::MIN_FRAME
         ));
     }
-    Ok((
-        path.ok_or("--socket PATH is required")?,
+    Ok(Args {
+        path: path.ok_or("--socket PATH is required")?,
         sink,
         server,
         fc,
         p,
-    ))
+        log,
+    })
+}
+
+/// `--log`: logging on for every attached port; a thread takes the log's bits every 10 ms
+/// (clearing them, so the switch's next marks land on lines it no longer holds, as with
+/// QEMU) until `stop`. Returns the thread, which yields how many page bits it took.
+fn start_logging(
+    fes: &mut [&mut Frontend],
+    stop: Arc<AtomicBool>,
+) -> Result<std::thread::JoinHandle<u64>, String> {
+    let mut logs = Vec::new();
+    for fe in fes.iter_mut() {
+        logs.push(fe.start_logging().map_err(|e| format!("dirty log: {e}"))?);
+    }
+    Ok(std::thread::spawn(move || {
+        let mut taken = 0u64;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(10));
+            for l in &logs {
+                for w in 0..l.size().div_ceil(8) {
+                    taken += u64::from(l.take_word(w).count_ones());
+                }
+            }
+        }
+        taken
+    }))
 }
 
 fn main() -> ExitCode {
-    let (path, sink_path, server, fc, p) = match parse() {
+    let Args {
+        path,
+        sink: sink_path,
+        server,
+        fc,
+        p,
+        log,
+    } = match parse() {
         Ok(v) => v,
         Err(e) => {
             eprintln!("ferrovs-gen: {e}\n{USAGE}");
@@ -179,7 +226,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let sink = match &sink_path {
+    let mut sink = match &sink_path {
         Some(sp) => match Frontend::connect(sp, fc.clone()) {
             Ok(f) => Some(f),
             Err(e) => {
@@ -189,7 +236,29 @@ fn main() -> ExitCode {
         },
         None => None,
     };
-    match ferrovs_gen::run(&mut fe, sink.as_ref(), listener.as_ref(), &p, &stop) {
+    let log_stop = Arc::new(AtomicBool::new(false));
+    let logger = if log {
+        let mut fes: Vec<&mut Frontend> = vec![&mut fe];
+        if let Some(s) = sink.as_mut() {
+            fes.push(s);
+        }
+        match start_logging(&mut fes, log_stop.clone()) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                eprintln!("ferrovs-gen: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        None
+    };
+    let result = ferrovs_gen::run(&mut fe, sink.as_ref(), listener.as_ref(), &p, &stop);
+    log_stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    if let Some(t) = logger {
+        let taken = t.join().unwrap_or(0);
+        eprintln!("ferrovs-gen: dirty log: {taken} page bits taken");
+    }
+    match result {
         Ok(r) => {
             println!("{}", r.to_json(p.mode));
             ExitCode::SUCCESS

@@ -183,6 +183,26 @@ fn print_port_stats(v: &Value) {
                 s(&o["sw_segments"])
             );
         }
+        let m = &p["migration"];
+        let dirty = p["tx"]["dirty_pages_logged"].as_u64().unwrap_or(0)
+            + p["rx"]["dirty_pages_logged"].as_u64().unwrap_or(0);
+        let pc = |k: &str| m[k].as_u64().unwrap_or(0);
+        if m["logging"] == Value::Bool(true)
+            || m["postcopy"] == Value::Bool(true)
+            || dirty + pc("postcopy_pages_missing") + pc("rarp_announces") != 0
+        {
+            println!(
+                "  migration: logging {} ({} log bytes) dirty pages logged {} | postcopy {} \
+                 pages missing {} fetched {} | rarp announces {}",
+                s(&m["logging"]),
+                pc("log_bytes"),
+                dirty,
+                s(&m["postcopy"]),
+                pc("postcopy_pages_missing"),
+                pc("postcopy_pages_fetched"),
+                pc("rarp_announces")
+            );
+        }
         for q in p["queues"].as_array().into_iter().flatten() {
             let broken = if q["broken"] != Value::Null {
                 format!(" BROKEN: {}", s(&q["broken"]))

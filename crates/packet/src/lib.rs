@@ -101,6 +101,24 @@ impl<'a> EthView<'a> {
     }
 }
 
+/// The RARP request a migrated guest's new location is announced with (as QEMU and DPDK
+/// send it): broadcast from the guest's MAC, "who is `mac`", padded to the 60-byte minimum.
+/// Every switch on the way learns `mac` behind the port it came from.
+pub fn rarp_announce(mac: [u8; 6]) -> [u8; 60] {
+    let mut f = [0u8; 60];
+    f[0..6].copy_from_slice(&[0xff; 6]);
+    f[6..12].copy_from_slice(&mac);
+    f[12..14].copy_from_slice(&ETH_P_RARP.to_be_bytes());
+    f[14..16].copy_from_slice(&1u16.to_be_bytes()); // Ethernet
+    f[16..18].copy_from_slice(&ETH_P_IPV4.to_be_bytes());
+    f[18] = 6;
+    f[19] = 4;
+    f[20..22].copy_from_slice(&3u16.to_be_bytes()); // reverse request
+    f[22..28].copy_from_slice(&mac); // sender hardware address
+    f[32..38].copy_from_slice(&mac); // target hardware address
+    f
+}
+
 /// Whether `m` is a group (multicast/broadcast) address.
 #[inline]
 pub fn is_multicast(m: Mac) -> bool {

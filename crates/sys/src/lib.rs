@@ -11,6 +11,9 @@
 //!   its accessors cannot read or write outside the ring.
 //! * [`pool`]: a preallocated packet-buffer pool, hugepage-backed when possible.
 //! * [`sigbus`]: a guest that truncates its memory file under us breaks its port, not us.
+//! * [`dirty_log`]: the dirty-page bitmap of a live migration, marked for every guest page
+//!   the switch writes.
+//! * [`userfault`]: userfaultfd, through which postcopy migration pages guest memory in.
 //! * [`os`]: eventfds, fd passing (SCM_RIGHTS), epoll, CPU affinity, memfd, TSC.
 //! * [`netdev`]: kernel network device names, indices, link state.
 //! * [`tap`]: TAP devices (`/dev/net/tun` with a virtio-net header).
@@ -27,6 +30,7 @@
 pub mod af_packet;
 pub mod af_xdp;
 pub mod bpf;
+pub mod dirty_log;
 pub mod guest;
 pub mod mmap;
 pub mod netdev;
@@ -34,5 +38,6 @@ pub mod os;
 pub mod pool;
 pub mod sigbus;
 pub mod tap;
+pub mod userfault;
 pub mod vnet;
 pub mod vring;

@@ -181,9 +181,13 @@ impl Conn {
         }
     }
 
-    /// Sends a message: writes what the socket takes now and queues the rest (no fds may be
-    /// queued: only the frontend sends fds, and it writes in blocking mode).
+    /// Sends a message: writes what the socket takes now and queues the rest. fds cannot be
+    /// queued: a message with fds (a backend's POSTCOPY_ADVISE answer) must go out at once,
+    /// its fds with its first byte, or the peer is not reading and is cut off.
     pub fn send(&mut self, bytes: &[u8], fds: &[RawFd]) -> Result<(), ConnError> {
+        if !self.out.is_empty() && !fds.is_empty() {
+            return Err(ConnError::Backlog(self.out.len()));
+        }
         if !self.out.is_empty() {
             self.out.extend_from_slice(bytes);
         } else {

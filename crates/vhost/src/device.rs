@@ -16,16 +16,32 @@
 //! | GET_VRING_BASE | stop the ring, return last_avail_idx | one queue locked |
 //! | SET_VRING_ENABLE | enable/disable a started ring | one queue locked |
 //! | GET_QUEUE_NUM | report queue pairs | — |
+//! | SET_LOG_BASE (fd) | map the dirty log (live migration); always answered | all queues locked |
+//! | SET_FEATURES with LOG_ALL | log every guest write from now on | all queues locked |
+//! | SET_VRING_ADDR with LOG | used ring's guest address for the log (allowed while running if the ring stays where it is) | one queue locked |
+//! | POSTCOPY_ADVISE | open a userfaultfd, answer with it (fd) | — |
+//! | POSTCOPY_LISTEN | the next memory tables are mapped for postcopy | — |
+//! | SET_MEM_TABLE while listening | map + register with the userfaultfd, answer with our addresses; the memory is used after the frontend's ack (a SET_MEM_TABLE of one u64) | all queues locked (at the ack) |
+//! | POSTCOPY_END | every page arrived: checks off, userfaultfd closed | — |
+//! | SEND_RARP | announce the guest's MAC from its port (the daemon injects a RARP) | — |
 //!
 //! A request that fails leaves the device as it was and is answered with a non-zero ack when
 //! the frontend asked for one (REPLY_ACK); it never affects other ports.
+//!
+//! Postcopy and the threads: no thread of ours but a memory's own fault thread ever stops on
+//! a missing page (`ferrovs_sys::guest`), so no queue lock is held across a fault and the
+//! control thread never waits for a frontend to serve one.
 
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use std::os::fd::OwnedFd;
+
+use ferrovs_sys::dirty_log::{DirtyLog, LogError};
 use ferrovs_sys::guest::{GuestMemory, MemoryError};
 use ferrovs_sys::os;
+use ferrovs_sys::userfault::Userfault;
 use ferrovs_sys::vring::{RingError, MAX_QUEUE_SIZE};
 
 use crate::features::{self, MAX_QUEUE_PAIRS, OFFERED, PROTOCOL_OFFERED};
@@ -94,6 +110,48 @@ pub enum DeviceError {
     Unsupported(Code),
     #[error("packed rings are not supported")]
     Packed,
+    #[error("dirty log refused")]
+    Log(#[from] LogError),
+    #[error("ring addresses changed while running")]
+    RingMoved,
+    #[error("{0}")]
+    Postcopy(&'static str),
+    #[error("cannot open a userfaultfd")]
+    Userfault(#[source] std::io::Error),
+}
+
+/// A reply to send: its bytes and the fds that go with them.
+#[derive(Debug)]
+pub struct Reply {
+    pub bytes: Vec<u8>,
+    pub fds: Vec<OwnedFd>,
+}
+
+/// Where a device stands in a postcopy migration (destination side).
+#[derive(Debug, Default)]
+enum Postcopy {
+    #[default]
+    Off,
+    /// POSTCOPY_ADVISE: the userfaultfd is open and handed to the frontend.
+    Advised(Userfault),
+    /// POSTCOPY_LISTEN: memory tables are mapped for postcopy.
+    Listening(Userfault),
+}
+
+/// Counters of a device's live-migration work, for `port-stats`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MigrationInfo {
+    /// The frontend logs dirty pages (VHOST_F_LOG_ALL) and a log is mapped.
+    pub logging: bool,
+    /// Size of the mapped log in bytes (0: none).
+    pub log_size: u64,
+    /// POSTCOPY_ADVISE/LISTEN seen and no POSTCOPY_END yet.
+    pub postcopy: bool,
+    /// Postcopy: accesses that found a page missing, and pages our fault thread brought in.
+    pub pages_missing: u64,
+    pub pages_fetched: u64,
+    /// SEND_RARP requests received.
+    pub rarps: u64,
 }
 
 /// A vhost-user net device (one port).
@@ -107,6 +165,16 @@ pub struct Device {
     queues: Vec<Arc<Queue>>,
     /// Errors answered (for port stats).
     pub errors: u64,
+    /// The frontend's dirty log (SET_LOG_BASE).
+    log: Option<Arc<DirtyLog>>,
+    postcopy: Postcopy,
+    /// A postcopy memory table answered, waiting for the frontend's ack before use.
+    pending_mem: Option<Arc<GuestMemory>>,
+    /// fds to send with the reply being built.
+    reply_fds: Vec<OwnedFd>,
+    /// SEND_RARP: a MAC to announce from this port (taken by the daemon).
+    announce: Option<[u8; 6]>,
+    rarps: u64,
 }
 
 impl Device {
@@ -123,7 +191,63 @@ impl Device {
                 .map(|_| Arc::new(Queue::default()))
                 .collect(),
             errors: 0,
+            log: None,
+            postcopy: Postcopy::Off,
+            pending_mem: None,
+            reply_fds: Vec::new(),
+            announce: None,
+            rarps: 0,
         }
+    }
+
+    /// The MAC a SEND_RARP asked to announce, once.
+    pub fn take_announce(&mut self) -> Option<[u8; 6]> {
+        self.announce.take()
+    }
+
+    /// Why a hot upgrade cannot hand this device over now: a postcopy migration is under way
+    /// (its userfaultfd registers this process's mappings; a dirty log, on the other hand,
+    /// is handed over).
+    pub fn migrating(&self) -> Option<&'static str> {
+        if !matches!(self.postcopy, Postcopy::Off) || self.pending_mem.is_some() {
+            Some("a postcopy live migration is under way")
+        } else {
+            None
+        }
+    }
+
+    /// Live-migration state and counters.
+    pub fn migration_info(&self) -> MigrationInfo {
+        let pc = self
+            .mem
+            .as_ref()
+            .map(|m| m.postcopy_stats())
+            .unwrap_or_default();
+        MigrationInfo {
+            logging: self.features & features::VHOST_F_LOG_ALL != 0 && self.log.is_some(),
+            log_size: self.log.as_ref().map_or(0, |l| l.size()),
+            postcopy: !matches!(self.postcopy, Postcopy::Off),
+            pages_missing: pc.missing,
+            pages_fetched: pc.fetched,
+            rarps: self.rarps,
+        }
+    }
+
+    /// Installs a new memory table: every queue re-places its ring in it.
+    fn install_memory(&mut self, mem: Arc<GuestMemory>) -> Result<(), DeviceError> {
+        let mut guards: Vec<_> = self.queues.iter().map(|q| q.lock()).collect();
+        let mut result = Ok(());
+        for vq in guards.iter_mut() {
+            if let Err(e) = vq.start(Some(&mem)) {
+                result = Err(e);
+            }
+        }
+        for (q, vq) in self.queues.iter().zip(&guards) {
+            q.publish_ready(vq);
+        }
+        drop(guards);
+        self.mem = Some(mem);
+        result.map_err(Into::into)
     }
 
     /// Queues in virtio order: even = guest RX (we enqueue), odd = guest TX (we dequeue).
@@ -170,17 +294,25 @@ impl Device {
 
     /// Stops every queue (frontend gone or reset).
     pub fn reset(&mut self) {
+        // Our userfaultfd first: with the frontend gone, closing it lets a fault thread that
+        // waits on a page go on.
+        self.postcopy = Postcopy::Off;
+        self.pending_mem = None;
         for q in &self.queues {
             let mut vq = q.lock();
             vq.stop(&q.stats);
             vq.call = None;
             vq.err = None;
             vq.state = Default::default();
+            vq.set_log(None);
+            vq.set_features(0);
             q.publish_ready(&vq);
         }
         self.mem = None;
+        self.log = None;
         self.features = 0;
         self.protocol = 0;
+        self.announce = None;
     }
 
     /// Rebuilds a device handed over by another ferrovsd (hot upgrade). Its queues are
@@ -193,6 +325,7 @@ impl Device {
         protocol: u64,
         errors: u64,
         mem: Option<Arc<GuestMemory>>,
+        log: Option<Arc<DirtyLog>>,
     ) -> Device {
         let mut d = Device::new(name, queue_pairs);
         d.features = features;
@@ -200,9 +333,17 @@ impl Device {
         d.errors = errors;
         d.mem = mem;
         for q in &d.queues {
-            q.lock().set_features(features);
+            let mut vq = q.lock();
+            vq.set_features(features);
+            vq.set_log(log.clone());
         }
+        d.log = log;
         d
+    }
+
+    /// The frontend's dirty log, while a migration has one set.
+    pub fn log(&self) -> Option<&Arc<DirtyLog>> {
+        self.log.as_ref()
     }
 
     /// Sets queue `index` from handed-over state.
@@ -300,21 +441,16 @@ impl Device {
             Request::SetOwner => {}
             Request::ResetOwner | Request::ResetDevice => self.reset(),
             Request::SetMemTable(table) => {
+                if let Postcopy::Listening(uf) = &self.postcopy {
+                    // Postcopy: registered with the userfaultfd; used after the frontend's
+                    // ack (`handle_message`), once it can serve our faults.
+                    let mem = GuestMemory::map_postcopy(table, uf)?;
+                    self.pending_mem = Some(mem);
+                    return Ok(None);
+                }
                 let mem = Arc::new(GuestMemory::map(table)?);
                 // Lock every queue, re-place rings in the new memory, then publish it.
-                let mut guards: Vec<_> = self.queues.iter().map(|q| q.lock()).collect();
-                let mut result = Ok(());
-                for vq in guards.iter_mut() {
-                    if let Err(e) = vq.start(Some(&mem)) {
-                        result = Err(e);
-                    }
-                }
-                for (q, vq) in self.queues.iter().zip(&guards) {
-                    q.publish_ready(vq);
-                }
-                drop(guards);
-                self.mem = Some(mem);
-                result?;
+                self.install_memory(mem)?;
             }
             Request::SetVringNum { index, num } => {
                 if num == 0 || num > MAX_QUEUE_SIZE as u32 || !num.is_power_of_two() {
@@ -327,13 +463,26 @@ impl Device {
                 }
                 vq.state.size = num;
             }
-            Request::SetVringAddr { index, addrs, .. } => {
+            Request::SetVringAddr {
+                index,
+                flags,
+                addrs,
+                log,
+            } => {
                 let q = self.queue(index)?;
                 let mut vq = q.lock();
-                if vq.ready() {
-                    return Err(DeviceError::RingRunning);
+                let log_addr = (flags & (1 << msg::VRING_F_LOG) != 0).then_some(log);
+                if vq.started() {
+                    // A migrating frontend turns the used ring's logging on and off while the
+                    // ring runs; the ring itself may not move.
+                    if vq.state.addrs != Some(addrs) {
+                        return Err(DeviceError::RingMoved);
+                    }
+                    vq.state.log_addr = log_addr;
+                    return Ok(None);
                 }
                 vq.state.addrs = Some(addrs);
+                vq.state.log_addr = log_addr;
             }
             Request::SetVringBase { index, num } => {
                 let q = self.queue(index)?;
@@ -389,8 +538,50 @@ impl Device {
                 vq.state.enabled = enable;
                 q.publish_ready(&vq);
             }
-            Request::SetVringEndian { .. } | Request::NetSetMtu(_) | Request::SendRarp(_) => {}
-            Request::SetBackendReqFd(_) | Request::SetLogFd(_) | Request::SetLogBase { .. } => {}
+            Request::SetVringEndian { .. } | Request::NetSetMtu(_) => {}
+            Request::SetLogBase { size, offset, fd } => {
+                let log = Arc::new(DirtyLog::map(fd, size, offset)?);
+                for q in &self.queues {
+                    let mut vq = q.lock();
+                    vq.set_log(Some(log.clone()));
+                    q.publish_ready(&vq);
+                }
+                self.log = Some(log);
+                // Answered with an empty payload (as DPDK does; QEMU reads the header only).
+                return Ok(Some(Vec::new()));
+            }
+            // The log's eventfd: we write the shared log directly and never signal.
+            Request::SetBackendReqFd(_) | Request::SetLogFd(_) => {}
+            Request::PostcopyAdvise => {
+                let uf = Userfault::new().map_err(DeviceError::Userfault)?;
+                let fd = uf
+                    .fd()
+                    .try_clone_to_owned()
+                    .map_err(DeviceError::Userfault)?;
+                self.reply_fds.push(fd);
+                self.postcopy = Postcopy::Advised(uf);
+                return Ok(Some(Vec::new()));
+            }
+            Request::PostcopyListen => match std::mem::take(&mut self.postcopy) {
+                Postcopy::Advised(uf) => self.postcopy = Postcopy::Listening(uf),
+                other => {
+                    self.postcopy = other;
+                    return Err(DeviceError::Postcopy(
+                        "POSTCOPY_LISTEN without POSTCOPY_ADVISE",
+                    ));
+                }
+            },
+            Request::PostcopyEnd => {
+                if let Some(m) = &self.mem {
+                    m.postcopy_done();
+                }
+                self.pending_mem = None;
+                self.postcopy = Postcopy::Off;
+            }
+            Request::SendRarp(mac) => {
+                self.rarps += 1;
+                self.announce = Some(mac);
+            }
             Request::SetStatus(_) => {}
             Request::GetStatus => return u64_reply(0),
             Request::GetConfig { .. } | Request::SetConfig { .. } => {
@@ -403,14 +594,14 @@ impl Device {
         Ok(None)
     }
 
-    /// Handles a framed message end to end: parse, apply, and build the reply bytes (the
-    /// request's own reply, or a REPLY_ACK when asked). Errors are counted, logged and acked.
+    /// Handles a framed message end to end: parse, apply, and build the reply (the request's
+    /// own reply, or a REPLY_ACK when asked). Errors are counted, logged and acked.
     pub fn handle_message(
         &mut self,
         h: &Header,
         payload: &[u8],
         fds: Vec<std::os::fd::OwnedFd>,
-    ) -> Option<Vec<u8>> {
+    ) -> Option<Reply> {
         let code = Code::from_u32(h.code);
         if trace() {
             eprintln!(
@@ -418,34 +609,90 @@ impl Device {
                 self.name, code, h.code, h.flags, payload
             );
         }
+        self.reply_fds.clear();
+        if self.pending_mem.is_some()
+            && code == Some(Code::SetMemTable)
+            && payload.len() == 8
+            && fds.is_empty()
+        {
+            self.postcopy_mem_ack(payload);
+            return None;
+        }
         let result = match msg::parse(h, payload, fds) {
             Ok(req) => self.handle(req).map_err(|e| e.to_string()),
             Err(e) => Err(e.to_string()),
         };
+        // QEMU asks for replies to POSTCOPY_LISTEN/END with NEED_REPLY whether or not
+        // REPLY_ACK was negotiated.
         let ack_wanted = h.need_reply()
-            && self.protocol & features::PROTOCOL_F_REPLY_ACK != 0
+            && (self.protocol & features::PROTOCOL_F_REPLY_ACK != 0
+                || matches!(code, Some(Code::PostcopyListen | Code::PostcopyEnd)))
             && !code.is_some_and(Code::has_reply);
+        let reply = |bytes: Vec<u8>, fds: Vec<OwnedFd>| Some(Reply { bytes, fds });
         match result {
-            Ok(Some(reply)) => Some(msg::encode(h.code, msg::FLAG_REPLY, &reply)),
-            Ok(None) if ack_wanted => {
-                Some(msg::encode(h.code, msg::FLAG_REPLY, &0u64.to_le_bytes()))
+            Ok(None) if code == Some(Code::SetMemTable) && self.pending_mem.is_some() => {
+                // Postcopy: the same table back, with our address of each region in place of
+                // the frontend's; no REPLY_ACK (the frontend acks us instead).
+                let bases = self.pending_mem.as_ref().map(|m| m.host_bases());
+                let mut p = payload.to_vec();
+                for (i, b) in bases.unwrap_or_default().into_iter().enumerate() {
+                    let at = 8 + 32 * i + 16;
+                    if let Some(f) = p.get_mut(at..at + 8) {
+                        f.copy_from_slice(&b.to_le_bytes());
+                    }
+                }
+                reply(msg::encode(h.code, msg::FLAG_REPLY, &p), Vec::new())
             }
+            Ok(Some(r)) => {
+                let fds = std::mem::take(&mut self.reply_fds);
+                reply(msg::encode(h.code, msg::FLAG_REPLY, &r), fds)
+            }
+            Ok(None) if ack_wanted => reply(
+                msg::encode(h.code, msg::FLAG_REPLY, &0u64.to_le_bytes()),
+                Vec::new(),
+            ),
             Ok(None) => None,
             Err(e) => {
                 self.errors += 1;
+                self.reply_fds.clear();
                 eprintln!(
                     "ferrovs: {}: vhost-user request {} refused: {e}",
                     self.name, h.code
                 );
-                if ack_wanted {
-                    Some(msg::encode(h.code, msg::FLAG_REPLY, &1u64.to_le_bytes()))
+                let failed = msg::encode(h.code, msg::FLAG_REPLY, &1u64.to_le_bytes());
+                if ack_wanted || matches!(code, Some(Code::SetLogBase | Code::PostcopyAdvise)) {
+                    // (A POSTCOPY_ADVISE answer with a payload and no fd fails the frontend's
+                    // advise: the migration stops there.)
+                    reply(failed, Vec::new())
                 } else if code.is_some_and(Code::has_reply) {
                     // The frontend waits for an answer: give it one it can see is empty.
-                    Some(msg::encode(h.code, msg::FLAG_REPLY, &[]))
+                    reply(msg::encode(h.code, msg::FLAG_REPLY, &[]), Vec::new())
                 } else {
                     None
                 }
             }
+        }
+    }
+
+    /// The frontend's ack of a postcopy memory table: 0 and the memory goes into use, else it
+    /// could not register our regions and the table is dropped.
+    fn postcopy_mem_ack(&mut self, payload: &[u8]) {
+        let mut v = [0u8; 8];
+        v.copy_from_slice(payload);
+        let Some(mem) = self.pending_mem.take() else {
+            return;
+        };
+        if u64::from_le_bytes(v) != 0 {
+            self.errors += 1;
+            eprintln!(
+                "ferrovs: {}: frontend refused our postcopy memory table; not used",
+                self.name
+            );
+            return;
+        }
+        if let Err(e) = self.install_memory(mem) {
+            self.errors += 1;
+            eprintln!("ferrovs: {}: postcopy memory table: {e}", self.name);
         }
     }
 }

@@ -35,8 +35,13 @@ pub const OFFLOADS: u64 = VIRTIO_NET_F_CSUM
     | VIRTIO_NET_F_GUEST_TSO6
     | VIRTIO_NET_F_GUEST_ECN;
 
-/// Virtio features ferrovs offers on a vhost-user net port.
+/// Virtio features ferrovs offers on a vhost-user net port. `VHOST_F_LOG_ALL` is what a
+/// frontend sets while it migrates the VM (dirty-page logging: QEMU blocks migration without
+/// it); `VIRTIO_NET_F_GUEST_ANNOUNCE` lets the guest announce itself after a migration (its
+/// control queue is the frontend's, not ours).
 pub const OFFERED: u64 = OFFLOADS
+    | VHOST_F_LOG_ALL
+    | VIRTIO_NET_F_GUEST_ANNOUNCE
     | VIRTIO_F_VERSION_1
     | VIRTIO_NET_F_MRG_RXBUF
     | VIRTIO_RING_F_EVENT_IDX
@@ -52,13 +57,21 @@ pub const PROTOCOL_F_RARP: u64 = 1 << 2;
 pub const PROTOCOL_F_REPLY_ACK: u64 = 1 << 3;
 pub const PROTOCOL_F_MTU: u64 = 1 << 4;
 pub const PROTOCOL_F_BACKEND_REQ: u64 = 1 << 5;
+pub const PROTOCOL_F_PAGEFAULT: u64 = 1 << 8;
 pub const PROTOCOL_F_CONFIG: u64 = 1 << 9;
 pub const PROTOCOL_F_RESET_DEVICE: u64 = 1 << 13;
 pub const PROTOCOL_F_CONFIGURE_MEM_SLOTS: u64 = 1 << 15;
 pub const PROTOCOL_F_STATUS: u64 = 1 << 16;
 
-/// Protocol features ferrovs offers.
-pub const PROTOCOL_OFFERED: u64 = PROTOCOL_F_MQ | PROTOCOL_F_REPLY_ACK | PROTOCOL_F_RESET_DEVICE;
+/// Protocol features ferrovs offers: with LOG_SHMFD (dirty log in shared memory), RARP
+/// (announce a migrated guest for it) and PAGEFAULT (postcopy through userfaultfd), a VM on a
+/// ferrovs port can be live-migrated (`docs/migration.md`).
+pub const PROTOCOL_OFFERED: u64 = PROTOCOL_F_MQ
+    | PROTOCOL_F_LOG_SHMFD
+    | PROTOCOL_F_RARP
+    | PROTOCOL_F_REPLY_ACK
+    | PROTOCOL_F_PAGEFAULT
+    | PROTOCOL_F_RESET_DEVICE;
 
 /// Most queue pairs a port supports.
 pub const MAX_QUEUE_PAIRS: usize = 16;
@@ -124,6 +137,7 @@ pub fn names(features: u64) -> Vec<&'static str> {
         (VIRTIO_NET_F_HOST_ECN, "host_ecn"),
         (VIRTIO_NET_F_MRG_RXBUF, "mrg_rxbuf"),
         (VIRTIO_NET_F_MQ, "mq"),
+        (VIRTIO_NET_F_GUEST_ANNOUNCE, "guest_announce"),
         (VHOST_F_LOG_ALL, "log_all"),
         (VIRTIO_RING_F_INDIRECT_DESC, "indirect_desc"),
         (VIRTIO_RING_F_EVENT_IDX, "event_idx"),

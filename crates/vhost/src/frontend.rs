@@ -32,6 +32,12 @@ pub struct FrontendConfig {
     pub buf_size: u32,
     /// Virtio features to ask for (intersected with what the backend offers).
     pub want_features: u64,
+    /// Set the device up as the destination of a postcopy migration does: POSTCOPY_ADVISE
+    /// (we get the backend's userfaultfd), POSTCOPY_LISTEN, then the memory table the
+    /// postcopy way. Our memory file starts empty: every page we never write stays missing,
+    /// and the backend's accesses to it arrive as faults that [`Frontend::serve_fault`]
+    /// serves, as QEMU would.
+    pub postcopy: bool,
 }
 
 impl Default for FrontendConfig {
@@ -46,6 +52,7 @@ impl Default for FrontendConfig {
                 | VIRTIO_RING_F_INDIRECT_DESC
                 | VIRTIO_NET_F_MQ
                 | VHOST_USER_F_PROTOCOL_FEATURES,
+            postcopy: false,
         }
     }
 }
@@ -93,6 +100,10 @@ pub struct Frontend {
     calls: Vec<OwnedFd>,
     /// Our guest-memory file (tests shrink it to play a hostile guest).
     mem_fd: OwnedFd,
+    /// Postcopy: the backend's userfaultfd and its address of our region.
+    postcopy: Option<(ferrovs_sys::userfault::Userfault, u64)>,
+    /// Live migration (source side): the dirty log we gave the backend.
+    log: Option<Arc<ferrovs_sys::dirty_log::DirtyLog>>,
 }
 
 fn align(v: u64, a: u64) -> u64 {
@@ -144,6 +155,8 @@ impl Frontend {
             kicks: Vec::new(),
             calls: Vec::new(),
             mem_fd: fd.try_clone()?,
+            postcopy: None,
+            log: None,
         };
         fe.setup(region, fd)?;
         Ok(fe)
@@ -184,7 +197,12 @@ impl Frontend {
         self.features = offered & self.cfg.want_features;
         if self.features & VHOST_USER_F_PROTOCOL_FEATURES != 0 {
             let p = self.get(Code::GetProtocolFeatures)?;
-            self.protocol = p & (PROTOCOL_F_MQ | PROTOCOL_F_REPLY_ACK);
+            self.protocol = p
+                & (PROTOCOL_F_MQ
+                    | PROTOCOL_F_REPLY_ACK
+                    | PROTOCOL_F_LOG_SHMFD
+                    | PROTOCOL_F_RARP
+                    | PROTOCOL_F_PAGEFAULT);
             self.send(Code::SetProtocolFeatures, &payload::u64(self.protocol), &[])?;
         }
         if self.cfg.queue_pairs > 1 {
@@ -202,11 +220,15 @@ impl Frontend {
         }
         self.send(Code::SetOwner, &[], &[])?;
         self.send(Code::SetFeatures, &payload::u64(self.features), &[])?;
-        self.send(
-            Code::SetMemTable,
-            &payload::mem_table(&[region]),
-            &[fd.as_raw_fd()],
-        )?;
+        if self.cfg.postcopy {
+            self.postcopy_mem_table(region, fd)?;
+        } else {
+            self.send(
+                Code::SetMemTable,
+                &payload::mem_table(&[region]),
+                &[fd.as_raw_fd()],
+            )?;
+        }
         for q in 0..self.layouts.len() {
             let l = self.layouts[q];
             let n = self.cfg.ring_size as u32;
@@ -241,6 +263,171 @@ impl Frontend {
         Ok(())
     }
 
+    /// The postcopy set-up, as QEMU's destination does it: POSTCOPY_ADVISE (the reply
+    /// carries the backend's userfaultfd), POSTCOPY_LISTEN, SET_MEM_TABLE answered with the
+    /// backend's address of each region, and our ack of that answer.
+    fn postcopy_mem_table(&mut self, region: RegionDesc, fd: OwnedFd) -> Result<(), FrontendError> {
+        self.conn
+            .send(&msg::encode(Code::PostcopyAdvise as u32, 0, &[]), &[])?;
+        let (h, p, mut fds) = self.conn.recv_blocking()?;
+        if h.code != Code::PostcopyAdvise as u32 || !p.is_empty() || fds.len() != 1 {
+            return Err(FrontendError::BadReply(Code::PostcopyAdvise));
+        }
+        let uf = ferrovs_sys::userfault::Userfault::from_fd(fds.remove(0));
+        self.conn.send(
+            &msg::encode(Code::PostcopyListen as u32, msg::FLAG_NEED_REPLY, &[]),
+            &[],
+        )?;
+        let v = self.reply(Code::PostcopyListen)?;
+        if v != 0 {
+            return Err(FrontendError::Refused(Code::PostcopyListen, v));
+        }
+        let table = payload::mem_table(&[region]);
+        self.conn.send(
+            &msg::encode(Code::SetMemTable as u32, 0, &table),
+            &[fd.as_raw_fd()],
+        )?;
+        let (h, p, _) = self.conn.recv_blocking()?;
+        if h.code != Code::SetMemTable as u32 || p.len() != table.len() {
+            return Err(FrontendError::BadReply(Code::SetMemTable));
+        }
+        let base = u64::from_le_bytes(
+            p[24..32]
+                .try_into()
+                .map_err(|_| FrontendError::BadReply(Code::SetMemTable))?,
+        );
+        self.conn.send(
+            &msg::encode(Code::SetMemTable as u32, 0, &payload::u64(0)),
+            &[],
+        )?;
+        self.postcopy = Some((uf, base));
+        Ok(())
+    }
+
+    /// Postcopy: serves one fault of the backend, if one is queued: "fetches" the page (here:
+    /// writes it through our own mapping, which places it in the shared file, with `fill`
+    /// choosing its bytes when we never wrote it) and wakes the backend. Returns the page's
+    /// guest-physical address.
+    pub fn serve_fault(&self) -> Result<Option<u64>, FrontendError> {
+        let Some((uf, base)) = &self.postcopy else {
+            return Ok(None);
+        };
+        let Some(addr) = uf.read_fault()? else {
+            return Ok(None);
+        };
+        let page = (addr & !4095).wrapping_sub(*base);
+        // Reading and writing back one byte makes the page exist with whatever it holds.
+        let mut b = [0u8; 1];
+        self.mem
+            .read(page, &mut b)
+            .map_err(|_| FrontendError::Io(io::Error::other("fault outside our memory")))?;
+        self.mem
+            .write(page, &b)
+            .map_err(|_| FrontendError::Io(io::Error::other("fault outside our memory")))?;
+        uf.wake(addr & !4095, 4096)?;
+        Ok(Some(page))
+    }
+
+    /// The postcopy userfaultfd (to wait on it).
+    pub fn userfault(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.postcopy.as_ref().map(|(u, _)| u.fd())
+    }
+
+    /// POSTCOPY_END: every page has arrived.
+    pub fn postcopy_end(&mut self) -> Result<(), FrontendError> {
+        self.conn.send(
+            &msg::encode(Code::PostcopyEnd as u32, msg::FLAG_NEED_REPLY, &[]),
+            &[],
+        )?;
+        let v = self.reply(Code::PostcopyEnd)?;
+        if v != 0 {
+            return Err(FrontendError::Refused(Code::PostcopyEnd, v));
+        }
+        self.postcopy = None;
+        Ok(())
+    }
+
+    /// Starts a live migration's dirty logging, as QEMU does: SET_LOG_BASE with a shared log
+    /// sized for our memory (answered), SET_FEATURES with VHOST_F_LOG_ALL, and each ring's
+    /// used address for the log. Returns our view of the log.
+    pub fn start_logging(
+        &mut self,
+    ) -> Result<Arc<ferrovs_sys::dirty_log::DirtyLog>, FrontendError> {
+        let pages = self
+            .mem
+            .regions()
+            .map(|r| r.gpa + r.size)
+            .max()
+            .unwrap_or(0)
+            / 4096;
+        let size = pages.div_ceil(64) * 8;
+        let fd = os::memfd("ferrovs-gen-log", size, false)?;
+        self.conn.send(
+            &msg::encode(Code::SetLogBase as u32, 0, &payload::log(size, 0)),
+            &[fd.as_raw_fd()],
+        )?;
+        let (h, p, _) = self.conn.recv_blocking()?;
+        if h.code != Code::SetLogBase as u32 || !p.is_empty() {
+            return Err(FrontendError::BadReply(Code::SetLogBase));
+        }
+        let log = Arc::new(
+            ferrovs_sys::dirty_log::DirtyLog::map(fd, size, 0)
+                .map_err(|e| FrontendError::Io(io::Error::other(e.to_string())))?,
+        );
+        self.set_logging(true)?;
+        self.log = Some(log.clone());
+        Ok(log)
+    }
+
+    /// Stops dirty logging (the migration ended or was cancelled).
+    pub fn stop_logging(&mut self) -> Result<(), FrontendError> {
+        self.set_logging(false)?;
+        self.log = None;
+        Ok(())
+    }
+
+    fn set_logging(&mut self, on: bool) -> Result<(), FrontendError> {
+        let f = if on {
+            self.features | VHOST_F_LOG_ALL
+        } else {
+            self.features
+        };
+        self.send(Code::SetFeatures, &payload::u64(f), &[])?;
+        for q in 0..self.layouts.len() {
+            let l = self.layouts[q];
+            let addrs = RingAddrs {
+                desc: UADDR_BASE + l.desc,
+                avail: UADDR_BASE + l.avail,
+                used: UADDR_BASE + l.used,
+            };
+            let log = on.then_some(l.used);
+            self.send(
+                Code::SetVringAddr,
+                &payload::addr_logged(q as u32, addrs, log),
+                &[],
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Guest-physical ranges of queue `q`'s used ring and of its packet buffers.
+    pub fn queue_areas(&self, q: usize) -> ((u64, u64), (u64, u64)) {
+        let l = self.layouts[q];
+        let n = u64::from(self.cfg.ring_size);
+        (
+            (l.used, 6 + 8 * n),
+            (l.bufs, n * u64::from(self.cfg.buf_size)),
+        )
+    }
+
+    /// SEND_RARP: asks the backend to announce `mac` (what QEMU does after a migration for a
+    /// guest without GUEST_ANNOUNCE).
+    pub fn send_rarp(&mut self, mac: [u8; 6]) -> Result<(), FrontendError> {
+        let mut p = [0u8; 8];
+        p[..6].copy_from_slice(&mac);
+        self.send(Code::SendRarp, &p, &[])
+    }
+
     /// Our view of the guest memory.
     pub fn memory(&self) -> &Arc<GuestMemory> {
         &self.mem
@@ -265,6 +452,17 @@ impl Frontend {
     pub fn raw_request(&mut self, bytes: &[u8], fds: &[i32]) -> Result<(), FrontendError> {
         self.conn.send(bytes, fds)?;
         Ok(())
+    }
+
+    /// Sends a raw message and waits for the backend's answer (tests of bad input that
+    /// expect one).
+    pub fn call_raw(
+        &mut self,
+        bytes: &[u8],
+        fds: &[i32],
+    ) -> Result<(msg::Header, Vec<u8>, Vec<OwnedFd>), FrontendError> {
+        self.conn.send(bytes, fds)?;
+        Ok(self.conn.recv_blocking()?)
     }
 
     /// GET_VRING_BASE: stops queue `q` in the backend and returns its last_avail_idx.

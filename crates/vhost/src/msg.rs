@@ -22,6 +22,8 @@ pub const MAX_MEM_TABLE_REGIONS: usize = 8;
 /// In SET_VRING_KICK/CALL/ERR: no fd passed (polling mode).
 pub const VRING_NOFD_MASK: u64 = 0x100;
 pub const VRING_IDX_MASK: u64 = 0xff;
+/// In SET_VRING_ADDR flags: log writes to the used ring at the given guest address (bit).
+pub const VRING_F_LOG: u32 = 0;
 
 macro_rules! requests {
     ($($name:ident = $code:literal),* $(,)?) => {
@@ -103,7 +105,10 @@ impl Code {
         }
     }
 
-    /// Whether the reply is part of the request itself (not a REPLY_ACK).
+    /// Whether the reply is part of the request itself (not a REPLY_ACK). SET_LOG_BASE (with
+    /// LOG_SHMFD, the only way ferrovs takes a log) and POSTCOPY_ADVISE (its reply carries the
+    /// userfaultfd) are answered whether or not the frontend set NEED_REPLY: QEMU waits for
+    /// both.
     pub fn has_reply(self) -> bool {
         matches!(
             self,
@@ -114,6 +119,8 @@ impl Code {
                 | Code::GetConfig
                 | Code::GetMaxMemSlots
                 | Code::GetStatus
+                | Code::SetLogBase
+                | Code::PostcopyAdvise
         )
     }
 }
@@ -222,6 +229,9 @@ pub enum Request {
     RemMemReg(RegionDesc),
     SetStatus(u64),
     GetStatus,
+    PostcopyAdvise,
+    PostcopyListen,
+    PostcopyEnd,
     /// Known but not supported by ferrovs; answered with an error ack if a reply is asked.
     Unsupported(Code),
 }
@@ -490,12 +500,10 @@ pub fn parse(h: &Header, p: &[u8], mut fds: Vec<OwnedFd>) -> Result<Request, Par
         Code::RemMemReg => Request::RemMemReg(region_at(p, 8)),
         Code::SetStatus => Request::SetStatus(u64_at(p, 0)),
         Code::GetStatus => Request::GetStatus,
-        c @ (Code::IotlbMsg
-        | Code::GetInflightFd
-        | Code::SetInflightFd
-        | Code::PostcopyAdvise
-        | Code::PostcopyListen
-        | Code::PostcopyEnd) => Request::Unsupported(c),
+        Code::PostcopyAdvise => Request::PostcopyAdvise,
+        Code::PostcopyListen => Request::PostcopyListen,
+        Code::PostcopyEnd => Request::PostcopyEnd,
+        c @ (Code::IotlbMsg | Code::GetInflightFd | Code::SetInflightFd) => Request::Unsupported(c),
     })
 }
 
@@ -527,11 +535,24 @@ pub mod payload {
     }
 
     pub fn addr(index: u32, a: RingAddrs) -> Vec<u8> {
+        addr_logged(index, a, None)
+    }
+
+    /// SET_VRING_ADDR; with `log`, the used ring's guest-physical address to log its writes
+    /// at (flag VHOST_VRING_F_LOG), as a migrating frontend sends it.
+    pub fn addr_logged(index: u32, a: RingAddrs, log: Option<u64>) -> Vec<u8> {
         let mut v = index.to_le_bytes().to_vec();
-        v.extend_from_slice(&0u32.to_le_bytes());
-        for x in [a.desc, a.used, a.avail, 0] {
+        let flags = u32::from(log.is_some()) << VRING_F_LOG;
+        v.extend_from_slice(&flags.to_le_bytes());
+        for x in [a.desc, a.used, a.avail, log.unwrap_or(0)] {
             v.extend_from_slice(&x.to_le_bytes());
         }
+        v
+    }
+
+    pub fn log(size: u64, offset: u64) -> Vec<u8> {
+        let mut v = size.to_le_bytes().to_vec();
+        v.extend_from_slice(&offset.to_le_bytes());
         v
     }
 

@@ -45,6 +45,8 @@ reasons! {
     OffloadRefused => "offload_refused",
     FlowDrop => "flow_drop",
     TunnelMismatch => "tunnel_mismatch",
+    PostcopyPending => "postcopy_page_pending",
+    DirtyLogFault => "dirty_log_fault",
 }
 
 pub const NUM_REASONS: usize = DropReason::ALL.len();
@@ -61,6 +63,9 @@ pub struct QueueStats {
     pub calls_suppressed: AtomicU64,
     /// Bursts whose notification was deferred by coalescing (merged into a later one).
     pub calls_coalesced: AtomicU64,
+    /// Live migration: guest pages marked in the dirty log (a page is counted again in each
+    /// burst that writes it).
+    pub dirty_pages: AtomicU64,
     drops: [AtomicU64; NUM_REASONS],
 }
 
@@ -93,6 +98,7 @@ impl QueueStats {
             .fetch_add(s.calls_suppressed, Ordering::Relaxed);
         self.calls_coalesced
             .fetch_add(s.calls_coalesced, Ordering::Relaxed);
+        self.dirty_pages.fetch_add(s.dirty_pages, Ordering::Relaxed);
         for (a, d) in self.drops.iter().zip(&s.drops) {
             a.fetch_add(*d, Ordering::Relaxed);
         }
@@ -110,6 +116,7 @@ impl QueueStats {
             calls: self.calls.load(Ordering::Relaxed),
             calls_suppressed: self.calls_suppressed.load(Ordering::Relaxed),
             calls_coalesced: self.calls_coalesced.load(Ordering::Relaxed),
+            dirty_pages: self.dirty_pages.load(Ordering::Relaxed),
             drops,
         }
     }
@@ -123,6 +130,7 @@ pub struct StatsSnapshot {
     pub calls: u64,
     pub calls_suppressed: u64,
     pub calls_coalesced: u64,
+    pub dirty_pages: u64,
     pub drops: [u64; NUM_REASONS],
 }
 
@@ -137,6 +145,7 @@ impl StatsSnapshot {
         self.calls += o.calls;
         self.calls_suppressed += o.calls_suppressed;
         self.calls_coalesced += o.calls_coalesced;
+        self.dirty_pages += o.dirty_pages;
         for (a, b) in self.drops.iter_mut().zip(&o.drops) {
             *a += b;
         }

@@ -14,6 +14,18 @@
 //!   have passed since the first of them, whichever comes first; the PMD's timer
 //!   ([`VirtQueue::flush_due`]) makes the late ones, so none waits longer than `usecs`.
 //! * The queue's plain state ([`VringState`]) is all another process needs to resume it.
+//! * Live migration, source side: while the frontend logs dirty pages (`VHOST_F_LOG_ALL` and
+//!   a log from SET_LOG_BASE), every byte a burst writes into guest memory (packet data,
+//!   headers, used-ring entries and index, `avail_event`, used flags) has its page marked,
+//!   after the write, through a per-burst [`LogBatch`]. The copy routines are generic over a
+//!   [`Marker`]; with logging off they run with [`NoLog`], whose marks compile to nothing.
+//!   `LOG_ALL` without a usable log makes the queue not ready: we never write guest memory
+//!   the frontend cannot see us write.
+//! * Live migration, postcopy destination: in a memory mapped while pages were still arriving
+//!   ([`GuestMemory::in_postcopy`]), a burst first checks the ring's pages are present; a copy
+//!   that meets a missing page stops the burst without consuming the chain (guest TX) or
+//!   drops the packet (guest RX, `postcopy_page_pending`), and the page is fetched by the
+//!   memory's fault thread: a PMD never stops on a page fault.
 //!
 //! Thread-safety: a `VirtQueue` sits in a `Mutex` ([`crate::device::Queue`]); the PMD that
 //! polls it takes the lock with `try_lock` once per burst, the control thread takes it to
@@ -22,7 +34,8 @@
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 
-use ferrovs_sys::guest::{GuestMemory, OutOfBounds};
+use ferrovs_sys::dirty_log::{DirtyLog, LogBatch};
+use ferrovs_sys::guest::{AccessError, GuestMemory};
 use ferrovs_sys::os;
 use ferrovs_sys::pool::{Mbuf, Pool};
 use ferrovs_sys::vnet::{self, caps, VnetHdr};
@@ -47,6 +60,9 @@ pub struct VringState {
     pub enabled: bool,
     /// A kick fd (or NOFD) was received: the ring is started.
     pub kicked: bool,
+    /// Guest-physical address of the used ring for the dirty log (SET_VRING_ADDR with
+    /// VHOST_VRING_F_LOG); only meaningful while the frontend logs.
+    pub log_addr: Option<u64>,
 }
 
 /// A guest error found while walking a descriptor chain.
@@ -66,6 +82,12 @@ pub enum ChainError {
     BadAvailIdx,
     #[error("guest memory file shrank under the mapping (SIGBUS)")]
     MemoryFault,
+    #[error("dirty log file shrank under the mapping (SIGBUS): the migration lost marks")]
+    LogFault,
+    /// Postcopy: a page the chain needs has not arrived yet. Not the guest's error: the page
+    /// is being fetched and the chain is tried again; never breaks a queue.
+    #[error("guest page not arrived yet (postcopy)")]
+    NotArrived,
 }
 
 impl ChainError {
@@ -78,13 +100,15 @@ impl ChainError {
             ChainError::WrongDirection => DropReason::WrongDirection,
             ChainError::BadAvailIdx => DropReason::BadAvailIdx,
             ChainError::MemoryFault => DropReason::GuestMemoryFault,
+            ChainError::LogFault => DropReason::DirtyLogFault,
+            ChainError::NotArrived => DropReason::PostcopyPending,
         }
     }
 }
 
 impl ChainError {
-    /// Every error, for mapping to and from plain data (hot upgrade).
-    pub const ALL: [ChainError; 7] = [
+    /// Every error that breaks a queue, for mapping to and from plain data (hot upgrade).
+    pub const ALL: [ChainError; 8] = [
         ChainError::BadIndex,
         ChainError::Loop,
         ChainError::BadIndirect,
@@ -92,6 +116,7 @@ impl ChainError {
         ChainError::WrongDirection,
         ChainError::BadAvailIdx,
         ChainError::MemoryFault,
+        ChainError::LogFault,
     ];
 
     /// Stable name (the drop reason's name).
@@ -104,10 +129,99 @@ impl ChainError {
     }
 }
 
-impl From<OutOfBounds> for ChainError {
-    fn from(_: OutOfBounds) -> Self {
+impl From<ferrovs_sys::guest::OutOfBounds> for ChainError {
+    fn from(_: ferrovs_sys::guest::OutOfBounds) -> Self {
         ChainError::OutOfMemory
     }
+}
+
+impl From<AccessError> for ChainError {
+    fn from(e: AccessError) -> Self {
+        match e {
+            AccessError::OutOfBounds(_) => ChainError::OutOfMemory,
+            AccessError::NotResident { .. } => ChainError::NotArrived,
+        }
+    }
+}
+
+/// Where the guest-memory writes of a burst are recorded: [`NoLog`] (logging off: nothing,
+/// at no cost) or [`Logging`] (the frontend's dirty log). Marks come after the writes they
+/// cover.
+pub trait Marker {
+    /// Guest-physical `[gpa, gpa + len)` was written.
+    fn mark(&mut self, gpa: u64, len: u64);
+    /// Bytes `[off, off + len)` of the used ring were written.
+    fn mark_used(&mut self, off: u64, len: u64);
+}
+
+/// Logging off.
+#[derive(Debug)]
+pub struct NoLog;
+
+impl Marker for NoLog {
+    #[inline(always)]
+    fn mark(&mut self, _gpa: u64, _len: u64) {}
+    #[inline(always)]
+    fn mark_used(&mut self, _off: u64, _len: u64) {}
+}
+
+/// Logging on: marks go to a per-burst batch of the log, written (and counted in the
+/// queue's `dirty_pages`) when it drops.
+#[derive(Debug)]
+pub struct Logging<'a> {
+    batch: LogBatch<'a>,
+    /// Guest-physical address of the used ring.
+    used: Option<u64>,
+    stats: Option<&'a QueueStats>,
+}
+
+impl<'a> Logging<'a> {
+    fn new(log: &'a DirtyLog, used: Option<u64>, stats: Option<&'a QueueStats>) -> Logging<'a> {
+        Logging {
+            batch: LogBatch::new(log),
+            used,
+            stats,
+        }
+    }
+}
+
+impl Drop for Logging<'_> {
+    fn drop(&mut self) {
+        self.batch.flush();
+        if let Some(s) = self.stats {
+            s.dirty_pages
+                .fetch_add(self.batch.marked(), std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
+
+impl Marker for Logging<'_> {
+    #[inline]
+    fn mark(&mut self, gpa: u64, len: u64) {
+        self.batch.mark(gpa, len);
+    }
+    #[inline]
+    fn mark_used(&mut self, off: u64, len: u64) {
+        if let Some(u) = self.used {
+            self.batch.mark(u.wrapping_add(off), len);
+        }
+    }
+}
+
+/// Marks used entries `[old, new)` and `used.idx` of a ring of `size` entries.
+#[inline]
+fn mark_used_entries<M: Marker>(m: &mut M, size: u16, old: u16, new: u16) {
+    let count = u64::from(new.wrapping_sub(old));
+    if count == 0 {
+        return;
+    }
+    let start = u64::from(old & (size - 1));
+    let first = count.min(u64::from(size) - start);
+    m.mark_used(4 + 8 * start, 8 * first);
+    if count > first {
+        m.mark_used(4, 8 * (count - first));
+    }
+    m.mark_used(2, 2);
 }
 
 /// Walks one descriptor chain, direct or through one indirect table, with a budget that
@@ -181,14 +295,11 @@ fn prefetch_on() -> bool {
     *ON.get_or_init(|| std::env::var_os("FERROVS_NO_PREFETCH").is_none())
 }
 
-/// Starts loading the descriptors and the first `bytes` of the first buffers of the next
-/// `n` chains, so that the copies that follow overlap their cross-core cache misses instead
-/// of taking them one by one (the guest just wrote all of these lines on another core). Every
-/// line counts: a 64-byte frame behind its 12-byte virtio header spans two, and a copy that
-/// found only the first one prefetched waited for the second alone (measured: 44 % of a PMD's
-/// samples on that load with one line prefetched).
+/// Starts loading the descriptors and first buffers of the next `n` chains, so that the
+/// copies that follow overlap their cross-core cache misses instead of taking them one by
+/// one (the guest just wrote all of these lines on another core).
 #[inline]
-fn prefetch_burst(ring: &SplitRing, from: u16, n: usize, bytes: u64) {
+fn prefetch_burst(ring: &SplitRing, from: u16, n: usize, write: bool) {
     if !prefetch_on() {
         return;
     }
@@ -196,30 +307,12 @@ fn prefetch_burst(ring: &SplitRing, from: u16, n: usize, bytes: u64) {
     for i in 0..n {
         let head = ring.avail_entry(from.wrapping_add(i as u16));
         if let Some(d) = ring.desc(head) {
-            // Lines from the one holding `addr` to the one holding the last byte wanted
-            // (guest values: no overflow, whatever they are).
-            let last = d
-                .addr
-                .saturating_add(u64::from(d.len).min(bytes).saturating_sub(1))
-                & !63;
-            let mut line = d.addr & !63;
-            loop {
-                mem.prefetch(line.max(d.addr));
-                if line >= last {
-                    break;
-                }
-                line += 64;
-            }
+            // Header and the start of the packet: two lines (a 64-byte frame and its
+            // 12-byte header span two); the rest of a large packet streams.
+            mem.prefetch_range(d.addr, u64::from(d.len), 2, write);
         }
     }
 }
-
-/// How much of each chain's first buffer is prefetched: what the guest sends (dequeue: a
-/// whole small frame with its header), and what a small frame fills of a receive buffer
-/// (enqueue: its header and 64 bytes; a receive buffer is usually far larger than what
-/// is written to it).
-const PREFETCH_TX_BYTES: u64 = 256;
-const PREFETCH_RX_BYTES: u64 = 128;
 
 /// Guest notification coalescing of one queue (as `ethtool -C` `rx-usecs`/`rx-frames`):
 /// notify the guest at most once per `frames` packets or `usecs` microseconds, whichever
@@ -266,6 +359,17 @@ pub struct VirtQueue {
     deferred_since: u64,
     /// Packets whose notification is deferred.
     deferred_pkts: u32,
+    /// The frontend's dirty log (SET_LOG_BASE); used while `log_all`.
+    log: Option<Arc<DirtyLog>>,
+    /// VHOST_F_LOG_ALL negotiated: the frontend is migrating the VM.
+    log_all: bool,
+    /// Guest-physical address of the used ring when the frontend gave none for the log.
+    used_gpa: Option<u64>,
+    /// Postcopy: the ring was placed in a memory whose pages may be missing; its first burst
+    /// reads `used.idx` once the ring's pages are there (the control thread never touches it).
+    pending_sync: bool,
+    /// Why the last [`VirtQueue::enqueue`] placed fewer packets than it was given.
+    shortfall: Option<DropReason>,
 }
 
 /// What became of one chain the guest sent.
@@ -284,6 +388,7 @@ impl VirtQueue {
     /// Applies negotiated features (header length, mergeable buffers, EVENT_IDX).
     pub fn set_features(&mut self, f: u64) {
         self.features = f;
+        self.log_all = f & features::VHOST_F_LOG_ALL != 0;
         self.hdr_len = features::net_hdr_len(f);
         self.tx_caps = features::guest_tx_caps(f);
         self.rx_caps = features::guest_rx_caps(f);
@@ -306,10 +411,47 @@ impl VirtQueue {
         self.features & features::VIRTIO_RING_F_INDIRECT_DESC != 0
     }
 
-    /// Whether the datapath may use the ring.
+    /// Whether the datapath may use the ring. While the frontend logs (`LOG_ALL`) it must have
+    /// given us a usable log.
     #[inline]
     pub fn ready(&self) -> bool {
-        self.ring.is_some() && self.state.enabled && self.broken.is_none()
+        self.ring.is_some()
+            && self.state.enabled
+            && self.broken.is_none()
+            && (!self.log_all || self.log.is_some())
+    }
+
+    /// Sets (or removes) the frontend's dirty log.
+    pub fn set_log(&mut self, log: Option<Arc<DirtyLog>>) {
+        self.log = log;
+    }
+
+    /// The log to mark while the frontend logs.
+    #[inline]
+    fn logging(&self) -> Option<&Arc<DirtyLog>> {
+        if self.log_all {
+            self.log.as_ref()
+        } else {
+            None
+        }
+    }
+
+    /// Guest-physical address of the used ring for the log.
+    fn used_log_addr(&self) -> Option<u64> {
+        self.state.log_addr.or(self.used_gpa)
+    }
+
+    /// Logs a write to bytes `[off, off + len)` of the used ring made outside a burst.
+    fn log_used_now(&self, off: u64, len: u64) {
+        if let Some(log) = self.logging() {
+            Logging::new(log, self.used_log_addr(), None).mark_used(off, len);
+        }
+    }
+
+    /// Why the last enqueue placed fewer packets than given (`guest_no_rx_buffers` unless it
+    /// was something else).
+    pub fn shortfall(&self) -> DropReason {
+        self.shortfall.unwrap_or(DropReason::GuestNoBuffers)
     }
 
     /// Places the ring in `mem` if it is configured and started. Called when the kick fd
@@ -320,25 +462,60 @@ impl VirtQueue {
             return Ok(());
         };
         let ring = SplitRing::new(mem.clone(), addrs, self.state.size)?;
+        self.used_gpa = mem.uaddr_to_gpa(addrs.used);
+        self.deferred_since = 0;
+        self.deferred_pkts = 0;
+        self.avail_cache = self.state.last_avail;
+        self.broken = None;
+        self.pending_sync = mem.in_postcopy();
+        if !self.pending_sync {
+            self.sync(&ring);
+        }
+        self.ring = Some(ring);
+        Ok(())
+    }
+
+    /// Takes the ring's position from guest memory when it starts.
+    fn sync(&mut self, ring: &SplitRing) {
         // Start from the guest's view of the used ring (as DPDK does): after a reconnect the
         // frontend restores last_avail from GET_VRING_BASE and used.idx is in guest memory.
         self.state.used_idx = ring.used_idx();
         self.signalled_used = self.state.used_idx;
-        self.deferred_since = 0;
-        self.deferred_pkts = 0;
-        self.avail_cache = self.state.last_avail;
         if self.event_idx() {
             // We poll: place avail_event just behind us once. The guest kicks only when its
             // index crosses it (once per 65536 buffers); rewriting it every burst would bounce
             // its cache line between the cores for nothing.
             ring.set_avail_event(self.state.last_avail.wrapping_sub(1));
+            self.log_used_now(4 + 8 * u64::from(ring.size()), 2);
         } else {
             // We poll: ask the guest not to kick.
             ring.set_used_flags(VRING_USED_F_NO_NOTIFY);
+            self.log_used_now(0, 2);
         }
-        self.broken = None;
-        self.ring = Some(ring);
-        Ok(())
+        self.pending_sync = false;
+    }
+
+    /// Postcopy: whether the ring's own pages are present (asking for those that are not),
+    /// and its deferred start done. Free outside postcopy.
+    #[inline]
+    fn ring_usable(&mut self, ring: &SplitRing) -> bool {
+        let mem = ring.mem();
+        if !self.pending_sync && !mem.in_postcopy() {
+            return true;
+        }
+        let (Some(a), n) = (self.state.addrs, u64::from(ring.size())) else {
+            return false;
+        };
+        let present = mem.check_resident_uaddr(a.desc, 16 * n).is_ok()
+            && mem.check_resident_uaddr(a.avail, 6 + 2 * n).is_ok()
+            && mem.check_resident_uaddr(a.used, 6 + 8 * n).is_ok();
+        if !present {
+            return false;
+        }
+        if self.pending_sync {
+            self.sync(ring);
+        }
+        true
     }
 
     /// Re-reads the ring position from guest memory: `used.idx` is authoritative, and at a
@@ -346,6 +523,9 @@ impl VirtQueue {
     /// order, one used element per chain), so `last_avail == used.idx`. Used after a hot
     /// upgrade rolled back, when another process may have moved the ring on.
     pub fn resync(&mut self) {
+        if self.pending_sync {
+            return;
+        }
         if let Some(ring) = &self.ring {
             let u = ring.used_idx();
             self.state.used_idx = u;
@@ -365,10 +545,16 @@ impl VirtQueue {
     /// sees the other's write).
     pub fn enable_kicks(&self) -> bool {
         let Some(ring) = &self.ring else { return false };
+        if self.pending_sync {
+            // Postcopy, ring pages not seen yet: keep polling (`has_pending` says so).
+            return false;
+        }
         if self.event_idx() {
             ring.set_avail_event(self.state.last_avail);
+            self.log_used_now(4 + 8 * u64::from(ring.size()), 2);
         } else {
             ring.set_used_flags(0);
+            self.log_used_now(0, 2);
         }
         true
     }
@@ -376,19 +562,25 @@ impl VirtQueue {
     /// Back to polling: no kicks wanted.
     pub fn disable_kicks(&self) {
         if let Some(ring) = &self.ring {
+            if self.pending_sync {
+                return;
+            }
             if self.event_idx() {
                 ring.set_avail_event(self.state.last_avail.wrapping_sub(1));
+                self.log_used_now(4 + 8 * u64::from(ring.size()), 2);
             } else {
                 ring.set_used_flags(VRING_USED_F_NO_NOTIFY);
+                self.log_used_now(0, 2);
             }
         }
     }
 
-    /// Whether the guest made buffers available that we have not consumed.
+    /// Whether the guest made buffers available that we have not consumed (or, in postcopy,
+    /// the ring's pages have not been seen yet: it must be polled, not slept on).
     pub fn has_pending(&self) -> bool {
         self.ring
             .as_ref()
-            .is_some_and(|r| r.avail_idx() != self.state.last_avail)
+            .is_some_and(|r| self.pending_sync || r.avail_idx() != self.state.last_avail)
     }
 
     /// Whether the ring is placed (started) in guest memory.
@@ -435,6 +627,9 @@ impl VirtQueue {
     fn check_fault(&mut self, ring: &SplitRing, stats: &QueueStats, name: &str) {
         if self.broken.is_none() && ring.mem().faulted() {
             self.mark_broken(ChainError::MemoryFault, stats, name);
+        }
+        if self.broken.is_none() && self.logging().is_some_and(|l| l.faulted()) {
+            self.mark_broken(ChainError::LogFault, stats, name);
         }
     }
 
@@ -568,13 +763,22 @@ impl VirtQueue {
         let Some(ring) = self.ring.take() else {
             return 0;
         };
-        let r = self.dequeue_ring(&ring, pool, out, max, stats, name);
+        let r = if !self.ring_usable(&ring) {
+            0
+        } else if let Some(log) = self.logging().cloned() {
+            let mut m = Logging::new(&log, self.used_log_addr(), Some(stats));
+            self.dequeue_ring(&ring, pool, out, max, stats, name, &mut m)
+        } else {
+            self.dequeue_ring(&ring, pool, out, max, stats, name, &mut NoLog)
+        };
         self.check_fault(&ring, stats, name);
         self.ring = Some(ring);
         r
     }
 
-    fn dequeue_ring<'p>(
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn dequeue_ring<'p, M: Marker>(
         &mut self,
         ring: &SplitRing,
         pool: &'p Pool,
@@ -582,6 +786,7 @@ impl VirtQueue {
         max: usize,
         stats: &QueueStats,
         name: &str,
+        marker: &mut M,
     ) -> usize {
         if self.broken.is_some() {
             return 0;
@@ -594,7 +799,7 @@ impl VirtQueue {
             }
         };
         let n = avail.min(max).min(out.capacity() - out.len());
-        prefetch_burst(ring, self.state.last_avail, n, PREFETCH_TX_BYTES);
+        prefetch_burst(ring, self.state.last_avail, n, false);
         let old_used = self.state.used_idx;
         let (mut pkts, mut bytes, mut oversize, mut runts) = (0u64, 0u64, 0u64, 0u64);
         let (mut bad_offload, mut no_large) = (0u64, 0u64);
@@ -605,6 +810,10 @@ impl VirtQueue {
             };
             let head = ring.avail_entry(self.state.last_avail);
             let res = self.copy_chain_out(ring, head, pool, &mut m);
+            if matches!(res, Err(ChainError::NotArrived)) {
+                // Postcopy: the chain stays available; its page is being fetched.
+                break;
+            }
             ring.write_used(self.state.used_idx, head, 0);
             self.state.used_idx = self.state.used_idx.wrapping_add(1);
             self.state.last_avail = self.state.last_avail.wrapping_add(1);
@@ -628,6 +837,7 @@ impl VirtQueue {
         stats.drop(DropReason::BadOffload, bad_offload);
         stats.drop(DropReason::NoMbuf, no_large);
         ring.publish_used(self.state.used_idx);
+        mark_used_entries(marker, ring.size(), old_used, self.state.used_idx);
         self.notify(ring, old_used, stats);
         stats.add(pkts, bytes);
         stats.drop(DropReason::Oversize, oversize);
@@ -753,21 +963,32 @@ impl VirtQueue {
     where
         I: IntoIterator<Item = (&'a [u8], VnetHdr)>,
     {
+        self.shortfall = None;
         let Some(ring) = self.ring.take() else {
             return 0;
         };
-        let r = self.enqueue_ring(&ring, pkts, stats, name);
+        let r = if !self.ring_usable(&ring) {
+            self.shortfall = Some(DropReason::PostcopyPending);
+            0
+        } else if let Some(log) = self.logging().cloned() {
+            let mut m = Logging::new(&log, self.used_log_addr(), Some(stats));
+            self.enqueue_ring(&ring, pkts, stats, name, &mut m)
+        } else {
+            self.enqueue_ring(&ring, pkts, stats, name, &mut NoLog)
+        };
         self.check_fault(&ring, stats, name);
         self.ring = Some(ring);
         r
     }
 
-    fn enqueue_ring<'a, I>(
+    #[inline]
+    fn enqueue_ring<'a, I, M: Marker>(
         &mut self,
         ring: &SplitRing,
         pkts: I,
         stats: &QueueStats,
         name: &str,
+        marker: &mut M,
     ) -> usize
     where
         I: IntoIterator<Item = (&'a [u8], VnetHdr)>,
@@ -777,18 +998,12 @@ impl VirtQueue {
         }
         let old_used = self.state.used_idx;
         let (mut sent, mut bytes) = (0u64, 0u64);
-        let pkts = pkts.into_iter();
         if let Ok(avail) = self.pending(ring) {
-            // As many buffers as packets come (when the caller says), at most a burst.
-            let want = match pkts.size_hint().0 {
-                0 => BURST,
-                k => k.min(BURST),
-            };
             prefetch_burst(
                 ring,
                 self.state.last_avail,
-                (avail as usize).min(want),
-                PREFETCH_RX_BYTES,
+                (avail as usize).min(BURST),
+                true,
             );
         }
         for (pkt, hdr) in pkts {
@@ -796,12 +1011,16 @@ impl VirtQueue {
                 stats.drop(DropReason::OffloadRefused, 1);
                 break;
             }
-            match self.enqueue_one(ring, pkt, &hdr) {
+            match self.enqueue_one(ring, pkt, &hdr, marker) {
                 Ok(true) => {
                     sent += 1;
                     bytes += pkt.len() as u64;
                 }
                 Ok(false) => break,
+                Err(ChainError::NotArrived) => {
+                    self.shortfall = Some(DropReason::PostcopyPending);
+                    break;
+                }
                 Err(e) => {
                     self.mark_broken(e, stats, name);
                     break;
@@ -809,6 +1028,7 @@ impl VirtQueue {
             }
         }
         ring.publish_used(self.state.used_idx);
+        mark_used_entries(marker, ring.size(), old_used, self.state.used_idx);
         self.notify(ring, old_used, stats);
         stats.add(sent, bytes);
         sent as usize
@@ -816,11 +1036,30 @@ impl VirtQueue {
 
     /// Places one packet; `Ok(false)` when the guest has too few buffers (nothing consumed).
     #[inline]
-    fn enqueue_one(
+    fn enqueue_one<M: Marker>(
         &mut self,
         ring: &SplitRing,
         pkt: &[u8],
         vnet: &VnetHdr,
+        marker: &mut M,
+    ) -> Result<bool, ChainError> {
+        let (saved_avail, saved_used) = (self.state.last_avail, self.state.used_idx);
+        let r = self.place_one(ring, pkt, vnet, marker);
+        if matches!(r, Err(ChainError::NotArrived)) {
+            // Postcopy: nothing was handed to the guest; the buffers stay available.
+            self.state.last_avail = saved_avail;
+            self.state.used_idx = saved_used;
+        }
+        r
+    }
+
+    #[inline]
+    fn place_one<M: Marker>(
+        &mut self,
+        ring: &SplitRing,
+        pkt: &[u8],
+        vnet: &VnetHdr,
+        marker: &mut M,
     ) -> Result<bool, ChainError> {
         let mem = ring.mem();
         let mrg = self.mrg();
@@ -862,6 +1101,14 @@ impl VirtQueue {
                     }
                     hdr_addr = Some(addr);
                 }
+                if written == 0 && room >= total {
+                    // The common case: header and packet in one buffer, one translation.
+                    mem.write_pair(addr, &hdr[..hdr_len], pkt)?;
+                    marker.mark(addr, total as u64);
+                    written = total;
+                    in_buf = total;
+                    room = 0;
+                }
                 while room > 0 && written < total {
                     let n = if written < hdr_len {
                         let n = (hdr_len - written).min(room);
@@ -873,6 +1120,7 @@ impl VirtQueue {
                         mem.write(addr, &pkt[off..off + n])?;
                         n
                     };
+                    marker.mark(addr, n as u64);
                     written += n;
                     in_buf += n;
                     room -= n;
@@ -895,6 +1143,7 @@ impl VirtQueue {
         if mrg && !single {
             if let Some(a) = hdr_addr {
                 mem.write(a + 10, &nbufs.to_le_bytes())?;
+                marker.mark(a + 10, 2);
             }
         }
         Ok(true)

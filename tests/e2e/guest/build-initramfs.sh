@@ -15,10 +15,13 @@
 #   A tool command written bg,CMD,ARGS runs in the background; FERROVS-TOOL-DONE comes when
 #   all have ended.
 #   ferrovs.xps=off: clear every TX queue's XPS CPU mask (the queue then follows the flow hash)
+#   ferrovs.neigh=IP,MAC: a permanent ARP entry (the guest never asks for IP, and so sends
+#   nothing unasked: a migration test sees the guest's MAC move only by an announce)
 #   ferrovs.control=1 (with cmd=tool): the tool commands run in the background while /init
 #   reads commands from the console (the serial port): `reboot` (reboot -f: QEMU resets the
 #   machine, the same kernel, initramfs and command line boot again), `reset-nic` (rmmod
-#   virtio_net, load it again, configure eth0 again: a driver reset without reboot).
+#   virtio_net, load it again, configure eth0 again: a driver reset without reboot),
+#   `ping ADDR COUNT` (FERROVS-PING-OK or FERROVS-PING-FAIL after COUNT pings, 0.2 s apart).
 # Console lines for the test: FERROVS-GUEST-READY MAC (every boot and every NIC reset),
 # FERROVS-NIC queues=TX_QUEUES features=VIRTIO_FEATURE_BITS, FERROVS-NIC-RESET-DONE.
 set -euo pipefail
@@ -41,7 +44,7 @@ trap 'rm -rf "$root"' EXIT
 mkdir -p "$root"/{bin,sbin,proc,sys,dev,tmp,lib/modules}
 cp "$(command -v busybox)" "$root/bin/busybox"
 cp "$tool" "$root/bin/ferrovs-guest"
-for a in sh mount ip ping sleep cat echo insmod rmmod poweroff reboot grep sed awk seq nc ifconfig dmesg tail lspci tr ls wc; do
+for a in sh mount ip arp ping sleep cat echo insmod rmmod poweroff reboot grep sed awk seq nc ifconfig dmesg tail lspci tr ls wc; do
     ln -s busybox "$root/bin/$a"
 done
 # Modules in dependency order, as modprobe would load them.
@@ -67,13 +70,16 @@ for m in $(cat /lib/modules/order); do
 done
 arg() { sed -n "s/.*ferrovs\.$1=\([^ ]*\).*/\1/p" /proc/cmdline; }
 ip=$(arg ip); cmd=$(arg cmd); peer=$(arg peer); count=$(arg count); interval=$(arg interval); wait=$(arg wait); targs=$(arg args)
-xps=$(arg xps); control=$(arg control)
+xps=$(arg xps); control=$(arg control); neigh=$(arg neigh)
 setup_eth0() {
     for i in $(seq 150); do [ -e /sys/class/net/eth0 ] && break; sleep 0.1; done
     [ -e /sys/class/net/eth0 ] || { echo "FERROVS-GUEST: no eth0"; ls /sys/class/net; cat /proc/modules; ls /sys/bus/pci/devices; cat /sys/bus/pci/devices/*/vendor /sys/bus/pci/devices/*/device; dmesg | tail -15; }
     ip link set lo up
     ip link set eth0 up
     ip addr add "$ip" dev eth0
+    if [ -n "$neigh" ]; then
+        arp -s "${neigh%%,*}" "${neigh#*,}" || echo "FERROVS-GUEST: arp -s $neigh failed"
+    fi
     if [ "$xps" = off ]; then
         for f in /sys/class/net/eth0/queues/tx-*/xps_cpus; do echo 0 >"$f"; done
     fi
@@ -108,6 +114,14 @@ control_loop() {
                 insmod /lib/modules/virtio_net.ko || echo "FERROVS-GUEST: insmod virtio_net failed"
                 setup_eth0
                 echo "FERROVS-NIC-RESET-DONE" ;;
+            ping\ *)
+                # shellcheck disable=SC2086
+                set -- $c
+                if ping -c "$3" -i 0.2 -W 2 "$2" >/tmp/ping.out 2>&1; then
+                    cat /tmp/ping.out; echo "FERROVS-PING-OK"
+                else
+                    cat /tmp/ping.out; echo "FERROVS-PING-FAIL"
+                fi ;;
             "") ;;
             *) echo "FERROVS-GUEST: unknown command $c" ;;
         esac

@@ -3,6 +3,8 @@
 //! whether a privileged test may skip (never under CI=true).
 #![forbid(unsafe_code)]
 
+pub mod guest;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};

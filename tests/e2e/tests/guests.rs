@@ -1,156 +1,11 @@
 //! Real Linux guests (QEMU, TCG) on ferrovs ports, in both vhost-user socket modes.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use ferrovs_e2e::guest::*;
 use ferrovs_e2e::*;
-
-/// Builds (or reuses) the guest kernel + initramfs.
-fn guest_image() -> PathBuf {
-    let out = repo().join("target/guest");
-    let st = Command::new("bash")
-        .arg(repo().join("tests/e2e/guest/build-initramfs.sh"))
-        .arg(&out)
-        .status()
-        .expect("run build-initramfs.sh");
-    assert!(st.success(), "guest image build failed");
-    out
-}
-
-/// How a test guest is started.
-struct Guest<'a> {
-    name: &'a str,
-    /// A `-chardev socket,...` spec with id c0, for the NIC.
-    chardev: &'a str,
-    mac: &'a str,
-    append: &'a str,
-    smp: u32,
-    /// Queue pairs of the NIC (`mq=on` when more than one).
-    queues: u32,
-    /// A guest reboot resets the machine (else QEMU exits, `-no-reboot`).
-    reboot: bool,
-    /// The serial console is also a socket `NAME.serial` that `console_command` writes to
-    /// (the log still goes to `NAME.console`).
-    control: bool,
-}
-
-impl<'a> Guest<'a> {
-    fn new(name: &'a str, chardev: &'a str, mac: &'a str, append: &'a str) -> Guest<'a> {
-        Guest {
-            name,
-            chardev,
-            mac,
-            append,
-            smp: 1,
-            queues: 1,
-            reboot: false,
-            control: false,
-        }
-    }
-
-    fn start(&self, dir: &Path, img: &Path) -> Proc {
-        let console = dir
-            .join(format!("{}.console", self.name))
-            .display()
-            .to_string();
-        let serial = dir
-            .join(format!("{}.serial", self.name))
-            .display()
-            .to_string();
-        let kernel = img.join("vmlinuz").display().to_string();
-        let initrd = img.join("initramfs.gz").display().to_string();
-        let append = format!("console=ttyS0 quiet {}", self.append);
-        let smp = self.smp.to_string();
-        let netdev = format!("vhost-user,id=n0,chardev=c0,queues={}", self.queues);
-        // vectors=0: QEMU 7.2 under TCG crashes when a guest enables MSI-X on vhost-user.
-        let mq = if self.queues > 1 { ",mq=on" } else { "" };
-        let device = format!("virtio-net-pci,netdev=n0,mac={},vectors=0{mq}", self.mac);
-        let con_chardev =
-            format!("socket,id=con,path={serial},server=on,wait=off,logfile={console}");
-        let con_file = format!("file:{console}");
-        let mut args = vec![
-            "-accel",
-            "tcg",
-            "-m",
-            "256",
-            "-smp",
-            &smp,
-            "-nographic",
-            "-nodefaults",
-        ];
-        if !self.reboot {
-            args.push("-no-reboot");
-        }
-        if self.control {
-            args.extend(["-chardev", &con_chardev, "-serial", "chardev:con"]);
-        } else {
-            args.extend(["-serial", &con_file]);
-        }
-        args.extend([
-            "-kernel",
-            &kernel,
-            "-initrd",
-            &initrd,
-            "-append",
-            &append,
-            "-object",
-            "memory-backend-memfd,id=mem,size=256M,share=on",
-            "-numa",
-            "node,memdev=mem",
-            "-chardev",
-            self.chardev,
-            "-netdev",
-            &netdev,
-            "-device",
-            &device,
-        ]);
-        let qemu = which("qemu-system-x86_64");
-        Proc::spawn(self.name, dir, &qemu, &args)
-    }
-}
-
-/// Starts a QEMU guest whose NIC uses `chardev` (a `-chardev socket,...` spec with id c0).
-fn start_guest(dir: &Path, img: &Path, name: &str, chardev: &str, mac: &str, append: &str) -> Proc {
-    Guest::new(name, chardev, mac, append).start(dir, img)
-}
-
-/// Types `cmd` on the serial console of a guest started with `control` (its /init reads
-/// commands there: build-initramfs.sh, `ferrovs.control=1`).
-fn console_command(dir: &Path, name: &str, cmd: &str) {
-    use std::io::Write;
-    let path = dir.join(format!("{name}.serial"));
-    let mut s = std::os::unix::net::UnixStream::connect(&path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    s.write_all(format!("{cmd}\n").as_bytes()).unwrap();
-    // Give QEMU time to read the line before the connection closes.
-    std::thread::sleep(Duration::from_millis(500));
-}
-
-fn which(cmd: &str) -> PathBuf {
-    let o = Command::new("sh")
-        .arg("-c")
-        .arg(format!("command -v {cmd}"))
-        .output()
-        .unwrap();
-    PathBuf::from(String::from_utf8_lossy(&o.stdout).trim())
-}
-
-fn wait_console(dir: &Path, name: &str, any_of: &[&str], secs: u64) -> String {
-    let path = dir.join(format!("{name}.console"));
-    let t = Instant::now();
-    loop {
-        let text = String::from_utf8_lossy(&std::fs::read(&path).unwrap_or_default()).to_string();
-        if let Some(m) = any_of.iter().find(|m| text.contains(**m)) {
-            return m.to_string();
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(secs),
-            "{name}: none of {any_of:?} within {secs}s:\n{text}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
 
 #[test]
 fn two_guests_ping_through_ferrovs_in_both_socket_modes() {
@@ -318,15 +173,6 @@ fn guests_ping_without_loss_across_hot_upgrades() {
     assert_eq!(show["upgrades"], 5);
 }
 
-/// `FERROVS-RESULT {json}` lines of a guest's console, in order.
-fn results(dir: &Path, name: &str) -> Vec<serde_json::Value> {
-    let text = std::fs::read_to_string(dir.join(format!("{name}.console"))).unwrap_or_default();
-    text.lines()
-        .filter_map(|l| l.split_once("FERROVS-RESULT ").map(|(_, j)| j.trim()))
-        .filter_map(|j| serde_json::from_str(j).ok())
-        .collect()
-}
-
 /// A TCP stream (paced at 100 Mbit/s, below what TCG guests sustain, so that congestion
 /// causes no loss of its own) and then a sequenced UDP stream between two real guests while
 /// the switch is hot-upgraded every second: the TCP sender retransmits nothing, every byte
@@ -470,14 +316,6 @@ fn boots(dir: &Path, name: &str) -> Vec<String> {
         .collect()
 }
 
-/// `FERROVS-PROGRESS {json}` lines of a piece of console text, in order.
-fn progress(text: &str) -> Vec<serde_json::Value> {
-    text.lines()
-        .filter_map(|l| l.split_once("FERROVS-PROGRESS ").map(|(_, j)| j.trim()))
-        .filter_map(|j| serde_json::from_str(j).ok())
-        .collect()
-}
-
 fn rcvd(p: &serde_json::Value) -> u64 {
     p["received"].as_u64().unwrap_or(0)
 }
@@ -504,18 +342,6 @@ fn wait_boots<T>(
         std::thread::sleep(Duration::from_millis(200));
     }
 }
-
-/// Drop reasons that mean a guest handed the switch something broken (never expected from a
-/// guest that resets its device properly).
-const GUEST_ERRORS: &[&str] = &[
-    "bad_desc_index",
-    "desc_chain_loop",
-    "bad_indirect_desc",
-    "desc_out_of_guest_memory",
-    "desc_wrong_direction",
-    "bad_avail_idx",
-    "queue_broken",
-];
 
 /// A guest reboots (`reboot -f`: QEMU resets the virtio device, the guest's driver sets it up
 /// again over the same vhost-user connection: GET_VRING_BASE, new rings) and then resets its

@@ -363,6 +363,7 @@ fn capture_fixture() {
                 &vm2,
                 "--rate",
                 "1000",
+                "--log",
                 "--quiet",
                 "--duration",
                 "10",
@@ -497,4 +498,104 @@ fn a_hundred_upgrades_in_a_row_leak_nothing() {
         assert!(grown < 8 * 1024, "RSS grew by {grown} KiB over 95 upgrades");
     });
     assert_eq!(cli_json(&dir, &["show"])["upgrades"], 100);
+}
+
+/// A port whose VM is being live-migrated: its dirty log is handed over with it (the new
+/// daemon goes on marking it, schema 2), a new daemon that restores only schema 1 is refused
+/// with the reason, and a postcopy under way (its userfaultfd registers the old process's
+/// mappings) refuses the upgrade, naming the port, until it ends.
+#[test]
+fn upgrades_during_a_live_migration() {
+    let dir = run_dir("upgrade-migrating");
+    let (pmd, core) = cores();
+    let _sw = start_switch(&dir, pmd, &[]);
+    let _stop = StopCurrent(dir.clone());
+    let gen = bin("ferrovs-gen").display().to_string();
+    let core = core.to_string();
+    let vm1 = dir.join("vm1.sock").display().to_string();
+    let vm3 = dir.join("vm3.sock").display().to_string();
+    let o = cli(
+        &dir,
+        &[
+            "add-port",
+            "br0",
+            "vm3",
+            "type=vhost-user",
+            &format!("path={vm3}"),
+        ],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // vm1 -> vm3 at 20 kpps, both ports logging as during a migration.
+    let _tx = Proc::spawn(
+        "migrating",
+        &dir,
+        taskset(),
+        &gen_args(
+            &core,
+            &gen,
+            &[
+                "--socket",
+                &vm1,
+                "--sink",
+                &vm3,
+                "--log",
+                "--rate",
+                "20000",
+                "--duration",
+                "60",
+                "--quiet",
+                "txonly",
+            ],
+        ),
+    );
+    let dirty = |dir: &Path| {
+        cli_json(dir, &["port-stats", "vm3"])[0]["tx"]["dirty_pages_logged"]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    wait_until("vm3 logging its traffic", 10, || dirty(&dir) > 0);
+    // A new daemon restoring only schema 1 cannot carry the log: refused, with the reason.
+    let mut ch =
+        Channel::new(ferrovs_sys::os::seqpacket_connect(&dir.join("ferrovs.upgrade")).unwrap())
+            .unwrap();
+    ch.send(
+        &Msg::Hello {
+            schema_min: 1,
+            schema_max: 1,
+            version: "0.0.1-old".into(),
+        },
+        &[],
+    )
+    .unwrap();
+    match ch.recv(Duration::from_secs(5)).unwrap().0 {
+        Msg::Fail { error } => assert!(
+            error.contains("live-migrated") && error.contains("schema 2"),
+            "{error}"
+        ),
+        m => panic!("expected a refusal, got {m:?}"),
+    }
+    // A real upgrade hands the log over: the new daemon marks it.
+    let pid = daemon_pid(&dir);
+    upgrade(&dir, &[]).expect("upgrade while vm3 logs");
+    assert_ne!(daemon_pid(&dir), pid);
+    let m = &cli_json(&dir, &["port-stats", "vm3"])[0]["migration"];
+    assert_eq!(m["logging"], true, "{m}");
+    wait_until("the new daemon marking vm3's log", 10, || dirty(&dir) > 0);
+    // Postcopy: refused while it runs, named.
+    let vm2 = dir.join("vm2.sock");
+    let fe = ferrovs_vhost::frontend::Frontend::connect(
+        &vm2,
+        ferrovs_vhost::frontend::FrontendConfig {
+            postcopy: true,
+            ..Default::default()
+        },
+    )
+    .expect("postcopy frontend");
+    let e = upgrade(&dir, &[]).expect_err("upgrade refused during a postcopy");
+    assert!(e.contains("vm2") && e.contains("postcopy"), "{e}");
+    drop(fe);
+    wait_until("vm2 reset", 10, || {
+        cli_json(&dir, &["port-stats", "vm2"])[0]["migration"]["postcopy"] == false
+    });
+    upgrade(&dir, &[]).expect("upgrade after the postcopy");
 }

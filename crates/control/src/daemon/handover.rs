@@ -21,6 +21,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use ferrovs_sys::af_packet::RingPosition;
 use ferrovs_sys::af_xdp::{XskFds, XskGeometry, XskRxPosition, XskStats, XskTxPosition};
 use ferrovs_sys::bpf::XdpMode;
+use ferrovs_sys::dirty_log::DirtyLog;
 use ferrovs_sys::guest::{GuestMemory, RegionDesc};
 use ferrovs_sys::vring::RingAddrs;
 use ferrovs_vhost::device::QueuePart;
@@ -30,8 +31,8 @@ use ferrovs_vhost::virtqueue::{ChainError, VringState};
 use super::*;
 use crate::upgrade::{
     self, BridgeState as BridgeWire, Channel, ConnState, DeviceState, FdList, FdTable, KernelState,
-    Msg, PortCounters, PortState as PortWire, QueueState, RegionState, Report, RingPos, RingState,
-    State, StatsState, XdpState, XskPos, MIN_SCHEMA, SCHEMA,
+    LogState, Msg, PortCounters, PortState as PortWire, QueueState, RegionState, Report, RingPos,
+    RingState, State, StatsState, XdpState, XskPos, MIN_SCHEMA, SCHEMA,
 };
 
 /// Longest a connecting daemon may take to say hello.
@@ -175,18 +176,44 @@ impl Daemon {
         else {
             return Err(format!("expected hello, got {hello:?}"));
         };
-        if !(schema_min..=schema_max).contains(&SCHEMA) {
+        // Schema 2 only when a port's VM is being migrated (its dirty log travels too).
+        let logging = self
+            .ports
+            .iter()
+            .find_map(|(name, p)| p.device.as_ref()?.log().map(|_| name.clone()));
+        let schema = if logging.is_some() { 2 } else { 1 };
+        if !(schema_min..=schema_max).contains(&schema) {
+            let why = match &logging {
+                Some(name) => {
+                    format!(" (port {name} is being live-migrated: its dirty log needs schema 2)")
+                }
+                None => String::new(),
+            };
             let e = format!(
-                "this ferrovsd ({}) hands over schema {SCHEMA}; the new one ({version}) restores \
-                 schemas {schema_min} to {schema_max}",
+                "this ferrovsd ({}) hands over schema {schema}{why}; the new one ({version}) \
+                 restores schemas {schema_min} to {schema_max}",
                 env!("CARGO_PKG_VERSION")
             );
             let _ = ch.send(&Msg::Fail { error: e.clone() }, &[]);
             return Err(e);
         }
+        // A live migration cannot be handed over: its userfaultfd registers this process's
+        // mappings, and the dirty log would have to be marked without a gap. Refused until
+        // it ends (checked on the control thread, which reads vhost-user messages: none can
+        // start a migration between this check and the export).
+        if let Some(e) = self.ports.iter().find_map(|(name, p)| {
+            let why = p.device.as_ref()?.migrating()?;
+            Some(format!(
+                "port {name}: {why}; upgrade after the migration ends"
+            ))
+        }) {
+            let _ = ch.send(&Msg::Fail { error: e.clone() }, &[]);
+            return Err(e);
+        }
         eprintln!("ferrovs: upgrade: handing over to pid {pid} (ferrovsd {version})");
         let mut fds = FdList::default();
-        let state = self.export_state(&mut fds);
+        let mut state = self.export_state(&mut fds);
+        state.schema = schema;
         ch.send_with_fds(&Msg::State(Box::new(state)), &fds.0)
             .map_err(|e| format!("sending state: {e}"))?;
         match ch.recv(PREPARE_TIMEOUT) {
@@ -705,6 +732,15 @@ impl Daemon {
             let m = GuestMemory::map(table).map_err(|e| ctx(format!("guest memory: {e}")))?;
             Some(Arc::new(m))
         };
+        let log = match &p.device.log {
+            None => None,
+            Some(l) => {
+                let fd = fds.take(l.fd).map_err(ctx)?;
+                let log = DirtyLog::map(fd, l.size, l.offset)
+                    .map_err(|e| ctx(format!("dirty log: {e}")))?;
+                Some(Arc::new(log))
+            }
+        };
         let dev = Device::restore(
             &name,
             p.device.queue_pairs,
@@ -712,6 +748,7 @@ impl Daemon {
             p.device.protocol,
             p.device.errors,
             mem,
+            log,
         );
         if p.device.queues.len() != dev.queues().len() {
             return Err(ctx(format!(
@@ -731,6 +768,7 @@ impl Daemon {
                     used_idx: q.used_idx,
                     enabled: q.enabled,
                     kicked: q.kicked,
+                    log_addr: q.log_addr,
                 },
                 kick: fds.take_opt(q.kick).map_err(ctx)?,
                 call: fds.take_opt(q.call).map_err(ctx)?,
@@ -975,6 +1013,7 @@ fn export_device(d: &Device, fds: &mut FdList) -> DeviceState {
                 call: vq.call.as_ref().map(|f| fds.push(f.as_raw_fd())),
                 err: vq.err.as_ref().map(|f| fds.push(f.as_raw_fd())),
                 broken: vq.broken.map(|b| b.name().to_string()),
+                log_addr: st.log_addr,
             }
         })
         .collect();
@@ -985,5 +1024,10 @@ fn export_device(d: &Device, fds: &mut FdList) -> DeviceState {
         errors: d.errors,
         regions,
         queues,
+        log: d.log().map(|l| LogState {
+            fd: fds.push(l.fd().as_raw_fd()),
+            size: l.size(),
+            offset: l.offset(),
+        }),
     }
 }

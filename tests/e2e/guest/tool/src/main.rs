@@ -5,7 +5,8 @@
 //! ferrovs-guest tcp-recv PORT                      accept one stream, count bytes to EOF
 //! ferrovs-guest tcp-send HOST PORT SECS [MBPS]     send for SECS (paced at MBPS if given),
 //!                                                  report rate and retransmits
-//! ferrovs-guest udp-recv PORT IDLE_SECS [EVERY]    count sequenced datagrams: lost, reordered
+//! ferrovs-guest udp-recv PORT IDLE_SECS [EVERY]    count sequenced datagrams: lost, reordered,
+//!                                                  corrupt, duplicates
 //!                                                  (and every EVERY seconds a progress line
 //!                                                  `FERROVS-PROGRESS {json}`, the same fields)
 //! ferrovs-guest udp-send HOST PORT PPS COUNT SIZE  sequenced datagrams at a fixed rate
@@ -24,6 +25,14 @@
 //!
 //! A receiver counts loss from the first datagram it sees (a guest that boots into a running
 //! stream reports `first`, the first sequence number, and loss after it).
+//!
+//! Every datagram a sender makes carries its sequence number (8 bytes, big-endian) and then a
+//! payload derived from it: byte `i` (counted from the start of the datagram, `i >= 8`) is
+//! `(seq * 31 + i) as u8`. A receiver checks it: a datagram whose payload does not match its
+//! sequence number counts as `corrupt` (and in no other field), one whose sequence number was
+//! already received as `duplicates` (it counts as neither received nor reordered). Both are how
+//! a test sees stale guest memory: a receive buffer the switch wrote that a live migration did
+//! not carry over holds a torn datagram or an older one.
 #![forbid(unsafe_code)]
 
 use std::io::{Read, Write};
@@ -220,11 +229,17 @@ impl Load {
 }
 
 /// What a receiver of one sequenced stream has seen.
-#[derive(Default, Clone, Copy)]
+#[derive(Default, Clone)]
 struct Rx {
     received: u64,
     lost: u64,
     reordered: u64,
+    /// Datagrams whose payload does not match their sequence number.
+    corrupt: u64,
+    /// Datagrams whose sequence number had been received before.
+    duplicates: u64,
+    /// Sequence numbers received, as bits from `first` (a duplicate's test).
+    seen: Seen,
     /// The first and the highest sequence number seen.
     first: Option<u64>,
     next: u64,
@@ -276,12 +291,33 @@ impl Rx {
         ]
     }
 
+    /// Accounts one datagram (its bytes from the sequence number on).
+    fn datagram(&mut self, d: &[u8]) {
+        let Some(seq) = d
+            .get(..8)
+            .map(|b| u64::from_be_bytes(b.try_into().unwrap_or([0; 8])))
+        else {
+            return;
+        };
+        if !pattern_ok(seq, d) {
+            self.corrupt += 1;
+            return;
+        }
+        let first = *self.first.get_or_insert(seq);
+        if seq < first || !self.seen.insert(seq - first) {
+            // Seen before, or older than the first one (a guest that booted into a stream
+            // cannot tell a late datagram from a repeated one there: counted as a duplicate).
+            self.duplicates += 1;
+            return;
+        }
+        self.add(seq);
+    }
+
     fn add(&mut self, seq: u64) {
         let now = Instant::now();
         self.first_at.get_or_insert(now);
         self.last_at = Some(now);
-        if self.first.is_none() {
-            self.first = Some(seq);
+        if self.received == 0 {
             self.next = seq;
         }
         self.received += 1;
@@ -309,8 +345,10 @@ impl Rx {
             ("received", self.received.to_string()),
             ("lost", self.lost.to_string()),
             ("reordered", self.reordered.to_string()),
+            ("corrupt", self.corrupt.to_string()),
+            ("duplicates", self.duplicates.to_string()),
             ("first", seq(self.first)),
-            ("last", seq(self.first.map(|_| self.next - 1))),
+            ("last", seq((self.received > 0).then(|| self.next - 1))),
             ("seconds", format!("{secs:.3}")),
             ("pps", format!("{pps:.0}")),
         ]
@@ -336,12 +374,12 @@ fn recv_stream(
     loop {
         match sock.recv(&mut buf) {
             Ok(n) if n >= 8 => {
-                rx.add(u64::from_be_bytes(buf[..8].try_into().unwrap_or([0; 8])));
+                rx.datagram(&buf[..n]);
                 rx.sample_load();
                 quiet_since = Instant::now();
             }
             Ok(_) => {}
-            Err(_) if rx.received > 0 && quiet_since.elapsed() >= idle => break,
+            Err(_) if rx.received + rx.corrupt > 0 && quiet_since.elapsed() >= idle => break,
             Err(_) => {}
         }
         if let Some(e) = every {
@@ -352,6 +390,48 @@ fn recv_stream(
         }
     }
     rx
+}
+
+/// Writes datagram `seq`: its sequence number, then the payload derived from it.
+fn fill(buf: &mut [u8], seq: u64) {
+    buf[..8].copy_from_slice(&seq.to_be_bytes());
+    let base = seq.wrapping_mul(31);
+    for (i, b) in buf.iter_mut().enumerate().skip(8) {
+        *b = base.wrapping_add(i as u64) as u8;
+    }
+}
+
+/// Whether datagram `d` (sequence number `seq`) carries the payload `fill` makes.
+fn pattern_ok(seq: u64, d: &[u8]) -> bool {
+    let base = seq.wrapping_mul(31);
+    d.iter()
+        .enumerate()
+        .skip(8)
+        .all(|(i, b)| *b == base.wrapping_add(i as u64) as u8)
+}
+
+/// A growable set of small numbers (offsets from a stream's first sequence number).
+#[derive(Default, Clone)]
+struct Seen(Vec<u64>);
+
+impl Seen {
+    /// Offsets tracked (8 MiB of bits); one beyond is taken as new (a datagram of 8 bytes
+    /// has no payload to check, and a torn one may carry any number).
+    const MAX: u64 = 1 << 26;
+
+    /// Adds `n`; false if it was there already.
+    fn insert(&mut self, n: u64) -> bool {
+        if n >= Self::MAX {
+            return true;
+        }
+        let (word, bit) = ((n / 64) as usize, 1u64 << (n % 64));
+        if word >= self.0.len() {
+            self.0.resize(word + 1, 0);
+        }
+        let fresh = self.0[word] & bit == 0;
+        self.0[word] |= bit;
+        fresh
+    }
 }
 
 /// Receive buffers of 8 MiB for the sockets made from now on: a TCG guest's receiver can be
@@ -411,6 +491,8 @@ fn udp_recv_flows(port0: &str, flows: &str, idle: &str) -> Result<(), String> {
         ("received", sum(|r| r.received)),
         ("lost", sum(|r| r.lost)),
         ("reordered", sum(|r| r.reordered)),
+        ("corrupt", sum(|r| r.corrupt)),
+        ("duplicates", sum(|r| r.duplicates)),
         ("first", list(|r| r.first.unwrap_or(u64::MAX))),
         ("per_flow", list(|r| r.received)),
     ]);
@@ -429,7 +511,7 @@ fn udp_send(host: &str, port: &str, pps: &str, count: &str, size: &str) -> Resul
         if let Some(wait) = due.checked_sub(t.elapsed()) {
             std::thread::sleep(wait);
         }
-        buf[..8].copy_from_slice(&seq.to_be_bytes());
+        fill(&mut buf, seq);
         if s.send_to(&buf, a).is_err() {
             errors += 1;
         }
@@ -453,7 +535,7 @@ fn udp_blast(host: &str, port: &str, secs: &str, size: &str) -> Result<(), Strin
     while t.elapsed() < dur {
         // The clock is read once every 64 datagrams.
         for _ in 0..64 {
-            buf[..8].copy_from_slice(&seq.to_be_bytes());
+            fill(&mut buf, seq);
             seq += 1;
             if s.send(&buf).is_err() {
                 errors += 1;
@@ -496,7 +578,7 @@ fn udp_send_flows(
         if let Some(wait) = due.checked_sub(t.elapsed()) {
             std::thread::sleep(wait);
         }
-        buf[..8].copy_from_slice(&seq.to_be_bytes());
+        fill(&mut buf, seq);
         for s in &socks {
             if s.send(&buf).is_err() {
                 errors += 1;
