@@ -27,6 +27,7 @@ fn port(id: u32) -> Option<Arc<Port>> {
         rx_drops: Default::default(),
         tx_not_ready: Default::default(),
         offload: Default::default(),
+        inject: Default::default(),
     }))
 }
 
