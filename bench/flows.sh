@@ -26,12 +26,16 @@
 #
 #   bench/flows.sh [--rounds 3] [--seconds 5] [--rules "1 100 10000"]
 #                  [--flows "1 1000 100000 1000000"] [--install 100000] [--peers ovs|none] [--keep]
+#                  [--base DIR]
+# --base DIR: another ferrovs build (DIR holds its ferrovsd and ferrovs) measured in the same
+# rounds as system "ferrovs-base", for A/B comparisons of a change (same generator: this
+# tree's ferrovs-gen). ferrovs runs also report PMD busy cycles per packet (pmd-stats).
 # Prints one JSON document on stdout (progress on stderr).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 rounds=3 secs=5 rules_list="1 100 10000" flows_list="1 1000 100000 1000000" install=100000
-peers=ovs keep=0
+peers=ovs keep=0 base_bin=
 while [ $# -gt 0 ]; do
     case $1 in
         --rounds) rounds=$2; shift 2 ;;
@@ -41,6 +45,7 @@ while [ $# -gt 0 ]; do
         --install) install=$2; shift 2 ;;
         --peers) peers=$2; shift 2 ;;
         --keep) keep=1; shift ;;
+        --base) base_bin=$(cd "$2" && pwd); shift 2 ;;
         *) echo "unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -70,7 +75,8 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 wait_sock() { for _ in $(seq 400); do [ -S "$1" ] && return 0; sleep 0.05; done; log "no socket $1"; return 1; }
-fv() { "$bin/ferrovs" --run-dir "$fv_dir" "$@"; }
+fvbin=$bin
+fv() { "$fvbin/ferrovs" --run-dir "$fv_dir" "$@"; }
 now_ms() { local t=${EPOCHREALTIME/./}; echo "$((10#$t / 1000))"; }
 
 # --- rule files ---------------------------------------------------------------------------
@@ -96,10 +102,12 @@ awk -v n="$install" 'BEGIN { for (i = 0; i < n; i++) printf "priority=20,ip,nw_d
 # --- systems ------------------------------------------------------------------------------
 start_system() {
     case $1 in
-        ferrovs)
-            fv_dir=$work/ferrovs-$2
+        ferrovs|ferrovs-base)
+            fvbin=$bin
+            [ "$1" = ferrovs-base ] && fvbin=$base_bin
+            fv_dir=$work/$1-$2
             mkdir -p "$fv_dir"
-            setsid taskset -c "$all_cores" "$bin/ferrovsd" --run-dir "$fv_dir" --pmd-cores "$pmd" \
+            setsid taskset -c "$all_cores" "$fvbin/ferrovsd" --run-dir "$fv_dir" --pmd-cores "$pmd" \
                 >"$fv_dir/ferrovsd.log" 2>&1 &
             sys_pid=$!; pids+=("$sys_pid")
             port_a=$fv_dir/vm1.sock port_b=$fv_dir/vm2.sock
@@ -119,25 +127,26 @@ start_system() {
 }
 stop_system() {
     case $sys in
-        ferrovs) kill -TERM "$sys_pid" 2>/dev/null || true; wait "$sys_pid" 2>/dev/null || true ;;
+        ferrovs|ferrovs-base) kill -TERM "$sys_pid" 2>/dev/null || true; wait "$sys_pid" 2>/dev/null || true ;;
         ovs) ovs_stop ;;
     esac
     sys=
 }
 load_rules() {
     case $sys in
-        ferrovs) fv del-flows br0 >/dev/null; fv add-flows br0 "$work/fv-$1.rules" >/dev/null ;;
+        ferrovs|ferrovs-base) fv del-flows br0 >/dev/null; fv add-flows br0 "$work/fv-$1.rules" >/dev/null ;;
         ovs) ovs-ofctl del-flows br0; ovs-ofctl add-flows br0 "$work/ovs-$1.rules" ;;
     esac
 }
-# The caches' view: JSON {megaflows, emc_hits, megaflow_hits, upcalls} (cumulative).
+# The caches' view: JSON {megaflows, emc_hits, megaflow_hits, upcalls} (cumulative; ferrovs
+# also emc_skipped and the PMD's busy_cycles and rx_packets).
 caches() {
     case $sys in
-        ferrovs)
+        ferrovs|ferrovs-base)
             local mf st
             mf=$(fv dump-megaflows br0 --json | jq length)
             st=$(fv pmd-stats --json)
-            jq -c --argjson mf "$mf" '.[0].flow | {megaflows: $mf, emc_hits, megaflow_hits, upcalls}' <<<"$st"
+            jq -c --argjson mf "$mf" '.[0] | {busy_cycles, rx_packets} + (.flow | {megaflows: $mf, emc_hits, megaflow_hits, upcalls, emc_skipped: (.emc_skipped // 0)})' <<<"$st"
             ;;
         ovs)
             local mf s
@@ -167,8 +176,8 @@ run_traffic() {
 results=$work/results.jsonl
 : >"$results"
 for round in $(seq "$rounds"); do
-    order="ferrovs${peers:+ $peers}"
-    [ $((round % 2)) = 0 ] && [ -n "$peers" ] && order="$peers ferrovs"
+    order="ferrovs${base_bin:+ ferrovs-base}${peers:+ $peers}"
+    [ $((round % 2)) = 0 ] && order=$(tr ' ' '\n' <<<"$order" | tac | tr '\n' ' ')
     for s in $order; do
         start_system "$s" "$round"
         for r in $rules_list; do
@@ -182,16 +191,19 @@ for round in $(seq "$rounds"); do
                     {sys: $sys, round: $round, rules: $rules, flows: $flows, mpps: $g.mpps,
                      sent: $g.sent, received: $g.received, lost: $g.lost, megaflows: $c2.megaflows,
                      emc_hits: ($c2.emc_hits - $c1.emc_hits), megaflow_hits: ($c2.megaflow_hits - $c1.megaflow_hits),
-                     upcalls: ($c2.upcalls - $c1.upcalls)}' | tee -a "$results" >&2
+                     upcalls: ($c2.upcalls - $c1.upcalls)}
+                    + (if $c2.busy_cycles == null then {} else
+                       {emc_skipped: ($c2.emc_skipped - $c1.emc_skipped),
+                        cycles_per_packet: (($c2.busy_cycles - $c1.busy_cycles) / ([$c2.rx_packets - $c1.rx_packets, 1] | max) | round)} end)' | tee -a "$results" >&2
             done
         done
         # Install time, on a bridge with only its default rule.
         case $s in
-            ferrovs)
+            ferrovs|ferrovs-base)
                 fv del-flows br0 >/dev/null
                 t0=$(now_ms); fv add-flows br0 "$work/install.rules" >/dev/null; t1=$(now_ms)
                 n=$(fv dump-flows br0 --json | jq length)
-                jq -c -n --arg sys ferrovs --argjson round "$round" --argjson ms $((t1 - t0)) --argjson n "$n" \
+                jq -c -n --arg sys "$s" --argjson round "$round" --argjson ms $((t1 - t0)) --argjson n "$n" \
                     '{sys: $sys, round: $round, install_ms: $ms, installed: $n}' | tee -a "$results" >&2
                 ;;
             ovs)
@@ -218,7 +230,8 @@ jq -s --arg date "$(date -u +%F)" --argjson rounds "$rounds" --argjson secs "$se
       mpps: (map(.mpps) | median), mpps_by_round: map(.mpps),
       lost: (map(.lost) | median), megaflows: (map(.megaflows) | median),
       emc_hits: (map(.emc_hits) | median), megaflow_hits: (map(.megaflow_hits) | median),
-      upcalls: (map(.upcalls) | median)})) as $cells |
+      upcalls: (map(.upcalls) | median),
+      cycles_per_packet: (map(.cycles_per_packet // empty) | median)})) as $cells |
   def cell($s; $r; $f): $cells | map(select(.sys == $s and .rules == $r and .flows == $f)) | .[0];
   {
     benchmark: "flows", date: $date, rounds: $rounds, seconds: $secs,
@@ -227,6 +240,10 @@ jq -s --arg date "$(date -u +%F)" --argjson rounds "$rounds" --argjson secs "$se
     ratios_ferrovs_over_ovs: [$cells[] | select(.sys == "ferrovs") | . as $c |
         (cell("ovs"; $c.rules; $c.flows)) as $o | select($o != null) |
         {rules: $c.rules, flows: $c.flows, ratio: (($c.mpps / $o.mpps) | r2)}],
+    ratios_ferrovs_over_base: [$cells[] | select(.sys == "ferrovs") | . as $c |
+        (cell("ferrovs-base"; $c.rules; $c.flows)) as $o | select($o != null) |
+        {rules: $c.rules, flows: $c.flows, ratio: (($c.mpps / $o.mpps) | r2),
+         cycles_per_packet: [$o.cycles_per_packet, $c.cycles_per_packet]}],
     million_over_single: [$cells | map(.sys) | unique | .[] as $s | ($cells | map(select(.sys == $s)) | map(.rules) | unique | .[]) as $r |
         cell($s; $r; 1) as $one | cell($s; $r; 1000000) as $m | select($one != null and $m != null) |
         {sys: $s, rules: $r, ratio: (($m.mpps / $one.mpps) | r2)}],

@@ -1636,6 +1636,7 @@ impl Daemon {
                     "megaflow_hits": f.megaflow_hits,
                     "upcalls": f.upcalls,
                     "emc_inserts": f.emc_inserts,
+                    "emc_skipped": f.emc_skipped,
                 });
                 json!({
                     "pmd": s.index,

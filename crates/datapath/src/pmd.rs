@@ -84,6 +84,7 @@ pub struct FlowStats {
     pub megaflow_hits: AtomicU64,
     pub upcalls: AtomicU64,
     pub emc_inserts: AtomicU64,
+    pub emc_skipped: AtomicU64,
 }
 
 impl FlowStats {
@@ -93,6 +94,7 @@ impl FlowStats {
         self.megaflow_hits.store(c.megaflow_hits, Ordering::Relaxed);
         self.upcalls.store(c.upcalls, Ordering::Relaxed);
         self.emc_inserts.store(c.emc_inserts, Ordering::Relaxed);
+        self.emc_skipped.store(c.emc_skipped, Ordering::Relaxed);
     }
 
     pub fn load(&self) -> crate::flow::FlowCounters {
@@ -102,6 +104,7 @@ impl FlowStats {
             megaflow_hits: self.megaflow_hits.load(Ordering::Relaxed),
             upcalls: self.upcalls.load(Ordering::Relaxed),
             emc_inserts: self.emc_inserts.load(Ordering::Relaxed),
+            emc_skipped: self.emc_skipped.load(Ordering::Relaxed),
         }
     }
 }
@@ -227,6 +230,37 @@ impl<'p> Scratch<'p> {
         }
     }
 
+    /// Scratch with every list at its full capacity.
+    pub(crate) fn new() -> Scratch<'p> {
+        Scratch {
+            batch: Vec::with_capacity(BURST),
+            extra: Vec::with_capacity(MAX_EXTRA),
+            segs: Vec::with_capacity(MAX_EXTRA),
+            outs: (0..MAX_OUTPUTS)
+                .map(|_| TxList {
+                    port: 0,
+                    idx: Vec::with_capacity(MAX_PER_OUTPUT),
+                })
+                .collect(),
+            nouts: 0,
+        }
+    }
+
+    /// The burst's output lists so far: (port, packet indices) in the order they were made.
+    #[cfg(test)]
+    pub(crate) fn outputs(&self) -> impl Iterator<Item = (u32, &[u16])> {
+        self.outs[..self.nouts]
+            .iter()
+            .map(|l| (l.port, l.idx.as_slice()))
+    }
+
+    /// Forgets the burst's output lists and extra packets (the received ones stay).
+    #[cfg(test)]
+    pub(crate) fn reset_outputs(&mut self) {
+        self.nouts = 0;
+        self.extra.clear();
+    }
+
     /// A copy of packet `i` (with its offload metadata) in `extra`; its index, or `None`
     /// when no buffer is left.
     pub(crate) fn copy(&mut self, pool: &'p Pool, i: usize) -> Option<usize> {
@@ -258,18 +292,7 @@ fn run(
     let (mut load_sleeps, mut load_sleep_ns) = (0u64, 0u64);
     let mut timers = NotifyTimers::default();
     let mut fx = FlowCtx::default();
-    let mut sc = Scratch {
-        batch: Vec::with_capacity(BURST),
-        extra: Vec::with_capacity(MAX_EXTRA),
-        segs: Vec::with_capacity(MAX_EXTRA),
-        outs: (0..MAX_OUTPUTS)
-            .map(|_| TxList {
-                port: 0,
-                idx: Vec::with_capacity(MAX_PER_OUTPUT),
-            })
-            .collect(),
-        nouts: 0,
-    };
+    let mut sc = Scratch::new();
     let (mut busy, mut idle, mut iters, mut rx, mut tx, mut drops) =
         (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
     let mut last = os::rdtsc();
@@ -674,6 +697,41 @@ pub(crate) fn add_output<'p>(
     push_output(&mut sc.outs, &mut sc.nouts, out, idx);
 }
 
+/// [`add_output`] for several packets sent as they are (no VLAN edit) to one port: the
+/// output's list is found once and the packets join it in order; a packet asking for an
+/// offload `out` cannot take goes through [`add_output`] (software offload) in its place.
+#[inline]
+pub(crate) fn add_outputs<'p>(
+    sc: &mut Scratch<'p>,
+    pool: &'p Pool,
+    pkts: &[u16],
+    inp: &Port,
+    out: &Port,
+) {
+    let Some(slot) = output_slot(&mut sc.outs, &mut sc.nouts, out) else {
+        out.rx_drops.drop(DropReason::NoRoute, pkts.len() as u64);
+        return;
+    };
+    for &i in pkts {
+        let ol = sc.at(i as usize).vnet;
+        if ol.is_offload() && !caps::accepts(out.tx_caps(), &ol) {
+            add_output(sc, pool, i as usize, &AS_IS, inp, out);
+            continue;
+        }
+        let list = &mut sc.outs[slot].idx;
+        if list.len() < list.capacity() {
+            list.push(i);
+        }
+    }
+}
+
+/// A classification that sends packets as they are (no VLAN edit on any port).
+const AS_IS: l2::Classified = l2::Classified {
+    vlan: 0,
+    tagged: false,
+    decision: Decision::Flood,
+};
+
 /// The offload metadata of a packet after a VLAN edit moved its headers.
 #[inline]
 fn shift_offsets(mut h: VnetHdr, edit: Edit) -> VnetHdr {
@@ -692,22 +750,28 @@ fn shift_offsets(mut h: VnetHdr, edit: Edit) -> VnetHdr {
 /// Adds packet `idx` (`BURST + k`: `extra[k]`) to `out`'s list.
 #[inline]
 fn push_output(outs: &mut [TxList], nouts: &mut usize, out: &Port, idx: u16) {
-    let slot = outs[..*nouts].iter().position(|l| l.port == out.id);
-    let slot = match slot {
-        Some(s) => s,
+    let Some(slot) = output_slot(outs, nouts, out) else {
+        out.rx_drops.drop(DropReason::NoRoute, 1);
+        return;
+    };
+    if outs[slot].idx.len() < outs[slot].idx.capacity() {
+        outs[slot].idx.push(idx);
+    }
+}
+
+/// The index of `out`'s list in `outs`, started if needed; `None` when `MAX_OUTPUTS` lists
+/// are already in use.
+#[inline]
+fn output_slot(outs: &mut [TxList], nouts: &mut usize, out: &Port) -> Option<usize> {
+    match outs[..*nouts].iter().position(|l| l.port == out.id) {
+        Some(s) => Some(s),
         None if *nouts < MAX_OUTPUTS => {
             outs[*nouts].port = out.id;
             outs[*nouts].idx.clear();
             *nouts += 1;
-            *nouts - 1
+            Some(*nouts - 1)
         }
-        None => {
-            out.rx_drops.drop(DropReason::NoRoute, 1);
-            return;
-        }
-    };
-    if outs[slot].idx.len() < outs[slot].idx.capacity() {
-        outs[slot].idx.push(idx);
+        None => None,
     }
 }
 

@@ -264,14 +264,16 @@ fn print_pmd_stats(v: &Value) {
             let n = f["packets"].as_u64().unwrap_or(0).max(1) as f64;
             let pct = |k: &str| f[k].as_u64().unwrap_or(0) as f64 * 100.0 / n;
             println!(
-                "  flow packets: {}  emc hits: {} ({:.1}%)  megaflow hits: {} ({:.1}%)  upcalls (misses): {} ({:.1}%)",
+                "  flow packets: {}  emc hits: {} ({:.1}%)  megaflow hits: {} ({:.1}%)  upcalls (misses): {} ({:.1}%)  emc skipped (bypass): {} ({:.1}%)",
                 s(&f["packets"]),
                 s(&f["emc_hits"]),
                 pct("emc_hits"),
                 s(&f["megaflow_hits"]),
                 pct("megaflow_hits"),
                 s(&f["upcalls"]),
-                pct("upcalls")
+                pct("upcalls"),
+                s(&f["emc_skipped"]),
+                pct("emc_skipped")
             );
         }
     }

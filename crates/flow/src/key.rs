@@ -15,8 +15,21 @@ use std::net::Ipv4Addr;
 pub const KEY_WORDS: usize = 11;
 
 /// A packet's (or a mask's) match fields.
-#[derive(Clone, Copy, PartialEq, Eq, Default, Debug)]
+#[derive(Clone, Copy, Eq, Default, Debug)]
 pub struct FlowKey(pub [u64; KEY_WORDS]);
+
+/// Word-wise, branch-free: the exact-match cache compares a key per packet, and the derived
+/// impl compiled to a call to `bcmp` for the 88 bytes.
+impl PartialEq for FlowKey {
+    #[inline]
+    fn eq(&self, other: &FlowKey) -> bool {
+        self.0
+            .iter()
+            .zip(&other.0)
+            .fold(0u64, |d, (a, b)| d | (a ^ b))
+            == 0
+    }
+}
 
 /// Hash maps hash a key as one word, [`FlowKey::hash`]: the derived impl would feed the
 /// hasher the key's 88 bytes one by one.
@@ -220,15 +233,28 @@ impl FlowKey {
         self.0.iter().zip(&other.0).all(|(a, b)| a & !b == 0)
     }
 
-    /// A fast hash of the key (multiply-xorshift per word).
+    /// A fast hash of the key: multiply-xorshift per word, in two independent chains over the
+    /// words every Ethernet/IPv4 key uses (in_port to IPv4 addresses, L4 ports), and a third
+    /// over the IPv6 and tunnel words only when one of them is not zero (an IPv4 packet's
+    /// hash costs five multiplications instead of eleven in a row). Equal keys hash equal,
+    /// since it is a function of the key's words alone.
     #[inline]
     pub fn hash(&self) -> u64 {
-        let mut h = 0x243f_6a88_85a3_08d3u64;
-        for &w in &self.0 {
-            h = (h ^ w).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-            h ^= h >> 29;
+        #[inline(always)]
+        fn step(h: u64, w: u64) -> u64 {
+            let h = (h ^ w).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            h ^ (h >> 29)
         }
-        h ^ (h >> 32)
+        let w = &self.0;
+        let a = step(step(step(0x243f_6a88_85a3_08d3, w[0]), w[2]), w[8]);
+        let mut b = step(step(0x1319_8a2e_0370_7344, w[1]), w[3]);
+        if w[4] | w[5] | w[6] | w[7] | w[9] | w[10] != 0 {
+            let c = step(step(step(0xa409_3822_299f_31d0, w[4]), w[5]), w[9]);
+            let d = step(step(step(0x082e_fa98_ec4e_6c89, w[6]), w[7]), w[10]);
+            b ^= c.rotate_left(17) ^ d.rotate_left(41);
+        }
+        let h = (a ^ b.rotate_left(32)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        h ^ (h >> 31)
     }
 
     pub fn in_port(&self) -> u32 {
@@ -257,7 +283,64 @@ impl FlowKey {
     }
 
     /// Extracts the key of `frame` received on `in_port` (through a tunnel: `tun`).
+    ///
+    /// The common shape, Ethernet (untagged or one 802.1Q tag) carrying an unfragmented IPv4
+    /// header without options and TCP, UDP, SCTP or ICMP, takes a specialised path
+    /// ([`FlowKey::extract_ipv4_fast`]) that checks the frame's length once and writes the five
+    /// words such a key has directly; everything else (and every frame the fast path declines)
+    /// goes through [`FlowKey::extract_generic`]. Both give the same key for every frame (tested
+    /// against each other, and fuzzed).
+    #[inline]
     pub fn extract(frame: &[u8], in_port: u32, tun: Option<&TunnelKey>) -> FlowKey {
+        let mut k = FlowKey::default();
+        k.extract_into(frame, in_port, tun);
+        k
+    }
+
+    /// [`FlowKey::extract`] into `self` (a burst's key array: the words are stored once, where
+    /// they stay, rather than built on the stack and copied, whose wide reloads of just-made
+    /// narrow stores stall).
+    #[inline]
+    pub fn extract_into(&mut self, frame: &[u8], in_port: u32, tun: Option<&TunnelKey>) {
+        if tun.is_some() || !self.extract_ipv4_fast_into(frame, in_port) {
+            *self = FlowKey::extract_generic(frame, in_port, tun);
+        }
+    }
+
+    /// The specialised path of [`FlowKey::extract`]: `None` unless `frame` has the common
+    /// shape (see there) in full; then exactly the key [`FlowKey::extract_generic`] gives.
+    pub fn extract_ipv4_fast(frame: &[u8], in_port: u32) -> Option<FlowKey> {
+        let mut k = FlowKey::default();
+        k.extract_ipv4_fast_into(frame, in_port).then_some(k)
+    }
+
+    /// [`FlowKey::extract_ipv4_fast`] into `self`: false (and `self` untouched) when the frame
+    /// does not have the shape.
+    #[inline]
+    pub fn extract_ipv4_fast_into(&mut self, frame: &[u8], in_port: u32) -> bool {
+        let Some(ty) = be16(frame, 12) else {
+            return false;
+        };
+        let w = match ty {
+            ETH_IPV4 => ipv4_fast::<14>(frame, in_port, 0),
+            ETH_VLAN if be16(frame, 16) == Some(ETH_IPV4) => match be16(frame, 14) {
+                Some(tci) => ipv4_fast::<18>(frame, in_port, tci | VLAN_CFI),
+                None => None,
+            },
+            _ => None,
+        };
+        match w {
+            Some([w0, w1, w2, w3, w8]) => {
+                self.0 = [w0, w1, w2, w3, 0, 0, 0, 0, w8, 0, 0];
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Extracts every field the general way (any Ethertype, VLAN, IPv4 options and fragments,
+    /// IPv6 extension headers, ARP, tunnel metadata), field by field with bounds-checked reads.
+    pub fn extract_generic(frame: &[u8], in_port: u32, tun: Option<&TunnelKey>) -> FlowKey {
         let mut k = FlowKey::default();
         k.set(Field::InPort, u128::from(in_port));
         if let Some(t) = tun {
@@ -303,6 +386,41 @@ impl FlowKey {
         }
         k
     }
+}
+
+/// The fast path of [`FlowKey::extract`] for IPv4 at offset `L3` (14 untagged, 18 tagged with
+/// `tci`, already with [`VLAN_CFI`]): one length check for the Ethernet, IPv4 and first four
+/// L4 bytes, then reads at constant offsets (no further bounds checks) straight into words.
+/// Returns the key's words 0, 1, 2, 3 and 8 (the others are 0).
+#[inline(always)]
+fn ipv4_fast<const L3: usize>(frame: &[u8], in_port: u32, tci: u16) -> Option<[u64; 5]> {
+    let h = frame.get(..L3 + 24)?;
+    // Version 4, a 20-byte header (no options); not a fragment (offset 0, MF clear).
+    if h[L3] != 0x45 || (u16::from(h[L3 + 6]) << 8 | u16::from(h[L3 + 7])) & 0x3fff != 0 {
+        return None;
+    }
+    let proto = h[L3 + 9];
+    let l4 = L3 + 20;
+    let ports = match proto {
+        IP_TCP | IP_UDP | IP_SCTP => {
+            u64::from(u16::from_be_bytes([h[l4], h[l4 + 1]]))
+                | u64::from(u16::from_be_bytes([h[l4 + 2], h[l4 + 3]])) << 16
+        }
+        IP_ICMP => u64::from(h[l4]) | u64::from(h[l4 + 1]) << 16,
+        _ => 0,
+    };
+    let mac = |o: usize| {
+        u64::from_be_bytes([0, 0, h[o], h[o + 1], h[o + 2], h[o + 3], h[o + 4], h[o + 5]])
+    };
+    let be32 = |o: usize| u64::from(u32::from_be_bytes([h[o], h[o + 1], h[o + 2], h[o + 3]]));
+    // Layout as in the module doc ([`Field::layout`]); ip_frag is 0.
+    Some([
+        u64::from(in_port) | u64::from(ETH_IPV4) << 32 | u64::from(tci) << 48,
+        mac(0) | u64::from(proto) << 48 | u64::from(h[L3 + 1]) << 56,
+        mac(6) | u64::from(h[L3 + 8]) << 48,
+        be32(L3 + 12) | be32(L3 + 16) << 32,
+        ports,
+    ])
 }
 
 /// The 6 bytes of a MAC stored as an integer.
@@ -507,6 +625,98 @@ mod tests {
         }
     }
 
+    /// The fast path against the generic extraction: on frames of the shape it takes (IPv4
+    /// TCP/UDP/SCTP/ICMP/other, tagged or not, every length), on mutations of them that it
+    /// must decline (options, fragments, other versions, double tags, truncation), and on
+    /// random bytes, `extract` equals `extract_generic`, and the fast path either declines or
+    /// gives the same key.
+    #[test]
+    fn fast_extraction_equals_the_generic_one() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let (mut fast, mut total) = (0u32, 0u32);
+        for round in 0..60_000u32 {
+            let r = rnd();
+            let mut f = udp4(if r & 1 == 0 {
+                None
+            } else {
+                Some((r >> 8) as u16)
+            });
+            let ip = if r & 1 == 0 { 14 } else { 18 };
+            // Random header contents, then a shape.
+            for b in f.iter_mut() {
+                if rnd() % 3 == 0 {
+                    *b = rnd() as u8;
+                }
+            }
+            f[ip - 2..ip].copy_from_slice(&ETH_IPV4.to_be_bytes());
+            if r & 1 != 0 {
+                f[12..14].copy_from_slice(&ETH_VLAN.to_be_bytes());
+            }
+            f[ip] = 0x45;
+            f[ip + 9] = [IP_TCP, IP_UDP, IP_SCTP, IP_ICMP, 47, 0][(r >> 24) as usize % 6];
+            if (r >> 32) % 2 == 0 {
+                f[ip + 6] &= 0x40; // DF only: not a fragment
+            }
+            match (r >> 36) % 12 {
+                0 => f[ip] = 0x46,                                       // options
+                1 => f[ip] = 0x65,                                       // not version 4
+                2 => f[ip + 7] |= 1,                                     // a later fragment
+                3 => f[ip + 6] |= 0x20,                                  // more fragments
+                4 => f[12..14].copy_from_slice(&ETH_IPV6.to_be_bytes()), // another Ethertype
+                5 if r & 1 != 0 => f[16..18].copy_from_slice(&ETH_VLAN.to_be_bytes()),
+                _ => {}
+            }
+            let len = if (r >> 40) % 4 == 0 {
+                (rnd() % f.len() as u64) as usize
+            } else {
+                f.len()
+            };
+            let f = &f[..len];
+            let port = (rnd() as u32) >> (round % 32);
+            let generic = FlowKey::extract_generic(f, port, None);
+            if let Some(k) = FlowKey::extract_ipv4_fast(f, port) {
+                assert_eq!(k, generic, "frame {f:02x?}");
+                fast += 1;
+            }
+            assert_eq!(FlowKey::extract(f, port, None), generic, "frame {f:02x?}");
+            total += 1;
+        }
+        // Both paths were exercised.
+        assert!(
+            fast > total / 4 && fast < total * 3 / 4,
+            "{fast} of {total}"
+        );
+        // Tunnel metadata always takes the generic path.
+        let t = TunnelKey {
+            id: 5,
+            src: Ipv4Addr::new(1, 2, 3, 4),
+            dst: Ipv4Addr::new(5, 6, 7, 8),
+        };
+        let f = udp4(None);
+        assert_eq!(FlowKey::extract(&f, 1, Some(&t)).get(Field::TunId), 5);
+    }
+
+    #[test]
+    fn equal_keys_hash_equal_and_words_matter() {
+        let base = FlowKey::extract(&udp4(None), 3, None);
+        assert_eq!(base.hash(), FlowKey::extract(&udp4(None), 3, None).hash());
+        // Every word, IPv4 ones and the rest, changes the hash.
+        for w in 0..KEY_WORDS {
+            for bit in [0, 17, 33, 63] {
+                let mut k = base;
+                k.0[w] ^= 1 << bit;
+                assert_ne!(k, base);
+                assert_ne!(k.hash(), base.hash(), "word {w} bit {bit}");
+            }
+        }
+    }
+
     #[test]
     fn truncated_and_random_frames_never_panic() {
         let full = udp4(Some(5));
@@ -525,7 +735,10 @@ mod tests {
             } else if len > 14 && x & 2 == 0 {
                 f[12..14].copy_from_slice(&[0x08, 0x00]);
             }
-            let _ = FlowKey::extract(&f, 0, None);
+            assert_eq!(
+                FlowKey::extract(&f, 0, None),
+                FlowKey::extract_generic(&f, 0, None)
+            );
         }
     }
 }

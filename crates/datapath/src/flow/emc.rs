@@ -10,6 +10,14 @@
 //! many short flows the EMC would otherwise thrash, every insertion costing more than it
 //! saves.
 //!
+//! **Bypass.** With many more flows than entries (100 000 flows against 8192 entries) nearly
+//! every lookup misses, and a miss costs two probes of a 1 MiB table (cache lines the packets
+//! need) before the megaflow cache is asked anyway. So the EMC measures its hit rate over
+//! windows of [`PROBE_LOOKUPS`] lookups; below one hit in [`BYPASS_BELOW`] it is bypassed (no
+//! lookup, no insertion, no hash) for [`BYPASS_BURSTS`] bursts, then probed again for a
+//! window. Packets that skipped it are counted (`emc_skipped`). Bypassing changes only which
+//! level decides a packet, never the decision.
+//!
 //! # Thread-safety
 //! Owned by one PMD thread; nothing is shared but the megaflows it points to.
 
@@ -24,12 +32,21 @@ pub const EMC_ENTRIES: usize = 8192;
 const EMC_MASK: u64 = EMC_ENTRIES as u64 - 1;
 /// Default insertion probability is 1 in this.
 pub const DEFAULT_INSERT_INV_PROB: u32 = 100;
+/// Lookups per window over which the hit rate is measured.
+pub const PROBE_LOOKUPS: u64 = 1024;
+/// A window with fewer hits than one in this many lookups starts a bypass.
+pub const BYPASS_BELOW: u64 = 8;
+/// Bursts a bypass lasts before the next probing window.
+pub const BYPASS_BURSTS: u32 = 512;
 
+/// Two cache lines: the hash, the megaflow and the first six key words in the first (all a
+/// miss reads), the other five in the second.
 #[derive(Debug, Default)]
+#[repr(C, align(64))]
 struct Entry {
     hash: u64,
-    key: FlowKey,
     flow: Option<Arc<Megaflow>>,
+    key: FlowKey,
 }
 
 impl Entry {
@@ -46,6 +63,11 @@ pub struct Emc {
     insert_inv_prob: u32,
     /// xorshift state for the insertion draw.
     rng: u32,
+    /// The current window's lookups and hits.
+    window_lookups: u64,
+    window_hits: u64,
+    /// Bursts left in the current bypass (0: not bypassing).
+    bypass_left: u32,
 }
 
 impl Default for Emc {
@@ -61,6 +83,35 @@ impl Emc {
             entries: (0..EMC_ENTRIES).map(|_| Entry::default()).collect(),
             insert_inv_prob,
             rng: 0x9e37_79b9,
+            window_lookups: 0,
+            window_hits: 0,
+            bypass_left: 0,
+        }
+    }
+
+    /// Called once per burst: whether this burst skips the EMC (see the module doc).
+    #[inline]
+    pub fn bypass_burst(&mut self) -> bool {
+        if self.bypass_left > 0 {
+            self.bypass_left -= 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Accounts a burst's `lookups` and `hits` (bursts that did look up); ends a window and
+    /// maybe starts a bypass.
+    #[inline]
+    pub fn account(&mut self, lookups: u64, hits: u64) {
+        self.window_lookups += lookups;
+        self.window_hits += hits;
+        if self.window_lookups >= PROBE_LOOKUPS {
+            if self.window_hits * BYPASS_BELOW < self.window_lookups {
+                self.bypass_left = BYPASS_BURSTS;
+            }
+            self.window_lookups = 0;
+            self.window_hits = 0;
         }
     }
 
@@ -74,6 +125,15 @@ impl Emc {
             (hash & EMC_MASK) as usize,
             ((hash >> 32) & EMC_MASK) as usize,
         ]
+    }
+
+    /// Starts loading the first line of both candidate slots of a key hashing to `hash`
+    /// (done for a whole burst before its lookups, so their cache misses overlap).
+    #[inline]
+    pub fn prefetch(&self, hash: u64) {
+        for s in Self::slots(hash) {
+            ferrovs_sys::os::prefetch(std::ptr::from_ref(&self.entries[s]).cast());
+        }
     }
 
     /// The live megaflow cached for `key` (whose [`FlowKey::hash`] is `hash`) on `bridge`.
@@ -146,5 +206,32 @@ impl Emc {
         for e in self.entries.iter_mut() {
             e.flow = None;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bypass_starts_on_a_low_hit_rate_and_ends_with_a_probe() {
+        let mut e = Emc::default();
+        // A window at the threshold: no bypass.
+        assert!(!e.bypass_burst());
+        e.account(PROBE_LOOKUPS, PROBE_LOOKUPS / BYPASS_BELOW);
+        assert!(!e.bypass_burst());
+        // A window just under it, in bursts of 32: bypass from the next burst on.
+        for _ in 0..PROBE_LOOKUPS / 32 - 1 {
+            e.account(32, 3);
+            assert!(!e.bypass_burst());
+        }
+        e.account(32, 0);
+        for _ in 0..BYPASS_BURSTS {
+            assert!(e.bypass_burst());
+        }
+        // Then a probing window: lookups again, and a good one keeps them.
+        assert!(!e.bypass_burst());
+        e.account(PROBE_LOOKUPS, PROBE_LOOKUPS / 2);
+        assert!(!e.bypass_burst());
     }
 }

@@ -22,7 +22,7 @@ use super::emc::Emc;
 use super::megaflow::Megaflow;
 use super::{upcall, BridgeFlows, FlowCounters};
 use crate::l2::{self, Classified, Decision};
-use crate::pmd::{add_output, Scratch};
+use crate::pmd::{add_output, add_outputs, Scratch};
 use crate::port::Port;
 use crate::{Bridge, Snapshot};
 
@@ -33,6 +33,10 @@ pub struct FlowCtx {
     keys: Vec<FlowKey>,
     hashes: Vec<u64>,
     misses: Vec<u16>,
+    groups: Groups,
+    /// Execute output-only groups at once ([`execute_outputs`]); off: packet by packet with
+    /// [`execute`] (the plain path, which tests compare the grouped one with).
+    pub(crate) batch_outputs: bool,
     pub counters: FlowCounters,
 }
 
@@ -40,13 +44,18 @@ impl Default for FlowCtx {
     fn default() -> Self {
         FlowCtx {
             emc: Emc::default(),
-            keys: Vec::with_capacity(BURST),
-            hashes: Vec::with_capacity(BURST),
+            keys: vec![FlowKey::default(); BURST],
+            hashes: vec![0; BURST],
             misses: Vec::with_capacity(BURST),
+            groups: Groups::default(),
+            batch_outputs: true,
             counters: FlowCounters::default(),
         }
     }
 }
+
+// `process` marks a burst's packets in a 64-bit mask.
+const _: () = assert!(BURST <= 64);
 
 /// A classification that makes no VLAN edit on output (OpenFlow outputs send the packet as
 /// it is).
@@ -58,6 +67,13 @@ const AS_IS: Classified = Classified {
 
 /// Decides and queues for output every packet of `sc.batch` (received on `inp` of
 /// `bridge`); returns how many were dropped.
+///
+/// Two phases (as OVS's `dfc_processing` / `packet_batch_per_flow_execute`): first every
+/// packet is looked up, level by level, and joins the group of the megaflow that decided it;
+/// then each group is executed: its megaflow's counters are added once, and actions that
+/// only output the packet as it is ([`outputs_only`]) are resolved once for the whole group,
+/// whose packets join each output's list together. Other actions run packet by packet, in
+/// order.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn process<'p>(
     snap: &Snapshot,
@@ -75,47 +91,87 @@ pub(crate) fn process<'p>(
         keys,
         hashes,
         misses,
+        groups,
+        batch_outputs,
         counters,
     } = fx;
-    keys.clear();
-    hashes.clear();
     misses.clear();
+    groups.clear();
+    // Every port's rx_burst takes at most BURST packets (the scratch's packet indices rely
+    // on it too).
+    debug_assert!(n <= BURST);
     let tun = inp.tunnel_key();
-    for m in &sc.batch {
-        let k = FlowKey::extract(m.data(), inp.id, tun.as_ref());
-        hashes.push(k.hash());
-        keys.push(k);
+    for (m, k) in sc.batch.iter().zip(keys.iter_mut()) {
+        k.extract_into(m.data(), inp.id, tun.as_ref());
     }
     counters.packets += n as u64;
-    let mut dropped = 0u64;
-    let mut hits = Hits::default();
-    // 1. The exact-match cache.
-    for i in 0..n {
-        match emc.lookup(&keys[i], hashes[i], inp.bridge) {
-            Some(f) => {
-                counters.emc_hits += 1;
-                hits.add(f, sc.batch[i].len() as u64, now);
-                dropped += execute(snap, bridge, inp, pool, sc, i, &f.actions, now);
+    let use_emc = !emc.bypass_burst();
+    if use_emc {
+        // Packets whose key equals the previous packet's (bit i): a burst is often runs of
+        // one flow, and such a packet needs no hash and no lookup of its own. (Compared in a
+        // pass of its own: right after extraction, the wide loads would wait for the narrow
+        // stores.)
+        let mut repeat = 0u64;
+        for i in 0..n {
+            if i > 0 && keys[i] == keys[i - 1] {
+                repeat |= 1 << i;
+                hashes[i] = hashes[i - 1];
+                continue;
             }
-            None => misses.push(i as u16),
+            let h = keys[i].hash();
+            hashes[i] = h;
+            // The lookups below come after the whole burst's hashing: the slots' lines are
+            // on their way meanwhile.
+            emc.prefetch(h);
         }
+        // 1. The exact-match cache. A repeated key has the previous packet's outcome (the
+        // EMC does not change during this pass): the same group, or a miss.
+        let (mut prev_group, mut hits) = (None, 0u64);
+        for i in 0..n {
+            let bytes = sc.batch[i].len();
+            if repeat & (1 << i) != 0 {
+                match prev_group {
+                    Some(g) => {
+                        hits += 1;
+                        groups.add_at(g, i, bytes);
+                    }
+                    None => misses.push(i as u16),
+                }
+                continue;
+            }
+            match emc.lookup(&keys[i], hashes[i], inp.bridge) {
+                Some(f) => {
+                    hits += 1;
+                    prev_group = Some(groups.add(f, i, bytes));
+                }
+                None => {
+                    prev_group = None;
+                    misses.push(i as u16);
+                }
+            }
+        }
+        counters.emc_hits += hits;
+        // Repeated keys count as lookups that hit or missed like the previous one.
+        emc.account(n as u64, hits);
+    } else {
+        counters.emc_skipped += n as u64;
+        misses.extend(0..n as u16);
     }
-    if misses.is_empty() {
-        hits.flush(now);
-        return dropped;
-    }
-    // 2. The megaflow cache, read-locked once for the burst.
-    {
+    if !misses.is_empty() {
+        // 2. The megaflow cache, read-locked once for the burst.
         let mf = bf.cache.read();
+        let mut st_hits = SubtableHits::default();
         let mut left = 0;
         for m in 0..misses.len() {
             let i = misses[m] as usize;
-            match mf.lookup(&keys[i]) {
-                Some(f) => {
+            match mf.lookup_uncounted(&keys[i]) {
+                Some((st, f)) => {
                     counters.megaflow_hits += 1;
-                    hits.add(f, sc.batch[i].len() as u64, now);
-                    dropped += execute(snap, bridge, inp, pool, sc, i, &f.actions, now);
-                    counters.emc_inserts += emc.maybe_insert(&keys[i], hashes[i], f) as u64;
+                    st_hits.add(&mf, st);
+                    groups.add(f, i, sc.batch[i].len());
+                    if use_emc {
+                        counters.emc_inserts += emc.maybe_insert(&keys[i], hashes[i], f) as u64;
+                    }
                 }
                 None => {
                     misses[left] = i as u16;
@@ -123,63 +179,228 @@ pub(crate) fn process<'p>(
                 }
             }
         }
+        st_hits.flush(&mf);
+        drop(mf);
         misses.truncate(left);
-    }
-    // 3. Upcalls.
-    for &i in misses.iter() {
-        let i = i as usize;
-        let (f, translated) = upcall::resolve(bf, &keys[i], now);
-        if translated {
-            counters.upcalls += 1;
-        } else {
-            counters.megaflow_hits += 1;
+        // 3. Upcalls.
+        for &i in misses.iter() {
+            let i = i as usize;
+            let (f, translated) = upcall::resolve(bf, &keys[i], now);
+            if translated {
+                counters.upcalls += 1;
+            } else {
+                counters.megaflow_hits += 1;
+            }
+            groups.add(&f, i, sc.batch[i].len());
+            if use_emc {
+                counters.emc_inserts += emc.maybe_insert(&keys[i], hashes[i], &f) as u64;
+            }
         }
-        hits.add(&f, sc.batch[i].len() as u64, now);
-        dropped += execute(snap, bridge, inp, pool, sc, i, &f.actions, now);
-        counters.emc_inserts += emc.maybe_insert(&keys[i], hashes[i], &f) as u64;
     }
-    hits.flush(now);
+    // Execution, group by group (in the order the groups were made).
+    let mut dropped = 0u64;
+    for g in groups.list[..groups.len].iter_mut() {
+        let Some(f) = g.flow.take() else { continue };
+        f.hit(g.pkts.len() as u64, g.bytes, now);
+        if *batch_outputs && outputs_only(&f.actions) {
+            dropped += execute_outputs(snap, bridge, inp, pool, sc, &g.pkts, &f.actions);
+        } else {
+            for &i in &g.pkts {
+                dropped += execute(snap, bridge, inp, pool, sc, i as usize, &f.actions, now);
+            }
+        }
+    }
+    groups.len = 0;
     dropped
 }
 
-/// A burst's hits on megaflows, added to an entry's shared counters once per run of packets
-/// of that entry (not two atomic additions per packet).
-#[derive(Default)]
-struct Hits {
+/// Packets of one burst decided by one megaflow, in arrival order.
+#[derive(Debug)]
+struct Group {
     flow: Option<Arc<Megaflow>>,
-    packets: u64,
+    pkts: Vec<u16>,
     bytes: u64,
 }
 
-impl Hits {
-    #[inline]
-    fn add(&mut self, f: &Arc<Megaflow>, bytes: u64, now: u32) {
-        match &self.flow {
-            Some(x) if Arc::ptr_eq(x, f) => {}
-            _ => {
-                self.flush(now);
-                self.flow = Some(f.clone());
-            }
+/// A burst's groups (allocated once, `BURST` of them).
+#[derive(Debug)]
+struct Groups {
+    list: Vec<Group>,
+    len: usize,
+}
+
+impl Default for Groups {
+    fn default() -> Self {
+        Groups {
+            list: (0..BURST)
+                .map(|_| Group {
+                    flow: None,
+                    pkts: Vec::with_capacity(BURST),
+                    bytes: 0,
+                })
+                .collect(),
+            len: 0,
         }
-        self.packets += 1;
-        self.bytes += bytes;
+    }
+}
+
+/// How many of the latest groups a packet's megaflow is looked for in before it starts a
+/// group of its own (bounds the search when a burst holds many megaflows; a later group of
+/// the same megaflow is executed later, so order within a flow holds either way).
+const GROUP_SEARCH: usize = 8;
+
+impl Groups {
+    fn clear(&mut self) {
+        for g in &mut self.list[..self.len] {
+            g.flow = None;
+        }
+        self.len = 0;
+    }
+
+    /// Adds packet `i` (of `bytes` bytes) to the latest group of `f`, or to a new one;
+    /// returns the group's index.
+    #[inline(always)]
+    fn add(&mut self, f: &Arc<Megaflow>, i: usize, bytes: usize) -> usize {
+        let n = self.len;
+        let same = |g: &Group| g.flow.as_ref().is_some_and(|x| Arc::ptr_eq(x, f));
+        let g = match self.list[n.saturating_sub(GROUP_SEARCH)..n]
+            .iter()
+            .rposition(same)
+        {
+            Some(k) => n.saturating_sub(GROUP_SEARCH) + k,
+            None => {
+                // At most one group per packet, so there is always room.
+                let g = &mut self.list[n];
+                g.flow = Some(f.clone());
+                g.pkts.clear();
+                g.bytes = 0;
+                self.len += 1;
+                n
+            }
+        };
+        self.add_at(g, i, bytes);
+        g
+    }
+
+    /// Adds packet `i` (of `bytes` bytes) to group `g`.
+    #[inline(always)]
+    fn add_at(&mut self, g: usize, i: usize, bytes: usize) {
+        let g = &mut self.list[g];
+        g.pkts.push(i as u16);
+        g.bytes += bytes as u64;
+    }
+}
+
+/// A burst's hits on megaflow subtables, added to a subtable's shared counter once per run
+/// of hits on that subtable (not one atomic addition per packet).
+#[derive(Default)]
+struct SubtableHits {
+    subtable: usize,
+    n: u64,
+}
+
+impl SubtableHits {
+    #[inline]
+    fn add(&mut self, mf: &super::megaflow::Subtables, st: usize) {
+        if self.n > 0 && self.subtable != st {
+            self.flush(mf);
+        }
+        self.subtable = st;
+        self.n += 1;
     }
 
     #[inline]
-    fn flush(&mut self, now: u32) {
-        if let Some(f) = self.flow.take() {
-            f.hit(self.packets, self.bytes, now);
+    fn flush(&mut self, mf: &super::megaflow::Subtables) {
+        if self.n > 0 {
+            mf.count_hits(self.subtable, self.n);
+            self.n = 0;
         }
-        self.packets = 0;
-        self.bytes = 0;
     }
+}
+
+/// Whether `actions` only send the packet as it is, each port at most once, or send it
+/// nowhere: one output, one `in_port` or one `flood`, or outputs to distinct ports (tunnel
+/// metadata, which only tunnel ports use, may stand beside them); no rewrite, no `Normal`.
+/// Such actions can be executed for a whole group at once ([`execute_outputs`]) with the
+/// same result on every port's list as packet by packet. (A port named twice would get the
+/// group twice in a row instead of each packet twice in a row: left to [`execute`].)
+#[inline]
+fn outputs_only(actions: &[DpAction]) -> bool {
+    let mut sends = 0;
+    for (i, a) in actions.iter().enumerate() {
+        match a {
+            DpAction::Output(p) => {
+                sends += 1;
+                if actions[..i].contains(&DpAction::Output(*p)) {
+                    return false;
+                }
+            }
+            DpAction::InPort | DpAction::Flood => sends += 2,
+            DpAction::SetTunnel { .. } | DpAction::SetTunnelDst(_) => {}
+            _ => return false,
+        }
+    }
+    // An `in_port` or a `flood` only alone.
+    sends <= 2
+        || actions
+            .iter()
+            .all(|a| !matches!(a, DpAction::InPort | DpAction::Flood))
+}
+
+/// Executes [`outputs_only`] `actions` on every packet of `pkts` (one group): each output
+/// port is resolved once and gets the packets in their order. Returns how many went nowhere
+/// (counted as `flow_drop`). The same outcome as [`execute`] packet by packet: no action
+/// changes a packet, so the order of ports does not matter to what each port receives.
+fn execute_outputs<'p>(
+    snap: &Snapshot,
+    bridge: &Bridge,
+    inp: &Port,
+    pool: &'p Pool,
+    sc: &mut Scratch<'p>,
+    pkts: &[u16],
+    actions: &[DpAction],
+) -> u64 {
+    let mut sent = false;
+    for a in actions {
+        match *a {
+            DpAction::Output(p) => {
+                if let Some(out) = snap.port(p).filter(|o| o.bridge == inp.bridge) {
+                    if out.id != inp.id {
+                        add_outputs(sc, pool, pkts, inp, out);
+                        sent = true;
+                    }
+                }
+            }
+            DpAction::InPort => {
+                add_outputs(sc, pool, pkts, inp, inp);
+                sent = true;
+            }
+            DpAction::Flood => {
+                for &p in &bridge.ports {
+                    if p == inp.id {
+                        continue;
+                    }
+                    if let Some(out) = snap.port(p) {
+                        add_outputs(sc, pool, pkts, inp, out);
+                        sent = true;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    if sent {
+        return 0;
+    }
+    inp.rx_drops.drop(DropReason::FlowDrop, pkts.len() as u64);
+    pkts.len() as u64
 }
 
 /// Executes `actions` on packet `i`; returns 1 if the packet went nowhere (counted as a
 /// `flow_drop`, or by the reason `Normal` gave), else 0.
 #[allow(clippy::too_many_arguments)]
 #[inline]
-fn execute<'p>(
+pub(crate) fn execute<'p>(
     snap: &Snapshot,
     bridge: &Bridge,
     inp: &Port,

@@ -140,16 +140,33 @@ pub struct Subtables {
 }
 
 impl Subtables {
-    /// The entry matching `key`, searching subtables in rank order.
+    /// The entry matching `key`, searching subtables in rank order (the hit is counted).
     #[inline]
     pub fn lookup(&self, key: &FlowKey) -> Option<&Arc<Megaflow>> {
-        for st in &self.list {
+        let (st, f) = self.lookup_uncounted(key)?;
+        self.count_hits(st, 1);
+        Some(f)
+    }
+
+    /// The entry matching `key` and the index of its subtable, whose hit the caller counts
+    /// with [`Subtables::count_hits`] (a burst adds its hits once per subtable, not with an
+    /// atomic addition per packet on a line every PMD shares).
+    #[inline]
+    pub fn lookup_uncounted(&self, key: &FlowKey) -> Option<(usize, &Arc<Megaflow>)> {
+        for (i, st) in self.list.iter().enumerate() {
             if let Some(f) = st.map.get(&key.masked(&st.mask)) {
-                st.hits.fetch_add(1, Relaxed);
-                return Some(f);
+                return Some((i, f));
             }
         }
         None
+    }
+
+    /// Adds `n` hits to subtable `st` (for the ranking).
+    #[inline]
+    pub fn count_hits(&self, st: usize, n: u64) {
+        if let Some(s) = self.list.get(st) {
+            s.hits.fetch_add(n, Relaxed);
+        }
     }
 
     pub fn len(&self) -> usize {

@@ -23,6 +23,9 @@ pub mod input;
 pub mod megaflow;
 pub mod upcall;
 
+#[cfg(test)]
+mod tests;
+
 use std::sync::Arc;
 
 use ferrovs_flow::Pipeline;
@@ -50,4 +53,6 @@ pub struct FlowCounters {
     pub upcalls: u64,
     /// EMC insertions.
     pub emc_inserts: u64,
+    /// Packets that skipped the EMC while it was bypassed for its low hit rate.
+    pub emc_skipped: u64,
 }

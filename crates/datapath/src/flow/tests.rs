@@ -1,0 +1,358 @@
+//! The flow path driven in-process, with ports that move nothing (the output lists are
+//! inspected instead): grouped execution against packet-by-packet execution and against an
+//! arrival-order reference that translates every packet through the rule tables, through
+//! both caches; and a micro-benchmark of the path (`bench_flow_path`, ignored by default).
+
+use std::sync::Arc;
+
+use ferrovs_flow::{parse_flow, FlowKey, FlowSpec, Pipeline, RuleStats};
+use ferrovs_sys::pool::Pool;
+use ferrovs_vhost::stats::DropReason;
+
+use super::input::{execute, process, FlowCtx};
+use super::{BridgeFlows, MegaflowCache};
+use crate::pmd::Scratch;
+use crate::port::{Port, PortIo, VlanMode};
+use crate::{Bridge, MacTable, Snapshot};
+
+const NAMES: [&str; 4] = ["vm1", "vm2", "vm3", "vm4"];
+
+fn port(id: u32) -> Option<Arc<Port>> {
+    Some(Arc::new(Port {
+        id,
+        name: NAMES[id as usize].into(),
+        bridge: 0,
+        vlan: VlanMode::Trunk,
+        io: PortIo::Vhost { queues: Vec::new() },
+        rx_drops: Default::default(),
+        tx_not_ready: Default::default(),
+        offload: Default::default(),
+        inject: Default::default(),
+    }))
+}
+
+/// One bridge with ports vm1..vm4 (ids 0..3) and `rules`.
+fn switch(rules: &[String]) -> Snapshot {
+    let specs: Vec<FlowSpec> = rules.iter().map(|r| parse_flow(r).unwrap()).collect();
+    let pipeline = Pipeline::build(
+        specs.iter().map(|s| (s, Arc::new(RuleStats::default()))),
+        &|n: &str| NAMES.iter().position(|x| *x == n).map(|i| i as u32),
+    );
+    let bridge = Bridge {
+        name: "br0".into(),
+        macs: Arc::new(MacTable::new(1024, 300)),
+        ports: vec![0, 1, 2, 3],
+        flows: Some(BridgeFlows {
+            pipeline: Arc::new(pipeline),
+            gen: 0,
+            cache: Arc::new(MegaflowCache::new(0)),
+        }),
+        default_rule: None,
+    };
+    Snapshot {
+        bridges: vec![Some(Arc::new(bridge))],
+        ports: (0..4).map(port).collect(),
+        pmd_rxqs: Vec::new(),
+    }
+}
+
+/// A 64-byte UDP frame from vm1's MAC, `src` → 10.0.0.2, ports 1000 → `dport`, with `seq`
+/// in the payload.
+fn frame(src: u32, dport: u16, seq: u32) -> Vec<u8> {
+    let mut f = vec![0u8; 64];
+    f[0..6].copy_from_slice(&[2, 0, 0, 0, 0, 2]);
+    f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
+    f[12..14].copy_from_slice(&[0x08, 0x00]);
+    f[14] = 0x45;
+    f[16..18].copy_from_slice(&50u16.to_be_bytes());
+    f[22] = 64;
+    f[23] = 17;
+    f[26..30].copy_from_slice(&src.to_be_bytes());
+    f[30..34].copy_from_slice(&[10, 0, 0, 2]);
+    f[34..36].copy_from_slice(&1000u16.to_be_bytes());
+    f[36..38].copy_from_slice(&dport.to_be_bytes());
+    f[38..40].copy_from_slice(&30u16.to_be_bytes());
+    f[50..54].copy_from_slice(&seq.to_be_bytes());
+    f
+}
+
+fn seq_of(p: &[u8]) -> u32 {
+    // After a pushed VLAN tag the payload starts 4 bytes later.
+    let at = if p[12..14] == [0x81, 0x00] { 54 } else { 50 };
+    u32::from_be_bytes(p[at..at + 4].try_into().unwrap())
+}
+
+/// Per output port (in list order), the frames queued to it.
+type Outputs = Vec<(u32, Vec<Vec<u8>>)>;
+
+fn load<'p>(sc: &mut Scratch<'p>, pool: &'p Pool, frames: &[Vec<u8>]) {
+    sc.batch.clear();
+    sc.reset_outputs();
+    for f in frames {
+        let mut m = pool.alloc_for(f.len()).unwrap();
+        m.fill(f.len()).unwrap().copy_from_slice(f);
+        sc.batch.push(m);
+    }
+}
+
+fn outputs(sc: &Scratch<'_>) -> Outputs {
+    let mut v: Outputs = sc
+        .outputs()
+        .map(|(p, idx)| {
+            (
+                p,
+                idx.iter()
+                    .map(|&i| sc.at(usize::from(i)).data().to_vec())
+                    .collect(),
+            )
+        })
+        .collect();
+    v.sort_by_key(|(p, _)| *p);
+    v
+}
+
+/// A burst from vm1 through the flow path.
+fn burst(snap: &Snapshot, pool: &Pool, fx: &mut FlowCtx, frames: &[Vec<u8>]) -> (Outputs, u64) {
+    let mut sc = Scratch::new();
+    load(&mut sc, pool, frames);
+    let bridge = snap.bridge(0).unwrap();
+    let inp = snap.port(0).unwrap();
+    let d = process(
+        snap,
+        bridge,
+        bridge.flows.as_ref().unwrap(),
+        inp,
+        pool,
+        &mut sc,
+        fx,
+        1,
+    );
+    let o = outputs(&sc);
+    sc.batch.clear();
+    sc.reset_outputs();
+    (o, d)
+}
+
+/// The same burst, every packet translated through the rule tables and executed in arrival
+/// order (no cache, no grouping).
+fn reference(snap: &Snapshot, pool: &Pool, frames: &[Vec<u8>]) -> (Outputs, u64) {
+    let mut sc = Scratch::new();
+    load(&mut sc, pool, frames);
+    let bridge = snap.bridge(0).unwrap();
+    let inp = snap.port(0).unwrap();
+    let p = &bridge.flows.as_ref().unwrap().pipeline;
+    let mut d = 0;
+    for i in 0..frames.len() {
+        let t = p.translate(&FlowKey::extract(sc.batch[i].data(), 0, None));
+        d += execute(snap, bridge, inp, pool, &mut sc, i, &t.actions, 1);
+    }
+    let o = outputs(&sc);
+    sc.batch.clear();
+    sc.reset_outputs();
+    (o, d)
+}
+
+fn rules() -> Vec<String> {
+    [
+        "priority=100,in_port=vm1,udp,tp_dst=1 actions=output:vm2",
+        "priority=100,in_port=vm1,udp,tp_dst=2 actions=output:vm2,output:vm3",
+        "priority=100,in_port=vm1,udp,tp_dst=3 actions=drop",
+        "priority=100,in_port=vm1,udp,tp_dst=4 actions=mod_tp_dst:7,output:vm3",
+        "priority=100,in_port=vm1,udp,tp_dst=5 actions=output:vm2,mod_nw_tos:32,output:vm4",
+        "priority=100,in_port=vm1,udp,tp_dst=6 actions=flood",
+        "priority=100,in_port=vm1,udp,tp_dst=7 actions=in_port",
+        "priority=100,in_port=vm1,udp,tp_dst=8 actions=normal",
+        "priority=100,in_port=vm1,udp,tp_dst=9 actions=output:vm1",
+        "priority=100,in_port=vm1,udp,tp_dst=10 actions=output:vm4,output:vm2,output:vm4",
+        "priority=100,in_port=vm1,udp,tp_dst=11 actions=push_vlan:0x8100,mod_vlan_vid:5,output:vm2",
+        "priority=50,in_port=vm1,ip,nw_src=10.0.0.3 actions=output:vm4",
+        "priority=0 actions=normal",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// What every port receives in `got` is what it receives in the reference `want`, each
+/// flow's packets (by their input key) in arrival order.
+fn same_as_reference(got: &Outputs, want: &Outputs, frames: &[Vec<u8>], first: u32, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: ports");
+    for ((pg, fg), (pr, fr)) in got.iter().zip(want) {
+        assert_eq!(pg, pr);
+        let mut a = fg.clone();
+        let mut b = fr.clone();
+        a.sort();
+        b.sort();
+        assert_eq!(a, b, "{what}: what port {pg} receives");
+        let key = |p: &[u8]| frames[(seq_of(p) - first) as usize][26..38].to_vec();
+        for (i, x) in fg.iter().enumerate() {
+            for y in &fg[i + 1..] {
+                if key(x) == key(y) {
+                    assert!(seq_of(x) <= seq_of(y), "{what}: port {pg} reordered a flow");
+                }
+            }
+        }
+    }
+}
+
+/// Grouped execution (output-only groups at once) gives exactly what packet-by-packet
+/// execution of the same groups gives, and what every port receives is what an arrival-order
+/// translation of every packet sends it, each flow's packets in their order; drops and
+/// megaflow counters agree. Random bursts of a dozen rule shapes (outputs, several outputs,
+/// drop, rewrites between outputs, flood, in_port, NORMAL, an output to the input port,
+/// VLAN push), few or many flows per rule, through the EMC (insertion always), the megaflow
+/// cache and upcalls; and the same with the EMC never filled, so that it is bypassed.
+#[test]
+fn grouped_execution_equals_packet_by_packet_and_the_reference() {
+    let pool = Pool::new(1024).unwrap();
+    let rules = rules();
+    let (grouped, plain, bypass, refsw) = (
+        switch(&rules),
+        switch(&rules),
+        switch(&rules),
+        switch(&rules),
+    );
+    let mut fx_g = FlowCtx::default();
+    let mut fx_p = FlowCtx::default();
+    let mut fx_b = FlowCtx::default();
+    fx_p.batch_outputs = false;
+    fx_g.emc.set_insert_inv_prob(1);
+    fx_p.emc.set_insert_inv_prob(1);
+    fx_b.emc.set_insert_inv_prob(0);
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let mut seq = 0u32;
+    let mut total = 0u64;
+    for round in 0..600 {
+        let n = 1 + (rng.next() % 32) as usize;
+        // Few distinct flows in some bursts (long runs of one megaflow), many in others.
+        let spread = [1, 3, 40][round % 3];
+        let first = seq + 1;
+        let frames: Vec<Vec<u8>> = (0..n)
+            .map(|_| {
+                let r = rng.next();
+                let dport = if spread == 1 { 1 } else { (r % 13) as u16 };
+                let src = 0x0a00_0001 + ((r >> 8) % spread) as u32;
+                seq += 1;
+                frame(src, dport, seq)
+            })
+            .collect();
+        total += n as u64;
+        let (og, dg) = burst(&grouped, &pool, &mut fx_g, &frames);
+        let (op, dp) = burst(&plain, &pool, &mut fx_p, &frames);
+        let (ob, db) = burst(&bypass, &pool, &mut fx_b, &frames);
+        let (or, dr) = reference(&refsw, &pool, &frames);
+        assert_eq!(og, op, "round {round}: grouped vs packet by packet");
+        assert_eq!(dg, dp, "round {round}");
+        assert_eq!(dg, dr, "round {round}: drops vs the reference");
+        assert_eq!(
+            db, dr,
+            "round {round}: drops (EMC bypassed) vs the reference"
+        );
+        same_as_reference(&og, &or, &frames, first, &format!("round {round}"));
+        same_as_reference(&ob, &or, &frames, first, &format!("round {round}, bypass"));
+    }
+    for (snap, fx) in [(&grouped, &fx_g), (&plain, &fx_p), (&bypass, &fx_b)] {
+        let bf = snap.bridge(0).unwrap().flows.as_ref().unwrap();
+        let counted: u64 = bf
+            .cache
+            .entries()
+            .iter()
+            .map(|f| f.packets.load(std::sync::atomic::Ordering::Relaxed))
+            .sum();
+        assert_eq!(counted, total);
+        assert_eq!(fx.counters.packets, total);
+        assert_eq!(
+            fx.counters.emc_hits + fx.counters.megaflow_hits + fx.counters.upcalls,
+            total
+        );
+        let drops = snap.port(0).unwrap().rx_drops.drops(DropReason::FlowDrop);
+        assert!(drops > 0);
+    }
+    assert!(fx_g.counters.emc_hits > total / 2, "{:?}", fx_g.counters);
+    assert_eq!(fx_g.counters.emc_skipped, 0);
+    assert_eq!(
+        fx_g.counters, fx_p.counters,
+        "both took the same cache levels"
+    );
+    // The never-filled EMC was bypassed, and probed again after each bypass.
+    let b = fx_b.counters;
+    assert_eq!(b.emc_hits, 0);
+    assert!(b.emc_skipped > total / 2 && b.emc_skipped < total, "{b:?}");
+}
+
+/// Cycles per packet of the flow path (key extraction, caches, execution into output
+/// lists; no port I/O) for 1, 1 000, 100 000 and 1 000 000 flows through one rule (plus
+/// two that never match), as bench/flows.sh's traffic. Run with
+/// `cargo test --release -p ferrovs-datapath bench_flow_path -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn bench_flow_path() {
+    let pool = Pool::new(1024).unwrap();
+    let rules: Vec<String> = [
+        "priority=10,in_port=vm1,ip,nw_dst=10.0.0.2 actions=output:vm2",
+        "priority=20,in_port=vm1,ip,nw_dst=10.200.0.1 actions=drop",
+        "priority=15,in_port=vm1,udp,tp_dst=10 actions=drop",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    // Many short windows, the fastest counts: on a shared machine some run undisturbed.
+    let bursts: u32 = std::env::var("FLOW_BENCH_BURSTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2000);
+    let reps: u32 = std::env::var("FLOW_BENCH_REPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300);
+    let list: Vec<u32> = std::env::var("FLOW_BENCH_FLOWS")
+        .unwrap_or_else(|_| "1 1000 100000 1000000".into())
+        .split_whitespace()
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    for flows in list {
+        let snap = switch(&rules);
+        let mut fx = FlowCtx::default();
+        let mut sc = Scratch::new();
+        let frames: Vec<Vec<u8>> = (0..32).map(|i| frame(0x0a00_0001, 9, i)).collect();
+        load(&mut sc, &pool, &frames);
+        let bridge = snap.bridge(0).unwrap();
+        let bf = bridge.flows.as_ref().unwrap();
+        let inp = snap.port(0).unwrap();
+        let mut next = 0u32;
+        let mut best = u64::MAX;
+        for rep in 0..reps + 20 {
+            let t0 = ferrovs_sys::os::rdtsc();
+            for _ in 0..bursts {
+                for m in sc.batch.iter_mut() {
+                    let src = 0x0a00_0001 + next;
+                    next = (next + 1) % flows;
+                    m.data_mut()[26..30].copy_from_slice(&src.to_be_bytes());
+                }
+                let d = process(&snap, bridge, bf, inp, &pool, &mut sc, &mut fx, 1);
+                assert_eq!(d, 0);
+                sc.reset_outputs();
+            }
+            let c = ferrovs_sys::os::rdtsc() - t0;
+            // The first repetitions warm the caches up.
+            if rep >= 20 {
+                best = best.min(c);
+            }
+        }
+        let cpp = best as f64 / (f64::from(bursts) * 32.0);
+        println!(
+            "flow path: {flows:>7} flows  {cpp:6.1} cycles/packet (best of {reps} x {bursts} bursts; {:?})",
+            fx.counters
+        );
+    }
+}
