@@ -297,19 +297,55 @@ fn prefetch_on() -> bool {
 
 /// Starts loading the descriptors and first buffers of the next `n` chains, so that the
 /// copies that follow overlap their cross-core cache misses instead of taking them one by
-/// one (the guest just wrote all of these lines on another core).
+/// one (the guest just wrote all of these lines on another core). Returns the longest first
+/// buffer seen.
 #[inline]
-fn prefetch_burst(ring: &SplitRing, from: u16, n: usize, write: bool) {
+fn prefetch_burst(ring: &SplitRing, from: u16, n: usize, write: bool) -> u32 {
     if !prefetch_on() {
-        return;
+        return 0;
     }
     let mem = ring.mem();
+    let mut longest = 0;
     for i in 0..n {
         let head = ring.avail_entry(from.wrapping_add(i as u16));
         if let Some(d) = ring.desc(head) {
             // Header and the start of the packet: two lines (a 64-byte frame and its
-            // 12-byte header span two); the rest of a large packet streams.
-            mem.prefetch_range(d.addr, u64::from(d.len), 2, write);
+            // 12-byte header span two); the rest of a large packet is prefetched one
+            // packet ahead of its copy (`prefetch_ahead`).
+            mem.prefetch_range(d.addr, u64::from(d.len), BURST_PREFETCH_BYTES / 64, write);
+            longest = longest.max(d.len);
+        }
+    }
+    longest
+}
+
+/// Bytes of a chain's first buffer the burst prefetch covers (two lines).
+const BURST_PREFETCH_BYTES: u64 = 128;
+
+/// Most of a large packet prefetched ahead of its copy (a 1518-byte frame and its header).
+const AHEAD_PREFETCH_BYTES: u64 = 1536;
+
+/// Software pipelining for large packets: while one packet is copied, starts loading the
+/// rest (past what the burst prefetch took) of the next chain's first buffer, `len` bytes
+/// of it: a 1518-byte frame is 24 lines, and a copy that finds them cold waits for each
+/// (guest TX: loads of lines the guest just wrote on another core; guest RX: stores that
+/// first need the lines owned, `write`). Chain `slot` is only guessed to be the next one
+/// used (mergeable buffers may take more): a wrong guess costs a few useless prefetches.
+#[inline]
+fn prefetch_ahead(ring: &SplitRing, slot: u16, len: u64, write: bool) {
+    if len <= BURST_PREFETCH_BYTES || !prefetch_on() {
+        return;
+    }
+    let head = ring.avail_entry(slot);
+    if let Some(d) = ring.desc(head) {
+        let len = len.min(u64::from(d.len)).min(AHEAD_PREFETCH_BYTES);
+        if len > BURST_PREFETCH_BYTES {
+            ring.mem().prefetch_range(
+                d.addr.saturating_add(BURST_PREFETCH_BYTES),
+                len - BURST_PREFETCH_BYTES,
+                AHEAD_PREFETCH_BYTES / 64,
+                write,
+            );
         }
     }
 }
@@ -799,7 +835,8 @@ impl VirtQueue {
             }
         };
         let n = avail.min(max).min(out.capacity() - out.len());
-        prefetch_burst(ring, self.state.last_avail, n, false);
+        let ahead =
+            prefetch_burst(ring, self.state.last_avail, n, false) as u64 > BURST_PREFETCH_BYTES;
         let old_used = self.state.used_idx;
         let (mut pkts, mut bytes, mut oversize, mut runts) = (0u64, 0u64, 0u64, 0u64);
         let (mut bad_offload, mut no_large) = (0u64, 0u64);
@@ -809,6 +846,9 @@ impl VirtQueue {
                 break;
             };
             let head = ring.avail_entry(self.state.last_avail);
+            if ahead {
+                prefetch_ahead(ring, self.state.last_avail.wrapping_add(1), u64::MAX, false);
+            }
             let res = self.copy_chain_out(ring, head, pool, &mut m);
             if matches!(res, Err(ChainError::NotArrived)) {
                 // Postcopy: the chain stays available; its page is being fetched.
@@ -1006,7 +1046,18 @@ impl VirtQueue {
                 true,
             );
         }
-        for (pkt, hdr) in pkts {
+        let mut pkts = pkts.into_iter().peekable();
+        // Large packets (judged by the first) are prefetched one ahead of their copy.
+        let ahead = pkts
+            .peek()
+            .is_some_and(|(p, _)| (self.hdr_len + p.len()) as u64 > BURST_PREFETCH_BYTES);
+        while let Some((pkt, hdr)) = pkts.next() {
+            if ahead {
+                if let Some((next, _)) = pkts.peek() {
+                    let len = (self.hdr_len + next.len()) as u64;
+                    prefetch_ahead(ring, self.state.last_avail.wrapping_add(1), len, true);
+                }
+            }
             if hdr.is_offload() && !caps::accepts(self.rx_caps, &hdr) {
                 stats.drop(DropReason::OffloadRefused, 1);
                 break;
