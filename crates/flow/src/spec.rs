@@ -285,7 +285,7 @@ fn match_token(p: &mut Parsed, name: &str, value: Option<&str>) -> Result<(), Pa
             if v.is_empty() {
                 return Err(ParseError::NoValue(name.into()));
             }
-            p.in_port = Some(v.to_string());
+            p.in_port = Some(port_name(name, v)?);
         }
         "dl_src" | "eth_src" => {
             let (a, m) = with_mask(name, v, Field::EthSrc.full(), |s| mac(name, s))?;
@@ -539,6 +539,23 @@ fn parse_match_part(s: &str) -> Result<Parsed, ParseError> {
     Ok(p)
 }
 
+/// A port named in a rule: what a port may be called (letters, digits, '-', '_', '.'; at most
+/// 64), so that the rule prints back as it was parsed. (Found by the `flow` fuzz target:
+/// `output( =...` took " =..." as a port name, which printed as `output: =...`.)
+fn port_name(what: &str, v: &str) -> Result<String, ParseError> {
+    let ok = !v.is_empty()
+        && v.len() <= 64
+        && v.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+    if ok {
+        Ok(v.to_string())
+    } else {
+        Err(ParseError::Invalid(format!(
+            "{what}: '{v}' is not a port name (letters, digits, '-', '_', '.')"
+        )))
+    }
+}
+
 fn parse_action(a: &str, table: u8, m: &Match) -> Result<ActionSpec, ParseError> {
     let (name, arg) = match a.split_once(':') {
         Some((n, v)) => (n, Some(v)),
@@ -574,8 +591,8 @@ fn parse_action(a: &str, table: u8, m: &Match) -> Result<ActionSpec, ParseError>
         ("drop", None) => ActionSpec::Drop,
         ("in_port", None) => ActionSpec::InPort,
         ("strip_vlan" | "pop_vlan", None) => ActionSpec::PopVlan,
-        ("output", _) => ActionSpec::Output(need("a port")?.to_string()),
-        ("mirror", _) => ActionSpec::Mirror(need("a port")?.to_string()),
+        ("output", _) => ActionSpec::Output(port_name(name, need("a port")?)?),
+        ("mirror", _) => ActionSpec::Mirror(port_name(name, need("a port")?)?),
         ("mod_dl_src", _) => ActionSpec::SetField(Field::EthSrc, mac(name, need("a MAC")?)?),
         ("mod_dl_dst", _) => ActionSpec::SetField(Field::EthDst, mac(name, need("a MAC")?)?),
         ("mod_nw_src", _) => {
@@ -689,12 +706,7 @@ fn parse_action(a: &str, table: u8, m: &Match) -> Result<ActionSpec, ParseError>
             }
         }
         // ovs-ofctl accepts a bare port name as output.
-        (_, None)
-            if !a.is_empty()
-                && a.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-                && !KEYWORD_ACTIONS.contains(&lname.as_str()) =>
-        {
+        (_, None) if !KEYWORD_ACTIONS.contains(&lname.as_str()) && port_name(a, a).is_ok() => {
             ActionSpec::Output(a.to_string())
         }
         _ => return Err(ParseError::UnknownAction(a.into())),

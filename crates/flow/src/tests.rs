@@ -104,6 +104,13 @@ fn every_error_is_precise() {
             "ip_frag=maybe,ip actions=drop",
             "no, yes, first, later or not_later",
         ),
+        // Found by the flow fuzz target: a port name that would not print back.
+        (
+            "actions=output( =\u{f5}vlan_\0\u{11}Do",
+            "' =\u{f5}vlan_\0\u{11}Do' is not a port name",
+        ),
+        ("actions=mirror:a=b", "'a=b' is not a port name"),
+        ("in_port=vm(1) actions=drop", "'vm(1)' is not a port name"),
     ];
     for (rule, want) in cases {
         let e = parse_flow(rule).unwrap_err().to_string();
