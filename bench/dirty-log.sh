@@ -4,7 +4,10 @@
 # vhost → vhost forwarding through ferrovs as in bench/vhost-fwd.sh (PMD on the last core,
 # ferrovs-gen txonly --sink on the other: one process, every packet accounted for), three
 # setups interleaved round by round:
-#   base  ferrovsd built from BASE_REV, a commit before dirty logging existed
+#   base  by default (--base nolog): this source with live-migration support compiled out
+#         (the dirty-log choice per burst made constant "off", the postcopy checks of rings
+#         and copies constant "no"; the compiler then drops those paths), i.e. the datapath
+#         as it would be without migration support; or (--base REV) ferrovsd built at REV
 #   off   this ferrovsd, logging off                       ("nothing while off": off/base)
 #   on    this ferrovsd with both ports logging, as during a migration: ferrovs-gen --log
 #         sets VHOST_F_LOG_ALL and a shared log on both ports and takes (clears) the log
@@ -12,11 +15,11 @@
 # Prints JSON: per setup and frame size the median Mpps and PMD busy cycles per packet over
 # the rounds, every run, and the ratios. Results: bench/results-dirty-log-DATE.json.
 #
-#   bench/dirty-log.sh [--rounds N] [--seconds S] [--sizes "64 1518"] [--base REV]
+#   bench/dirty-log.sh [--rounds N] [--seconds S] [--sizes "64 1518"] [--base nolog|REV]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-rounds=5 secs=5 sizes="64 1518" base_rev=18fdb1b
+rounds=5 secs=5 sizes="64 1518" base_rev=nolog
 while [ $# -gt 0 ]; do
     case $1 in
         --rounds) rounds=$2; shift 2 ;;
@@ -31,12 +34,39 @@ bash scripts/deps.sh >/dev/null
 cargo build --release --quiet
 bin=$root/target/release
 # The baseline daemon, built once per revision in its own worktree and target directory.
-base_dir=/tmp/ferrovs-bench-base-$base_rev
+rev=$base_rev
+[ "$base_rev" = nolog ] && rev=HEAD
+sha=$(git rev-parse --short "$rev")
+base_dir=/tmp/ferrovs-bench-base-$base_rev-$sha
 if [ ! -x "$base_dir/target/release/ferrovsd" ]; then
-    log "building ferrovsd at $base_rev (baseline) in $base_dir"
+    log "building ferrovsd at $sha ($base_rev, the baseline) in $base_dir"
     rm -rf "$base_dir"
     git worktree prune
-    git worktree add --detach "$base_dir" "$base_rev" >/dev/null
+    git worktree add --detach "$base_dir" "$sha" >/dev/null
+    if [ "$base_rev" = nolog ]; then
+        # Compile live-migration support out: each replacement must apply exactly once.
+        python3 - "$base_dir" <<'PATCH'
+import sys
+root = sys.argv[1]
+edits = [
+    ("crates/vhost/src/virtqueue.rs",
+     "        if self.log_all {\n            self.log.as_ref()\n        } else {\n            None\n        }",
+     "        None"),
+    ("crates/vhost/src/virtqueue.rs",
+     "        if !self.pending_sync && !mem.in_postcopy() {\n            return true;\n        }",
+     "        let _ = mem;\n        return true;"),
+    ("crates/sys/src/guest.rs",
+     "        if self.in_postcopy() {\n            self.check_resident(ri, off, len)?;\n        }",
+     ""),
+]
+for path, old, new in edits:
+    p = f"{root}/{path}"
+    s = open(p).read()
+    if s.count(old) != 1:
+        sys.exit(f"nolog baseline: the code of {path} changed; update bench/dirty-log.sh")
+    open(p, "w").write(s.replace(old, new))
+PATCH
+    fi
     (cd "$base_dir" && CARGO_TARGET_DIR=$base_dir/target cargo build --release --quiet -p ferrovsd)
 fi
 base_bin=$base_dir/target/release

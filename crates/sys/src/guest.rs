@@ -459,7 +459,7 @@ impl GuestMemory {
     }
 
     /// Region containing guest-physical `gpa` (its index), and the offset of `gpa` in it.
-    #[inline]
+    #[inline(always)]
     fn find_gpa(&self, gpa: u64) -> Option<(usize, &Region, u64)> {
         let hint = self.last.load(Ordering::Relaxed);
         if let Some(r) = self.regions.get(hint) {
@@ -491,7 +491,7 @@ impl GuestMemory {
     }
 
     /// Host pointer of the guest-physical range `[gpa, gpa + len)` when it lies in one region.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn gpa_range(&self, gpa: u64, len: u64) -> Option<*mut u8> {
         let (_, r, off) = self.find_gpa(gpa)?;
         if len > r.desc.size - off {
@@ -502,7 +502,7 @@ impl GuestMemory {
 
     /// Host pointer of `[gpa, gpa + len)` (`len > 0`) when it lies in one region and, in
     /// postcopy, every page of it has arrived; `Ok(None)` when it spans regions.
-    #[inline]
+    #[inline(always)]
     fn access_range(&self, gpa: u64, len: u64) -> Result<Option<*mut u8>, AccessError> {
         let Some((ri, r, off)) = self.find_gpa(gpa) else {
             return Err(OutOfBounds { addr: gpa, len }.into());
@@ -530,7 +530,7 @@ impl GuestMemory {
     /// the first ones), for writing if `write`. A hint, like [`GuestMemory::prefetch`]:
     /// nothing happens outside guest memory. A 64-byte frame behind its 12-byte virtio-net
     /// header spans two lines; prefetching one left every packet a miss.
-    #[inline]
+    #[inline(always)]
     pub fn prefetch_range(&self, gpa: u64, len: u64, max_lines: u64, write: bool) {
         let first = gpa & !63;
         let lines = ((gpa.saturating_add(len.max(1) - 1) - first) / 64 + 1).min(max_lines);
@@ -575,7 +575,7 @@ impl GuestMemory {
     }
 
     /// Copies guest memory at `gpa` into `dst`. The range may span regions.
-    #[inline]
+    #[inline(always)]
     pub fn read(&self, gpa: u64, dst: &mut [u8]) -> Result<(), AccessError> {
         if dst.is_empty() {
             return self.check_range(gpa, 0).map_err(Into::into);
@@ -610,7 +610,7 @@ impl GuestMemory {
     }
 
     /// Copies `src` into guest memory at `gpa`. The range may span regions.
-    #[inline]
+    #[inline(always)]
     pub fn write(&self, gpa: u64, src: &[u8]) -> Result<(), AccessError> {
         if src.is_empty() {
             return self.check_range(gpa, 0).map_err(Into::into);
@@ -626,7 +626,7 @@ impl GuestMemory {
 
     /// Copies `a` then `b` into guest memory at `gpa`, contiguously: one translation for a
     /// header and the packet behind it.
-    #[inline]
+    #[inline(always)]
     pub fn write_pair(&self, gpa: u64, a: &[u8], b: &[u8]) -> Result<(), AccessError> {
         let len = (a.len() + b.len()) as u64;
         if !a.is_empty() && !b.is_empty() {

@@ -249,7 +249,7 @@ impl<'a> Chain<'a> {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn next(&mut self) -> Result<Option<Descriptor>, ChainError> {
         let Some(i) = self.next else { return Ok(None) };
         if self.budget == 0 {
@@ -299,7 +299,7 @@ fn prefetch_on() -> bool {
 /// copies that follow overlap their cross-core cache misses instead of taking them one by
 /// one (the guest just wrote all of these lines on another core). Returns the longest first
 /// buffer seen.
-#[inline]
+#[inline(always)]
 fn prefetch_burst(ring: &SplitRing, from: u16, n: usize, write: bool) -> u32 {
     if !prefetch_on() {
         return 0;
@@ -331,7 +331,7 @@ const AHEAD_PREFETCH_BYTES: u64 = 1536;
 /// (guest TX: loads of lines the guest just wrote on another core; guest RX: stores that
 /// first need the lines owned, `write`). Chain `slot` is only guessed to be the next one
 /// used (mergeable buffers may take more): a wrong guess costs a few useless prefetches.
-#[inline]
+#[inline(always)]
 fn prefetch_ahead(ring: &SplitRing, slot: u16, len: u64, write: bool) {
     if len <= BURST_PREFETCH_BYTES || !prefetch_on() {
         return;
@@ -887,7 +887,7 @@ impl VirtQueue {
 
     /// Reads the virtio-net header of chain `head` (its first bytes, usually all in the first
     /// descriptor). Errors are left to the copy that follows, which walks the same chain.
-    #[inline]
+    #[inline(always)]
     fn peek_header(&self, ring: &SplitRing, head: u16) -> Option<VnetHdr> {
         let mem = ring.mem();
         let mut chain = Chain::new(ring, head, self.indirect_ok());
@@ -904,7 +904,7 @@ impl VirtQueue {
 
     /// Checks a header the guest sent against what was negotiated: `None` if it asks for
     /// something else. Flags not negotiated are ignored (a driver may leave stale bits).
-    #[inline]
+    #[inline(always)]
     fn accept_header(&self, h: VnetHdr) -> Option<VnetHdr> {
         let mut h = h;
         if self.tx_caps & caps::CSUM == 0 {
@@ -922,7 +922,7 @@ impl VirtQueue {
 
     /// Copies the packet of chain `head` (after the virtio-net header) into `m`, with the
     /// offload metadata of its header; a TSO packet goes into a large buffer instead.
-    #[inline]
+    #[inline(always)]
     fn copy_chain_out<'p>(
         &self,
         ring: &SplitRing,
@@ -1086,7 +1086,7 @@ impl VirtQueue {
     }
 
     /// Places one packet; `Ok(false)` when the guest has too few buffers (nothing consumed).
-    #[inline]
+    #[inline(always)]
     fn enqueue_one<M: Marker>(
         &mut self,
         ring: &SplitRing,
@@ -1104,7 +1104,7 @@ impl VirtQueue {
         r
     }
 
-    #[inline]
+    #[inline(always)]
     fn place_one<M: Marker>(
         &mut self,
         ring: &SplitRing,
