@@ -103,6 +103,26 @@ pub const MAX_COALESCE_USECS: u32 = 10_000;
 pub const MAX_COALESCE_FRAMES: u32 = 32_768;
 
 impl PortConfig {
+    /// A port of `kind` named `name` with every option at its default.
+    pub fn new(name: &str, kind: PortType) -> PortConfig {
+        PortConfig {
+            name: name.to_string(),
+            kind,
+            path: None,
+            dev: None,
+            queues: 1,
+            tag: None,
+            trunks: vec![],
+            mode: None,
+            coalesce_usecs: None,
+            coalesce_frames: None,
+            remote_ip: None,
+            local_ip: None,
+            key: None,
+            dst_port: None,
+        }
+    }
+
     /// The port's notification coalescing.
     pub fn coalesce(&self) -> ferrovs_vhost::virtqueue::Coalesce {
         ferrovs_vhost::virtqueue::Coalesce {
@@ -250,20 +270,8 @@ impl Config {
     /// The embedded default: bridge br0 with vhost-user server ports vm1 and vm2.
     pub fn default_for(run_dir: &Path) -> Config {
         let port = |n: &str| PortConfig {
-            name: n.to_string(),
-            kind: PortType::VhostUser,
             path: Some(run_dir.join(format!("{n}.sock"))),
-            dev: None,
-            queues: 1,
-            tag: None,
-            trunks: vec![],
-            mode: None,
-            coalesce_usecs: None,
-            coalesce_frames: None,
-            remote_ip: None,
-            local_ip: None,
-            key: None,
-            dst_port: None,
+            ..PortConfig::new(n, PortType::VhostUser)
         };
         Config {
             version: 1,
@@ -680,20 +688,8 @@ mod tests {
     #[test]
     fn kernel_ports_need_a_valid_dev() {
         let port = |kind, dev: Option<&str>| PortConfig {
-            name: "k".into(),
-            kind,
-            path: None,
             dev: dev.map(String::from),
-            queues: 1,
-            tag: None,
-            trunks: vec![],
-            mode: None,
-            coalesce_usecs: None,
-            coalesce_frames: None,
-            remote_ip: None,
-            local_ip: None,
-            key: None,
-            dst_port: None,
+            ..PortConfig::new("k", kind)
         };
         let err = |p: &PortConfig| validate_port(p).unwrap_err().to_string();
         assert!(validate_port(&port(PortType::Tap, Some("fvtap0"))).is_ok());

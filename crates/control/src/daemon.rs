@@ -50,6 +50,9 @@ const TICK: Duration = Duration::from_millis(100);
 /// The revalidator's period: megaflow statistics pushed to the rules, idle megaflows
 /// evicted, rule timeouts applied.
 const REVALIDATE_EVERY: Duration = Duration::from_secs(1);
+/// Longest a PMD may take to finish its iteration (and, in a hot upgrade, the old PMDs to
+/// leave the rings).
+const PMD_ITERATION_TIMEOUT: Duration = Duration::from_secs(1);
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
 
@@ -567,6 +570,15 @@ impl Daemon {
     /// Waits until every PMD finished the iteration it was in (at most 1 s: a PMD that does
     /// not move on is stuck elsewhere, and waiting longer would stall the control plane).
     fn quiesce(&self) {
+        if !self.wait_pmd_iterations() {
+            eprintln!("ferrovs: a PMD did not finish its iteration within 1 s");
+        }
+    }
+
+    /// Wakes every PMD (one waiting for work must finish that wait) and waits until each
+    /// finished the iteration it was in: its epoch moved on. False after
+    /// [`PMD_ITERATION_TIMEOUT`].
+    fn wait_pmd_iterations(&self) -> bool {
         let seen: Vec<u64> = self
             .pmds
             .iter()
@@ -582,12 +594,18 @@ impl Daemon {
             .zip(&seen)
             .all(|(p, s)| p.stats.epoch.load(Ordering::Acquire) > *s)
         {
-            if t.elapsed() > Duration::from_secs(1) {
-                eprintln!("ferrovs: a PMD did not finish its iteration within 1 s");
-                return;
+            let waited = t.elapsed();
+            if waited > PMD_ITERATION_TIMEOUT {
+                return false;
             }
-            std::thread::sleep(Duration::from_micros(20));
+            if waited < Duration::from_micros(50) {
+                std::hint::spin_loop();
+            } else {
+                // A PMD sharing our core (no spare core) needs it to finish its burst.
+                std::thread::sleep(Duration::from_micros(20));
+            }
         }
+        true
     }
 
     fn publish_snapshot(&mut self) {

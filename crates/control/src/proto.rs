@@ -153,22 +153,7 @@ pub fn port_set_options(p: &mut PortConfig, opts: &[String]) -> Result<(), Confi
 /// Builds a port from `key=value` options as `ferrovs add-port` takes them.
 pub fn port_from_options(name: &str, opts: &[String]) -> Result<PortConfig, ConfigError> {
     let bad = |s: String| ConfigError::Invalid(format!("port {name}: {s}"));
-    let mut p = PortConfig {
-        name: name.to_string(),
-        kind: PortType::VhostUser,
-        path: None,
-        dev: None,
-        queues: 1,
-        tag: None,
-        trunks: vec![],
-        mode: None,
-        coalesce_usecs: None,
-        coalesce_frames: None,
-        remote_ip: None,
-        local_ip: None,
-        key: None,
-        dst_port: None,
-    };
+    let mut p = PortConfig::new(name, PortType::VhostUser);
     let mut kind = None;
     for o in opts {
         let (k, v) = o

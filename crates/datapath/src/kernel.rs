@@ -18,7 +18,7 @@
 
 use std::sync::Mutex;
 
-use ferrovs_sys::af_packet::{AfPacket, RingGeometry, RxFrame, RxRing};
+use ferrovs_sys::af_packet::{AfPacket, RingGeometry, RxFrame, RxRing, SendReport};
 use ferrovs_sys::netdev::TxFail;
 use ferrovs_sys::pool::{Mbuf, Pool};
 use ferrovs_sys::tap::{Tap, VNET_HDR_LEN};
@@ -78,8 +78,7 @@ impl TapIo {
     #[inline]
     pub fn rx_burst<'p>(&self, pool: &'p Pool, out: &mut Vec<Mbuf<'p>>, max: usize) -> usize {
         let max = max.min(BURST).min(out.capacity() - out.len());
-        let (mut pkts, mut bytes, mut runts, mut oversize, mut errors) = (0, 0, 0, 0, 0);
-        let mut bad_offload = 0;
+        let mut t = RxTally::default();
         for _ in 0..max {
             let m = if self.rx_offloads {
                 pool.alloc_large().or_else(|| pool.alloc())
@@ -94,15 +93,15 @@ impl TapIo {
             let Some(buf) = m.fill(cap) else { break };
             match self.tap.recv(buf) {
                 Ok(None) => break,
-                Ok(Some(n)) if n == cap => oversize += 1,
-                Ok(Some(n)) if n < VNET_HDR_LEN + MIN_FRAME => runts += 1,
+                Ok(Some(n)) if n == cap => t.oversize += 1,
+                Ok(Some(n)) if n < VNET_HDR_LEN + MIN_FRAME => t.runts += 1,
                 Ok(Some(n)) => {
                     let mut h = [0u8; vnet::HDR_LEN];
                     h.copy_from_slice(&buf[..vnet::HDR_LEN]);
                     let h = VnetHdr::from_bytes(&h);
                     let len = n - VNET_HDR_LEN;
                     if !kernel_header_ok(&h, len) {
-                        bad_offload += 1;
+                        t.bad_offload += 1;
                         continue;
                     }
                     m.truncate(n);
@@ -111,22 +110,16 @@ impl TapIo {
                         flags: h.flags & vnet::F_NEEDS_CSUM,
                         ..h
                     };
-                    pkts += 1;
-                    bytes += len as u64;
+                    t.frame(len);
                     out.push(m);
                 }
                 Err(_) => {
-                    errors += 1;
+                    t.errors += 1;
                     break;
                 }
             }
         }
-        self.rx.drop(DropReason::BadOffload, bad_offload);
-        self.rx.add(pkts, bytes);
-        self.rx.drop(DropReason::Runt, runts);
-        self.rx.drop(DropReason::Oversize, oversize);
-        self.rx.drop(DropReason::RxError, errors);
-        pkts as usize
+        t.count(&self.rx)
     }
 
     /// Writes `pkts` to the device, each behind its offload metadata; returns (sent,
@@ -136,8 +129,7 @@ impl TapIo {
     where
         I: IntoIterator<Item = &'a Mbuf<'p>>,
     {
-        let (mut sent, mut bytes, mut full, mut down, mut oversize, mut errors) =
-            (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
+        let mut r = SendReport::default();
         for m in pkts {
             let p = m.data();
             let mut hdr = [0u8; VNET_HDR_LEN];
@@ -146,22 +138,61 @@ impl TapIo {
             }
             match self.tap.send(&hdr, p) {
                 Ok(()) => {
-                    sent += 1;
-                    bytes += p.len() as u64;
+                    r.sent += 1;
+                    r.bytes += p.len() as u64;
                 }
-                Err(TxFail::Full) => full += 1,
-                Err(TxFail::LinkDown) => down += 1,
-                Err(TxFail::Oversize) => oversize += 1,
-                Err(TxFail::Other) => errors += 1,
+                Err(TxFail::Full) => r.full += 1,
+                Err(TxFail::LinkDown) => r.link_down += 1,
+                Err(TxFail::Oversize) => r.oversize += 1,
+                Err(TxFail::Other) => r.errors += 1,
             }
         }
-        self.tx.add(sent, bytes);
-        self.tx.drop(DropReason::KernelTxFull, full);
-        self.tx.drop(DropReason::KernelLinkDown, down);
-        self.tx.drop(DropReason::Oversize, oversize);
-        self.tx.drop(DropReason::TxError, errors);
-        (sent, full + down + oversize + errors)
+        count_sent(&self.tx, &r)
     }
+}
+
+/// What one receive burst from a kernel device came to: frames taken, and frames dropped
+/// per reason.
+#[derive(Debug, Default)]
+pub(crate) struct RxTally {
+    pub pkts: u64,
+    pub bytes: u64,
+    pub runts: u64,
+    pub oversize: u64,
+    pub errors: u64,
+    pub bad_offload: u64,
+}
+
+impl RxTally {
+    /// One frame of `len` bytes taken.
+    #[inline]
+    pub fn frame(&mut self, len: usize) {
+        self.pkts += 1;
+        self.bytes += len as u64;
+    }
+
+    /// Adds the burst to the port's receive counters; returns the frames taken.
+    #[inline]
+    pub fn count(&self, rx: &QueueStats) -> usize {
+        rx.add(self.pkts, self.bytes);
+        rx.drop(DropReason::Runt, self.runts);
+        rx.drop(DropReason::Oversize, self.oversize);
+        rx.drop(DropReason::RxError, self.errors);
+        rx.drop(DropReason::BadOffload, self.bad_offload);
+        self.pkts as usize
+    }
+}
+
+/// Adds a send burst's report to the port's transmit counters; returns (sent, dropped).
+#[inline]
+pub(crate) fn count_sent(tx: &QueueStats, r: &SendReport) -> (u64, u64) {
+    tx.add(r.sent as u64, r.bytes);
+    tx.drop(DropReason::KernelTxFull, r.full as u64);
+    tx.drop(DropReason::KernelLinkDown, r.link_down as u64);
+    tx.drop(DropReason::Oversize, r.oversize as u64);
+    tx.drop(DropReason::TxError, r.errors as u64);
+    let dropped = r.full + r.link_down + r.oversize + r.errors;
+    (r.sent as u64, dropped as u64)
 }
 
 /// Whether a header the kernel wrote describes the `len`-byte frame behind it with offloads
@@ -208,13 +239,12 @@ impl UplinkIo {
             return 0;
         };
         let max = max.min(BURST).min(out.capacity() - out.len());
-        let (mut pkts, mut bytes, mut runts, mut oversize, mut errors) = (0, 0, 0, 0, 0);
+        let mut t = RxTally::default();
         // Outgoing frames (only seen without PACKET_IGNORE_OUTGOING) do not count towards
         // the burst, but the loop stays bounded.
         let mut budget = 4 * BURST;
-        let mut bad_offload = 0;
         let mut next = pool.alloc();
-        while pkts < max && budget > 0 {
+        while (t.pkts as usize) < max && budget > 0 {
             budget -= 1;
             let Some(mut m) = next.take().or_else(|| pool.alloc()) else {
                 self.rx.drop(DropReason::NoMbuf, 1);
@@ -234,11 +264,11 @@ impl UplinkIo {
                         }
                     }
                 }
-                RxFrame::Frame(n) if n < MIN_FRAME => runts += 1,
+                RxFrame::Frame(n) if n < MIN_FRAME => t.runts += 1,
                 RxFrame::Frame(n) => {
                     let h = ring.last_vnet();
                     if !kernel_header_ok(&h, n) {
-                        bad_offload += 1;
+                        t.bad_offload += 1;
                         continue;
                     }
                     m.truncate(n);
@@ -246,16 +276,14 @@ impl UplinkIo {
                         flags: h.flags & vnet::F_NEEDS_CSUM,
                         ..h
                     };
-                    pkts += 1;
-                    bytes += n as u64;
+                    t.frame(n);
                     out.push(m);
                 }
                 RxFrame::Outgoing => {}
-                RxFrame::Oversize => oversize += 1,
-                RxFrame::Corrupt => errors += 1,
+                RxFrame::Oversize => t.oversize += 1,
+                RxFrame::Corrupt => t.errors += 1,
             }
         }
-        self.rx.drop(DropReason::BadOffload, bad_offload);
         if ring.take_losing() {
             // One system call, only after the kernel reported a loss.
             if let Ok(n) = self.sock.take_drops() {
@@ -263,11 +291,7 @@ impl UplinkIo {
             }
         }
         drop(ring);
-        self.rx.add(pkts as u64, bytes);
-        self.rx.drop(DropReason::Runt, runts);
-        self.rx.drop(DropReason::Oversize, oversize);
-        self.rx.drop(DropReason::RxError, errors);
-        pkts
+        t.count(&self.rx)
     }
 
     /// Sends `pkts` on the device; returns (sent, dropped).
@@ -276,13 +300,6 @@ impl UplinkIo {
     where
         I: IntoIterator<Item = &'a [u8]>,
     {
-        let r = self.sock.send_burst(pkts);
-        self.tx.add(r.sent as u64, r.bytes);
-        self.tx.drop(DropReason::KernelTxFull, r.full as u64);
-        self.tx.drop(DropReason::KernelLinkDown, r.link_down as u64);
-        self.tx.drop(DropReason::Oversize, r.oversize as u64);
-        self.tx.drop(DropReason::TxError, r.errors as u64);
-        let dropped = r.full + r.link_down + r.oversize + r.errors;
-        (r.sent as u64, dropped as u64)
+        count_sent(&self.tx, &self.sock.send_burst(pkts))
     }
 }

@@ -25,6 +25,8 @@ use ferrovs_sys::pool::{Mbuf, Pool, MAX_DATA};
 use ferrovs_vhost::stats::{DropReason, QueueStats};
 use ferrovs_vhost::virtqueue::BURST;
 
+use crate::kernel::{count_sent, RxTally};
+
 /// Shortest Ethernet frame accepted (destination, source, type).
 const MIN_FRAME: usize = 14;
 
@@ -65,7 +67,7 @@ impl XdpIo {
         if avail == 0 {
             return 0;
         }
-        let (mut pkts, mut bytes, mut runts, mut oversize, mut errors) = (0, 0, 0, 0, 0);
+        let mut t = RxTally::default();
         let mut taken = 0;
         while taken < avail {
             // Out of buffers: leave the rest in the ring for the next burst.
@@ -75,25 +77,20 @@ impl XdpIo {
             };
             let Some(buf) = m.fill(MAX_DATA) else { break };
             match ring.read(taken, buf) {
-                XskRxFrame::Frame(n) if n < MIN_FRAME => runts += 1,
+                XskRxFrame::Frame(n) if n < MIN_FRAME => t.runts += 1,
                 XskRxFrame::Frame(n) => {
                     m.truncate(n);
-                    pkts += 1;
-                    bytes += n as u64;
+                    t.frame(n);
                     out.push(m);
                 }
-                XskRxFrame::Oversize => oversize += 1,
-                XskRxFrame::Bad => errors += 1,
+                XskRxFrame::Oversize => t.oversize += 1,
+                XskRxFrame::Bad => t.errors += 1,
             }
             taken += 1;
         }
         ring.release(taken);
         drop(ring);
-        self.rx.add(pkts as u64, bytes);
-        self.rx.drop(DropReason::Runt, runts);
-        self.rx.drop(DropReason::Oversize, oversize);
-        self.rx.drop(DropReason::RxError, errors);
-        pkts
+        t.count(&self.rx)
     }
 
     /// Sends `pkts` on the device; returns (sent, dropped).
@@ -106,13 +103,7 @@ impl XdpIo {
             let mut ring = self.tx_ring.lock().unwrap_or_else(|p| p.into_inner());
             ring.send_burst(pkts)
         };
-        self.tx.add(r.sent as u64, r.bytes);
-        self.tx.drop(DropReason::KernelTxFull, r.full as u64);
-        self.tx.drop(DropReason::KernelLinkDown, r.link_down as u64);
-        self.tx.drop(DropReason::Oversize, r.oversize as u64);
-        self.tx.drop(DropReason::TxError, r.errors as u64);
-        let dropped = r.full + r.link_down + r.oversize + r.errors;
-        (r.sent as u64, dropped as u64)
+        count_sent(&self.tx, &r)
     }
 
     /// Adds what the kernel dropped on receive since the last call (`XDP_STATISTICS`: no

@@ -36,6 +36,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::mmap::Mmap;
 use crate::netdev::{self, TxFail};
+use crate::os::{getopt, setopt};
 use crate::vnet::{self, VnetHdr};
 
 /// How long the kernel keeps a block open before handing it over partly filled.
@@ -148,47 +149,6 @@ pub struct SendReport {
     pub errors: usize,
 }
 
-fn setopt<T>(fd: &OwnedFd, level: libc::c_int, opt: libc::c_int, v: &T) -> io::Result<()> {
-    // SAFETY: `v` is a valid value of the size passed, read by the kernel only.
-    let r = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            level,
-            opt,
-            (v as *const T).cast(),
-            std::mem::size_of::<T>() as libc::socklen_t,
-        )
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-fn getopt<T: Copy>(
-    fd: BorrowedFd<'_>,
-    level: libc::c_int,
-    opt: libc::c_int,
-    init: T,
-) -> io::Result<T> {
-    let mut v = init;
-    let mut len = std::mem::size_of::<T>() as libc::socklen_t;
-    // SAFETY: `v`/`len` are valid out-parameters of the size passed; `T` is plain data.
-    let r = unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            level,
-            opt,
-            (&mut v as *mut T).cast(),
-            &mut len,
-        )
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(v)
-}
-
 impl AfPacket {
     /// Attaches to the existing netdev `name`: a non-blocking packet socket with a
     /// TPACKET_V3 RX ring of `geo`, bound to the device, promiscuous, and the device up.
@@ -228,10 +188,10 @@ impl AfPacket {
         // SAFETY: `fd` is fresh and owned by nobody else.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         let v3 = libc::tpacket_versions::TPACKET_V3 as libc::c_int;
-        setopt(&fd, libc::SOL_PACKET, libc::PACKET_VERSION, &v3)
+        setopt(fd.as_fd(), libc::SOL_PACKET, libc::PACKET_VERSION, &v3)
             .map_err(setup("select TPACKET_V3"))?;
         let ignore_outgoing = setopt(
-            &fd,
+            fd.as_fd(),
             libc::SOL_PACKET,
             libc::PACKET_IGNORE_OUTGOING,
             &1 as &libc::c_int,
@@ -242,7 +202,7 @@ impl AfPacket {
         // GRO made, up to 64 KiB), instead of leaving a pseudo-header sum where the checksum
         // should be.
         let vnet = setopt(
-            &fd,
+            fd.as_fd(),
             libc::SOL_PACKET,
             libc::PACKET_VNET_HDR,
             &1 as &libc::c_int,
@@ -257,7 +217,7 @@ impl AfPacket {
             tp_sizeof_priv: 0,
             tp_feature_req_word: 0,
         };
-        setopt(&fd, libc::SOL_PACKET, libc::PACKET_RX_RING, &req)
+        setopt(fd.as_fd(), libc::SOL_PACKET, libc::PACKET_RX_RING, &req)
             .map_err(setup("set up the RX ring"))?;
         let map = Mmap::map_shared(fd.as_fd(), geo.len(), 0).map_err(setup("map the RX ring"))?;
         // SAFETY: a zeroed sockaddr_ll is valid.
@@ -282,8 +242,13 @@ impl AfPacket {
             mr_alen: 0,
             mr_address: [0; 8],
         };
-        setopt(&fd, libc::SOL_PACKET, libc::PACKET_ADD_MEMBERSHIP, &mreq)
-            .map_err(setup("enter promiscuous mode"))?;
+        setopt(
+            fd.as_fd(),
+            libc::SOL_PACKET,
+            libc::PACKET_ADD_MEMBERSHIP,
+            &mreq,
+        )
+        .map_err(setup("enter promiscuous mode"))?;
         netdev::set_up(name).map_err(setup("bring the device up"))?;
         let sock = AfPacket {
             fd,

@@ -47,6 +47,7 @@ use crate::af_packet::SendReport;
 use crate::bpf::{BpfError, XdpMode, XdpProgram};
 use crate::mmap::Mmap;
 use crate::netdev;
+use crate::os::{getopt, setopt};
 
 /// Shape of the UMEM and rings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,47 +142,6 @@ pub enum XskError {
     },
     #[error("handed-over AF_XDP fds: {0}")]
     BadFd(String),
-}
-
-fn setopt<T>(fd: BorrowedFd<'_>, level: libc::c_int, opt: libc::c_int, v: &T) -> io::Result<()> {
-    // SAFETY: `v` is a valid value of the size passed, read by the kernel only.
-    let r = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            level,
-            opt,
-            (v as *const T).cast(),
-            std::mem::size_of::<T>() as libc::socklen_t,
-        )
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-fn getopt<T: Copy>(
-    fd: BorrowedFd<'_>,
-    level: libc::c_int,
-    opt: libc::c_int,
-    init: T,
-) -> io::Result<T> {
-    let mut v = init;
-    let mut len = std::mem::size_of::<T>() as libc::socklen_t;
-    // SAFETY: `v`/`len` are valid out-parameters of the size passed; `T` is plain data.
-    let r = unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            level,
-            opt,
-            (&mut v as *mut T).cast(),
-            &mut len,
-        )
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(v)
 }
 
 fn socket(domain: libc::c_int, proto: libc::c_int) -> io::Result<OwnedFd> {

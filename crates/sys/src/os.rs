@@ -663,6 +663,54 @@ pub fn stdout_to_null() -> io::Result<()> {
     cvt(unsafe { libc::dup2(null.as_raw_fd(), 1) }).map(|_| ())
 }
 
+/// `setsockopt(2)` with a plain-data value.
+pub(crate) fn setopt<T>(
+    fd: BorrowedFd<'_>,
+    level: libc::c_int,
+    opt: libc::c_int,
+    v: &T,
+) -> io::Result<()> {
+    // SAFETY: `v` is a valid value of the size passed, read by the kernel only.
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            opt,
+            (v as *const T).cast(),
+            std::mem::size_of::<T>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `getsockopt(2)` into a plain-data value, starting from `init`.
+pub(crate) fn getopt<T: Copy>(
+    fd: BorrowedFd<'_>,
+    level: libc::c_int,
+    opt: libc::c_int,
+    init: T,
+) -> io::Result<T> {
+    let mut v = init;
+    let mut len = std::mem::size_of::<T>() as libc::socklen_t;
+    // SAFETY: `v`/`len` are valid out-parameters of the size passed; `T` is plain data.
+    let r = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            level,
+            opt,
+            (&mut v as *mut T).cast(),
+            &mut len,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(v)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -41,8 +41,6 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(2);
 const PREPARE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Longest the new daemon waits for the freeze once it said ready.
 const FROZEN_TIMEOUT: Duration = Duration::from_secs(10);
-/// Longest the old PMDs may take to leave the rings.
-const FREEZE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Longest the new daemon waits for the old one's goodbye.
 const BYE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -327,33 +325,9 @@ impl Daemon {
     /// PMD finished the iteration it was in (its epoch moved on).
     fn freeze(&mut self) -> Result<(), String> {
         self.datapath.publish(Snapshot::default());
-        let seen: Vec<u64> = self
-            .pmds
-            .iter()
-            .map(|p| p.stats.epoch.load(Ordering::Acquire))
-            .collect();
-        // A PMD that already saw the empty datapath waits for work: let it finish that wait.
-        for p in &self.pmds {
-            p.wake();
-        }
-        let t = Instant::now();
-        while !self
-            .pmds
-            .iter()
-            .zip(&seen)
-            .all(|(p, s)| p.stats.epoch.load(Ordering::Acquire) > *s)
-        {
-            let waited = t.elapsed();
-            if waited > FREEZE_TIMEOUT {
-                self.thaw(false);
-                return Err("PMDs did not stop within 1 s".into());
-            }
-            if waited < Duration::from_micros(50) {
-                std::hint::spin_loop();
-            } else {
-                // A PMD sharing our core (no spare core) needs it to finish its burst.
-                std::thread::sleep(Duration::from_micros(20));
-            }
+        if !self.wait_pmd_iterations() {
+            self.thaw(false);
+            return Err("PMDs did not stop within 1 s".into());
         }
         Ok(())
     }
