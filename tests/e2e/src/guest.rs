@@ -17,10 +17,26 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::{json, Value};
 
-use crate::{repo, Proc};
+use crate::{have, repo, require, Proc};
 
 /// Guest RAM (the memfd backend's size, and what `pmemsave` covers).
 pub const GUEST_RAM: u64 = 256 << 20;
+
+/// Whether real guests can run here: QEMU, busybox and a Debian kernel in /boot (the guest
+/// image is built from them). Outside CI a test skips with what is missing; in CI that is a
+/// failure.
+pub fn guests_available() -> bool {
+    require(
+        have("qemu-system-x86_64"),
+        "qemu-system-x86_64 (scripts/deps.sh installs it)",
+    ) && require(have("busybox"), "busybox-static")
+        && require(
+            std::fs::read_dir("/boot").is_ok_and(|mut d| {
+                d.any(|e| e.is_ok_and(|e| e.file_name().to_string_lossy().starts_with("vmlinuz-")))
+            }),
+            "a Debian kernel in /boot (linux-image-amd64)",
+        )
+}
 
 /// Builds (or reuses) the guest kernel + initramfs; returns their directory.
 pub fn guest_image() -> PathBuf {

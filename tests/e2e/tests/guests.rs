@@ -7,38 +7,22 @@ use std::time::{Duration, Instant};
 use ferrovs_e2e::guest::*;
 use ferrovs_e2e::*;
 
-#[test]
-fn two_guests_ping_through_ferrovs_in_both_socket_modes() {
-    let ok = require(
-        have("qemu-system-x86_64"),
-        "qemu-system-x86_64 (scripts/deps.sh installs it)",
-    ) && require(have("busybox"), "busybox-static")
-        && require(
-            std::fs::read_dir("/boot").is_ok_and(|mut d| {
-                d.any(|e| e.is_ok_and(|e| e.file_name().to_string_lossy().starts_with("vmlinuz-")))
-            }),
-            "a Debian kernel in /boot (linux-image-amd64)",
-        );
-    if !ok {
-        return;
-    }
-    let img = guest_image();
-    let dir = run_dir("guests");
-    let (pmd, _) = cores();
-    let _sw = start_switch(&dir, pmd, &[]);
-    // Guest B listens (QEMU server=on) and ferrovs connects to it: port type vhost-user-client.
+/// The usual pair, one guest per socket mode: guest B listens (QEMU `server=on`) and ferrovs
+/// connects to it as port vm3 (`vhost-user-client`); guest A connects to ferrovs's port vm1,
+/// which listens. `b` and `a` are their kernel command lines. Returns (A, B).
+fn guests_in_both_modes(dir: &Path, img: &Path, b: &str, a: &str) -> (Proc, Proc) {
     let q3 = dir.join("q3.sock").display().to_string();
-    let _b = start_guest(
-        &dir,
-        &img,
+    let guest_b = start_guest(
+        dir,
+        img,
         "b",
         &format!("socket,id=c0,path={q3},server=on,wait=off"),
         "52:54:00:00:00:02",
-        "ferrovs.ip=10.0.0.2/24 ferrovs.cmd=idle",
+        b,
     );
     wait_until("guest b socket", 20, || Path::new(&q3).exists());
     let o = cli(
-        &dir,
+        dir,
         &[
             "add-port",
             "br0",
@@ -48,14 +32,32 @@ fn two_guests_ping_through_ferrovs_in_both_socket_modes() {
         ],
     );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    // Guest A connects to ferrovs (port vm1, type vhost-user) and pings B.
     let vm1 = dir.join("vm1.sock").display().to_string();
-    let _a = start_guest(
-        &dir,
-        &img,
+    let guest_a = start_guest(
+        dir,
+        img,
         "a",
         &format!("socket,id=c0,path={vm1},reconnect=1"),
         "52:54:00:00:00:01",
+        a,
+    );
+    (guest_a, guest_b)
+}
+
+#[test]
+fn two_guests_ping_through_ferrovs_in_both_socket_modes() {
+    if !guests_available() {
+        return;
+    }
+    let img = guest_image();
+    let dir = run_dir("guests");
+    let (pmd, _) = cores();
+    let _sw = start_switch(&dir, pmd, &[]);
+    // Guest B listens (QEMU server=on) and ferrovs connects to it: port type vhost-user-client.
+    let (_a, _b) = guests_in_both_modes(
+        &dir,
+        &img,
+        "ferrovs.ip=10.0.0.2/24 ferrovs.cmd=idle",
         "ferrovs.ip=10.0.0.1/24 ferrovs.cmd=ping ferrovs.peer=10.0.0.2 ferrovs.count=5",
     );
     wait_console(&dir, "b", &["FERROVS-GUEST-READY 52:54:00:00:00:02"], 90);
@@ -98,45 +100,17 @@ fn two_guests_ping_through_ferrovs_in_both_socket_modes() {
 /// every ping is answered and neither guest's vhost-user connection is ever re-established.
 #[test]
 fn guests_ping_without_loss_across_hot_upgrades() {
-    let ok = require(
-        have("qemu-system-x86_64"),
-        "qemu-system-x86_64 (scripts/deps.sh installs it)",
-    ) && require(have("busybox"), "busybox-static");
-    if !ok {
+    if !guests_available() {
         return;
     }
     let img = guest_image();
     let dir = run_dir("guests-upgrade");
     let (pmd, _) = cores();
     let _sw = start_switch(&dir, pmd, &[]);
-    let q3 = dir.join("q3.sock").display().to_string();
-    let _b = start_guest(
+    let (_a, _b) = guests_in_both_modes(
         &dir,
         &img,
-        "b",
-        &format!("socket,id=c0,path={q3},server=on,wait=off"),
-        "52:54:00:00:00:02",
         "ferrovs.ip=10.0.0.2/24 ferrovs.cmd=idle",
-    );
-    wait_until("guest b socket", 20, || Path::new(&q3).exists());
-    let o = cli(
-        &dir,
-        &[
-            "add-port",
-            "br0",
-            "vm3",
-            "type=vhost-user-client",
-            &format!("path={q3}"),
-        ],
-    );
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let vm1 = dir.join("vm1.sock").display().to_string();
-    let _a = start_guest(
-        &dir,
-        &img,
-        "a",
-        &format!("socket,id=c0,path={vm1},reconnect=1"),
-        "52:54:00:00:00:01",
         "ferrovs.ip=10.0.0.1/24 ferrovs.cmd=ping ferrovs.peer=10.0.0.2 ferrovs.count=150 \
          ferrovs.interval=0.1 ferrovs.wait=60",
     );
@@ -179,45 +153,17 @@ fn guests_ping_without_loss_across_hot_upgrades() {
 /// arrives, and no UDP datagram is lost.
 #[test]
 fn guest_tcp_and_udp_streams_survive_hot_upgrades() {
-    let ok = require(
-        have("qemu-system-x86_64"),
-        "qemu-system-x86_64 (scripts/deps.sh installs it)",
-    ) && require(have("busybox"), "busybox-static");
-    if !ok {
+    if !guests_available() {
         return;
     }
     let img = guest_image();
     let dir = run_dir("guests-streams");
     let (pmd, _) = cores();
     let _sw = start_switch(&dir, pmd, &[]);
-    let q3 = dir.join("q3.sock").display().to_string();
-    let _b = start_guest(
+    let (_a, _b) = guests_in_both_modes(
         &dir,
         &img,
-        "b",
-        &format!("socket,id=c0,path={q3},server=on,wait=off"),
-        "52:54:00:00:00:02",
         "ferrovs.ip=10.0.0.2/24 ferrovs.cmd=tool ferrovs.args=tcp-recv,5000+udp-recv,5001,3",
-    );
-    wait_until("guest b socket", 20, || Path::new(&q3).exists());
-    let o = cli(
-        &dir,
-        &[
-            "add-port",
-            "br0",
-            "vm3",
-            "type=vhost-user-client",
-            &format!("path={q3}"),
-        ],
-    );
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let vm1 = dir.join("vm1.sock").display().to_string();
-    let _a = start_guest(
-        &dir,
-        &img,
-        "a",
-        &format!("socket,id=c0,path={vm1},reconnect=1"),
-        "52:54:00:00:00:01",
         "ferrovs.ip=10.0.0.1/24 ferrovs.cmd=tool ferrovs.peer=10.0.0.2 ferrovs.wait=60 \
          ferrovs.args=tcp-send,10.0.0.2,5000,6,100+sleep,1+udp-send,10.0.0.2,5001,2000,10000,200",
     );
@@ -362,11 +308,7 @@ fn guest_reboot_and_driver_reset_with_ferrovs_listening() {
 }
 
 fn reboot_and_reset(mode: &str) {
-    let ok = require(
-        have("qemu-system-x86_64"),
-        "qemu-system-x86_64 (scripts/deps.sh installs it)",
-    ) && require(have("busybox"), "busybox-static");
-    if !ok {
+    if !guests_available() {
         return;
     }
     let img = guest_image();
@@ -545,11 +487,7 @@ fn per_pair(stats: &serde_json::Value, port: &str) -> (Vec<u64>, Vec<u64>) {
 /// own queue pair of the destination.
 #[test]
 fn multiqueue_guests_spread_flows_over_queue_pairs_without_loss() {
-    let ok = require(
-        have("qemu-system-x86_64"),
-        "qemu-system-x86_64 (scripts/deps.sh installs it)",
-    ) && require(have("busybox"), "busybox-static");
-    if !ok {
+    if !guests_available() {
         return;
     }
     let img = guest_image();
@@ -668,10 +606,7 @@ fn multiqueue_guests_spread_flows_over_queue_pairs_without_loss() {
 /// byte arrives, and the receiving kernel, which checks every checksum, acknowledged them.
 #[test]
 fn guest_tso_to_an_uplink_without_offloads_is_segmented_on_the_wire() {
-    let ok = require(
-        have("qemu-system-x86_64"),
-        "qemu-system-x86_64 (scripts/deps.sh installs it)",
-    ) && require(have("busybox"), "busybox-static")
+    let ok = guests_available()
         && require(
             is_root() && have("ip") && have("tcpdump") && have("ethtool"),
             "root, iproute2, tcpdump, ethtool (network namespace, capture)",

@@ -43,13 +43,6 @@ const SIZE: u64 = 256;
 /// VIRTIO_NET_F_GUEST_ANNOUNCE.
 const GUEST_ANNOUNCE_BIT: usize = 21;
 
-fn prerequisites() -> bool {
-    require(
-        have("qemu-system-x86_64"),
-        "qemu-system-x86_64 (scripts/deps.sh installs it)",
-    ) && require(have("busybox"), "busybox-static")
-}
-
 /// Pmemsave both paused sides into `dir` and compare; removes the images.
 fn compare_paused_ram(dir: &Path, src: &mut Qmp, dst: &mut Qmp) -> RamComparison {
     assert_eq!(src.status(), "postmigrate");
@@ -94,7 +87,7 @@ fn quit(q: &mut Qmp) {
 /// every datagram once, intact.
 #[test]
 fn harness_migrates_a_guest_without_a_switch_port_precopy_then_postcopy() {
-    if !prerequisites() {
+    if !guests_available() {
         return;
     }
     let img = guest_image();
@@ -265,7 +258,7 @@ fn port_state(dir: &Path, name: &str) -> Value {
 }
 
 fn migration_under_traffic(name: &str, postcopy: bool, guest_announce: bool) {
-    if !prerequisites() {
+    if !guests_available() {
         return;
     }
     let img = guest_image();
