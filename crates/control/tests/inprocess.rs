@@ -479,6 +479,76 @@ fn call_fd_that_is_a_full_blocking_pipe_never_stalls_the_pmd() {
     );
 }
 
+/// A frontend may hand us a blocking pipe as its kick fd, write any bytes to it (not an
+/// eventfd's 8), stuff it, or close its end: the PMD never blocks reading it (the fd was made
+/// non-blocking on receipt), still sleeps and is woken by it in interrupt mode, and with the
+/// pipe at end-of-file (readable for ever) the queue is polled instead of slept on: nothing
+/// stalls, the other port goes on.
+#[test]
+fn kick_fd_that_is_a_blocking_pipe_never_stalls_the_pmd() {
+    use std::io::Write;
+    use std::os::fd::AsFd;
+    let sw = Switch::start("kickpipe");
+    wait_until("sockets", || sw.sock("vm2").exists());
+    sw.req(Request::ConfigSet {
+        key: "pmd-rx-mode".into(),
+        value: "interrupt".into(),
+    })
+    .unwrap();
+    let mut a = attach(&sw.sock("vm1"), 0x0200_0000_0001, FrontendConfig::default());
+    let mut b = attach(&sw.sock("vm2"), 0x0200_0000_0002, FrontendConfig::default());
+    assert_eq!(exchange(&mut b, &mut a, 1, 64).len(), 1);
+    assert_eq!(exchange(&mut a, &mut b, 1, 64).len(), 1);
+    let (reader, mut writer) = std::io::pipe().unwrap();
+    // Queue 1 is a's transmit queue; the pipe's read end arrives blocking.
+    a.fe.set_kick_fd(1, reader.as_fd()).unwrap();
+    drop(reader);
+    let wakeups = |sw: &Switch| sw.req(Request::PmdStats).unwrap()[0]["kick_wakeups"].as_u64();
+    let before = wakeups(&sw).unwrap();
+    // Each packet's kick is 3 bytes through the pipe, a pause between packets so that the
+    // PMD goes back to sleep.
+    for seq in 0..200u64 {
+        assert!(a.tx.send(&frame(b.mac, a.mac, seq, 64)));
+        writer.write_all(&[0x55; 3]).unwrap();
+        let t = Instant::now();
+        let mut got = None;
+        while got.is_none() {
+            assert!(
+                t.elapsed() < Duration::from_secs(2),
+                "packet {seq} not delivered: {}",
+                sw.port_stats("vm1")
+            );
+            b.rx.recv_with(32, |p| got = build::parse_udp_frame(p).ok().map(|s| s.seq));
+        }
+        assert_eq!(got, Some(seq));
+        std::thread::sleep(Duration::from_micros(1500));
+    }
+    let after = wakeups(&sw).unwrap();
+    assert!(
+        after > before + 20,
+        "the pipe woke the PMD: {before} -> {after}"
+    );
+    // Stuffed: 64 KiB the PMD drains a little per wake-up.
+    let _ = ferrovs_sys::os::set_nonblocking(writer.as_fd(), true);
+    while writer.write(&[0u8; 4096]).is_ok() {}
+    assert_eq!(exchange(&mut b, &mut a, 2000, 64).len(), 2000);
+    // Closed: the read end is at end-of-file, readable for ever.
+    drop(writer);
+    assert_eq!(exchange(&mut b, &mut a, 2000, 64).len(), 2000);
+    for seq in 0..200u64 {
+        assert!(a.tx.send(&frame(b.mac, a.mac, 1000 + seq, 64)));
+    }
+    let mut got = Vec::new();
+    wait_until("a's frames after the pipe closed", || {
+        b.rx.recv_with(32, |p| {
+            got.extend(build::parse_udp_frame(p).ok().map(|s| s.seq))
+        });
+        got.len() == 200
+    });
+    assert_eq!(got, (1000..1200).collect::<Vec<_>>());
+    assert!(sw.req(Request::Show).is_ok());
+}
+
 /// Malformed vhost-user messages: refused with an error count; a bad header (framing lost)
 /// closes only that connection.
 #[test]

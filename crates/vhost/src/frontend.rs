@@ -511,6 +511,21 @@ impl Frontend {
         &self.cfg
     }
 
+    /// Replaces the kick (driver-to-device notification) fd of queue `q` (tests: a pipe). The
+    /// queue handles from [`Frontend::tx_queue`] / [`Frontend::rx_queue`] still kick the old
+    /// eventfd, which the backend no longer watches: the caller notifies through `fd`'s peer.
+    pub fn set_kick_fd(
+        &mut self,
+        q: u32,
+        fd: std::os::fd::BorrowedFd<'_>,
+    ) -> Result<(), FrontendError> {
+        self.send(
+            Code::SetVringKick,
+            &payload::u64(q as u64),
+            &[fd.as_raw_fd()],
+        )
+    }
+
     /// Replaces the call (guest-interrupt) fd of queue `q` (tests: a pipe nobody reads).
     pub fn set_call_fd(
         &mut self,
