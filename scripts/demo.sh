@@ -53,5 +53,8 @@ setsid taskset -c "$gen_core" "$bin/ferrovs-gen" --socket "$FERROVS_RUN_DIR/vm1.
     --dst 02:00:00:00:00:02 --rate "$rate" --duration 1000000 --ring 1024 --quiet txonly >/dev/null &
 pids+=($!)
 echo
-echo "vm1 sends $rate packets/s to vm2, vm2 reflects them. Live rates (Ctrl-C to stop):"
+echo "vm1 sends $rate packets/s to vm2, vm2 reflects them. Both generated guests share core $gen_core:"
+echo "while one is descheduled its receive ring fills, and the switch counts those frames as"
+echo "guest_no_rx_buffers drops ('ferrovs port-stats' names every drop reason)."
+echo "Live rates (Ctrl-C to stop):"
 "$bin/ferrovs" monitor
