@@ -777,6 +777,7 @@ impl RxRing {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_veth::Veth;
 
     const GEO: RingGeometry = RingGeometry {
         block_size: 4096,
@@ -966,37 +967,6 @@ mod tests {
         assert_eq!(buf[14], 2);
     }
 
-    /// Root-only: a real veth pair in this namespace (deleted on drop).
-    struct Veth(String);
-
-    impl Veth {
-        fn new(tag: &str) -> Option<(Veth, String, String)> {
-            // SAFETY: plain syscall.
-            if unsafe { libc::geteuid() } != 0 {
-                let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
-                assert!(!ci, "root needed for AF_PACKET tests");
-                eprintln!("SKIP: AF_PACKET test needs root");
-                return None;
-            }
-            let a = format!("fvs{tag}a{}", std::process::id() % 100_000);
-            let b = format!("fvs{tag}b{}", std::process::id() % 100_000);
-            let ok = std::process::Command::new("ip")
-                .args(["link", "add", &a, "type", "veth", "peer", "name", &b])
-                .status()
-                .is_ok_and(|s| s.success());
-            assert!(ok, "ip link add {a}");
-            Some((Veth(a.clone()), a, b))
-        }
-    }
-
-    impl Drop for Veth {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("ip")
-                .args(["link", "del", &self.0])
-                .status();
-        }
-    }
-
     /// Waits up to 2 s for the next frame tagged `tag` (skipping the host's own traffic).
     fn wait_frame(ring: &mut RxRing, tag: u8, buf: &mut [u8]) -> usize {
         let t = std::time::Instant::now();
@@ -1031,7 +1001,7 @@ mod tests {
 
     #[test]
     fn veth_frames_arrive_in_the_ring_and_the_ring_maps_again_from_a_copy_of_the_fd() {
-        let Some((_guard, a, b)) = Veth::new("r") else {
+        let Some((_guard, a, b)) = Veth::new("fvs", "r", "AF_PACKET") else {
             return;
         };
         let (rx, mut ring) = AfPacket::open(&a, RingGeometry::DEFAULT).unwrap();

@@ -1131,6 +1131,7 @@ fn map_rings(
 mod tests {
     use super::*;
     use crate::af_packet::{AfPacket, RingGeometry, RxFrame};
+    use crate::test_veth::Veth;
 
     #[test]
     fn ring_arithmetic_wraps() {
@@ -1163,37 +1164,6 @@ mod tests {
         }
         .check()
         .is_err());
-    }
-
-    /// Root-only: a veth pair (deleted on drop).
-    struct Veth(String);
-
-    impl Veth {
-        fn new(tag: &str) -> Option<(Veth, String, String)> {
-            // SAFETY: plain syscall.
-            if unsafe { libc::geteuid() } != 0 {
-                let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
-                assert!(!ci, "root needed for AF_XDP tests");
-                eprintln!("SKIP: AF_XDP test needs root");
-                return None;
-            }
-            let a = format!("fvx{tag}a{}", std::process::id() % 100_000);
-            let b = format!("fvx{tag}b{}", std::process::id() % 100_000);
-            let ok = std::process::Command::new("ip")
-                .args(["link", "add", &a, "type", "veth", "peer", "name", &b])
-                .status()
-                .is_ok_and(|s| s.success());
-            assert!(ok, "ip link add {a}");
-            Some((Veth(a.clone()), a, b))
-        }
-    }
-
-    impl Drop for Veth {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("ip")
-                .args(["link", "del", &self.0])
-                .status();
-        }
     }
 
     fn frame(tag: u8) -> Vec<u8> {
@@ -1230,7 +1200,7 @@ mod tests {
 
     #[test]
     fn veth_frames_both_ways_and_the_rings_hand_over() {
-        let Some((_guard, a, b)) = Veth::new("x") else {
+        let Some((_guard, a, b)) = Veth::new("fvx", "x", "AF_XDP") else {
             return;
         };
         let (sock, mut rx, mut tx) = XskSocket::open(&a, XskGeometry::DEFAULT).unwrap();

@@ -38,6 +38,8 @@ pub mod os;
 pub mod pool;
 pub mod sigbus;
 pub mod tap;
+#[cfg(test)]
+mod test_veth;
 pub mod userfault;
 pub mod vnet;
 pub mod vring;
