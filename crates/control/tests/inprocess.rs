@@ -549,6 +549,53 @@ fn kick_fd_that_is_a_blocking_pipe_never_stalls_the_pmd() {
     assert!(sw.req(Request::Show).is_ok());
 }
 
+/// One frontend per port: a second connection to a connected port is closed at once and
+/// counted (`refused_connections`), while the first frontend's connection and traffic go on.
+/// Fds the switch never uses (SET_LOG_FD, here a blocking pipe) are accepted and closed.
+#[test]
+fn a_second_frontend_on_a_connected_port_is_refused_and_the_first_goes_on() {
+    use std::io::Read;
+    use std::os::fd::AsRawFd;
+    let sw = Switch::start("second");
+    wait_until("sockets", || sw.sock("vm2").exists());
+    let mut a = attach(&sw.sock("vm1"), 0x0200_0000_0001, FrontendConfig::default());
+    let mut b = attach(&sw.sock("vm2"), 0x0200_0000_0002, FrontendConfig::default());
+    assert_eq!(exchange(&mut a, &mut b, 100, 64).len(), 100);
+    // A raw second connection: the switch closes it (we read end-of-file).
+    let mut s = std::os::unix::net::UnixStream::connect(sw.sock("vm1")).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut buf = [0u8; 16];
+    assert_eq!(
+        s.read(&mut buf).unwrap(),
+        0,
+        "the second connection is closed"
+    );
+    // A second real frontend fails to attach.
+    assert!(Frontend::connect(&sw.sock("vm1"), FrontendConfig::default()).is_err());
+    wait_until("refusals counted", || {
+        sw.port_stats("vm1")["refused_connections"] == 2
+    });
+    // The log fd is a blocking pipe nobody reads or writes: accepted, never used.
+    let (_r, w) = std::io::pipe().unwrap();
+    let m = msg::encode(msg::Code::SetLogFd as u32, msg::FLAG_NEED_REPLY, &[]);
+    let (_, p, _) = b.fe.call_raw(&m, &[w.as_raw_fd()]).unwrap();
+    assert_eq!(p, 0u64.to_le_bytes(), "SET_LOG_FD accepted");
+    // The first frontends never noticed.
+    assert_eq!(exchange(&mut a, &mut b, 1000, 64).len(), 1000);
+    assert_eq!(exchange(&mut b, &mut a, 1000, 64).len(), 1000);
+    let show = sw.req(Request::Show).unwrap();
+    let vm1 = show["bridges"][0]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "vm1")
+        .unwrap()
+        .clone();
+    assert_eq!(vm1["state"], "connected", "{vm1}");
+    assert_eq!(vm1["connects"], 1, "{vm1}");
+    assert_eq!(vm1["disconnects"], 0, "{vm1}");
+}
+
 /// Malformed vhost-user messages: refused with an error count; a bad header (framing lost)
 /// closes only that connection.
 #[test]
