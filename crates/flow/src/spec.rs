@@ -706,7 +706,9 @@ fn parse_action(a: &str, table: u8, m: &Match) -> Result<ActionSpec, ParseError>
             }
         }
         // ovs-ofctl accepts a bare port name as output.
-        (_, None) if !KEYWORD_ACTIONS.contains(&lname.as_str()) && port_name(a, a).is_ok() => {
+        (_, None)
+            if !KEYWORD_ACTIONS.contains(&lname.as_str()) && port_name("output", a).is_ok() =>
+        {
             ActionSpec::Output(a.to_string())
         }
         _ => return Err(ParseError::UnknownAction(a.into())),

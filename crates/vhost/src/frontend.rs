@@ -519,11 +519,7 @@ impl Frontend {
         q: u32,
         fd: std::os::fd::BorrowedFd<'_>,
     ) -> Result<(), FrontendError> {
-        self.send(
-            Code::SetVringKick,
-            &payload::u64(q as u64),
-            &[fd.as_raw_fd()],
-        )
+        self.set_vring_fd(Code::SetVringKick, q, fd)
     }
 
     /// Replaces the call (guest-interrupt) fd of queue `q` (tests: a pipe nobody reads).
@@ -532,11 +528,17 @@ impl Frontend {
         q: u32,
         fd: std::os::fd::BorrowedFd<'_>,
     ) -> Result<(), FrontendError> {
-        self.send(
-            Code::SetVringCall,
-            &payload::u64(q as u64),
-            &[fd.as_raw_fd()],
-        )
+        self.set_vring_fd(Code::SetVringCall, q, fd)
+    }
+
+    /// SET_VRING_KICK / SET_VRING_CALL for queue `q` with `fd`.
+    fn set_vring_fd(
+        &mut self,
+        code: Code,
+        q: u32,
+        fd: std::os::fd::BorrowedFd<'_>,
+    ) -> Result<(), FrontendError> {
+        self.send(code, &payload::u64(q as u64), &[fd.as_raw_fd()])
     }
 
     /// Truncates the guest-memory file to `len` bytes under the backend's mapping (tests:
