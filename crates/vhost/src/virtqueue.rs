@@ -1098,10 +1098,26 @@ impl VirtQueue {
         let r = self.place_one(ring, pkt, vnet, marker);
         if matches!(r, Err(ChainError::NotArrived)) {
             // Postcopy: nothing was handed to the guest; the buffers stay available.
-            self.state.last_avail = saved_avail;
-            self.state.used_idx = saved_used;
+            self.roll_back(ring, saved_avail, saved_used, marker);
         }
         r
+    }
+
+    /// Takes back a packet placed in part: its buffers stay available and `used.idx` never
+    /// covered it. The used entries already written for its first buffers stay in guest
+    /// memory (beyond `used.idx`, unread) and are logged like every other write: the
+    /// destination's copy of the ring must be the same bytes.
+    #[inline]
+    fn roll_back<M: Marker>(
+        &mut self,
+        ring: &SplitRing,
+        saved_avail: u16,
+        saved_used: u16,
+        marker: &mut M,
+    ) {
+        mark_used_entries(marker, ring.size(), saved_used, self.state.used_idx);
+        self.state.last_avail = saved_avail;
+        self.state.used_idx = saved_used;
     }
 
     #[inline(always)]
@@ -1127,8 +1143,7 @@ impl VirtQueue {
         let mut hdr_addr = None;
         while written < total {
             if self.pending(ring)? == 0 {
-                self.state.last_avail = saved_avail;
-                self.state.used_idx = saved_used;
+                self.roll_back(ring, saved_avail, saved_used, marker);
                 return Ok(false);
             }
             let head = ring.avail_entry(self.state.last_avail);
@@ -1183,8 +1198,7 @@ impl VirtQueue {
             }
             if !mrg && written < total {
                 // One chain must hold the whole packet without mergeable buffers.
-                self.state.last_avail = saved_avail;
-                self.state.used_idx = saved_used;
+                self.roll_back(ring, saved_avail, saved_used, marker);
                 return Ok(false);
             }
             ring.write_used(self.state.used_idx, head, in_buf as u32);
@@ -1219,6 +1233,7 @@ mod tests {
     //! whatever the guest writes into its descriptor table and rings, the queue never panics,
     //! never moves the used index by more than the ring holds, and either works or breaks.
     use super::*;
+    use ferrovs_sys::dirty_log::PAGE_SIZE;
     use ferrovs_sys::guest::RegionDesc;
     use ferrovs_sys::os::memfd;
 
@@ -1376,6 +1391,42 @@ mod tests {
         use std::io::Read;
         let mut f = std::fs::File::from(fd.try_clone().unwrap());
         f.read_exact(b).is_ok()
+    }
+
+    #[test]
+    fn a_packet_taken_back_for_lack_of_buffers_still_logs_the_used_entries_it_wrote() {
+        // Two 2 KiB mergeable buffers posted, a 5000-byte frame needs three: the first two
+        // are filled and their used entries written, then the packet is taken back.
+        let (mut vq, mem, _call) =
+            rx_queue_with_buffers(features::VIRTIO_F_VERSION_1 | features::VIRTIO_NET_F_MRG_RXBUF);
+        mem.write(4096 + 2, &2u16.to_le_bytes()).unwrap();
+        let log = Arc::new(DirtyLog::map(memfd("log", 4096, false).unwrap(), 64, 0).unwrap());
+        vq.set_features(vq.features | features::VHOST_F_LOG_ALL);
+        vq.set_log(Some(log.clone()));
+        let used_page = 8192 / PAGE_SIZE;
+        let _ = log.take_word(0);
+        let stats = QueueStats::default();
+        let before = u64::from_le_bytes(mem.read_obj::<8>(8192 + 4).unwrap());
+
+        let pkt = vec![0x77u8; 5000];
+        let sent = vq.enqueue(
+            std::iter::once((pkt.as_slice(), VnetHdr::default())),
+            &stats,
+            "t",
+        );
+        assert_eq!((sent, vq.state.used_idx, vq.state.last_avail), (0, 0, 0));
+        assert_ne!(
+            u64::from_le_bytes(mem.read_obj::<8>(8192 + 4).unwrap()),
+            before,
+            "the first used entry was written"
+        );
+        assert!(
+            log.is_marked(used_page),
+            "used entries written, then taken back, are logged"
+        );
+        for page in [16384 / PAGE_SIZE, (16384 + 2048) / PAGE_SIZE] {
+            assert!(log.is_marked(page), "buffer page {page}");
+        }
     }
 
     #[test]
