@@ -1,12 +1,14 @@
 //! Real QEMU guests for the tests: the guest image (`tests/e2e/guest`), how a guest is
-//! started (TCG, 256 MiB of shared memfd RAM, a virtio-net NIC), its serial console, its QMP
+//! started (TCG, 256 MiB and two pages of shared memfd RAM, a virtio-net NIC), its serial console, its QMP
 //! monitor, and live migration between two QEMUs on this host.
 //!
 //! QEMU facts these helpers encode: `-accel tcg` (no usable KVM here); guest RAM is
 //! `memory-backend-memfd,share=on` (vhost-user needs shared memory, and postcopy on shared
 //! memory needs the memfd); `vectors=0` on the NIC (QEMU 7.2 under TCG crashes when a guest
-//! enables MSI-X on a vhost-user NIC). A migration destination is the same command line plus
-//! `-incoming URI` (and `-S` to keep it paused after the migration).
+//! enables MSI-X on a vhost-user NIC); RAM two pages over 256 MiB ([`GUEST_RAM`]: QEMU 7.2's
+//! TCG loses guest stores during a migration when RAM is a multiple of 256 KiB). A migration
+//! destination is the same command line plus `-incoming URI` (and `-S` to keep it paused
+//! after the migration).
 
 use std::hash::Hasher;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -19,8 +21,20 @@ use serde_json::{json, Value};
 
 use crate::{have, repo, require, Proc};
 
-/// Guest RAM (the memfd backend's size, and what `pmemsave` covers).
-pub const GUEST_RAM: u64 = 256 << 20;
+/// Guest RAM (the memfd backend's size, and what `pmemsave` covers): 256 MiB and two pages
+/// (QEMU rounds `-m` up to 8 KiB).
+///
+/// The odd pages work around a QEMU 7.2 bug under TCG (fixed upstream in 9.0 by "physmem:
+/// Fix migration dirty bitmap coherency with TCG memory access"; Debian 12's 7.2 lacks it).
+/// When a RAM block is a whole number of 64-page bitmap words, each migration pass clears
+/// its dirty bits word by word and does not reset the vCPU's TLB; a page the guest had
+/// already written keeps a TLB entry that no longer traps, so its next stores are never
+/// logged and never sent. After a precopy migration the destination then holds a few pages
+/// of stale guest-kernel data (counters one behind, older timestamps): seen here as 10-22
+/// differing pages in about one run in seven. Any other size takes QEMU's page-by-page path,
+/// which resets the TLB. The switch's own writes are logged through vhost-user and are not
+/// affected; with KVM (production) the kernel tracks guest stores.
+pub const GUEST_RAM: u64 = (256 << 20) + 8192;
 
 /// Whether real guests can run here: QEMU, busybox and a Debian kernel in /boot (the guest
 /// image is built from them). Outside CI a test skips with what is missing; in CI that is a
@@ -145,7 +159,7 @@ impl Guest {
             "-accel",
             "tcg",
             "-m",
-            &(GUEST_RAM >> 20).to_string(),
+            &format!("{}k", GUEST_RAM >> 10),
             "-smp",
             &self.smp.to_string(),
             "-nographic",
@@ -671,6 +685,8 @@ pub struct RamComparison {
     /// Pages (4 KiB) whose contents differ, and the guest-physical addresses of the first 16.
     pub differing: u64,
     pub first_differing: Vec<u64>,
+    /// For each of those pages: the first and last differing byte and how many differ.
+    pub spans: Vec<(usize, usize, usize)>,
     /// A 64-bit digest of each file (SipHash of its bytes).
     pub digest_a: u64,
     pub digest_b: u64,
@@ -704,6 +720,7 @@ pub fn compare_ram(a: &Path, b: &Path) -> RamComparison {
         pages: 0,
         differing: 0,
         first_differing: Vec::new(),
+        spans: Vec::new(),
         digest_a: 0,
         digest_b: 0,
     };
@@ -718,6 +735,12 @@ pub fn compare_ram(a: &Path, b: &Path) -> RamComparison {
         if pa[..na] != pb[..nb] {
             if c.first_differing.len() < 16 {
                 c.first_differing.push(c.pages * PAGE as u64);
+                let diff: Vec<usize> = (0..na.min(nb)).filter(|&i| pa[i] != pb[i]).collect();
+                c.spans.push((
+                    diff.first().copied().unwrap_or(0),
+                    diff.last().copied().unwrap_or(0),
+                    diff.len(),
+                ));
             }
             c.differing += 1;
         }

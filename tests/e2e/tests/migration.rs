@@ -51,8 +51,12 @@ fn compare_paused_ram(dir: &Path, src: &mut Qmp, dst: &mut Qmp) -> RamComparison
     save_ram(src, &a);
     save_ram(dst, &b);
     let c = compare_ram(&a, &b);
-    let _ = std::fs::remove_file(&a);
-    let _ = std::fs::remove_file(&b);
+    if c.differing == 0 {
+        let _ = std::fs::remove_file(&a);
+        let _ = std::fs::remove_file(&b);
+    } else {
+        eprintln!("RAM images kept: {} {}", a.display(), b.display());
+    }
     c
 }
 
