@@ -30,7 +30,7 @@ use crate::{have, repo, require, Proc};
 /// its dirty bits word by word and does not reset the vCPU's TLB; a page the guest had
 /// already written keeps a TLB entry that no longer traps, so its next stores are never
 /// logged and never sent. After a precopy migration the destination then holds a few pages
-/// of stale guest-kernel data (counters one behind, older timestamps): seen here as 10-22
+/// of stale guest-kernel data (counters one behind, older timestamps): seen here as 7-22
 /// differing pages in about one run in seven. Any other size takes QEMU's page-by-page path,
 /// which resets the TLB. The switch's own writes are logged through vhost-user and are not
 /// affected; with KVM (production) the kernel tracks guest stores.
