@@ -1,6 +1,6 @@
 //! Real QEMU guests for the tests: the guest image (`tests/e2e/guest`), how a guest is
-//! started (TCG, 256 MiB and two pages of shared memfd RAM, a virtio-net NIC), its serial console, its QMP
-//! monitor, and live migration between two QEMUs on this host.
+//! started (TCG, 256 MiB and two pages of shared memfd RAM, a virtio-net NIC), its serial
+//! console, its QMP monitor, and live migration between two QEMUs on this host.
 //!
 //! QEMU facts these helpers encode: `-accel tcg` (no usable KVM here); guest RAM is
 //! `memory-backend-memfd,share=on` (vhost-user needs shared memory, and postcopy on shared
