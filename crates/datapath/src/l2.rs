@@ -7,8 +7,8 @@
 //! the VLAN. Egress VLAN edits (push for a trunk, pop for an access port) are decided per
 //! output port by [`egress_edit`].
 
+use ferrovs_counters::DropReason;
 use ferrovs_packet::{is_multicast, EthView};
-use ferrovs_vhost::stats::DropReason;
 
 use crate::port::{Port, VlanMode};
 use crate::{Bridge, Snapshot};

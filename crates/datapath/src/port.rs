@@ -8,9 +8,9 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use ferrovs_counters::{DropReason, QueueStats, StatsSnapshot};
 use ferrovs_sys::pool::{Mbuf, Pool};
 use ferrovs_vhost::device::Queue;
-use ferrovs_vhost::stats::{DropReason, QueueStats, StatsSnapshot};
 use ferrovs_vhost::virtqueue::{VirtQueue, BURST};
 
 use crate::kernel::{TapIo, UplinkIo};

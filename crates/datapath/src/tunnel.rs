@@ -22,9 +22,9 @@
 use std::io::ErrorKind;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
 
+use ferrovs_counters::{DropReason, QueueStats};
 use ferrovs_flow::TunnelKey;
 use ferrovs_sys::pool::{Mbuf, Pool};
-use ferrovs_vhost::stats::{DropReason, QueueStats};
 use ferrovs_vhost::virtqueue::BURST;
 
 /// The VXLAN header.

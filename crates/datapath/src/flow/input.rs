@@ -13,9 +13,9 @@
 
 use std::sync::Arc;
 
+use ferrovs_counters::DropReason;
 use ferrovs_flow::{DpAction, FlowKey};
 use ferrovs_sys::pool::Pool;
-use ferrovs_vhost::stats::DropReason;
 use ferrovs_vhost::virtqueue::BURST;
 
 use super::emc::Emc;

@@ -5,9 +5,9 @@
 
 use std::sync::Arc;
 
+use ferrovs_counters::DropReason;
 use ferrovs_flow::{parse_flow, FlowKey, FlowSpec, Pipeline, RuleStats};
 use ferrovs_sys::pool::Pool;
-use ferrovs_vhost::stats::DropReason;
 
 use super::input::{execute, process, FlowCtx};
 use super::{BridgeFlows, MegaflowCache};
