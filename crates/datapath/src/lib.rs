@@ -9,6 +9,8 @@
 //! * [`l2`]: the learning-bridge decision for one packet (VLAN access/trunk, flood, learn).
 //! * [`flow`]: bridges with OpenFlow-style rules: exact-match cache, megaflow cache, upcalls
 //!   to the rule tables, action execution.
+//! * `output`: the output stage of a burst: per-port lists, VLAN-edited copies, software
+//!   offloads, one transmit per port.
 //! * [`pmd`]: the poll-mode thread loop and its cycle accounting.
 //! * [`Datapath`]: what the control plane publishes, RCU-style through `arc-swap`: a new
 //!   [`Snapshot`] replaces the old one atomically; PMDs pick it up at the next iteration and
@@ -21,6 +23,7 @@ pub mod flow;
 pub mod kernel;
 pub mod l2;
 pub mod mac_table;
+mod output;
 pub mod pmd;
 pub mod port;
 pub mod tunnel;

@@ -22,7 +22,7 @@ use super::emc::Emc;
 use super::megaflow::Megaflow;
 use super::{upcall, BridgeFlows, FlowCounters};
 use crate::l2::{self, Classified, Decision};
-use crate::pmd::{add_output, add_outputs, Scratch};
+use crate::output::{add_output, add_outputs, Scratch};
 use crate::port::Port;
 use crate::{Bridge, Snapshot};
 

@@ -11,7 +11,7 @@ use ferrovs_sys::pool::Pool;
 
 use super::input::{execute, process, FlowCtx};
 use super::{BridgeFlows, MegaflowCache};
-use crate::pmd::Scratch;
+use crate::output::Scratch;
 use crate::port::{Port, PortIo, VlanMode};
 use crate::{Bridge, MacTable, Snapshot};
 
