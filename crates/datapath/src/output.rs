@@ -26,7 +26,7 @@ use ferrovs_vhost::virtqueue::BURST;
 
 use crate::l2::{self, Decision, Edit};
 use crate::port::{NotifyTimers, Port};
-use crate::Snapshot;
+use crate::{Bridge, Snapshot};
 
 /// Most distinct output ports one burst is grouped into before flushing.
 const MAX_OUTPUTS: usize = 64;
@@ -35,6 +35,19 @@ const MAX_OUTPUTS: usize = 64;
 pub(crate) const MAX_EXTRA: usize = 1536;
 /// Most packets one burst sends to one port.
 const MAX_PER_OUTPUT: usize = BURST + MAX_EXTRA;
+
+/// What every stage of one burst reads: the snapshot it runs under, the port the packets came
+/// from and its bridge, the PMD's pool (for copies and segments) and the clock (seconds, MAC
+/// aging and flow `used` times). Made once per burst by the PMD and passed by reference, in
+/// place of the same five arguments on every function of the burst.
+#[derive(Clone, Copy)]
+pub(crate) struct Burst<'a, 'p> {
+    pub snap: &'a Snapshot,
+    pub bridge: &'a Bridge,
+    pub inp: &'a Port,
+    pub pool: &'p Pool,
+    pub now: u32,
+}
 
 /// Per-output packet list.
 pub(crate) struct TxList {

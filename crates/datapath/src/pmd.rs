@@ -28,8 +28,8 @@ use ferrovs_vhost::virtqueue::BURST;
 
 use crate::flow::input::FlowCtx;
 use crate::l2::{self, Decision};
-use crate::output::{add_output, Scratch};
-use crate::port::{NotifyTimers, Port, PortIo};
+use crate::output::{add_output, Burst, Scratch};
+use crate::port::{NotifyTimers, PortIo};
 use crate::{Datapath, RxMode, RxqRef, Snapshot};
 
 /// Buffers per PMD pool: bursts in flight plus flood copies and software segments
@@ -198,15 +198,13 @@ fn run(
     let mut idle_since = os::rdtsc();
     let (mut sleeps, mut sleep_cycles, mut kick_wakeups) = (0u64, 0u64, 0u64);
     let (mut load_sleeps, mut load_sleep_ns) = (0u64, 0u64);
-    let mut timers = NotifyTimers::default();
-    let mut fx = FlowCtx::default();
-    let mut sc = Scratch::new();
+    let mut w = Worker::new(index, pool);
     let (mut busy, mut idle, mut iters, mut rx, mut tx, mut drops) =
         (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
     let mut last = os::rdtsc();
     while !stop.load(Ordering::Relaxed) {
         if dp.standby() {
-            timers.flush_all();
+            w.timers.flush_all();
             stats.epoch.store(iters, Ordering::Release);
             std::thread::park_timeout(std::time::Duration::from_millis(50));
             last = os::rdtsc();
@@ -214,29 +212,25 @@ fn run(
         }
         let snap = dp.guard();
         let now = clock.load(Ordering::Relaxed);
-        fx.emc.set_insert_inv_prob(dp.emc_insert_inv_prob());
+        w.fx.emc.set_insert_inv_prob(dp.emc_insert_inv_prob());
         let mine: &[RxqRef] = snap
             .pmd_rxqs
             .get(index)
             .map(|v| v.as_slice())
             .unwrap_or(&[]);
-        let (mut moved, mut max_batch) = (0u64, 0u64);
-        for rxq in mine {
-            let (r, t, d) = poll_rxq(&snap, *rxq, pool, &mut sc, &mut timers, &mut fx, now, index);
-            moved += r;
-            max_batch = max_batch.max(r);
-            rx += r;
-            tx += t;
-            drops += d;
-        }
+        let it = w.poll(&snap, mine, now);
+        let (moved, max_batch) = (it.rx, it.max_batch);
+        rx += it.rx;
+        tx += it.tx;
+        drops += it.dropped;
         let assigned = mine.len();
         drop(snap);
         let t = os::rdtsc();
         if assigned == 0 {
             // Frozen (hot upgrade) or nothing left to poll: no timer will run for these.
-            timers.flush_all();
+            w.timers.flush_all();
         } else {
-            timers.run(t);
+            w.timers.run(t);
         }
         if moved > 0 {
             busy += t.wrapping_sub(last);
@@ -254,7 +248,7 @@ fn run(
                 RxMode::Adaptive => after_ns.saturating_mul(hz) / 1_000_000_000,
             };
             if t.wrapping_sub(idle_since) >= after {
-                if let Some(why) = sleep(dp, index, doorbell, timeout_ns(&timers, t, hz)) {
+                if let Some(why) = sleep(dp, index, doorbell, timeout_ns(&w.timers, t, hz)) {
                     let w = os::rdtsc();
                     sleeps += 1;
                     sleep_cycles += w.wrapping_sub(t);
@@ -282,7 +276,7 @@ fn run(
             load_sleep_ns = 0;
         } else {
             if load_sleep_ns > 0 {
-                let ns = load_sleep_ns.min(timeout_ns(&timers, last, hz));
+                let ns = load_sleep_ns.min(timeout_ns(&w.timers, last, hz));
                 let _ = os::poll_readable_ns(&[doorbell.as_fd()], ns);
                 let w = os::rdtsc();
                 sleep_cycles += w.wrapping_sub(last);
@@ -303,7 +297,7 @@ fn run(
             stats.tx_packets.store(tx, Ordering::Relaxed);
             stats.drops.store(drops, Ordering::Relaxed);
             stats.rxqs.store(assigned as u64, Ordering::Relaxed);
-            stats.flow.publish(&fx.counters);
+            stats.flow.publish(&w.fx.counters);
         }
         if assigned == 0 {
             // Nothing assigned: don't spin a core for nothing (a new snapshot or a freeze
@@ -311,7 +305,7 @@ fn run(
             std::thread::park_timeout(std::time::Duration::from_millis(1));
         }
     }
-    timers.flush_all();
+    w.timers.flush_all();
 }
 
 /// Load-based sleep grows by this much per lightly loaded iteration (OVS: 1 us).
@@ -453,60 +447,105 @@ enum Wake {
     Timeout,
 }
 
-/// Polls one rx queue; returns (received, transmitted, dropped).
-#[allow(clippy::too_many_arguments)]
-#[inline]
-fn poll_rxq<'p>(
-    snap: &Snapshot,
-    rxq: RxqRef,
-    pool: &'p Pool,
-    sc: &mut Scratch<'p>,
-    timers: &mut NotifyTimers,
-    fx: &mut FlowCtx,
-    now: u32,
-    pmd: usize,
-) -> (u64, u64, u64) {
-    let Some(inp) = snap.port(rxq.port) else {
-        return (0, 0, 0);
-    };
-    inp.rx_burst(rxq.pair, pool, &mut sc.batch, timers);
-    let n = sc.batch.len();
-    if n == 0 {
-        return (0, 0, 0);
-    }
-    let Some(bridge) = snap.bridge(inp.bridge) else {
-        inp.rx_drops.drop(DropReason::NoRoute, n as u64);
-        sc.batch.clear();
-        return (n as u64, 0, n as u64);
-    };
-    let mut dropped = if let Some(bf) = &bridge.flows {
-        crate::flow::input::process(snap, bridge, bf, inp, pool, sc, fx, now)
-    } else {
-        if let Some(r) = &bridge.default_rule {
-            let bytes: usize = sc.batch.iter().map(|m| m.len()).sum();
-            r.packets.fetch_add(n as u64, Ordering::Relaxed);
-            r.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
-            if r.used.load(Ordering::Relaxed) != u64::from(now) {
-                r.used.store(u64::from(now), Ordering::Relaxed);
-            }
+/// What one PMD iteration moved.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Iteration {
+    /// Packets received, transmitted and dropped.
+    pub rx: u64,
+    pub tx: u64,
+    pub dropped: u64,
+    /// The largest burst one rx queue gave.
+    pub max_batch: u64,
+}
+
+/// The state a PMD thread carries from burst to burst, allocated once: its pool, the burst
+/// scratch, the flow path's caches and the deferred guest notifications.
+pub(crate) struct Worker<'p> {
+    pub index: usize,
+    pub pool: &'p Pool,
+    pub sc: Scratch<'p>,
+    pub timers: NotifyTimers,
+    pub fx: FlowCtx,
+}
+
+impl<'p> Worker<'p> {
+    pub(crate) fn new(index: usize, pool: &'p Pool) -> Worker<'p> {
+        Worker {
+            index,
+            pool,
+            sc: Scratch::new(),
+            timers: NotifyTimers::default(),
+            fx: FlowCtx::default(),
         }
-        plain_l2(snap, bridge, inp, pool, sc, now)
-    };
-    let (sent, d) = sc.flush(snap, pmd, timers);
-    dropped += d;
-    (n as u64, sent, dropped)
+    }
+
+    /// Polls every rx queue of `rxqs` once (one PMD iteration's packet work).
+    #[inline]
+    pub(crate) fn poll(&mut self, snap: &Snapshot, rxqs: &[RxqRef], now: u32) -> Iteration {
+        let mut it = Iteration::default();
+        for rxq in rxqs {
+            let (r, t, d) = self.poll_rxq(snap, *rxq, now);
+            it.rx += r;
+            it.max_batch = it.max_batch.max(r);
+            it.tx += t;
+            it.dropped += d;
+        }
+        it
+    }
+
+    /// Polls one rx queue; returns (received, transmitted, dropped).
+    #[inline]
+    fn poll_rxq(&mut self, snap: &Snapshot, rxq: RxqRef, now: u32) -> (u64, u64, u64) {
+        let Some(inp) = snap.port(rxq.port) else {
+            return (0, 0, 0);
+        };
+        let sc = &mut self.sc;
+        inp.rx_burst(rxq.pair, self.pool, &mut sc.batch, &mut self.timers);
+        let n = sc.batch.len();
+        if n == 0 {
+            return (0, 0, 0);
+        }
+        let Some(bridge) = snap.bridge(inp.bridge) else {
+            inp.rx_drops.drop(DropReason::NoRoute, n as u64);
+            sc.batch.clear();
+            return (n as u64, 0, n as u64);
+        };
+        let b = Burst {
+            snap,
+            bridge,
+            inp,
+            pool: self.pool,
+            now,
+        };
+        let mut dropped = if let Some(bf) = &bridge.flows {
+            crate::flow::input::process(&b, bf, sc, &mut self.fx)
+        } else {
+            if let Some(r) = &bridge.default_rule {
+                let bytes: usize = sc.batch.iter().map(|m| m.len()).sum();
+                r.packets.fetch_add(n as u64, Ordering::Relaxed);
+                r.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+                if r.used.load(Ordering::Relaxed) != u64::from(now) {
+                    r.used.store(u64::from(now), Ordering::Relaxed);
+                }
+            }
+            plain_l2(&b, sc)
+        };
+        let (sent, d) = sc.flush(snap, self.index, &mut self.timers);
+        dropped += d;
+        (n as u64, sent, dropped)
+    }
 }
 
 /// The default pipeline (NORMAL only): the learning-bridge decision per packet, no flow key.
 #[inline]
-fn plain_l2<'p>(
-    snap: &Snapshot,
-    bridge: &crate::Bridge,
-    inp: &Port,
-    pool: &'p Pool,
-    sc: &mut Scratch<'p>,
-    now: u32,
-) -> u64 {
+fn plain_l2<'p>(b: &Burst<'_, 'p>, sc: &mut Scratch<'p>) -> u64 {
+    let Burst {
+        snap,
+        bridge,
+        inp,
+        pool,
+        now,
+    } = *b;
     let mut dropped = 0u64;
     for i in 0..sc.batch.len() {
         let c = l2::decide(snap, bridge, inp, sc.batch[i].data(), now);
