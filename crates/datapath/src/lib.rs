@@ -5,6 +5,7 @@
 //! * [`kernel`]: the kernel ports' bursts (TAP devices, netdevs over AF_PACKET).
 //! * [`xdp`]: netdevs over AF_XDP (the uplink's first choice).
 //! * [`tunnel`]: VXLAN tunnel ports over the host stack.
+//! * [`dummy`]: an in-memory port (frames queued in, frames captured out) for tests.
 //! * [`mac_table`]: the lock-free MAC learning table of a bridge.
 //! * [`l2`]: the learning-bridge decision for one packet (VLAN access/trunk, flood, learn).
 //! * [`flow`]: bridges with OpenFlow-style rules: exact-match cache, megaflow cache, upcalls
@@ -19,6 +20,7 @@
 //! This crate depends on no control-plane code (no serde, no config parsing, no async).
 #![forbid(unsafe_code)]
 
+pub mod dummy;
 pub mod flow;
 pub mod kernel;
 pub mod l2;
@@ -26,6 +28,8 @@ pub mod mac_table;
 mod output;
 pub mod pmd;
 pub mod port;
+#[cfg(test)]
+mod testutil;
 pub mod tunnel;
 pub mod xdp;
 
