@@ -13,12 +13,15 @@
 //! feed and read a port while a PMD polls it.
 
 use std::collections::VecDeque;
+use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use ferrovs_counters::{DropReason, QueueStats};
 use ferrovs_sys::pool::{Mbuf, Pool};
 use ferrovs_vhost::virtqueue::BURST;
+
+use crate::port::{KernelPort, TxPkts};
 
 /// Shortest Ethernet frame accepted (destination, source, type).
 const MIN_FRAME: usize = 14;
@@ -95,15 +98,29 @@ impl DummyIo {
         self.tx_room
             .store(n.unwrap_or(usize::MAX), Ordering::Relaxed);
     }
+}
 
-    /// What the port accepts of a packet's offload metadata.
+impl KernelPort for DummyIo {
+    fn mode(&self) -> &'static str {
+        "dummy"
+    }
+
     #[inline]
-    pub fn caps(&self) -> u8 {
+    fn tx_caps(&self) -> u8 {
         self.caps
     }
 
+    fn stats(&self) -> [&QueueStats; 2] {
+        [&self.tx, &self.rx]
+    }
+
+    /// None: nothing to sleep on (a PMD polling a dummy port keeps polling).
+    fn wait_fd(&self) -> Option<BorrowedFd<'_>> {
+        None
+    }
+
     /// Takes up to `max` queued frames into buffers from `pool`, appended to `out`.
-    pub fn rx_burst<'p>(&self, pool: &'p Pool, out: &mut Vec<Mbuf<'p>>, max: usize) -> usize {
+    fn rx_burst<'p>(&self, pool: &'p Pool, out: &mut Vec<Mbuf<'p>>, max: usize) -> usize {
         let max = max.min(BURST).min(out.capacity() - out.len());
         let mut q = lock(&self.pending);
         let (mut pkts, mut bytes, mut runts, mut oversize) = (0u64, 0u64, 0u64, 0u64);
@@ -135,16 +152,13 @@ impl DummyIo {
     }
 
     /// Captures `pkts`; returns (sent, dropped).
-    pub fn tx_burst<'a, 'p: 'a, I>(&self, pkts: I) -> (u64, u64)
-    where
-        I: IntoIterator<Item = &'a Mbuf<'p>>,
-    {
+    fn tx_burst(&self, pkts: TxPkts<'_, '_>) -> (u64, u64) {
         self.tx_bursts.fetch_add(1, Ordering::Relaxed);
         let up = self.link_up.load(Ordering::Relaxed);
         let mut room = self.tx_room.load(Ordering::Relaxed);
         let (mut sent, mut bytes, mut down, mut full) = (0u64, 0u64, 0u64, 0u64);
         let mut out = lock(&self.sent);
-        for m in pkts {
+        for m in pkts.iter() {
             if !up {
                 down += 1;
             } else if room == 0 {

@@ -40,7 +40,7 @@ use arc_swap::ArcSwap;
 pub use kernel::{TapIo, UplinkIo};
 pub use mac_table::MacTable;
 pub use pmd::{PmdHandle, PmdStats};
-pub use port::{NotifyTimers, Port, PortIo, VlanMode};
+pub use port::{KernelPort, NotifyTimers, Port, PortIo, TxPkts, VlanMode};
 pub use tunnel::VxlanIo;
 pub use xdp::XdpIo;
 

@@ -25,7 +25,7 @@ use ferrovs_sys::vnet::{self, caps, VnetHdr};
 use ferrovs_vhost::virtqueue::BURST;
 
 use crate::l2::{self, Decision, Edit};
-use crate::port::{NotifyTimers, Port};
+use crate::port::{NotifyTimers, Port, TxPkts};
 use crate::{Bridge, Snapshot};
 
 /// Most distinct output ports one burst is grouped into before flushing.
@@ -386,13 +386,5 @@ fn transmit(
     pmd: usize,
     timers: &mut NotifyTimers,
 ) -> (u64, u64) {
-    let mbuf = |i: &u16| {
-        let i = *i as usize;
-        if i < BURST {
-            &batch[i]
-        } else {
-            &extra[i - BURST]
-        }
-    };
-    out.tx_burst(pmd, idx.len(), idx.iter().map(mbuf), timers)
+    out.tx_burst(pmd, TxPkts::new(idx, batch, extra), timers)
 }

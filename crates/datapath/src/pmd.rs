@@ -350,49 +350,13 @@ fn sleep(dp: &Datapath, index: usize, doorbell: &OwnedFd, timeout_ns: u64) -> Op
         let queues = match &port.io {
             PortIo::Vhost { queues } => queues,
             // Kernel ports: their fd is readable (level-triggered) while frames wait, so
-            // there is no race to close; sleep on it too.
-            PortIo::Tap(t) => {
-                match t.tap.as_fd().try_clone_to_owned() {
-                    Ok(fd) => kernel.push(fd),
-                    Err(_) => {
-                        disarm(&armed);
-                        return None;
-                    }
-                }
-                continue;
-            }
-            PortIo::Uplink(u) => {
-                match u.sock.as_fd().try_clone_to_owned() {
-                    Ok(fd) => kernel.push(fd),
-                    Err(_) => {
-                        disarm(&armed);
-                        return None;
-                    }
-                }
-                continue;
-            }
-            // A tunnel's UDP socket: readable while datagrams wait.
-            PortIo::Vxlan(v) => {
-                match v.sock.try_clone() {
-                    Ok(s) => kernel.push(OwnedFd::from(s)),
-                    Err(_) => {
-                        disarm(&armed);
-                        return None;
-                    }
-                }
-                continue;
-            }
-            // In memory: nothing to sleep on, and frames may wait: keep polling.
-            #[cfg(test)]
-            PortIo::Dummy(_) => {
-                disarm(&armed);
-                return None;
-            }
-            // AF_XDP: the socket is readable while the rx ring holds frames.
-            PortIo::Xdp(x) => {
-                match x.sock.as_fd().try_clone_to_owned() {
-                    Ok(fd) => kernel.push(fd),
-                    Err(_) => {
+            // there is no race to close; sleep on it too. A port without one (or an fd that
+            // cannot be cloned) keeps the PMD polling.
+            io => {
+                let fd = io.kernel().and_then(|k| k.wait_fd());
+                match fd.map(|fd| fd.try_clone_to_owned()) {
+                    Some(Ok(fd)) => kernel.push(fd),
+                    _ => {
                         disarm(&armed);
                         return None;
                     }

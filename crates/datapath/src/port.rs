@@ -1,10 +1,14 @@
 //! Ports as the datapath sees them.
 //!
 //! A [`Port`] is immutable once published; its queues carry their own locks and counters.
-//! [`PortIo`] says how packets move: vhost-user virtqueues, a TAP device, or an existing
-//! netdev over AF_PACKET ([`crate::kernel`]). [`Port::rx_burst`] and [`Port::tx_burst`] are
-//! the two entry points the PMD uses, whatever the kind.
+//! [`PortIo`] says how packets move: vhost-user virtqueues, or one of the kernel port kinds
+//! (a TAP device or an existing netdev over AF_PACKET, [`crate::kernel`]; a netdev over
+//! AF_XDP, [`crate::xdp`]; a VXLAN tunnel, [`crate::tunnel`]) behind the [`KernelPort`]
+//! trait. [`Port::rx_burst`] and [`Port::tx_burst`] are the two entry points the PMD uses,
+//! whatever the kind: vhost-user queues are handled inline, a kernel port costs one
+//! dynamic call per burst, never per packet.
 
+use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -135,6 +139,92 @@ impl VlanMode {
     }
 }
 
+/// The packets of one burst chosen for one port, in order: indices into the burst's
+/// received packets (`i < BURST`) and the copies and segments it made (`BURST + k`).
+#[derive(Debug, Clone, Copy)]
+pub struct TxPkts<'a, 'p> {
+    idx: &'a [u16],
+    batch: &'a [Mbuf<'p>],
+    extra: &'a [Mbuf<'p>],
+}
+
+impl<'a, 'p> TxPkts<'a, 'p> {
+    /// Packets `idx` of `batch` (below `BURST`) and `extra` (from `BURST` on).
+    #[inline]
+    pub fn new(idx: &'a [u16], batch: &'a [Mbuf<'p>], extra: &'a [Mbuf<'p>]) -> Self {
+        TxPkts { idx, batch, extra }
+    }
+
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.idx.len()
+    }
+
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.idx.is_empty()
+    }
+
+    /// The packets, in order.
+    #[inline]
+    pub fn iter(self) -> impl Iterator<Item = &'a Mbuf<'p>> + 'a
+    where
+        'p: 'a,
+    {
+        let (batch, extra) = (self.batch, self.extra);
+        self.idx.iter().map(move |&i| {
+            let i = usize::from(i);
+            if i < BURST {
+                &batch[i]
+            } else {
+                &extra[i - BURST]
+            }
+        })
+    }
+}
+
+/// A kernel port kind (TAP, AF_PACKET, AF_XDP, VXLAN, and the in-memory dummy port): one
+/// queue each way, polled by a PMD in bursts, with a receive and a transmit counter.
+///
+/// Called once per burst through `&dyn KernelPort` ([`PortIo::kernel`]); implementations
+/// allocate nothing per packet and count every frame they do not deliver by reason in
+/// their [`KernelPort::stats`].
+pub trait KernelPort {
+    /// How the port moves packets, as `ferrovs show` reports it (`mode`).
+    fn mode(&self) -> &'static str;
+
+    /// Receives up to `max` (at most `BURST`) frames into buffers from `pool`, appended to
+    /// `out`; returns how many.
+    fn rx_burst<'p>(&self, pool: &'p Pool, out: &mut Vec<Mbuf<'p>>, max: usize) -> usize;
+
+    /// Transmits `pkts`; returns (sent, dropped). Their offload metadata is what
+    /// [`KernelPort::tx_caps`] accepts.
+    fn tx_burst(&self, pkts: TxPkts<'_, '_>) -> (u64, u64);
+
+    /// What the port accepts of a packet's offload metadata (`vnet::caps` bits).
+    #[inline]
+    fn tx_caps(&self) -> u8 {
+        0
+    }
+
+    /// The port's counters: `[to the port, from the port]`.
+    fn stats(&self) -> [&QueueStats; 2];
+
+    /// An fd that is readable (level-triggered) while frames wait, for a PMD to sleep on;
+    /// `None`: the PMD cannot sleep on this port and keeps polling.
+    fn wait_fd(&self) -> Option<BorrowedFd<'_>>;
+
+    /// Adds the drops the kernel counted on its side since the last call to the receive
+    /// counters (a system call: the control thread's periodic tick, never a PMD).
+    fn poll_kernel_drops(&self) {}
+
+    /// Tunnel metadata of what the port receives (tunnel ports).
+    #[inline]
+    fn tunnel_key(&self) -> Option<ferrovs_flow::TunnelKey> {
+        None
+    }
+}
+
 /// How a port moves packets.
 #[derive(Debug)]
 pub enum PortIo {
@@ -154,17 +244,23 @@ pub enum PortIo {
 }
 
 impl PortIo {
+    /// The kernel port behind this one; `None` for vhost-user.
+    #[inline]
+    pub fn kernel(&self) -> Option<&dyn KernelPort> {
+        match self {
+            PortIo::Vhost { .. } => None,
+            PortIo::Tap(t) => Some(t),
+            PortIo::Uplink(u) => Some(u),
+            PortIo::Xdp(x) => Some(&**x),
+            PortIo::Vxlan(v) => Some(v),
+            #[cfg(test)]
+            PortIo::Dummy(d) => Some(d),
+        }
+    }
+
     /// How the port moves packets, as `ferrovs show` reports it.
     pub fn mode(&self) -> &'static str {
-        match self {
-            PortIo::Vhost { .. } => "vhost-user",
-            PortIo::Tap(_) => "tap",
-            PortIo::Uplink(_) => "af_packet",
-            PortIo::Xdp(_) => "af_xdp",
-            PortIo::Vxlan(_) => "vxlan",
-            #[cfg(test)]
-            PortIo::Dummy(_) => "dummy",
-        }
+        self.kernel().map_or("vhost-user", |k| k.mode())
     }
 }
 
@@ -273,19 +369,14 @@ impl Port {
     /// Tunnel metadata of what this port receives (tunnel ports).
     #[inline]
     pub fn tunnel_key(&self) -> Option<ferrovs_flow::TunnelKey> {
-        match &self.io {
-            PortIo::Vxlan(v) => Some(v.tunnel_key()),
-            _ => None,
-        }
+        self.io.kernel().and_then(|k| k.tunnel_key())
     }
 
     /// Queue pairs the datapath polls.
     pub fn rx_queues(&self) -> usize {
         match &self.io {
             PortIo::Vhost { queues } => queues.len() / 2,
-            PortIo::Tap(_) | PortIo::Uplink(_) | PortIo::Xdp(_) | PortIo::Vxlan(_) => 1,
-            #[cfg(test)]
-            PortIo::Dummy(_) => 1,
+            _ => 1,
         }
     }
 
@@ -298,10 +389,7 @@ impl Port {
             PortIo::Vhost { queues } => queues
                 .first()
                 .map_or(0, |q| q.rx_caps.load(Ordering::Relaxed)),
-            PortIo::Tap(t) => t.caps(),
-            PortIo::Uplink(_) | PortIo::Xdp(_) | PortIo::Vxlan(_) => 0,
-            #[cfg(test)]
-            PortIo::Dummy(d) => d.caps(),
+            io => io.kernel().map_or(0, |k| k.tx_caps()),
         }
     }
 
@@ -333,29 +421,21 @@ impl Port {
                 defer_or_flush(q, &mut vq, timers);
                 out.len()
             }
-            PortIo::Tap(t) => t.rx_burst(pool, out, BURST),
-            PortIo::Uplink(u) => u.rx_burst(pool, out, BURST),
-            PortIo::Xdp(x) => x.rx_burst(pool, out, BURST),
-            PortIo::Vxlan(v) => v.rx_burst(pool, out, BURST),
-            #[cfg(test)]
-            PortIo::Dummy(d) => d.rx_burst(pool, out, BURST),
+            io => io.kernel().map_or(0, |k| k.rx_burst(pool, out, BURST)),
         }
     }
 
-    /// Transmits `pkts` (of which there are `n`) from PMD `pmd`; returns (sent, dropped).
-    /// Every packet not sent is counted by reason in this port's counters. A packet's offload
-    /// metadata must be what [`Port::tx_caps`] accepts.
+    /// Transmits `pkts` from PMD `pmd`; returns (sent, dropped). Every packet not sent is
+    /// counted by reason in this port's counters. A packet's offload metadata must be what
+    /// [`Port::tx_caps`] accepts.
     #[inline]
-    pub fn tx_burst<'a, 'p: 'a, I>(
+    pub fn tx_burst(
         &self,
         pmd: usize,
-        n: usize,
-        pkts: I,
+        pkts: TxPkts<'_, '_>,
         timers: &mut NotifyTimers,
-    ) -> (u64, u64)
-    where
-        I: IntoIterator<Item = &'a Mbuf<'p>>,
-    {
+    ) -> (u64, u64) {
+        let n = pkts.len();
         match &self.io {
             PortIo::Vhost { queues } => {
                 let pairs = queues.len() / 2;
@@ -370,7 +450,7 @@ impl Port {
                 let (sent, why) = {
                     let mut vq = q.lock();
                     let sent = vq.enqueue(
-                        pkts.into_iter().map(|m| (m.data(), m.vnet)),
+                        pkts.iter().map(|m| (m.data(), m.vnet)),
                         &q.stats,
                         &self.name,
                     );
@@ -381,26 +461,24 @@ impl Port {
                 q.stats.drop(why, dropped);
                 (sent as u64, dropped)
             }
-            PortIo::Tap(t) => t.tx_burst(pkts),
-            PortIo::Uplink(u) => u.tx_burst(pkts.into_iter().map(|m| m.data())),
-            PortIo::Xdp(x) => x.tx_burst(pkts.into_iter().map(|m| m.data())),
-            PortIo::Vxlan(v) => v.tx_burst(pkts),
-            #[cfg(test)]
-            PortIo::Dummy(d) => d.tx_burst(pkts),
+            io => match io.kernel() {
+                Some(k) => k.tx_burst(pkts),
+                None => (0, n as u64),
+            },
         }
     }
 
     /// A kernel port's counters: `[to the kernel, from the kernel]`; `None` for vhost-user
     /// ports (their counters are per queue).
     pub fn kernel_stats(&self) -> Option<[&QueueStats; 2]> {
-        match &self.io {
-            PortIo::Vhost { .. } => None,
-            PortIo::Tap(t) => Some([&t.tx, &t.rx]),
-            PortIo::Uplink(u) => Some([&u.tx, &u.rx]),
-            PortIo::Xdp(x) => Some([&x.tx, &x.rx]),
-            PortIo::Vxlan(v) => Some([&v.tx, &v.rx]),
-            #[cfg(test)]
-            PortIo::Dummy(d) => Some([&d.tx, &d.rx]),
+        self.io.kernel().map(|k| k.stats())
+    }
+
+    /// Adds the drops a kernel port's kernel counted on its side (AF_XDP's
+    /// `XDP_STATISTICS`) to its counters: a system call, for the control thread's tick.
+    pub fn poll_kernel_drops(&self) {
+        if let Some(k) = self.io.kernel() {
+            k.poll_kernel_drops();
         }
     }
 
@@ -413,12 +491,11 @@ impl Port {
                     s.merge(&q.stats.snapshot());
                 }
             }
-            PortIo::Tap(t) => s.merge(&t.rx.snapshot()),
-            PortIo::Uplink(u) => s.merge(&u.rx.snapshot()),
-            PortIo::Xdp(x) => s.merge(&x.rx.snapshot()),
-            PortIo::Vxlan(v) => s.merge(&v.rx.snapshot()),
-            #[cfg(test)]
-            PortIo::Dummy(d) => s.merge(&d.rx.snapshot()),
+            io => {
+                if let Some(k) = io.kernel() {
+                    s.merge(&k.stats()[1].snapshot());
+                }
+            }
         }
         s
     }
@@ -433,12 +510,11 @@ impl Port {
                     s.merge(&q.stats.snapshot());
                 }
             }
-            PortIo::Tap(t) => s.merge(&t.tx.snapshot()),
-            PortIo::Uplink(u) => s.merge(&u.tx.snapshot()),
-            PortIo::Xdp(x) => s.merge(&x.tx.snapshot()),
-            PortIo::Vxlan(v) => s.merge(&v.tx.snapshot()),
-            #[cfg(test)]
-            PortIo::Dummy(d) => s.merge(&d.tx.snapshot()),
+            io => {
+                if let Some(k) = io.kernel() {
+                    s.merge(&k.stats()[0].snapshot());
+                }
+            }
         }
         s
     }
@@ -488,11 +564,14 @@ mod tests {
         let mut out = Vec::with_capacity(BURST);
         assert_eq!(p.rx_burst(0, &pool, &mut out, &mut timers), 1);
         assert_eq!(out[0].data(), &f[..]);
-        let (sent, dropped) = p.tx_burst(0, 1, out.iter(), &mut timers);
+        let (sent, dropped) = p.tx_burst(0, TxPkts::new(&[0], &out, &[]), &mut timers);
         assert_eq!((sent, dropped), (1, 0));
         assert_eq!(d.take_sent(), vec![f.clone()]);
         d.set_link(false);
-        assert_eq!(p.tx_burst(0, 1, out.iter(), &mut timers), (0, 1));
+        assert_eq!(
+            p.tx_burst(0, TxPkts::new(&[0], &out, &[]), &mut timers),
+            (0, 1)
+        );
         // Switch drops and the port's own counters meet in rx_stats / tx_stats.
         p.rx_drops.drop(DropReason::Vlan, 2);
         let rx = p.rx_stats();
@@ -536,7 +615,10 @@ mod tests {
         assert_eq!(out[0].data(), &rarp[..]);
         assert_eq!(p.rx_burst(0, &pool, &mut out, &mut timers), 1);
         // No ready queue to send on: every packet counts as queue_not_ready.
-        assert_eq!(p.tx_burst(0, 1, out.iter(), &mut timers), (0, 1));
+        assert_eq!(
+            p.tx_burst(0, TxPkts::new(&[0], &out, &[]), &mut timers),
+            (0, 1)
+        );
         assert_eq!(p.tx_stats().drops[DropReason::NotReady as usize], 1);
         drop(out);
         assert_eq!(pool.available(), 64);
