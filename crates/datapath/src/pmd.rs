@@ -137,12 +137,12 @@ impl PmdHandle {
             .spawn(move || {
                 if let Some(c) = core {
                     if let Err(e) = os::set_affinity(&[c]) {
-                        eprintln!("ferrovs: pmd{index}: cannot pin to core {c}: {e}");
+                        log::warn!("pmd{index}: cannot pin to core {c}: {e}");
                     }
                 }
                 if let Some(p) = priority {
                     if let Err(e) = os::set_thread_priority(p) {
-                        eprintln!("ferrovs: pmd{index}: cannot set priority {p:?}: {e}");
+                        log::warn!("pmd{index}: cannot set priority {p:?}: {e}");
                         let _ = s.priority_error.set(format!("{p:?}: {e}"));
                     }
                 }
