@@ -3,11 +3,12 @@
 //! A PMD owns a packet pool and a set of rx queues (from the published [`Snapshot`]). Each
 //! iteration it loads the snapshot (one atomic load), and for each of its rx queues: takes
 //! the queue's lock with `try_lock` (a queue being reconfigured is skipped for this round),
-//! receives a burst of up to 32 packets ([`Port::rx_burst`]: a vhost-user dequeue, TAP reads
-//! or an AF_PACKET ring), decides each packet's fate, groups packets by output port and
-//! transmits each group with one [`Port::tx_burst`] (for vhost-user: one used-ring publish,
-//! at most one guest notification). Scratch space is allocated once at start; the loop
-//! allocates nothing.
+//! receives a burst of up to 32 packets ([`Port::rx_burst`]: a vhost-user dequeue, or a
+//! kernel port's burst), decides each packet's fate (the plain L2 path here, or
+//! [`crate::flow::input`]), groups packets by output port and transmits each group with one
+//! [`Port::tx_burst`] (the output stage, `output.rs`; for vhost-user: one used-ring publish,
+//! at most one guest notification). The per-thread state (`Worker`: pool, scratch, flow
+//! caches, notification timers) is allocated once at start; the loop allocates nothing.
 //!
 //! Accounting: TSC cycles of iterations that moved packets are *busy*, the rest *idle*;
 //! cycles per packet = busy cycles / packets, as OVS's `pmd-stats-show` reports.
@@ -30,6 +31,8 @@ use crate::flow::input::FlowCtx;
 use crate::l2::{self, Decision};
 use crate::output::{add_output, Burst, Scratch};
 use crate::port::{NotifyTimers, PortIo};
+#[cfg(doc)]
+use crate::port::Port;
 use crate::{Datapath, RxMode, RxqRef, Snapshot};
 
 /// Buffers per PMD pool: bursts in flight plus flood copies and software segments
