@@ -21,7 +21,7 @@ use ferrovs_counters::{DropReason, QueueStats};
 use ferrovs_sys::pool::{Mbuf, Pool};
 use ferrovs_vhost::virtqueue::BURST;
 
-use crate::port::{KernelPort, TxPkts};
+use crate::kernel_port::{KernelPort, TxPkts};
 
 /// Shortest Ethernet frame accepted (destination, source, type).
 const MIN_FRAME: usize = 14;

@@ -27,7 +27,7 @@ use ferrovs_sys::tap::{Tap, VNET_HDR_LEN};
 use ferrovs_sys::vnet::{self, caps, VnetHdr};
 use ferrovs_vhost::virtqueue::BURST;
 
-use crate::port::{KernelPort, TxPkts};
+use crate::kernel_port::{KernelPort, TxPkts};
 
 /// Shortest Ethernet frame accepted (destination, source, type).
 const MIN_FRAME: usize = 14;

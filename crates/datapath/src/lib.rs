@@ -2,6 +2,8 @@
 //! the bridge, and transmit them — with no allocation, lock or system call per packet.
 //!
 //! * [`port`]: ports as the datapath sees them (vhost-user queues, TAP, AF_PACKET uplinks).
+//! * [`kernel_port`]: the trait every kernel port kind implements (bursts each way,
+//!   counters, an fd to sleep on).
 //! * [`kernel`]: the kernel ports' bursts (TAP devices, netdevs over AF_PACKET).
 //! * [`xdp`]: netdevs over AF_XDP (the uplink's first choice).
 //! * [`tunnel`]: VXLAN tunnel ports over the host stack.
@@ -23,6 +25,7 @@
 pub mod dummy;
 pub mod flow;
 pub mod kernel;
+pub mod kernel_port;
 pub mod l2;
 pub mod mac_table;
 mod output;

@@ -30,9 +30,9 @@ use ferrovs_vhost::virtqueue::BURST;
 use crate::flow::input::FlowCtx;
 use crate::l2::{self, Decision};
 use crate::output::{add_output, Burst, Scratch};
-use crate::port::{NotifyTimers, PortIo};
 #[cfg(doc)]
 use crate::port::Port;
+use crate::port::{NotifyTimers, PortIo};
 use crate::{Datapath, RxMode, RxqRef, Snapshot};
 
 /// Buffers per PMD pool: bursts in flight plus flood copies and software segments

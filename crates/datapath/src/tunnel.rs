@@ -28,7 +28,7 @@ use ferrovs_flow::TunnelKey;
 use ferrovs_sys::pool::{Mbuf, Pool};
 use ferrovs_vhost::virtqueue::BURST;
 
-use crate::port::{KernelPort, TxPkts};
+use crate::kernel_port::{KernelPort, TxPkts};
 
 /// The VXLAN header.
 pub const VXLAN_HLEN: usize = 8;

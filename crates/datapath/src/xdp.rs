@@ -27,7 +27,7 @@ use ferrovs_sys::pool::{Mbuf, Pool, MAX_DATA};
 use ferrovs_vhost::virtqueue::BURST;
 
 use crate::kernel::{count_sent, RxTally};
-use crate::port::{KernelPort, TxPkts};
+use crate::kernel_port::{KernelPort, TxPkts};
 
 /// Shortest Ethernet frame accepted (destination, source, type).
 const MIN_FRAME: usize = 14;
