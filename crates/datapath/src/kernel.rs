@@ -16,15 +16,18 @@
 //! has one reader at a time: it sits behind a mutex that a PMD takes with `try_lock` for one
 //! burst (uncontended in practice: one PMD polls a port's queue), as vhost-user queues do.
 
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::Mutex;
 
+use ferrovs_counters::{DropReason, QueueStats};
 use ferrovs_sys::af_packet::{AfPacket, RingGeometry, RxFrame, RxRing, SendReport};
 use ferrovs_sys::netdev::TxFail;
 use ferrovs_sys::pool::{Mbuf, Pool};
 use ferrovs_sys::tap::{Tap, VNET_HDR_LEN};
 use ferrovs_sys::vnet::{self, caps, VnetHdr};
-use ferrovs_vhost::stats::{DropReason, QueueStats};
 use ferrovs_vhost::virtqueue::BURST;
+
+use crate::kernel_port::{KernelPort, TxPkts};
 
 /// Shortest Ethernet frame accepted (destination, source, type).
 const MIN_FRAME: usize = 14;
@@ -53,10 +56,8 @@ impl TapIo {
         let rx_offloads = match tap.enable_offloads() {
             Ok(()) => true,
             Err(e) => {
-                eprintln!(
-                    "ferrovs: TAP {}: no offloads from the kernel: {e}",
-                    tap.name()
-                );
+                // Kept in `rx_offloads` (shown by `ferrovs show`: the port sends none).
+                log::warn!("TAP {}: no offloads from the kernel: {e}", tap.name());
                 false
             }
         };
@@ -73,10 +74,29 @@ impl TapIo {
     pub fn caps(&self) -> u8 {
         caps::ALL
     }
+}
+
+impl KernelPort for TapIo {
+    fn mode(&self) -> &'static str {
+        "tap"
+    }
+
+    #[inline]
+    fn tx_caps(&self) -> u8 {
+        self.caps()
+    }
+
+    fn stats(&self) -> [&QueueStats; 2] {
+        [&self.tx, &self.rx]
+    }
+
+    fn wait_fd(&self) -> Option<BorrowedFd<'_>> {
+        Some(self.tap.as_fd())
+    }
 
     /// Reads up to `max` frames into buffers from `pool`, appended to `out`.
     #[inline]
-    pub fn rx_burst<'p>(&self, pool: &'p Pool, out: &mut Vec<Mbuf<'p>>, max: usize) -> usize {
+    fn rx_burst<'p>(&self, pool: &'p Pool, out: &mut Vec<Mbuf<'p>>, max: usize) -> usize {
         let max = max.min(BURST).min(out.capacity() - out.len());
         let mut t = RxTally::default();
         for _ in 0..max {
@@ -125,12 +145,9 @@ impl TapIo {
     /// Writes `pkts` to the device, each behind its offload metadata; returns (sent,
     /// dropped).
     #[inline]
-    pub fn tx_burst<'a, 'p: 'a, I>(&self, pkts: I) -> (u64, u64)
-    where
-        I: IntoIterator<Item = &'a Mbuf<'p>>,
-    {
+    fn tx_burst(&self, pkts: TxPkts<'_, '_>) -> (u64, u64) {
         let mut r = SendReport::default();
-        for m in pkts {
+        for m in pkts.iter() {
             let p = m.data();
             let mut hdr = [0u8; VNET_HDR_LEN];
             if m.vnet.is_offload() {
@@ -231,10 +248,26 @@ impl UplinkIo {
             tx: QueueStats::default(),
         }
     }
+}
+
+impl KernelPort for UplinkIo {
+    fn mode(&self) -> &'static str {
+        "af_packet"
+    }
+
+    fn stats(&self) -> [&QueueStats; 2] {
+        [&self.tx, &self.rx]
+    }
+
+    fn wait_fd(&self) -> Option<BorrowedFd<'_>> {
+        Some(self.sock.as_fd())
+    }
 
     /// Takes up to `max` frames from the ring into buffers from `pool`, appended to `out`.
+    /// The kernel's own drops (`PACKET_STATISTICS`) are read here, one system call, only
+    /// after the ring reported a loss.
     #[inline]
-    pub fn rx_burst<'p>(&self, pool: &'p Pool, out: &mut Vec<Mbuf<'p>>, max: usize) -> usize {
+    fn rx_burst<'p>(&self, pool: &'p Pool, out: &mut Vec<Mbuf<'p>>, max: usize) -> usize {
         let Ok(mut ring) = self.ring.try_lock() else {
             return 0;
         };
@@ -294,12 +327,12 @@ impl UplinkIo {
         t.count(&self.rx)
     }
 
-    /// Sends `pkts` on the device; returns (sent, dropped).
+    /// Sends `pkts` on the device with one `sendmmsg`; returns (sent, dropped).
     #[inline]
-    pub fn tx_burst<'a, I>(&self, pkts: I) -> (u64, u64)
-    where
-        I: IntoIterator<Item = &'a [u8]>,
-    {
-        count_sent(&self.tx, &self.sock.send_burst(pkts))
+    fn tx_burst(&self, pkts: TxPkts<'_, '_>) -> (u64, u64) {
+        count_sent(
+            &self.tx,
+            &self.sock.send_burst(pkts.iter().map(|m| m.data())),
+        )
     }
 }

@@ -7,8 +7,8 @@
 //! the VLAN. Egress VLAN edits (push for a trunk, pop for an access port) are decided per
 //! output port by [`egress_edit`].
 
+use ferrovs_counters::DropReason;
 use ferrovs_packet::{is_multicast, EthView};
-use ferrovs_vhost::stats::DropReason;
 
 use crate::port::{Port, VlanMode};
 use crate::{Bridge, Snapshot};
@@ -87,5 +87,136 @@ pub fn egress_edit(c: &Classified, out: &Port) -> Edit {
         (VlanMode::Access(_), false) => Edit::None,
         (_, false) if c.vlan != 0 => Edit::Push(c.vlan),
         _ => Edit::None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::{frame, l2_switch, mac, BCAST};
+
+    /// `mac(n)` as the MAC table keys it.
+    fn key(n: u8) -> u64 {
+        0x0200_0000_0000 | u64::from(n)
+    }
+
+    fn decide_on(snap: &Snapshot, port: u32, f: &[u8]) -> Classified {
+        let inp = snap.port(port).unwrap();
+        decide(snap, snap.bridge(0).unwrap(), inp, f, 10)
+    }
+
+    #[test]
+    fn learns_sources_floods_unknown_and_unicasts_known() {
+        let snap = l2_switch(&[VlanMode::Trunk, VlanMode::Trunk, VlanMode::Trunk]);
+        let macs = &snap.bridge(0).unwrap().macs;
+        // Unknown destination: flood; the source is learned on port 0.
+        let c = decide_on(&snap, 0, &frame(mac(2), mac(1), None, 0));
+        assert_eq!(c.decision, Decision::Flood);
+        assert_eq!((c.vlan, c.tagged), (0, false));
+        assert_eq!(macs.lookup(key(1), 0, 10), Some(0));
+        // The reply goes to port 0 only; its source is learned on port 1.
+        let c = decide_on(&snap, 1, &frame(mac(1), mac(2), None, 0));
+        assert_eq!(c.decision, Decision::Unicast(0));
+        assert_eq!(macs.lookup(key(2), 0, 10), Some(1));
+        // Broadcast floods even when known, and a multicast source is never learned.
+        let c = decide_on(&snap, 2, &frame(BCAST, mac(3), None, 0));
+        assert_eq!(c.decision, Decision::Flood);
+        let mut mcast_src = mac(4);
+        mcast_src[0] |= 1;
+        decide_on(&snap, 2, &frame(mac(1), mcast_src, None, 0));
+        assert_eq!(macs.lookup(0x0300_0000_0004, 0, 10), None);
+        // A station that moves is learned on its new port.
+        let c = decide_on(&snap, 2, &frame(mac(2), mac(1), None, 0));
+        assert_eq!(c.decision, Decision::Unicast(1));
+        assert_eq!(macs.lookup(key(1), 0, 10), Some(2));
+    }
+
+    #[test]
+    fn a_frame_for_its_own_port_is_dropped() {
+        let snap = l2_switch(&[VlanMode::Trunk, VlanMode::Trunk]);
+        decide_on(&snap, 0, &frame(mac(9), mac(1), None, 0));
+        let c = decide_on(&snap, 0, &frame(mac(1), mac(5), None, 0));
+        assert_eq!(c.decision, Decision::Drop(DropReason::NoRoute));
+    }
+
+    #[test]
+    fn runts_are_dropped() {
+        let snap = l2_switch(&[VlanMode::Trunk, VlanMode::Trunk]);
+        let c = decide_on(&snap, 0, &[0u8; 13]);
+        assert_eq!(c.decision, Decision::Drop(DropReason::Runt));
+        // A tag announced but cut off.
+        let mut f = frame(mac(2), mac(1), Some(5), 0);
+        f.truncate(16);
+        assert_eq!(
+            decide_on(&snap, 0, &f).decision,
+            Decision::Drop(DropReason::Runt)
+        );
+    }
+
+    #[test]
+    fn access_ports_tag_implicitly_and_refuse_tagged_frames() {
+        let snap = l2_switch(&[VlanMode::Access(10), VlanMode::Trunk]);
+        let c = decide_on(&snap, 0, &frame(BCAST, mac(1), None, 0));
+        assert_eq!((c.vlan, c.tagged), (10, false));
+        assert_eq!(c.decision, Decision::Flood);
+        // Learned in VLAN 10, not 0.
+        let macs = &snap.bridge(0).unwrap().macs;
+        assert_eq!(macs.lookup(key(1), 10, 10), Some(0));
+        assert_eq!(macs.lookup(key(1), 0, 10), None);
+        let c = decide_on(&snap, 0, &frame(BCAST, mac(1), Some(10), 0));
+        assert_eq!(c.decision, Decision::Drop(DropReason::Vlan));
+    }
+
+    #[test]
+    fn trunks_carry_their_vlans_only() {
+        let snap = l2_switch(&[VlanMode::TrunkOf(vec![10, 20]), VlanMode::Trunk]);
+        let c = decide_on(&snap, 0, &frame(BCAST, mac(1), Some(20), 0));
+        assert_eq!((c.vlan, c.tagged, c.decision), (20, true, Decision::Flood));
+        let c = decide_on(&snap, 0, &frame(BCAST, mac(1), Some(30), 0));
+        assert_eq!(c.decision, Decision::Drop(DropReason::Vlan));
+        // Untagged on a trunk: VLAN 0, carried by every trunk.
+        let c = decide_on(&snap, 0, &frame(BCAST, mac(1), None, 0));
+        assert_eq!((c.vlan, c.tagged, c.decision), (0, false, Decision::Flood));
+        // A plain trunk carries any VLAN.
+        let c = decide_on(&snap, 1, &frame(BCAST, mac(2), Some(30), 0));
+        assert_eq!((c.vlan, c.decision), (30, Decision::Flood));
+    }
+
+    #[test]
+    fn a_known_destination_outside_the_vlan_floods() {
+        // Port 1 learned mac(2) in VLAN 20 on a trunk, but is now asked for VLAN 30, which
+        // it does not carry: flood instead of a unicast it would refuse.
+        let snap = l2_switch(&[
+            VlanMode::Trunk,
+            VlanMode::TrunkOf(vec![20]),
+            VlanMode::Trunk,
+        ]);
+        snap.bridge(0).unwrap().macs.learn(key(2), 30, 1, 10);
+        let c = decide_on(&snap, 0, &frame(mac(2), mac(1), Some(30), 0));
+        assert_eq!(c.decision, Decision::Flood);
+    }
+
+    #[test]
+    fn egress_edits_push_for_trunks_and_pop_for_access_ports() {
+        let snap = l2_switch(&[VlanMode::Access(10), VlanMode::Trunk, VlanMode::Access(10)]);
+        let (access, trunk) = (snap.port(0).unwrap(), snap.port(1).unwrap());
+        let untagged_10 = Classified {
+            vlan: 10,
+            tagged: false,
+            decision: Decision::Flood,
+        };
+        let tagged_10 = Classified {
+            tagged: true,
+            ..untagged_10
+        };
+        let untagged_0 = Classified {
+            vlan: 0,
+            ..untagged_10
+        };
+        assert_eq!(egress_edit(&untagged_10, trunk), Edit::Push(10));
+        assert_eq!(egress_edit(&untagged_10, access), Edit::None);
+        assert_eq!(egress_edit(&tagged_10, access), Edit::Pop);
+        assert_eq!(egress_edit(&tagged_10, trunk), Edit::None);
+        assert_eq!(egress_edit(&untagged_0, trunk), Edit::None);
     }
 }

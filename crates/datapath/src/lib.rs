@@ -2,13 +2,18 @@
 //! the bridge, and transmit them — with no allocation, lock or system call per packet.
 //!
 //! * [`port`]: ports as the datapath sees them (vhost-user queues, TAP, AF_PACKET uplinks).
+//! * [`kernel_port`]: the trait every kernel port kind implements (bursts each way,
+//!   counters, an fd to sleep on).
 //! * [`kernel`]: the kernel ports' bursts (TAP devices, netdevs over AF_PACKET).
 //! * [`xdp`]: netdevs over AF_XDP (the uplink's first choice).
 //! * [`tunnel`]: VXLAN tunnel ports over the host stack.
+//! * [`dummy`]: an in-memory port (frames queued in, frames captured out) for tests.
 //! * [`mac_table`]: the lock-free MAC learning table of a bridge.
 //! * [`l2`]: the learning-bridge decision for one packet (VLAN access/trunk, flood, learn).
 //! * [`flow`]: bridges with OpenFlow-style rules: exact-match cache, megaflow cache, upcalls
 //!   to the rule tables, action execution.
+//! * `output`: the output stage of a burst: per-port lists, VLAN-edited copies, software
+//!   offloads, one transmit per port.
 //! * [`pmd`]: the poll-mode thread loop and its cycle accounting.
 //! * [`Datapath`]: what the control plane publishes, RCU-style through `arc-swap`: a new
 //!   [`Snapshot`] replaces the old one atomically; PMDs pick it up at the next iteration and
@@ -17,12 +22,17 @@
 //! This crate depends on no control-plane code (no serde, no config parsing, no async).
 #![forbid(unsafe_code)]
 
+pub mod dummy;
 pub mod flow;
 pub mod kernel;
+pub mod kernel_port;
 pub mod l2;
 pub mod mac_table;
+mod output;
 pub mod pmd;
 pub mod port;
+#[cfg(test)]
+mod testutil;
 pub mod tunnel;
 pub mod xdp;
 
@@ -33,7 +43,7 @@ use arc_swap::ArcSwap;
 pub use kernel::{TapIo, UplinkIo};
 pub use mac_table::MacTable;
 pub use pmd::{PmdHandle, PmdStats};
-pub use port::{NotifyTimers, Port, PortIo, VlanMode};
+pub use port::{KernelPort, NotifyTimers, Port, PortIo, TxPkts, VlanMode};
 pub use tunnel::VxlanIo;
 pub use xdp::XdpIo;
 

@@ -3,11 +3,12 @@
 //! A PMD owns a packet pool and a set of rx queues (from the published [`Snapshot`]). Each
 //! iteration it loads the snapshot (one atomic load), and for each of its rx queues: takes
 //! the queue's lock with `try_lock` (a queue being reconfigured is skipped for this round),
-//! receives a burst of up to 32 packets ([`Port::rx_burst`]: a vhost-user dequeue, TAP reads
-//! or an AF_PACKET ring), decides each packet's fate, groups packets by output port and
-//! transmits each group with one [`Port::tx_burst`] (for vhost-user: one used-ring publish,
-//! at most one guest notification). Scratch space is allocated once at start; the loop
-//! allocates nothing.
+//! receives a burst of up to 32 packets ([`Port::rx_burst`]: a vhost-user dequeue, or a
+//! kernel port's burst), decides each packet's fate (the plain L2 path here, or
+//! [`crate::flow::input`]), groups packets by output port and transmits each group with one
+//! [`Port::tx_burst`] (the output stage, `output.rs`; for vhost-user: one used-ring publish,
+//! at most one guest notification). The per-thread state (`Worker`: pool, scratch, flow
+//! caches, notification timers) is allocated once at start; the loop allocates nothing.
 //!
 //! Accounting: TSC cycles of iterations that moved packets are *busy*, the rest *idle*;
 //! cycles per packet = busy cycles / packets, as OVS's `pmd-stats-show` reports.
@@ -20,17 +21,18 @@ use std::thread::JoinHandle;
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
-use ferrovs_packet::offload::{self, TcpSegmenter};
+use ferrovs_counters::DropReason;
 use ferrovs_sys::os;
-use ferrovs_sys::pool::{Mbuf, Pool};
-use ferrovs_sys::vnet::{self, caps, VnetHdr};
+use ferrovs_sys::pool::Pool;
 use ferrovs_sys::vring;
-use ferrovs_vhost::stats::DropReason;
 use ferrovs_vhost::virtqueue::BURST;
 
 use crate::flow::input::FlowCtx;
-use crate::l2::{self, Decision, Edit};
-use crate::port::{NotifyTimers, Port, PortIo};
+use crate::l2::{self, Decision};
+use crate::output::{add_output, Burst, Scratch};
+#[cfg(doc)]
+use crate::port::Port;
+use crate::port::{NotifyTimers, PortIo};
 use crate::{Datapath, RxMode, RxqRef, Snapshot};
 
 /// Buffers per PMD pool: bursts in flight plus flood copies and software segments
@@ -38,13 +40,6 @@ use crate::{Datapath, RxMode, RxqRef, Snapshot};
 pub const POOL_BUFFERS: u32 = 4096;
 /// Large buffers per PMD pool (TSO packets of up to 64 KiB from guests and TAPs).
 pub const POOL_LARGE_BUFFERS: u32 = 256;
-/// Most distinct output ports one burst is grouped into before flushing.
-const MAX_OUTPUTS: usize = 64;
-/// Most packets one burst makes beside the received ones (VLAN-edited copies, segments of
-/// TSO packets for ports without TSO): 32 packets of 64 KiB cut at a 1448-byte MSS.
-const MAX_EXTRA: usize = 1536;
-/// Most packets one burst sends to one port.
-const MAX_PER_OUTPUT: usize = BURST + MAX_EXTRA;
 
 /// Counters of one PMD.
 #[derive(Debug, Default)]
@@ -145,12 +140,12 @@ impl PmdHandle {
             .spawn(move || {
                 if let Some(c) = core {
                     if let Err(e) = os::set_affinity(&[c]) {
-                        eprintln!("ferrovs: pmd{index}: cannot pin to core {c}: {e}");
+                        log::warn!("pmd{index}: cannot pin to core {c}: {e}");
                     }
                 }
                 if let Some(p) = priority {
                     if let Err(e) = os::set_thread_priority(p) {
-                        eprintln!("ferrovs: pmd{index}: cannot set priority {p:?}: {e}");
+                        log::warn!("pmd{index}: cannot set priority {p:?}: {e}");
                         let _ = s.priority_error.set(format!("{p:?}: {e}"));
                     }
                 }
@@ -193,90 +188,6 @@ impl Drop for PmdHandle {
     }
 }
 
-/// Per-output packet list.
-pub(crate) struct TxList {
-    port: u32,
-    idx: Vec<u16>,
-}
-
-/// Scratch of one PMD, allocated once.
-pub(crate) struct Scratch<'p> {
-    pub(crate) batch: Vec<Mbuf<'p>>,
-    /// Copies with VLAN edits; referenced as `BURST + i`.
-    pub(crate) extra: Vec<Mbuf<'p>>,
-    /// Software segments of one packet before they join `extra`.
-    segs: Vec<Mbuf<'p>>,
-    outs: Vec<TxList>,
-    nouts: usize,
-}
-
-impl<'p> Scratch<'p> {
-    /// Packet `i`: `batch[i]`, or `extra[i - BURST]` from `BURST` on.
-    #[inline]
-    pub(crate) fn at(&self, i: usize) -> &Mbuf<'p> {
-        if i < BURST {
-            &self.batch[i]
-        } else {
-            &self.extra[i - BURST]
-        }
-    }
-
-    #[inline]
-    pub(crate) fn at_mut(&mut self, i: usize) -> &mut Mbuf<'p> {
-        if i < BURST {
-            &mut self.batch[i]
-        } else {
-            &mut self.extra[i - BURST]
-        }
-    }
-
-    /// Scratch with every list at its full capacity.
-    pub(crate) fn new() -> Scratch<'p> {
-        Scratch {
-            batch: Vec::with_capacity(BURST),
-            extra: Vec::with_capacity(MAX_EXTRA),
-            segs: Vec::with_capacity(MAX_EXTRA),
-            outs: (0..MAX_OUTPUTS)
-                .map(|_| TxList {
-                    port: 0,
-                    idx: Vec::with_capacity(MAX_PER_OUTPUT),
-                })
-                .collect(),
-            nouts: 0,
-        }
-    }
-
-    /// The burst's output lists so far: (port, packet indices) in the order they were made.
-    #[cfg(test)]
-    pub(crate) fn outputs(&self) -> impl Iterator<Item = (u32, &[u16])> {
-        self.outs[..self.nouts]
-            .iter()
-            .map(|l| (l.port, l.idx.as_slice()))
-    }
-
-    /// Forgets the burst's output lists and extra packets (the received ones stay).
-    #[cfg(test)]
-    pub(crate) fn reset_outputs(&mut self) {
-        self.nouts = 0;
-        self.extra.clear();
-    }
-
-    /// A copy of packet `i` (with its offload metadata) in `extra`; its index, or `None`
-    /// when no buffer is left.
-    pub(crate) fn copy(&mut self, pool: &'p Pool, i: usize) -> Option<usize> {
-        if self.extra.len() == self.extra.capacity() {
-            return None;
-        }
-        let src = self.at(i);
-        let len = src.len();
-        let mut m = pool.alloc_for(len)?;
-        m.fill(len)?.copy_from_slice(src.data());
-        m.vnet = src.vnet;
-        self.extra.push(m);
-        Some(BURST + self.extra.len() - 1)
-    }
-}
-
 fn run(
     index: usize,
     pool: &Pool,
@@ -290,15 +201,13 @@ fn run(
     let mut idle_since = os::rdtsc();
     let (mut sleeps, mut sleep_cycles, mut kick_wakeups) = (0u64, 0u64, 0u64);
     let (mut load_sleeps, mut load_sleep_ns) = (0u64, 0u64);
-    let mut timers = NotifyTimers::default();
-    let mut fx = FlowCtx::default();
-    let mut sc = Scratch::new();
+    let mut w = Worker::new(index, pool);
     let (mut busy, mut idle, mut iters, mut rx, mut tx, mut drops) =
         (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
     let mut last = os::rdtsc();
     while !stop.load(Ordering::Relaxed) {
         if dp.standby() {
-            timers.flush_all();
+            w.timers.flush_all();
             stats.epoch.store(iters, Ordering::Release);
             std::thread::park_timeout(std::time::Duration::from_millis(50));
             last = os::rdtsc();
@@ -306,29 +215,25 @@ fn run(
         }
         let snap = dp.guard();
         let now = clock.load(Ordering::Relaxed);
-        fx.emc.set_insert_inv_prob(dp.emc_insert_inv_prob());
+        w.fx.emc.set_insert_inv_prob(dp.emc_insert_inv_prob());
         let mine: &[RxqRef] = snap
             .pmd_rxqs
             .get(index)
             .map(|v| v.as_slice())
             .unwrap_or(&[]);
-        let (mut moved, mut max_batch) = (0u64, 0u64);
-        for rxq in mine {
-            let (r, t, d) = poll_rxq(&snap, *rxq, pool, &mut sc, &mut timers, &mut fx, now, index);
-            moved += r;
-            max_batch = max_batch.max(r);
-            rx += r;
-            tx += t;
-            drops += d;
-        }
+        let it = w.poll(&snap, mine, now);
+        let (moved, max_batch) = (it.rx, it.max_batch);
+        rx += it.rx;
+        tx += it.tx;
+        drops += it.dropped;
         let assigned = mine.len();
         drop(snap);
         let t = os::rdtsc();
         if assigned == 0 {
             // Frozen (hot upgrade) or nothing left to poll: no timer will run for these.
-            timers.flush_all();
+            w.timers.flush_all();
         } else {
-            timers.run(t);
+            w.timers.run(t);
         }
         if moved > 0 {
             busy += t.wrapping_sub(last);
@@ -346,7 +251,7 @@ fn run(
                 RxMode::Adaptive => after_ns.saturating_mul(hz) / 1_000_000_000,
             };
             if t.wrapping_sub(idle_since) >= after {
-                if let Some(why) = sleep(dp, index, doorbell, timeout_ns(&timers, t, hz)) {
+                if let Some(why) = sleep(dp, index, doorbell, timeout_ns(&w.timers, t, hz)) {
                     let w = os::rdtsc();
                     sleeps += 1;
                     sleep_cycles += w.wrapping_sub(t);
@@ -374,7 +279,7 @@ fn run(
             load_sleep_ns = 0;
         } else {
             if load_sleep_ns > 0 {
-                let ns = load_sleep_ns.min(timeout_ns(&timers, last, hz));
+                let ns = load_sleep_ns.min(timeout_ns(&w.timers, last, hz));
                 let _ = os::poll_readable_ns(&[doorbell.as_fd()], ns);
                 let w = os::rdtsc();
                 sleep_cycles += w.wrapping_sub(last);
@@ -395,7 +300,7 @@ fn run(
             stats.tx_packets.store(tx, Ordering::Relaxed);
             stats.drops.store(drops, Ordering::Relaxed);
             stats.rxqs.store(assigned as u64, Ordering::Relaxed);
-            stats.flow.publish(&fx.counters);
+            stats.flow.publish(&w.fx.counters);
         }
         if assigned == 0 {
             // Nothing assigned: don't spin a core for nothing (a new snapshot or a freeze
@@ -403,7 +308,7 @@ fn run(
             std::thread::park_timeout(std::time::Duration::from_millis(1));
         }
     }
-    timers.flush_all();
+    w.timers.flush_all();
 }
 
 /// Load-based sleep grows by this much per lightly loaded iteration (OVS: 1 us).
@@ -448,43 +353,13 @@ fn sleep(dp: &Datapath, index: usize, doorbell: &OwnedFd, timeout_ns: u64) -> Op
         let queues = match &port.io {
             PortIo::Vhost { queues } => queues,
             // Kernel ports: their fd is readable (level-triggered) while frames wait, so
-            // there is no race to close; sleep on it too.
-            PortIo::Tap(t) => {
-                match t.tap.as_fd().try_clone_to_owned() {
-                    Ok(fd) => kernel.push(fd),
-                    Err(_) => {
-                        disarm(&armed);
-                        return None;
-                    }
-                }
-                continue;
-            }
-            PortIo::Uplink(u) => {
-                match u.sock.as_fd().try_clone_to_owned() {
-                    Ok(fd) => kernel.push(fd),
-                    Err(_) => {
-                        disarm(&armed);
-                        return None;
-                    }
-                }
-                continue;
-            }
-            // A tunnel's UDP socket: readable while datagrams wait.
-            PortIo::Vxlan(v) => {
-                match v.sock.try_clone() {
-                    Ok(s) => kernel.push(OwnedFd::from(s)),
-                    Err(_) => {
-                        disarm(&armed);
-                        return None;
-                    }
-                }
-                continue;
-            }
-            // AF_XDP: the socket is readable while the rx ring holds frames.
-            PortIo::Xdp(x) => {
-                match x.sock.as_fd().try_clone_to_owned() {
-                    Ok(fd) => kernel.push(fd),
-                    Err(_) => {
+            // there is no race to close; sleep on it too. A port without one (or an fd that
+            // cannot be cloned) keeps the PMD polling.
+            io => {
+                let fd = io.kernel().and_then(|k| k.wait_fd());
+                match fd.map(|fd| fd.try_clone_to_owned()) {
+                    Some(Ok(fd)) => kernel.push(fd),
+                    _ => {
                         disarm(&armed);
                         return None;
                     }
@@ -545,71 +420,105 @@ enum Wake {
     Timeout,
 }
 
-/// Polls one rx queue; returns (received, transmitted, dropped).
-#[allow(clippy::too_many_arguments)]
-#[inline]
-fn poll_rxq<'p>(
-    snap: &Snapshot,
-    rxq: RxqRef,
-    pool: &'p Pool,
-    sc: &mut Scratch<'p>,
-    timers: &mut NotifyTimers,
-    fx: &mut FlowCtx,
-    now: u32,
-    pmd: usize,
-) -> (u64, u64, u64) {
-    let Some(inp) = snap.port(rxq.port) else {
-        return (0, 0, 0);
-    };
-    inp.rx_burst(rxq.pair, pool, &mut sc.batch, timers);
-    let n = sc.batch.len();
-    if n == 0 {
-        return (0, 0, 0);
-    }
-    let Some(bridge) = snap.bridge(inp.bridge) else {
-        inp.rx_drops.drop(DropReason::NoRoute, n as u64);
-        sc.batch.clear();
-        return (n as u64, 0, n as u64);
-    };
-    sc.nouts = 0;
-    let mut dropped = if let Some(bf) = &bridge.flows {
-        crate::flow::input::process(snap, bridge, bf, inp, pool, sc, fx, now)
-    } else {
-        if let Some(r) = &bridge.default_rule {
-            let bytes: usize = sc.batch.iter().map(|m| m.len()).sum();
-            r.packets.fetch_add(n as u64, Ordering::Relaxed);
-            r.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
-            if r.used.load(Ordering::Relaxed) != u64::from(now) {
-                r.used.store(u64::from(now), Ordering::Relaxed);
-            }
+/// What one PMD iteration moved.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Iteration {
+    /// Packets received, transmitted and dropped.
+    pub rx: u64,
+    pub tx: u64,
+    pub dropped: u64,
+    /// The largest burst one rx queue gave.
+    pub max_batch: u64,
+}
+
+/// The state a PMD thread carries from burst to burst, allocated once: its pool, the burst
+/// scratch, the flow path's caches and the deferred guest notifications.
+pub(crate) struct Worker<'p> {
+    pub index: usize,
+    pub pool: &'p Pool,
+    pub sc: Scratch<'p>,
+    pub timers: NotifyTimers,
+    pub fx: FlowCtx,
+}
+
+impl<'p> Worker<'p> {
+    pub(crate) fn new(index: usize, pool: &'p Pool) -> Worker<'p> {
+        Worker {
+            index,
+            pool,
+            sc: Scratch::new(),
+            timers: NotifyTimers::default(),
+            fx: FlowCtx::default(),
         }
-        plain_l2(snap, bridge, inp, pool, sc, now)
-    };
-    let mut sent = 0u64;
-    for o in 0..sc.nouts {
-        let list = &sc.outs[o];
-        let Some(out) = snap.port(list.port) else {
-            continue;
-        };
-        let (s, d) = transmit(out, &list.idx, &sc.batch, &sc.extra, pmd, timers);
-        sent += s;
-        dropped += d;
     }
-    sc.batch.clear();
-    sc.extra.clear();
-    (n as u64, sent, dropped)
+
+    /// Polls every rx queue of `rxqs` once (one PMD iteration's packet work).
+    #[inline]
+    pub(crate) fn poll(&mut self, snap: &Snapshot, rxqs: &[RxqRef], now: u32) -> Iteration {
+        let mut it = Iteration::default();
+        for rxq in rxqs {
+            let (r, t, d) = self.poll_rxq(snap, *rxq, now);
+            it.rx += r;
+            it.max_batch = it.max_batch.max(r);
+            it.tx += t;
+            it.dropped += d;
+        }
+        it
+    }
+
+    /// Polls one rx queue; returns (received, transmitted, dropped).
+    #[inline]
+    fn poll_rxq(&mut self, snap: &Snapshot, rxq: RxqRef, now: u32) -> (u64, u64, u64) {
+        let Some(inp) = snap.port(rxq.port) else {
+            return (0, 0, 0);
+        };
+        let sc = &mut self.sc;
+        inp.rx_burst(rxq.pair, self.pool, &mut sc.batch, &mut self.timers);
+        let n = sc.batch.len();
+        if n == 0 {
+            return (0, 0, 0);
+        }
+        let Some(bridge) = snap.bridge(inp.bridge) else {
+            inp.rx_drops.drop(DropReason::NoRoute, n as u64);
+            sc.batch.clear();
+            return (n as u64, 0, n as u64);
+        };
+        let b = Burst {
+            snap,
+            bridge,
+            inp,
+            pool: self.pool,
+            now,
+        };
+        let mut dropped = if let Some(bf) = &bridge.flows {
+            crate::flow::input::process(&b, bf, sc, &mut self.fx)
+        } else {
+            if let Some(r) = &bridge.default_rule {
+                let bytes: usize = sc.batch.iter().map(|m| m.len()).sum();
+                r.packets.fetch_add(n as u64, Ordering::Relaxed);
+                r.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+                if r.used.load(Ordering::Relaxed) != u64::from(now) {
+                    r.used.store(u64::from(now), Ordering::Relaxed);
+                }
+            }
+            plain_l2(&b, sc)
+        };
+        let (sent, d) = sc.flush(snap, self.index, &mut self.timers);
+        dropped += d;
+        (n as u64, sent, dropped)
+    }
 }
 
 /// The default pipeline (NORMAL only): the learning-bridge decision per packet, no flow key.
 #[inline]
-fn plain_l2<'p>(
-    snap: &Snapshot,
-    bridge: &crate::Bridge,
-    inp: &Port,
-    pool: &'p Pool,
-    sc: &mut Scratch<'p>,
-    now: u32,
-) -> u64 {
+fn plain_l2<'p>(b: &Burst<'_, 'p>, sc: &mut Scratch<'p>) -> u64 {
+    let Burst {
+        snap,
+        bridge,
+        inp,
+        pool,
+        now,
+    } = *b;
     let mut dropped = 0u64;
     for i in 0..sc.batch.len() {
         let c = l2::decide(snap, bridge, inp, sc.batch[i].data(), now);
@@ -640,241 +549,189 @@ fn plain_l2<'p>(
     dropped
 }
 
-/// Adds packet `i` (`BURST + k`: `extra[k]`) to `out`'s list, making a VLAN-edited copy if
-/// the port needs one, and doing in software the offloads the packet asks for that the port
-/// cannot take.
-#[inline]
-pub(crate) fn add_output<'p>(
-    sc: &mut Scratch<'p>,
-    pool: &'p Pool,
-    i: usize,
-    c: &l2::Classified,
-    inp: &Port,
-    out: &Port,
-) {
-    let edit = l2::egress_edit(c, out);
-    let ol = sc.at(i).vnet;
-    if ol.is_offload() && !caps::accepts(out.tx_caps(), &ol) {
-        match software_offload(sc, pool, i, edit, out) {
-            Ok(true) => return,
-            Ok(false) => {}
-            Err(_) => {
-                inp.rx_drops.drop(DropReason::BadOffload, 1);
-                return;
-            }
-        }
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::port::VlanMode;
+    use crate::testutil::{dummy, frame, l2_switch, mac, vlan_of, BCAST};
+
+    /// One PMD iteration over every port's queue of `snap`.
+    fn iterate(w: &mut Worker<'_>, snap: &Snapshot) -> Iteration {
+        w.poll(snap, &snap.pmd_rxqs[0], 10)
     }
-    let idx = match edit {
-        Edit::None => i as u16,
-        _ => {
-            if sc.extra.len() == sc.extra.capacity() {
-                out.rx_drops.drop(DropReason::NoMbuf, 1);
-                return;
-            }
-            let src = sc.at(i);
-            let len = src.len() + if matches!(edit, Edit::Push(_)) { 4 } else { 0 };
-            let Some(mut m) = pool.alloc_for(len) else {
-                out.rx_drops.drop(DropReason::NoMbuf, 1);
-                return;
-            };
-            let Some(b) = m.fill(len) else { return };
-            match edit {
-                Edit::Push(v) => {
-                    b[4..].copy_from_slice(src.data());
-                    ferrovs_packet::push_vlan_in_place(b, v);
-                }
-                _ => {
-                    b.copy_from_slice(src.data());
-                    ferrovs_packet::pop_vlan_in_place(b);
-                    m.pull_front(4);
-                }
-            }
-            m.vnet = shift_offsets(src.vnet, edit);
-            sc.extra.push(m);
-            (BURST + sc.extra.len() - 1) as u16
-        }
-    };
-    push_output(&mut sc.outs, &mut sc.nouts, out, idx);
-}
 
-/// [`add_output`] for several packets sent as they are (no VLAN edit) to one port: the
-/// output's list is found once and the packets join it in order; a packet asking for an
-/// offload `out` cannot take goes through [`add_output`] (software offload) in its place.
-#[inline]
-pub(crate) fn add_outputs<'p>(
-    sc: &mut Scratch<'p>,
-    pool: &'p Pool,
-    pkts: &[u16],
-    inp: &Port,
-    out: &Port,
-) {
-    let Some(slot) = output_slot(&mut sc.outs, &mut sc.nouts, out) else {
-        out.rx_drops.drop(DropReason::NoRoute, pkts.len() as u64);
-        return;
-    };
-    for &i in pkts {
-        let ol = sc.at(i as usize).vnet;
-        if ol.is_offload() && !caps::accepts(out.tx_caps(), &ol) {
-            add_output(sc, pool, i as usize, &AS_IS, inp, out);
-            continue;
-        }
-        let list = &mut sc.outs[slot].idx;
-        if list.len() < list.capacity() {
-            list.push(i);
-        }
+    #[test]
+    fn an_iteration_floods_learns_and_then_unicasts() {
+        let pool = Pool::new(256).unwrap();
+        let mut w = Worker::new(0, &pool);
+        let snap = l2_switch(&[VlanMode::Trunk, VlanMode::Trunk, VlanMode::Trunk]);
+        let a = frame(mac(2), mac(1), None, 1);
+        dummy(&snap, 0).push_rx(&a);
+        let it = iterate(&mut w, &snap);
+        assert_eq!((it.rx, it.tx, it.dropped, it.max_batch), (1, 2, 0, 1));
+        assert_eq!(dummy(&snap, 0).take_sent(), Vec::<Vec<u8>>::new());
+        assert_eq!(dummy(&snap, 1).take_sent(), vec![a.clone()]);
+        assert_eq!(dummy(&snap, 2).take_sent(), vec![a]);
+        // The reply: mac(1) was learned on port 0.
+        let b = frame(mac(1), mac(2), None, 2);
+        dummy(&snap, 1).push_rx(&b);
+        let it = iterate(&mut w, &snap);
+        assert_eq!((it.rx, it.tx), (1, 1));
+        assert_eq!(dummy(&snap, 0).take_sent(), vec![b]);
+        assert!(dummy(&snap, 2).take_sent().is_empty());
+        // Counted on both sides; every buffer back in the pool.
+        let p0 = snap.port(0).unwrap();
+        assert_eq!((p0.rx_stats().packets, p0.tx_stats().packets), (1, 1));
+        assert_eq!(pool.available(), 256);
     }
-}
 
-/// A classification that sends packets as they are (no VLAN edit on any port).
-const AS_IS: l2::Classified = l2::Classified {
-    vlan: 0,
-    tagged: false,
-    decision: Decision::Flood,
-};
-
-/// The offload metadata of a packet after a VLAN edit moved its headers.
-#[inline]
-fn shift_offsets(mut h: VnetHdr, edit: Edit) -> VnetHdr {
-    if h.is_offload() {
-        let d: i32 = match edit {
-            Edit::Push(_) => 4,
-            Edit::Pop => -4,
-            Edit::None => 0,
-        };
-        h.csum_start = (i32::from(h.csum_start) + d).max(0) as u16;
-        h.hdr_len = (i32::from(h.hdr_len) + d).max(0) as u16;
+    #[test]
+    fn vlans_are_pushed_to_trunks_popped_to_access_ports_and_kept_apart() {
+        let pool = Pool::new(256).unwrap();
+        let mut w = Worker::new(0, &pool);
+        let snap = l2_switch(&[
+            VlanMode::Access(10),
+            VlanMode::Trunk,
+            VlanMode::Access(20),
+            VlanMode::TrunkOf(vec![20]),
+        ]);
+        // Untagged on access port 10: tagged 10 on the trunk only.
+        dummy(&snap, 0).push_rx(&frame(BCAST, mac(1), None, 1));
+        let it = iterate(&mut w, &snap);
+        assert_eq!((it.rx, it.tx), (1, 1));
+        let got = dummy(&snap, 1).take_sent();
+        assert_eq!(got.len(), 1);
+        assert_eq!(vlan_of(&got[0]), Some(10));
+        assert_eq!(got[0].len(), 68);
+        assert!(dummy(&snap, 2).take_sent().is_empty());
+        assert!(dummy(&snap, 3).take_sent().is_empty());
+        // Tagged 20 from the trunk: untagged to access port 20, still tagged to trunk-of-20.
+        let f = frame(BCAST, mac(2), Some(20), 2);
+        dummy(&snap, 1).push_rx(&f);
+        let it = iterate(&mut w, &snap);
+        assert_eq!((it.rx, it.tx), (1, 2));
+        assert_eq!(
+            dummy(&snap, 2).take_sent(),
+            vec![frame(BCAST, mac(2), None, 2)]
+        );
+        assert_eq!(dummy(&snap, 3).take_sent(), vec![f]);
+        assert!(dummy(&snap, 0).take_sent().is_empty());
+        assert_eq!(pool.available(), 256);
     }
-    h
-}
 
-/// Adds packet `idx` (`BURST + k`: `extra[k]`) to `out`'s list.
-#[inline]
-fn push_output(outs: &mut [TxList], nouts: &mut usize, out: &Port, idx: u16) {
-    let Some(slot) = output_slot(outs, nouts, out) else {
-        out.rx_drops.drop(DropReason::NoRoute, 1);
-        return;
-    };
-    if outs[slot].idx.len() < outs[slot].idx.capacity() {
-        outs[slot].idx.push(idx);
-    }
-}
-
-/// The index of `out`'s list in `outs`, started if needed; `None` when `MAX_OUTPUTS` lists
-/// are already in use.
-#[inline]
-fn output_slot(outs: &mut [TxList], nouts: &mut usize, out: &Port) -> Option<usize> {
-    match outs[..*nouts].iter().position(|l| l.port == out.id) {
-        Some(s) => Some(s),
-        None if *nouts < MAX_OUTPUTS => {
-            outs[*nouts].port = out.id;
-            outs[*nouts].idx.clear();
-            *nouts += 1;
-            Some(*nouts - 1)
+    #[test]
+    fn a_burst_leaves_as_one_transmit_per_port_in_order() {
+        let pool = Pool::new(256).unwrap();
+        let mut w = Worker::new(0, &pool);
+        let snap = l2_switch(&[VlanMode::Trunk, VlanMode::Trunk, VlanMode::Trunk]);
+        // Learn mac(2) on port 1.
+        dummy(&snap, 1).push_rx(&frame(BCAST, mac(2), None, 0));
+        iterate(&mut w, &snap);
+        dummy(&snap, 0).take_sent();
+        dummy(&snap, 2).take_sent();
+        let (b0, b2) = (dummy(&snap, 0).tx_bursts(), dummy(&snap, 2).tx_bursts());
+        let frames: Vec<_> = (0..40).map(|i| frame(mac(2), mac(1), None, i)).collect();
+        for f in &frames {
+            dummy(&snap, 0).push_rx(f);
         }
-        None => None,
-    }
-}
-
-/// Does for port `out` what packet `i` asks of the next hop and `out` cannot do. A partial
-/// checksum is completed in place (the packet stays valid for every other port: it is then
-/// simply complete), and `Ok(false)` says to send it on as usual. A TSO packet is cut into
-/// segments (with `edit` applied to each) added to `out`'s list: `Ok(true)`. `Err`: the
-/// header does not describe the packet (the input port counts it).
-#[cold]
-fn software_offload<'p>(
-    sc: &mut Scratch<'p>,
-    pool: &'p Pool,
-    i: usize,
-    edit: Edit,
-    out: &Port,
-) -> Result<bool, offload::OffloadError> {
-    let Scratch {
-        batch,
-        extra,
-        segs,
-        outs,
-        nouts,
-    } = sc;
-    let src = if i < BURST {
-        &batch[i]
-    } else {
-        &extra[i - BURST]
-    };
-    let h = src.vnet;
-    if h.gso() != vnet::GSO_NONE {
-        let seg = TcpSegmenter::new(src.data(), h.gso_size, h.csum_start)?;
-        if seg.count() > 1 {
-            out.offload.sw_tso.fetch_add(1, Ordering::Relaxed);
-            // Segments go to `segs` first (the source may be in `extra`), then join `extra`
-            // at the indices already given to `out`'s list.
-            let base = extra.len();
-            segs.clear();
-            for k in 0..seg.count() {
-                let len = seg.len(k);
-                let m = (base + segs.len() < extra.capacity())
-                    .then(|| pool.alloc_for(len))
-                    .flatten();
-                let Some(mut m) = m else {
-                    out.rx_drops
-                        .drop(DropReason::NoMbuf, (seg.count() - k) as u64);
-                    break;
-                };
-                let Some(b) = m.fill(len) else { break };
-                seg.write(k, b);
-                match edit {
-                    Edit::None => {}
-                    Edit::Push(v) => {
-                        if let Some(_front) = m.push_front(4) {
-                            ferrovs_packet::push_vlan_in_place(m.data_mut(), v);
-                        }
-                    }
-                    Edit::Pop => {
-                        ferrovs_packet::pop_vlan_in_place(m.data_mut());
-                        m.pull_front(4);
-                    }
-                }
-                push_output(outs, nouts, out, (BURST + base + segs.len()) as u16);
-                segs.push(m);
-            }
-            let made = segs.len() as u64;
-            extra.append(segs);
-            out.offload.sw_segments.fetch_add(made, Ordering::Relaxed);
-            return Ok(true);
+        let before = dummy(&snap, 1).tx_bursts();
+        // A burst is at most BURST packets: 32, then the remaining 8.
+        let it = iterate(&mut w, &snap);
+        assert_eq!((it.rx, it.tx, it.max_batch), (32, 32, 32));
+        assert_eq!(dummy(&snap, 1).tx_bursts(), before + 1);
+        let it = iterate(&mut w, &snap);
+        assert_eq!((it.rx, it.tx), (8, 8));
+        assert_eq!(dummy(&snap, 1).tx_bursts(), before + 2);
+        assert_eq!(dummy(&snap, 1).take_sent(), frames);
+        // Nothing to the other ports, not even an empty burst.
+        assert_eq!(dummy(&snap, 0).tx_bursts(), b0);
+        assert_eq!(dummy(&snap, 2).tx_bursts(), b2);
+        // A flood of a burst: one transmit per other port.
+        for i in 0..32 {
+            dummy(&snap, 0).push_rx(&frame(BCAST, mac(1), None, i));
         }
+        let it = iterate(&mut w, &snap);
+        assert_eq!((it.rx, it.tx), (32, 64));
+        assert_eq!(dummy(&snap, 1).tx_bursts(), before + 3);
+        assert_eq!(dummy(&snap, 2).tx_bursts(), b2 + 1);
+        assert_eq!(pool.available(), 256);
     }
-    // One segment's worth, or only a checksum: complete it in place.
-    let m = if i < BURST {
-        &mut batch[i]
-    } else {
-        &mut extra[i - BURST]
-    };
-    offload::complete_csum(
-        m.data_mut(),
-        usize::from(h.csum_start),
-        usize::from(h.csum_offset),
-    )?;
-    m.vnet = VnetHdr::default();
-    out.offload.sw_csum.fetch_add(1, Ordering::Relaxed);
-    Ok(false)
-}
 
-/// Sends packets `idx` to `out`; returns (sent, dropped).
-#[inline]
-fn transmit(
-    out: &Port,
-    idx: &[u16],
-    batch: &[Mbuf<'_>],
-    extra: &[Mbuf<'_>],
-    pmd: usize,
-    timers: &mut NotifyTimers,
-) -> (u64, u64) {
-    let mbuf = |i: &u16| {
-        let i = *i as usize;
-        if i < BURST {
-            &batch[i]
-        } else {
-            &extra[i - BURST]
+    #[test]
+    fn drops_are_counted_by_reason_where_they_happen() {
+        let pool = Pool::new(256).unwrap();
+        let mut w = Worker::new(0, &pool);
+        let snap = l2_switch(&[VlanMode::Access(10), VlanMode::Trunk, VlanMode::Trunk]);
+        let (p0, p1, p2) = (
+            snap.port(0).unwrap(),
+            snap.port(1).unwrap(),
+            snap.port(2).unwrap(),
+        );
+        // A runt never reaches the switch: the port's receive side counts it.
+        dummy(&snap, 0).push_rx(&[0u8; 10]);
+        // A tagged frame on an access port: the switch drops it (vlan_mismatch).
+        dummy(&snap, 0).push_rx(&frame(BCAST, mac(1), Some(10), 0));
+        let it = iterate(&mut w, &snap);
+        assert_eq!((it.rx, it.tx, it.dropped), (1, 0, 1));
+        let rx0 = p0.rx_stats();
+        assert_eq!(rx0.drops[DropReason::Runt as usize], 1);
+        assert_eq!(rx0.drops[DropReason::Vlan as usize], 1);
+        assert_eq!(rx0.total_drops(), 2);
+        // Output failures are counted on the output port: link down, queue full.
+        dummy(&snap, 1).set_link(false);
+        dummy(&snap, 2).set_tx_room(Some(1));
+        for i in 0..3 {
+            dummy(&snap, 0).push_rx(&frame(BCAST, mac(1), None, i));
         }
-    };
-    out.tx_burst(pmd, idx.len(), idx.iter().map(mbuf), timers)
+        let it = iterate(&mut w, &snap);
+        assert_eq!((it.rx, it.tx, it.dropped), (3, 1, 5));
+        assert_eq!(p1.tx_stats().drops[DropReason::KernelLinkDown as usize], 3);
+        let tx2 = p2.tx_stats();
+        assert_eq!(tx2.drops[DropReason::KernelTxFull as usize], 2);
+        assert_eq!(tx2.packets, 1);
+        assert_eq!(dummy(&snap, 2).take_sent().len(), 1);
+        assert_eq!(pool.available(), 256);
+    }
+
+    #[test]
+    fn a_port_without_its_bridge_drops_as_no_route() {
+        let pool = Pool::new(64).unwrap();
+        let mut w = Worker::new(0, &pool);
+        let mut snap = l2_switch(&[VlanMode::Trunk, VlanMode::Trunk]);
+        snap.bridges[0] = None;
+        dummy(&snap, 0).push_rx(&frame(BCAST, mac(1), None, 0));
+        let it = iterate(&mut w, &snap);
+        assert_eq!((it.rx, it.tx, it.dropped), (1, 0, 1));
+        let rx = snap.port(0).unwrap().rx_stats();
+        assert_eq!(rx.drops[DropReason::NoRoute as usize], 1);
+        assert!(dummy(&snap, 1).take_sent().is_empty());
+        assert_eq!(pool.available(), 64);
+    }
+
+    #[test]
+    fn a_pmd_thread_forwards_between_dummy_ports() {
+        let dp = Arc::new(Datapath::new());
+        dp.set_rx_mode(RxMode::Poll, 0);
+        dp.publish(l2_switch(&[VlanMode::Trunk, VlanMode::Trunk]));
+        let clock = Arc::new(AtomicU32::new(1));
+        let mut pmd = PmdHandle::spawn(0, None, None, dp.clone(), clock).unwrap();
+        let snap = dp.load();
+        for i in 0..100 {
+            dummy(&snap, 0).push_rx(&frame(BCAST, mac(1), None, i));
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut got = Vec::new();
+        // The counters are published when an iteration finds nothing.
+        while (got.len() < 100 || pmd.stats.tx_packets.load(Ordering::Relaxed) < 100)
+            && std::time::Instant::now() < deadline
+        {
+            got.extend(dummy(&snap, 1).take_sent());
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        pmd.stop();
+        assert_eq!(got.len(), 100);
+        assert!(got.iter().enumerate().all(|(i, f)| f[63] == i as u8));
+        assert_eq!(pmd.stats.rx_packets.load(Ordering::Relaxed), 100);
+        assert_eq!(pmd.stats.tx_packets.load(Ordering::Relaxed), 100);
+    }
 }

@@ -1,19 +1,23 @@
 //! Ports as the datapath sees them.
 //!
 //! A [`Port`] is immutable once published; its queues carry their own locks and counters.
-//! [`PortIo`] says how packets move: vhost-user virtqueues, a TAP device, or an existing
-//! netdev over AF_PACKET ([`crate::kernel`]). [`Port::rx_burst`] and [`Port::tx_burst`] are
-//! the two entry points the PMD uses, whatever the kind.
+//! [`PortIo`] says how packets move: vhost-user virtqueues, or one of the kernel port kinds
+//! (a TAP device or an existing netdev over AF_PACKET, [`crate::kernel`]; a netdev over
+//! AF_XDP, [`crate::xdp`]; a VXLAN tunnel, [`crate::tunnel`]) behind the [`KernelPort`]
+//! trait (`kernel_port.rs`). [`Port::rx_burst`] and [`Port::tx_burst`] are the two entry points the PMD uses,
+//! whatever the kind: vhost-user queues are handled inline, a kernel port costs one
+//! dynamic call per burst, never per packet.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use ferrovs_counters::{DropReason, QueueStats, StatsSnapshot};
 use ferrovs_sys::pool::{Mbuf, Pool};
 use ferrovs_vhost::device::Queue;
-use ferrovs_vhost::stats::{DropReason, QueueStats, StatsSnapshot};
 use ferrovs_vhost::virtqueue::{VirtQueue, BURST};
 
 use crate::kernel::{TapIo, UplinkIo};
+pub use crate::kernel_port::{KernelPort, TxPkts};
 use crate::tunnel::VxlanIo;
 use crate::xdp::XdpIo;
 
@@ -148,18 +152,29 @@ pub enum PortIo {
     Xdp(Box<XdpIo>),
     /// A VXLAN tunnel over the host stack: one queue each way.
     Vxlan(VxlanIo),
+    /// An in-memory port for the datapath's own tests ([`crate::dummy`]).
+    #[cfg(test)]
+    Dummy(crate::dummy::DummyIo),
 }
 
 impl PortIo {
+    /// The kernel port behind this one; `None` for vhost-user.
+    #[inline]
+    pub fn kernel(&self) -> Option<&dyn KernelPort> {
+        match self {
+            PortIo::Vhost { .. } => None,
+            PortIo::Tap(t) => Some(t),
+            PortIo::Uplink(u) => Some(u),
+            PortIo::Xdp(x) => Some(&**x),
+            PortIo::Vxlan(v) => Some(v),
+            #[cfg(test)]
+            PortIo::Dummy(d) => Some(d),
+        }
+    }
+
     /// How the port moves packets, as `ferrovs show` reports it.
     pub fn mode(&self) -> &'static str {
-        match self {
-            PortIo::Vhost { .. } => "vhost-user",
-            PortIo::Tap(_) => "tap",
-            PortIo::Uplink(_) => "af_packet",
-            PortIo::Xdp(_) => "af_xdp",
-            PortIo::Vxlan(_) => "vxlan",
-        }
+        self.kernel().map_or("vhost-user", |k| k.mode())
     }
 }
 
@@ -268,17 +283,14 @@ impl Port {
     /// Tunnel metadata of what this port receives (tunnel ports).
     #[inline]
     pub fn tunnel_key(&self) -> Option<ferrovs_flow::TunnelKey> {
-        match &self.io {
-            PortIo::Vxlan(v) => Some(v.tunnel_key()),
-            _ => None,
-        }
+        self.io.kernel().and_then(|k| k.tunnel_key())
     }
 
     /// Queue pairs the datapath polls.
     pub fn rx_queues(&self) -> usize {
         match &self.io {
             PortIo::Vhost { queues } => queues.len() / 2,
-            PortIo::Tap(_) | PortIo::Uplink(_) | PortIo::Xdp(_) | PortIo::Vxlan(_) => 1,
+            _ => 1,
         }
     }
 
@@ -291,8 +303,7 @@ impl Port {
             PortIo::Vhost { queues } => queues
                 .first()
                 .map_or(0, |q| q.rx_caps.load(Ordering::Relaxed)),
-            PortIo::Tap(t) => t.caps(),
-            PortIo::Uplink(_) | PortIo::Xdp(_) | PortIo::Vxlan(_) => 0,
+            io => io.kernel().map_or(0, |k| k.tx_caps()),
         }
     }
 
@@ -324,27 +335,21 @@ impl Port {
                 defer_or_flush(q, &mut vq, timers);
                 out.len()
             }
-            PortIo::Tap(t) => t.rx_burst(pool, out, BURST),
-            PortIo::Uplink(u) => u.rx_burst(pool, out, BURST),
-            PortIo::Xdp(x) => x.rx_burst(pool, out, BURST),
-            PortIo::Vxlan(v) => v.rx_burst(pool, out, BURST),
+            io => io.kernel().map_or(0, |k| k.rx_burst(pool, out, BURST)),
         }
     }
 
-    /// Transmits `pkts` (of which there are `n`) from PMD `pmd`; returns (sent, dropped).
-    /// Every packet not sent is counted by reason in this port's counters. A packet's offload
-    /// metadata must be what [`Port::tx_caps`] accepts.
+    /// Transmits `pkts` from PMD `pmd`; returns (sent, dropped). Every packet not sent is
+    /// counted by reason in this port's counters. A packet's offload metadata must be what
+    /// [`Port::tx_caps`] accepts.
     #[inline]
-    pub fn tx_burst<'a, 'p: 'a, I>(
+    pub fn tx_burst(
         &self,
         pmd: usize,
-        n: usize,
-        pkts: I,
+        pkts: TxPkts<'_, '_>,
         timers: &mut NotifyTimers,
-    ) -> (u64, u64)
-    where
-        I: IntoIterator<Item = &'a Mbuf<'p>>,
-    {
+    ) -> (u64, u64) {
+        let n = pkts.len();
         match &self.io {
             PortIo::Vhost { queues } => {
                 let pairs = queues.len() / 2;
@@ -359,7 +364,7 @@ impl Port {
                 let (sent, why) = {
                     let mut vq = q.lock();
                     let sent = vq.enqueue(
-                        pkts.into_iter().map(|m| (m.data(), m.vnet)),
+                        pkts.iter().map(|m| (m.data(), m.vnet)),
                         &q.stats,
                         &self.name,
                     );
@@ -370,22 +375,24 @@ impl Port {
                 q.stats.drop(why, dropped);
                 (sent as u64, dropped)
             }
-            PortIo::Tap(t) => t.tx_burst(pkts),
-            PortIo::Uplink(u) => u.tx_burst(pkts.into_iter().map(|m| m.data())),
-            PortIo::Xdp(x) => x.tx_burst(pkts.into_iter().map(|m| m.data())),
-            PortIo::Vxlan(v) => v.tx_burst(pkts),
+            io => match io.kernel() {
+                Some(k) => k.tx_burst(pkts),
+                None => (0, n as u64),
+            },
         }
     }
 
     /// A kernel port's counters: `[to the kernel, from the kernel]`; `None` for vhost-user
     /// ports (their counters are per queue).
     pub fn kernel_stats(&self) -> Option<[&QueueStats; 2]> {
-        match &self.io {
-            PortIo::Vhost { .. } => None,
-            PortIo::Tap(t) => Some([&t.tx, &t.rx]),
-            PortIo::Uplink(u) => Some([&u.tx, &u.rx]),
-            PortIo::Xdp(x) => Some([&x.tx, &x.rx]),
-            PortIo::Vxlan(v) => Some([&v.tx, &v.rx]),
+        self.io.kernel().map(|k| k.stats())
+    }
+
+    /// Adds the drops a kernel port's kernel counted on its side (AF_XDP's
+    /// `XDP_STATISTICS`) to its counters: a system call, for the control thread's tick.
+    pub fn poll_kernel_drops(&self) {
+        if let Some(k) = self.io.kernel() {
+            k.poll_kernel_drops();
         }
     }
 
@@ -398,10 +405,11 @@ impl Port {
                     s.merge(&q.stats.snapshot());
                 }
             }
-            PortIo::Tap(t) => s.merge(&t.rx.snapshot()),
-            PortIo::Uplink(u) => s.merge(&u.rx.snapshot()),
-            PortIo::Xdp(x) => s.merge(&x.rx.snapshot()),
-            PortIo::Vxlan(v) => s.merge(&v.rx.snapshot()),
+            io => {
+                if let Some(k) = io.kernel() {
+                    s.merge(&k.stats()[1].snapshot());
+                }
+            }
         }
         s
     }
@@ -416,10 +424,11 @@ impl Port {
                     s.merge(&q.stats.snapshot());
                 }
             }
-            PortIo::Tap(t) => s.merge(&t.tx.snapshot()),
-            PortIo::Uplink(u) => s.merge(&u.tx.snapshot()),
-            PortIo::Xdp(x) => s.merge(&x.tx.snapshot()),
-            PortIo::Vxlan(v) => s.merge(&v.tx.snapshot()),
+            io => {
+                if let Some(k) = io.kernel() {
+                    s.merge(&k.stats()[0].snapshot());
+                }
+            }
         }
         s
     }
@@ -433,5 +442,124 @@ fn defer_or_flush(q: &Arc<Queue>, vq: &mut VirtQueue, timers: &mut NotifyTimers)
         if !timers.note(q, due) {
             vq.flush(&q.stats);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::{dummy_port, frame, mac, BCAST};
+
+    #[test]
+    fn vlan_modes_carry_their_vlans() {
+        assert!(VlanMode::Access(10).carries(10));
+        assert!(!VlanMode::Access(10).carries(0));
+        assert!(VlanMode::Trunk.carries(0) && VlanMode::Trunk.carries(4094));
+        let t = VlanMode::TrunkOf(vec![10, 20]);
+        assert!(t.carries(0) && t.carries(10) && t.carries(20));
+        assert!(!t.carries(30));
+    }
+
+    #[test]
+    fn a_kernel_shaped_port_receives_sends_and_counts() {
+        let pool = Pool::new(64).unwrap();
+        let p = dummy_port(3, VlanMode::Trunk, ferrovs_sys::vnet::caps::ALL);
+        assert_eq!(p.io.mode(), "dummy");
+        assert_eq!(p.rx_queues(), 1);
+        assert_eq!(p.tx_caps(), ferrovs_sys::vnet::caps::ALL);
+        assert!(p.tunnel_key().is_none());
+        let PortIo::Dummy(d) = &p.io else {
+            unreachable!()
+        };
+        let f = frame(BCAST, mac(1), None, 7);
+        d.push_rx(&f);
+        d.push_rx(&[1, 2, 3]);
+        let mut timers = NotifyTimers::default();
+        let mut out = Vec::with_capacity(BURST);
+        assert_eq!(p.rx_burst(0, &pool, &mut out, &mut timers), 1);
+        assert_eq!(out[0].data(), &f[..]);
+        let (sent, dropped) = p.tx_burst(0, TxPkts::new(&[0], &out, &[]), &mut timers);
+        assert_eq!((sent, dropped), (1, 0));
+        assert_eq!(d.take_sent(), vec![f.clone()]);
+        d.set_link(false);
+        assert_eq!(
+            p.tx_burst(0, TxPkts::new(&[0], &out, &[]), &mut timers),
+            (0, 1)
+        );
+        // Switch drops and the port's own counters meet in rx_stats / tx_stats.
+        p.rx_drops.drop(DropReason::Vlan, 2);
+        let rx = p.rx_stats();
+        assert_eq!((rx.packets, rx.bytes), (1, f.len() as u64));
+        assert_eq!(rx.drops[DropReason::Runt as usize], 1);
+        assert_eq!(rx.drops[DropReason::Vlan as usize], 2);
+        let tx = p.tx_stats();
+        assert_eq!(tx.packets, 1);
+        assert_eq!(tx.drops[DropReason::KernelLinkDown as usize], 1);
+        let [ktx, krx] = p.kernel_stats().unwrap();
+        assert_eq!(
+            (
+                ktx.packets.load(Ordering::Relaxed),
+                krx.drops(DropReason::Runt)
+            ),
+            (1, 1)
+        );
+        assert!(timers.is_empty());
+        drop(out);
+        assert_eq!(pool.available(), 64);
+    }
+
+    #[test]
+    fn a_vhost_port_without_ready_queues_counts_not_ready_and_takes_injected_frames() {
+        let pool = Pool::new(64).unwrap();
+        let p = Port {
+            io: PortIo::Vhost { queues: Vec::new() },
+            ..dummy_port(0, VlanMode::Trunk, 0)
+        };
+        assert_eq!(p.io.mode(), "vhost-user");
+        assert_eq!((p.rx_queues(), p.tx_caps()), (0, 0));
+        assert!(p.kernel_stats().is_none());
+        let mut timers = NotifyTimers::default();
+        let mut out = Vec::with_capacity(BURST);
+        assert_eq!(p.rx_burst(0, &pool, &mut out, &mut timers), 0);
+        // A frame the control plane injects (a RARP after migration) arrives on pair 0.
+        let rarp = ferrovs_packet::rarp_announce(mac(1));
+        p.inject.push(&rarp);
+        assert_eq!(p.rx_burst(1, &pool, &mut out, &mut timers), 0);
+        assert_eq!(p.rx_burst(0, &pool, &mut out, &mut timers), 1);
+        assert_eq!(out[0].data(), &rarp[..]);
+        assert_eq!(p.rx_burst(0, &pool, &mut out, &mut timers), 1);
+        // No ready queue to send on: every packet counts as queue_not_ready.
+        assert_eq!(
+            p.tx_burst(0, TxPkts::new(&[0], &out, &[]), &mut timers),
+            (0, 1)
+        );
+        assert_eq!(p.tx_stats().drops[DropReason::NotReady as usize], 1);
+        drop(out);
+        assert_eq!(pool.available(), 64);
+    }
+
+    #[test]
+    fn injected_frames_are_bounded() {
+        let pool = Pool::new(64).unwrap();
+        let inject = Inject::default();
+        for i in 0..Inject::MAX + 5 {
+            inject.push(&frame(BCAST, mac(i as u8), None, 0));
+        }
+        let mut out = Vec::with_capacity(BURST);
+        inject.take_into(&pool, &mut out);
+        assert_eq!(out.len(), Inject::MAX);
+        out.clear();
+        inject.take_into(&pool, &mut out);
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn timers_with_nothing_deferred_do_nothing() {
+        let mut t = NotifyTimers::default();
+        assert!(t.is_empty());
+        assert_eq!(t.earliest(), u64::MAX);
+        t.run(u64::MAX - 1);
+        t.flush_all();
+        assert!(t.is_empty());
     }
 }

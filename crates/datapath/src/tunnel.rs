@@ -21,11 +21,14 @@
 
 use std::io::ErrorKind;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
+use std::os::fd::{AsFd, BorrowedFd};
 
+use ferrovs_counters::{DropReason, QueueStats};
 use ferrovs_flow::TunnelKey;
 use ferrovs_sys::pool::{Mbuf, Pool};
-use ferrovs_vhost::stats::{DropReason, QueueStats};
 use ferrovs_vhost::virtqueue::BURST;
+
+use crate::kernel_port::{KernelPort, TxPkts};
 
 /// The VXLAN header.
 pub const VXLAN_HLEN: usize = 8;
@@ -80,9 +83,29 @@ impl VxlanIo {
             dst: *self.local.ip(),
         }
     }
+}
+
+impl KernelPort for VxlanIo {
+    fn mode(&self) -> &'static str {
+        "vxlan"
+    }
+
+    fn stats(&self) -> [&QueueStats; 2] {
+        [&self.tx, &self.rx]
+    }
+
+    /// The UDP socket: readable while datagrams wait.
+    fn wait_fd(&self) -> Option<BorrowedFd<'_>> {
+        Some(self.sock.as_fd())
+    }
+
+    #[inline]
+    fn tunnel_key(&self) -> Option<TunnelKey> {
+        Some(VxlanIo::tunnel_key(self))
+    }
 
     /// Reads up to `max` datagrams, decapsulated into buffers from `pool`, appended to `out`.
-    pub fn rx_burst<'p>(&self, pool: &'p Pool, out: &mut Vec<Mbuf<'p>>, max: usize) -> usize {
+    fn rx_burst<'p>(&self, pool: &'p Pool, out: &mut Vec<Mbuf<'p>>, max: usize) -> usize {
         let max = max.min(BURST).min(out.capacity() - out.len());
         let (mut pkts, mut bytes, mut runts, mut mismatch, mut errors) = (0u64, 0u64, 0, 0, 0);
         for _ in 0..max {
@@ -130,15 +153,12 @@ impl VxlanIo {
 
     /// Encapsulates and sends `n` frames; returns (sent, dropped). Frames must carry no
     /// offload metadata (see the module doc).
-    pub fn tx_burst<'a, 'p: 'a, I>(&self, pkts: I) -> (u64, u64)
-    where
-        I: IntoIterator<Item = &'a Mbuf<'p>>,
-    {
+    fn tx_burst(&self, pkts: TxPkts<'_, '_>) -> (u64, u64) {
         let mut buf = [0u8; VXLAN_HLEN + MAX_INNER];
         buf[0] = FLAG_I;
         buf[4..7].copy_from_slice(&self.vni.to_be_bytes()[1..]);
         let (mut sent, mut bytes, mut oversize, mut full, mut errors) = (0u64, 0u64, 0, 0, 0);
-        for m in pkts {
+        for m in pkts.iter() {
             let d = m.data();
             if d.len() > MAX_INNER {
                 oversize += 1;

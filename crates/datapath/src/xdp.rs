@@ -18,14 +18,16 @@
 //! `try_lock` for one burst); the transmit side is shared by every PMD (a mutex per burst,
 //! uncontended when one PMD transmits to the port).
 
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::Mutex;
 
+use ferrovs_counters::{DropReason, QueueStats};
 use ferrovs_sys::af_xdp::{XskRx, XskRxFrame, XskSocket, XskStats, XskTx};
 use ferrovs_sys::pool::{Mbuf, Pool, MAX_DATA};
-use ferrovs_vhost::stats::{DropReason, QueueStats};
 use ferrovs_vhost::virtqueue::BURST;
 
 use crate::kernel::{count_sent, RxTally};
+use crate::kernel_port::{KernelPort, TxPkts};
 
 /// Shortest Ethernet frame accepted (destination, source, type).
 const MIN_FRAME: usize = 14;
@@ -56,9 +58,46 @@ impl XdpIo {
         }
     }
 
+    /// Adds what the kernel dropped on receive since the last call (`XDP_STATISTICS`: no
+    /// frame to fill, rx ring full, frame larger than a UMEM frame) to `kernel_rx_dropped`.
+    /// One system call; the control thread calls it every tick, never a PMD.
+    pub fn poll_kernel_drops(&self) {
+        let Ok(now) = self.sock.statistics() else {
+            return;
+        };
+        let mut seen = self.stats_seen.lock().unwrap_or_else(|p| p.into_inner());
+        let d = now.rx_dropped.saturating_sub(seen.rx_dropped)
+            + now.rx_ring_full.saturating_sub(seen.rx_ring_full);
+        let inval = now.rx_invalid_descs.saturating_sub(seen.rx_invalid_descs)
+            + now.tx_invalid_descs.saturating_sub(seen.tx_invalid_descs);
+        *seen = now;
+        drop(seen);
+        self.rx.drop(DropReason::KernelRxDropped, d);
+        self.rx.drop(DropReason::RxError, inval);
+    }
+}
+
+impl KernelPort for XdpIo {
+    fn mode(&self) -> &'static str {
+        "af_xdp"
+    }
+
+    fn stats(&self) -> [&QueueStats; 2] {
+        [&self.tx, &self.rx]
+    }
+
+    /// Readable while the rx ring holds frames.
+    fn wait_fd(&self) -> Option<BorrowedFd<'_>> {
+        Some(self.sock.as_fd())
+    }
+
+    fn poll_kernel_drops(&self) {
+        XdpIo::poll_kernel_drops(self);
+    }
+
     /// Takes up to `max` frames from the rx ring into buffers from `pool`, appended to `out`.
     #[inline]
-    pub fn rx_burst<'p>(&self, pool: &'p Pool, out: &mut Vec<Mbuf<'p>>, max: usize) -> usize {
+    fn rx_burst<'p>(&self, pool: &'p Pool, out: &mut Vec<Mbuf<'p>>, max: usize) -> usize {
         let Ok(mut ring) = self.rx_ring.try_lock() else {
             return 0;
         };
@@ -95,32 +134,11 @@ impl XdpIo {
 
     /// Sends `pkts` on the device; returns (sent, dropped).
     #[inline]
-    pub fn tx_burst<'a, I>(&self, pkts: I) -> (u64, u64)
-    where
-        I: IntoIterator<Item = &'a [u8]>,
-    {
+    fn tx_burst(&self, pkts: TxPkts<'_, '_>) -> (u64, u64) {
         let r = {
             let mut ring = self.tx_ring.lock().unwrap_or_else(|p| p.into_inner());
-            ring.send_burst(pkts)
+            ring.send_burst(pkts.iter().map(|m| m.data()))
         };
         count_sent(&self.tx, &r)
-    }
-
-    /// Adds what the kernel dropped on receive since the last call (`XDP_STATISTICS`: no
-    /// frame to fill, rx ring full, frame larger than a UMEM frame) to `kernel_rx_dropped`.
-    /// One system call; the control thread calls it every tick, never a PMD.
-    pub fn poll_kernel_drops(&self) {
-        let Ok(now) = self.sock.statistics() else {
-            return;
-        };
-        let mut seen = self.stats_seen.lock().unwrap_or_else(|p| p.into_inner());
-        let d = now.rx_dropped.saturating_sub(seen.rx_dropped)
-            + now.rx_ring_full.saturating_sub(seen.rx_ring_full);
-        let inval = now.rx_invalid_descs.saturating_sub(seen.rx_invalid_descs)
-            + now.tx_invalid_descs.saturating_sub(seen.tx_invalid_descs);
-        *seen = now;
-        drop(seen);
-        self.rx.drop(DropReason::KernelRxDropped, d);
-        self.rx.drop(DropReason::RxError, inval);
     }
 }

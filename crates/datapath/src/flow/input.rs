@@ -13,18 +13,15 @@
 
 use std::sync::Arc;
 
+use ferrovs_counters::DropReason;
 use ferrovs_flow::{DpAction, FlowKey};
-use ferrovs_sys::pool::Pool;
-use ferrovs_vhost::stats::DropReason;
 use ferrovs_vhost::virtqueue::BURST;
 
 use super::emc::Emc;
 use super::megaflow::Megaflow;
 use super::{upcall, BridgeFlows, FlowCounters};
 use crate::l2::{self, Classified, Decision};
-use crate::pmd::{add_output, add_outputs, Scratch};
-use crate::port::Port;
-use crate::{Bridge, Snapshot};
+use crate::output::{add_output, add_outputs, Burst, Scratch};
 
 /// Per-PMD state of the flow path, allocated once.
 #[derive(Debug)]
@@ -65,8 +62,8 @@ const AS_IS: Classified = Classified {
     decision: Decision::Flood,
 };
 
-/// Decides and queues for output every packet of `sc.batch` (received on `inp` of
-/// `bridge`); returns how many were dropped.
+/// Decides and queues for output every packet of `sc.batch` (received on `b.inp` of
+/// `b.bridge`, whose rules are `bf`); returns how many were dropped.
 ///
 /// Two phases (as OVS's `dfc_processing` / `packet_batch_per_flow_execute`): first every
 /// packet is looked up, level by level, and joins the group of the megaflow that decided it;
@@ -74,17 +71,13 @@ const AS_IS: Classified = Classified {
 /// only output the packet as it is ([`outputs_only`]) are resolved once for the whole group,
 /// whose packets join each output's list together. Other actions run packet by packet, in
 /// order.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn process<'p>(
-    snap: &Snapshot,
-    bridge: &Bridge,
+    b: &Burst<'_, 'p>,
     bf: &BridgeFlows,
-    inp: &Port,
-    pool: &'p Pool,
     sc: &mut Scratch<'p>,
     fx: &mut FlowCtx,
-    now: u32,
 ) -> u64 {
+    let (inp, now) = (b.inp, b.now);
     let n = sc.batch.len();
     let FlowCtx {
         emc,
@@ -203,10 +196,10 @@ pub(crate) fn process<'p>(
         let Some(f) = g.flow.take() else { continue };
         f.hit(g.pkts.len() as u64, g.bytes, now);
         if *batch_outputs && outputs_only(&f.actions) {
-            dropped += execute_outputs(snap, bridge, inp, pool, sc, &g.pkts, &f.actions);
+            dropped += execute_outputs(b, sc, &g.pkts, &f.actions);
         } else {
             for &i in &g.pkts {
-                dropped += execute(snap, bridge, inp, pool, sc, i as usize, &f.actions, now);
+                dropped += execute(b, sc, i as usize, &f.actions);
             }
         }
     }
@@ -352,14 +345,18 @@ fn outputs_only(actions: &[DpAction]) -> bool {
 /// (counted as `flow_drop`). The same outcome as [`execute`] packet by packet: no action
 /// changes a packet, so the order of ports does not matter to what each port receives.
 fn execute_outputs<'p>(
-    snap: &Snapshot,
-    bridge: &Bridge,
-    inp: &Port,
-    pool: &'p Pool,
+    b: &Burst<'_, 'p>,
     sc: &mut Scratch<'p>,
     pkts: &[u16],
     actions: &[DpAction],
 ) -> u64 {
+    let Burst {
+        snap,
+        bridge,
+        inp,
+        pool,
+        ..
+    } = *b;
     let mut sent = false;
     for a in actions {
         match *a {
@@ -398,18 +395,20 @@ fn execute_outputs<'p>(
 
 /// Executes `actions` on packet `i`; returns 1 if the packet went nowhere (counted as a
 /// `flow_drop`, or by the reason `Normal` gave), else 0.
-#[allow(clippy::too_many_arguments)]
 #[inline]
 pub(crate) fn execute<'p>(
-    snap: &Snapshot,
-    bridge: &Bridge,
-    inp: &Port,
-    pool: &'p Pool,
+    b: &Burst<'_, 'p>,
     sc: &mut Scratch<'p>,
     i: usize,
     actions: &[DpAction],
-    now: u32,
 ) -> u64 {
+    let Burst {
+        snap,
+        bridge,
+        inp,
+        pool,
+        now,
+    } = *b;
     let mut cur = i;
     // `cur` is in an output list: modify a copy from now on.
     let mut queued = false;

@@ -5,13 +5,13 @@
 
 use std::sync::Arc;
 
+use ferrovs_counters::DropReason;
 use ferrovs_flow::{parse_flow, FlowKey, FlowSpec, Pipeline, RuleStats};
 use ferrovs_sys::pool::Pool;
-use ferrovs_vhost::stats::DropReason;
 
 use super::input::{execute, process, FlowCtx};
 use super::{BridgeFlows, MegaflowCache};
-use crate::pmd::Scratch;
+use crate::output::{Burst, Scratch};
 use crate::port::{Port, PortIo, VlanMode};
 use crate::{Bridge, MacTable, Snapshot};
 
@@ -117,16 +117,14 @@ fn burst(snap: &Snapshot, pool: &Pool, fx: &mut FlowCtx, frames: &[Vec<u8>]) -> 
     load(&mut sc, pool, frames);
     let bridge = snap.bridge(0).unwrap();
     let inp = snap.port(0).unwrap();
-    let d = process(
+    let b = Burst {
         snap,
         bridge,
-        bridge.flows.as_ref().unwrap(),
         inp,
         pool,
-        &mut sc,
-        fx,
-        1,
-    );
+        now: 1,
+    };
+    let d = process(&b, bridge.flows.as_ref().unwrap(), &mut sc, fx);
     let o = outputs(&sc);
     sc.batch.clear();
     sc.reset_outputs();
@@ -141,10 +139,17 @@ fn reference(snap: &Snapshot, pool: &Pool, frames: &[Vec<u8>]) -> (Outputs, u64)
     let bridge = snap.bridge(0).unwrap();
     let inp = snap.port(0).unwrap();
     let p = &bridge.flows.as_ref().unwrap().pipeline;
+    let b = Burst {
+        snap,
+        bridge,
+        inp,
+        pool,
+        now: 1,
+    };
     let mut d = 0;
     for i in 0..frames.len() {
         let t = p.translate(&FlowKey::extract(sc.batch[i].data(), 0, None));
-        d += execute(snap, bridge, inp, pool, &mut sc, i, &t.actions, 1);
+        d += execute(&b, &mut sc, i, &t.actions);
     }
     let o = outputs(&sc);
     sc.batch.clear();
@@ -339,7 +344,14 @@ fn bench_flow_path() {
                     next = (next + 1) % flows;
                     m.data_mut()[26..30].copy_from_slice(&src.to_be_bytes());
                 }
-                let d = process(&snap, bridge, bf, inp, &pool, &mut sc, &mut fx, 1);
+                let b = Burst {
+                    snap: &snap,
+                    bridge,
+                    inp,
+                    pool: &pool,
+                    now: 1,
+                };
+                let d = process(&b, bf, &mut sc, &mut fx);
                 assert_eq!(d, 0);
                 sc.reset_outputs();
             }

@@ -1,0 +1,102 @@
+//! The kernel-port trait: what the PMD needs of a port that is not a vhost-user device (a TAP,
+//! a netdev over AF_PACKET or AF_XDP, a VXLAN tunnel, the in-memory dummy port), and the
+//! packets a transmit burst takes ([`TxPkts`]).
+//!
+//! A file of its own so that the port kinds ([`crate::kernel`], [`crate::xdp`],
+//! [`crate::tunnel`], [`crate::dummy`]) and [`crate::port`], which holds them in
+//! [`crate::PortIo`], depend on it and not on each other.
+//!
+//! Thread-safety: a port is shared by every PMD (`&self` everywhere): an implementation
+//! guards its receive side (one reader at a time, `try_lock`) and lets any PMD transmit.
+
+use std::os::fd::BorrowedFd;
+
+use ferrovs_counters::QueueStats;
+use ferrovs_sys::pool::{Mbuf, Pool};
+use ferrovs_vhost::virtqueue::BURST;
+
+/// The packets of one burst chosen for one port, in order: indices into the burst's
+/// received packets (`i < BURST`) and the copies and segments it made (`BURST + k`).
+#[derive(Debug, Clone, Copy)]
+pub struct TxPkts<'a, 'p> {
+    idx: &'a [u16],
+    batch: &'a [Mbuf<'p>],
+    extra: &'a [Mbuf<'p>],
+}
+
+impl<'a, 'p> TxPkts<'a, 'p> {
+    /// Packets `idx` of `batch` (below `BURST`) and `extra` (from `BURST` on).
+    #[inline]
+    pub fn new(idx: &'a [u16], batch: &'a [Mbuf<'p>], extra: &'a [Mbuf<'p>]) -> Self {
+        TxPkts { idx, batch, extra }
+    }
+
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.idx.len()
+    }
+
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.idx.is_empty()
+    }
+
+    /// The packets, in order.
+    #[inline]
+    pub fn iter(self) -> impl Iterator<Item = &'a Mbuf<'p>> + 'a
+    where
+        'p: 'a,
+    {
+        let (batch, extra) = (self.batch, self.extra);
+        self.idx.iter().map(move |&i| {
+            let i = usize::from(i);
+            if i < BURST {
+                &batch[i]
+            } else {
+                &extra[i - BURST]
+            }
+        })
+    }
+}
+
+/// A kernel port kind (TAP, AF_PACKET, AF_XDP, VXLAN, and the in-memory dummy port): one
+/// queue each way, polled by a PMD in bursts, with a receive and a transmit counter.
+///
+/// Called once per burst through `&dyn KernelPort` ([`crate::PortIo::kernel`]); implementations
+/// allocate nothing per packet and count every frame they do not deliver by reason in
+/// their [`KernelPort::stats`].
+pub trait KernelPort {
+    /// How the port moves packets, as `ferrovs show` reports it (`mode`).
+    fn mode(&self) -> &'static str;
+
+    /// Receives up to `max` (at most `BURST`) frames into buffers from `pool`, appended to
+    /// `out`; returns how many.
+    fn rx_burst<'p>(&self, pool: &'p Pool, out: &mut Vec<Mbuf<'p>>, max: usize) -> usize;
+
+    /// Transmits `pkts`; returns (sent, dropped). Their offload metadata is what
+    /// [`KernelPort::tx_caps`] accepts.
+    fn tx_burst(&self, pkts: TxPkts<'_, '_>) -> (u64, u64);
+
+    /// What the port accepts of a packet's offload metadata (`vnet::caps` bits).
+    #[inline]
+    fn tx_caps(&self) -> u8 {
+        0
+    }
+
+    /// The port's counters: `[to the port, from the port]`.
+    fn stats(&self) -> [&QueueStats; 2];
+
+    /// An fd that is readable (level-triggered) while frames wait, for a PMD to sleep on;
+    /// `None`: the PMD cannot sleep on this port and keeps polling.
+    fn wait_fd(&self) -> Option<BorrowedFd<'_>>;
+
+    /// Adds the drops the kernel counted on its side since the last call to the receive
+    /// counters (a system call: the control thread's periodic tick, never a PMD).
+    fn poll_kernel_drops(&self) {}
+
+    /// Tunnel metadata of what the port receives (tunnel ports).
+    #[inline]
+    fn tunnel_key(&self) -> Option<ferrovs_flow::TunnelKey> {
+        None
+    }
+}

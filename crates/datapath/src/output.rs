@@ -1,0 +1,390 @@
+//! The output stage of a burst: packets decided for a port join that port's list, and at the
+//! end of the burst each list goes out with one [`Port::tx_burst`].
+//!
+//! Both pipelines feed it: the plain L2 path ([`crate::pmd`]) and the flow path
+//! ([`crate::flow::input`]) call [`add_output`] / [`add_outputs`]; the PMD then calls
+//! [`Scratch::flush`]. On the way to a list a packet may be copied (a VLAN tag pushed or
+//! popped for that port) or worked on in software (a checksum completed, a TSO packet cut
+//! into segments) when the port cannot take its offload metadata.
+//!
+//! Invariants: a packet is named by a `u16` index, `i < BURST` for `batch[i]` (received) and
+//! `BURST + k` for `extra[k]` (copies and segments made in this burst); every list and
+//! buffer vector is allocated once at full capacity ([`Scratch::new`]) and never grows: a
+//! burst that would need more drops and counts (`no_mbuf`, `no_route`). Nothing here
+//! allocates, locks or makes a system call per packet.
+//!
+//! Thread-safety: a [`Scratch`] belongs to one PMD thread; the counters it bumps are the
+//! ports' shared atomics.
+
+use std::sync::atomic::Ordering;
+
+use ferrovs_counters::DropReason;
+use ferrovs_packet::offload::{self, TcpSegmenter};
+use ferrovs_sys::pool::{Mbuf, Pool};
+use ferrovs_sys::vnet::{self, caps, VnetHdr};
+use ferrovs_vhost::virtqueue::BURST;
+
+use crate::l2::{self, Decision, Edit};
+use crate::port::{NotifyTimers, Port, TxPkts};
+use crate::{Bridge, Snapshot};
+
+/// Most distinct output ports one burst is grouped into before flushing.
+const MAX_OUTPUTS: usize = 64;
+/// Most packets one burst makes beside the received ones (VLAN-edited copies, segments of
+/// TSO packets for ports without TSO): 32 packets of 64 KiB cut at a 1448-byte MSS.
+pub(crate) const MAX_EXTRA: usize = 1536;
+/// Most packets one burst sends to one port.
+const MAX_PER_OUTPUT: usize = BURST + MAX_EXTRA;
+
+/// What every stage of one burst reads: the snapshot it runs under, the port the packets came
+/// from and its bridge, the PMD's pool (for copies and segments) and the clock (seconds, MAC
+/// aging and flow `used` times). Made once per burst by the PMD and passed by reference, in
+/// place of the same five arguments on every function of the burst.
+#[derive(Clone, Copy)]
+pub(crate) struct Burst<'a, 'p> {
+    pub snap: &'a Snapshot,
+    pub bridge: &'a Bridge,
+    pub inp: &'a Port,
+    pub pool: &'p Pool,
+    pub now: u32,
+}
+
+/// Per-output packet list.
+pub(crate) struct TxList {
+    port: u32,
+    idx: Vec<u16>,
+}
+
+/// Scratch of one PMD, allocated once.
+pub(crate) struct Scratch<'p> {
+    pub(crate) batch: Vec<Mbuf<'p>>,
+    /// Copies with VLAN edits; referenced as `BURST + i`.
+    pub(crate) extra: Vec<Mbuf<'p>>,
+    /// Software segments of one packet before they join `extra`.
+    segs: Vec<Mbuf<'p>>,
+    outs: Vec<TxList>,
+    nouts: usize,
+}
+
+impl<'p> Scratch<'p> {
+    /// Packet `i`: `batch[i]`, or `extra[i - BURST]` from `BURST` on.
+    #[inline]
+    pub(crate) fn at(&self, i: usize) -> &Mbuf<'p> {
+        if i < BURST {
+            &self.batch[i]
+        } else {
+            &self.extra[i - BURST]
+        }
+    }
+
+    #[inline]
+    pub(crate) fn at_mut(&mut self, i: usize) -> &mut Mbuf<'p> {
+        if i < BURST {
+            &mut self.batch[i]
+        } else {
+            &mut self.extra[i - BURST]
+        }
+    }
+
+    /// Scratch with every list at its full capacity.
+    pub(crate) fn new() -> Scratch<'p> {
+        Scratch {
+            batch: Vec::with_capacity(BURST),
+            extra: Vec::with_capacity(MAX_EXTRA),
+            segs: Vec::with_capacity(MAX_EXTRA),
+            outs: (0..MAX_OUTPUTS)
+                .map(|_| TxList {
+                    port: 0,
+                    idx: Vec::with_capacity(MAX_PER_OUTPUT),
+                })
+                .collect(),
+            nouts: 0,
+        }
+    }
+
+    /// The burst's output lists so far: (port, packet indices) in the order they were made.
+    #[cfg(test)]
+    pub(crate) fn outputs(&self) -> impl Iterator<Item = (u32, &[u16])> {
+        self.outs[..self.nouts]
+            .iter()
+            .map(|l| (l.port, l.idx.as_slice()))
+    }
+
+    /// Forgets the burst's output lists and extra packets (the received ones stay).
+    #[cfg(test)]
+    pub(crate) fn reset_outputs(&mut self) {
+        self.nouts = 0;
+        self.extra.clear();
+    }
+
+    /// A copy of packet `i` (with its offload metadata) in `extra`; its index, or `None`
+    /// when no buffer is left.
+    pub(crate) fn copy(&mut self, pool: &'p Pool, i: usize) -> Option<usize> {
+        if self.extra.len() == self.extra.capacity() {
+            return None;
+        }
+        let src = self.at(i);
+        let len = src.len();
+        let mut m = pool.alloc_for(len)?;
+        m.fill(len)?.copy_from_slice(src.data());
+        m.vnet = src.vnet;
+        self.extra.push(m);
+        Some(BURST + self.extra.len() - 1)
+    }
+
+    /// Sends every output list of the burst from PMD `pmd` (one [`Port::tx_burst`] per
+    /// port) and forgets the burst's packets; returns (sent, dropped).
+    #[inline]
+    pub(crate) fn flush(
+        &mut self,
+        snap: &Snapshot,
+        pmd: usize,
+        timers: &mut NotifyTimers,
+    ) -> (u64, u64) {
+        let (mut sent, mut dropped) = (0u64, 0u64);
+        for o in 0..self.nouts {
+            let list = &self.outs[o];
+            let Some(out) = snap.port(list.port) else {
+                continue;
+            };
+            let (s, d) = transmit(out, &list.idx, &self.batch, &self.extra, pmd, timers);
+            sent += s;
+            dropped += d;
+        }
+        self.nouts = 0;
+        self.batch.clear();
+        self.extra.clear();
+        (sent, dropped)
+    }
+}
+
+/// Adds packet `i` (`BURST + k`: `extra[k]`) to `out`'s list, making a VLAN-edited copy if
+/// the port needs one, and doing in software the offloads the packet asks for that the port
+/// cannot take.
+#[inline]
+pub(crate) fn add_output<'p>(
+    sc: &mut Scratch<'p>,
+    pool: &'p Pool,
+    i: usize,
+    c: &l2::Classified,
+    inp: &Port,
+    out: &Port,
+) {
+    let edit = l2::egress_edit(c, out);
+    let ol = sc.at(i).vnet;
+    if ol.is_offload() && !caps::accepts(out.tx_caps(), &ol) {
+        match software_offload(sc, pool, i, edit, out) {
+            Ok(true) => return,
+            Ok(false) => {}
+            Err(_) => {
+                inp.rx_drops.drop(DropReason::BadOffload, 1);
+                return;
+            }
+        }
+    }
+    let idx = match edit {
+        Edit::None => i as u16,
+        _ => {
+            if sc.extra.len() == sc.extra.capacity() {
+                out.rx_drops.drop(DropReason::NoMbuf, 1);
+                return;
+            }
+            let src = sc.at(i);
+            let len = src.len() + if matches!(edit, Edit::Push(_)) { 4 } else { 0 };
+            let Some(mut m) = pool.alloc_for(len) else {
+                out.rx_drops.drop(DropReason::NoMbuf, 1);
+                return;
+            };
+            let Some(b) = m.fill(len) else { return };
+            match edit {
+                Edit::Push(v) => {
+                    b[4..].copy_from_slice(src.data());
+                    ferrovs_packet::push_vlan_in_place(b, v);
+                }
+                _ => {
+                    b.copy_from_slice(src.data());
+                    ferrovs_packet::pop_vlan_in_place(b);
+                    m.pull_front(4);
+                }
+            }
+            m.vnet = shift_offsets(src.vnet, edit);
+            sc.extra.push(m);
+            (BURST + sc.extra.len() - 1) as u16
+        }
+    };
+    push_output(&mut sc.outs, &mut sc.nouts, out, idx);
+}
+
+/// [`add_output`] for several packets sent as they are (no VLAN edit) to one port: the
+/// output's list is found once and the packets join it in order; a packet asking for an
+/// offload `out` cannot take goes through [`add_output`] (software offload) in its place.
+#[inline]
+pub(crate) fn add_outputs<'p>(
+    sc: &mut Scratch<'p>,
+    pool: &'p Pool,
+    pkts: &[u16],
+    inp: &Port,
+    out: &Port,
+) {
+    let Some(slot) = output_slot(&mut sc.outs, &mut sc.nouts, out) else {
+        out.rx_drops.drop(DropReason::NoRoute, pkts.len() as u64);
+        return;
+    };
+    for &i in pkts {
+        let ol = sc.at(i as usize).vnet;
+        if ol.is_offload() && !caps::accepts(out.tx_caps(), &ol) {
+            add_output(sc, pool, i as usize, &AS_IS, inp, out);
+            continue;
+        }
+        let list = &mut sc.outs[slot].idx;
+        if list.len() < list.capacity() {
+            list.push(i);
+        }
+    }
+}
+
+/// A classification that sends packets as they are (no VLAN edit on any port).
+const AS_IS: l2::Classified = l2::Classified {
+    vlan: 0,
+    tagged: false,
+    decision: Decision::Flood,
+};
+
+/// The offload metadata of a packet after a VLAN edit moved its headers.
+#[inline]
+fn shift_offsets(mut h: VnetHdr, edit: Edit) -> VnetHdr {
+    if h.is_offload() {
+        let d: i32 = match edit {
+            Edit::Push(_) => 4,
+            Edit::Pop => -4,
+            Edit::None => 0,
+        };
+        h.csum_start = (i32::from(h.csum_start) + d).max(0) as u16;
+        h.hdr_len = (i32::from(h.hdr_len) + d).max(0) as u16;
+    }
+    h
+}
+
+/// Adds packet `idx` (`BURST + k`: `extra[k]`) to `out`'s list.
+#[inline]
+fn push_output(outs: &mut [TxList], nouts: &mut usize, out: &Port, idx: u16) {
+    let Some(slot) = output_slot(outs, nouts, out) else {
+        out.rx_drops.drop(DropReason::NoRoute, 1);
+        return;
+    };
+    if outs[slot].idx.len() < outs[slot].idx.capacity() {
+        outs[slot].idx.push(idx);
+    }
+}
+
+/// The index of `out`'s list in `outs`, started if needed; `None` when `MAX_OUTPUTS` lists
+/// are already in use.
+#[inline]
+fn output_slot(outs: &mut [TxList], nouts: &mut usize, out: &Port) -> Option<usize> {
+    match outs[..*nouts].iter().position(|l| l.port == out.id) {
+        Some(s) => Some(s),
+        None if *nouts < MAX_OUTPUTS => {
+            outs[*nouts].port = out.id;
+            outs[*nouts].idx.clear();
+            *nouts += 1;
+            Some(*nouts - 1)
+        }
+        None => None,
+    }
+}
+
+/// Does for port `out` what packet `i` asks of the next hop and `out` cannot do. A partial
+/// checksum is completed in place (the packet stays valid for every other port: it is then
+/// simply complete), and `Ok(false)` says to send it on as usual. A TSO packet is cut into
+/// segments (with `edit` applied to each) added to `out`'s list: `Ok(true)`. `Err`: the
+/// header does not describe the packet (the input port counts it).
+#[cold]
+fn software_offload<'p>(
+    sc: &mut Scratch<'p>,
+    pool: &'p Pool,
+    i: usize,
+    edit: Edit,
+    out: &Port,
+) -> Result<bool, offload::OffloadError> {
+    let Scratch {
+        batch,
+        extra,
+        segs,
+        outs,
+        nouts,
+    } = sc;
+    let src = if i < BURST {
+        &batch[i]
+    } else {
+        &extra[i - BURST]
+    };
+    let h = src.vnet;
+    if h.gso() != vnet::GSO_NONE {
+        let seg = TcpSegmenter::new(src.data(), h.gso_size, h.csum_start)?;
+        if seg.count() > 1 {
+            out.offload.sw_tso.fetch_add(1, Ordering::Relaxed);
+            // Segments go to `segs` first (the source may be in `extra`), then join `extra`
+            // at the indices already given to `out`'s list.
+            let base = extra.len();
+            segs.clear();
+            for k in 0..seg.count() {
+                let len = seg.len(k);
+                let m = (base + segs.len() < extra.capacity())
+                    .then(|| pool.alloc_for(len))
+                    .flatten();
+                let Some(mut m) = m else {
+                    out.rx_drops
+                        .drop(DropReason::NoMbuf, (seg.count() - k) as u64);
+                    break;
+                };
+                let Some(b) = m.fill(len) else { break };
+                seg.write(k, b);
+                match edit {
+                    Edit::None => {}
+                    Edit::Push(v) => {
+                        if let Some(_front) = m.push_front(4) {
+                            ferrovs_packet::push_vlan_in_place(m.data_mut(), v);
+                        }
+                    }
+                    Edit::Pop => {
+                        ferrovs_packet::pop_vlan_in_place(m.data_mut());
+                        m.pull_front(4);
+                    }
+                }
+                push_output(outs, nouts, out, (BURST + base + segs.len()) as u16);
+                segs.push(m);
+            }
+            let made = segs.len() as u64;
+            extra.append(segs);
+            out.offload.sw_segments.fetch_add(made, Ordering::Relaxed);
+            return Ok(true);
+        }
+    }
+    // One segment's worth, or only a checksum: complete it in place.
+    let m = if i < BURST {
+        &mut batch[i]
+    } else {
+        &mut extra[i - BURST]
+    };
+    offload::complete_csum(
+        m.data_mut(),
+        usize::from(h.csum_start),
+        usize::from(h.csum_offset),
+    )?;
+    m.vnet = VnetHdr::default();
+    out.offload.sw_csum.fetch_add(1, Ordering::Relaxed);
+    Ok(false)
+}
+
+/// Sends packets `idx` to `out`; returns (sent, dropped).
+#[inline]
+fn transmit(
+    out: &Port,
+    idx: &[u16],
+    batch: &[Mbuf<'_>],
+    extra: &[Mbuf<'_>],
+    pmd: usize,
+    timers: &mut NotifyTimers,
+) -> (u64, u64) {
+    out.tx_burst(pmd, TxPkts::new(idx, batch, extra), timers)
+}
