@@ -27,7 +27,12 @@
 //!
 //! The state is plain data with an explicit schema number. A newer daemon restores every
 //! schema from [`MIN_SCHEMA`] to [`SCHEMA`]; anything else is refused with a clear error before
-//! anything is touched. `tests/fixtures/upgrade-state-v*.json` keep each released schema.
+//! anything is touched. `tests/e2e/fixtures/upgrade-state-v*.json` keep each released schema.
+//!
+//! Each crate owns the plain state of what it runs: a vhost-user device is
+//! [`ferrovs_vhost::state::DeviceState`] (serialised as is, through vhost's `serde` feature),
+//! validated by vhost as untrusted input. [`State::parse`] is the one way in: JSON, schema
+//! check, typed parse, validation; the takeover and the `upgrade_state` fuzz target use it.
 
 use std::io;
 use std::os::fd::{OwnedFd, RawFd};
@@ -36,6 +41,8 @@ use std::os::unix::net::UnixStream;
 use serde::{Deserialize, Serialize};
 
 use ferrovs_sys::os;
+use ferrovs_vhost::state::FdSource;
+pub use ferrovs_vhost::state::{DeviceState, LogState, QueueState, RegionState};
 
 use crate::config::{Config, PortConfig};
 
@@ -135,8 +142,7 @@ pub struct PortState {
     pub id: u32,
     pub bridge: String,
     pub cfg: PortConfig,
-    /// "listening", "connected" or "reconnecting".
-    pub link: String,
+    pub link: LinkState,
     pub listener: Option<u32>,
     pub conn: Option<ConnState>,
     /// The vhost-user device (empty for kernel ports).
@@ -227,52 +233,18 @@ pub struct RingPos {
     pub taken: u32,
 }
 
-#[derive(Debug, Default, Serialize, Deserialize)]
-pub struct DeviceState {
-    pub queue_pairs: usize,
-    pub features: u64,
-    pub protocol: u64,
-    pub errors: u64,
-    pub regions: Vec<RegionState>,
-    pub queues: Vec<QueueState>,
-    /// Schema 2: the frontend's dirty log (a live migration is under way).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub log: Option<LogState>,
-}
-
-/// A dirty log: the fd (index in the handed-over fds), its size and offset.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct LogState {
-    pub fd: u32,
-    pub size: u64,
-    pub offset: u64,
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-pub struct RegionState {
-    pub gpa: u64,
-    pub size: u64,
-    pub uaddr: u64,
-    pub mmap_offset: u64,
-    pub fd: u32,
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-pub struct QueueState {
-    pub size: u32,
-    /// desc, avail, used (frontend virtual addresses).
-    pub addrs: Option<[u64; 3]>,
-    pub last_avail: u16,
-    pub used_idx: u16,
-    pub enabled: bool,
-    pub kicked: bool,
-    pub kick: Option<u32>,
-    pub call: Option<u32>,
-    pub err: Option<u32>,
-    pub broken: Option<String>,
-    /// Schema 2: the used ring's guest-physical address for the dirty log.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub log_addr: Option<u64>,
+/// A port's link on the wire (the names schemas 1 and 2 carry).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LinkState {
+    /// A vhost-user server port waiting for its frontend.
+    Listening,
+    /// A vhost-user port with its frontend connected.
+    Connected,
+    /// A vhost-user client port between attempts to connect.
+    Reconnecting,
+    /// A kernel port.
+    Attached,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -301,29 +273,101 @@ pub struct PortCounters {
     pub offload: [u64; 3],
 }
 
+/// Why handed-over state was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error("handed-over state has no schema number")]
+    NoSchema,
+    #[error(
+        "handed-over state has schema {0}; this ferrovsd ({v}) restores schemas {MIN_SCHEMA} \
+         to {SCHEMA}",
+        v = env!("CARGO_PKG_VERSION")
+    )]
+    Schema(u64),
+    #[error("handed-over state is malformed")]
+    Malformed(#[source] serde_json::Error),
+    #[error("port {port}: handed over without its device")]
+    NoDevice { port: String },
+    #[error("port {port}")]
+    Device {
+        port: String,
+        #[source]
+        source: ferrovs_vhost::state::StateError,
+    },
+    #[error("handed-over state names fd {0}, which did not arrive (or twice)")]
+    MissingFd(u32),
+}
+
 impl State {
     /// Refuses a schema this daemon does not restore, saying which it does.
-    pub fn check_schema(schema: u32) -> Result<(), String> {
-        if (MIN_SCHEMA..=SCHEMA).contains(&schema) {
+    pub fn check_schema(schema: u64) -> Result<(), StateError> {
+        if (u64::from(MIN_SCHEMA)..=u64::from(SCHEMA)).contains(&schema) {
             Ok(())
         } else {
-            Err(format!(
-                "handed-over state has schema {schema}; this ferrovsd ({}) restores schemas \
-                 {MIN_SCHEMA} to {SCHEMA}",
-                env!("CARGO_PKG_VERSION")
-            ))
+            Err(StateError::Schema(schema))
         }
     }
 
-    /// Parses state from JSON, checking the schema before anything else.
-    pub fn from_json(v: serde_json::Value) -> Result<State, String> {
+    /// Parses state from JSON, checking the schema before anything else, then validates it.
+    pub fn from_json(v: serde_json::Value) -> Result<State, StateError> {
         let schema = v
             .get("schema")
             .and_then(|s| s.as_u64())
-            .ok_or("handed-over state has no schema number")?;
-        Self::check_schema(schema as u32)?;
-        serde_json::from_value(v).map_err(|e| format!("handed-over state is malformed: {e}"))
+            .ok_or(StateError::NoSchema)?;
+        Self::check_schema(schema)?;
+        let st: State = serde_json::from_value(v).map_err(StateError::Malformed)?;
+        st.validate()?;
+        Ok(st)
     }
+
+    /// The takeover's way in, from a message's bytes: [`State::from_json`] of a `state`
+    /// message (or of the bare state).
+    pub fn parse(bytes: &[u8]) -> Result<State, StateError> {
+        let v: serde_json::Value = serde_json::from_slice(bytes).map_err(StateError::Malformed)?;
+        Self::from_json(v)
+    }
+
+    /// What can be checked before any fd is used: every vhost-user port's device (by
+    /// vhost's own rules). Kernel ports are checked when their fds are adopted.
+    pub fn validate(&self) -> Result<(), StateError> {
+        for p in &self.ports {
+            if p.cfg.kind.is_kernel() {
+                continue;
+            }
+            p.device.validate().map_err(|source| {
+                if p.device.queue_pairs == 0 {
+                    StateError::NoDevice {
+                        port: p.cfg.name.clone(),
+                    }
+                } else {
+                    StateError::Device {
+                        port: p.cfg.name.clone(),
+                        source,
+                    }
+                }
+            })?;
+        }
+        Ok(())
+    }
+}
+
+/// Why receiving the state failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RecvError {
+    #[error("receiving the state")]
+    Io(#[source] io::Error),
+    #[error("the old daemon closed the upgrade channel")]
+    Closed,
+    #[error("malformed handover message")]
+    Message(#[source] serde_json::Error),
+    #[error("fd packet announced {announced} fds and carried {carried}")]
+    FdCount { announced: u64, carried: usize },
+    #[error("the old daemon refused: {0}")]
+    Refused(String),
+    #[error("unexpected handover message {0:?}")]
+    Unexpected(Option<String>),
+    #[error(transparent)]
+    State(#[from] StateError),
 }
 
 /// The handover channel: one seqpacket socket, one message per packet.
@@ -406,38 +450,35 @@ impl Channel {
     pub fn recv_state(
         &mut self,
         timeout: std::time::Duration,
-    ) -> Result<(State, Vec<OwnedFd>), String> {
+    ) -> Result<(State, Vec<OwnedFd>), RecvError> {
         let mut all = Vec::new();
         loop {
             self.sock
                 .set_read_timeout(Some(timeout))
-                .map_err(|e| e.to_string())?;
-            let (n, fds) = os::recv_with_fds(&self.sock, &mut self.buf)
-                .map_err(|e| format!("receiving the state: {e}"))?;
+                .map_err(RecvError::Io)?;
+            let (n, fds) = os::recv_with_fds(&self.sock, &mut self.buf).map_err(RecvError::Io)?;
             if n == 0 {
-                return Err("the old daemon closed the upgrade channel".into());
+                return Err(RecvError::Closed);
             }
-            let v: serde_json::Value = serde_json::from_slice(&self.buf[..n])
-                .map_err(|e| format!("malformed handover message: {e}"))?;
+            let v: serde_json::Value =
+                serde_json::from_slice(&self.buf[..n]).map_err(RecvError::Message)?;
             match v.get("msg").and_then(|m| m.as_str()) {
                 Some("fds") => {
-                    let want = v.get("count").and_then(|c| c.as_u64()).unwrap_or(0);
-                    if want != fds.len() as u64 {
-                        return Err(format!(
-                            "fd packet announced {want} fds and carried {}",
-                            fds.len()
-                        ));
+                    let announced = v.get("count").and_then(|c| c.as_u64()).unwrap_or(0);
+                    if announced != fds.len() as u64 {
+                        return Err(RecvError::FdCount {
+                            announced,
+                            carried: fds.len(),
+                        });
                     }
                     all.extend(fds);
                 }
                 Some("state") => return Ok((State::from_json(v)?, all)),
                 Some("fail") => {
-                    return Err(format!(
-                        "the old daemon refused: {}",
-                        v.get("error").and_then(|e| e.as_str()).unwrap_or("?")
-                    ))
+                    let why = v.get("error").and_then(|e| e.as_str()).unwrap_or("?");
+                    return Err(RecvError::Refused(why.to_string()));
                 }
-                other => return Err(format!("unexpected handover message {other:?}")),
+                other => return Err(RecvError::Unexpected(other.map(str::to_string))),
             }
         }
     }
@@ -463,17 +504,18 @@ impl FdTable {
         FdTable(fds.into_iter().map(Some).collect())
     }
 
-    pub fn take(&mut self, i: u32) -> Result<OwnedFd, String> {
-        self.0
-            .get_mut(i as usize)
-            .and_then(Option::take)
-            .ok_or_else(|| {
-                format!("handed-over state names fd {i}, which did not arrive (or twice)")
-            })
+    pub fn take(&mut self, i: u32) -> Result<OwnedFd, StateError> {
+        self.0.take_fd(i).ok_or(StateError::MissingFd(i))
     }
 
-    pub fn take_opt(&mut self, i: Option<u32>) -> Result<Option<OwnedFd>, String> {
+    pub fn take_opt(&mut self, i: Option<u32>) -> Result<Option<OwnedFd>, StateError> {
         i.map(|i| self.take(i)).transpose()
+    }
+}
+
+impl FdSource for FdTable {
+    fn take_fd(&mut self, index: u32) -> Option<OwnedFd> {
+        self.0.take_fd(index)
     }
 }
 

@@ -79,16 +79,6 @@ impl Queue {
     }
 }
 
-/// One queue's handed-over state (hot upgrade).
-#[derive(Debug, Default)]
-pub struct QueuePart {
-    pub state: VringState,
-    pub kick: Option<std::os::fd::OwnedFd>,
-    pub call: Option<std::os::fd::OwnedFd>,
-    pub err: Option<std::os::fd::OwnedFd>,
-    pub broken: Option<ChainError>,
-}
-
 /// Why a request failed.
 #[derive(Debug, thiserror::Error)]
 pub enum DeviceError {
@@ -315,30 +305,26 @@ impl Device {
         self.announce = None;
     }
 
-    /// Rebuilds a device handed over by another ferrovsd (hot upgrade). Its queues are
-    /// configured by [`Device::restore_queue`] but not started: nothing touches guest memory
-    /// until [`Device::resume`].
-    pub fn restore(
-        name: &str,
-        queue_pairs: usize,
+    /// Sets what a device handed over by another ferrovsd had negotiated (hot upgrade,
+    /// [`crate::state`]); its queues are then set by [`Device::restore_queue`].
+    pub(crate) fn set_negotiated(
+        &mut self,
         features: u64,
         protocol: u64,
         errors: u64,
         mem: Option<Arc<GuestMemory>>,
         log: Option<Arc<DirtyLog>>,
-    ) -> Device {
-        let mut d = Device::new(name, queue_pairs);
-        d.features = features;
-        d.protocol = protocol;
-        d.errors = errors;
-        d.mem = mem;
-        for q in &d.queues {
+    ) {
+        self.features = features;
+        self.protocol = protocol;
+        self.errors = errors;
+        self.mem = mem;
+        for q in &self.queues {
             let mut vq = q.lock();
             vq.set_features(features);
             vq.set_log(log.clone());
         }
-        d.log = log;
-        d
+        self.log = log;
     }
 
     /// The frontend's dirty log, while a migration has one set.
@@ -346,15 +332,22 @@ impl Device {
         self.log.as_ref()
     }
 
-    /// Sets queue `index` from handed-over state.
-    pub fn restore_queue(&self, index: usize, part: QueuePart) -> Result<(), DeviceError> {
+    /// Sets queue `index` from handed-over state: its ring (not started), its kick, call and
+    /// err fds, and the error that broke it.
+    pub(crate) fn restore_queue(
+        &self,
+        index: usize,
+        state: VringState,
+        [kick, call, err]: [Option<OwnedFd>; 3],
+        broken: Option<ChainError>,
+    ) -> Result<(), DeviceError> {
         let q = self.queue(index as u32)?;
         let mut vq = q.lock();
-        vq.state = part.state;
-        vq.kick = part.kick;
-        vq.call = part.call;
-        vq.err = part.err;
-        vq.broken = part.broken;
+        vq.state = state;
+        vq.kick = kick;
+        vq.call = call;
+        vq.err = err;
+        vq.broken = broken;
         Ok(())
     }
 
