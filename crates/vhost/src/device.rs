@@ -49,7 +49,7 @@ use crate::msg::{self, Code, Header, Request};
 use crate::stats::QueueStats;
 use crate::virtqueue::{ChainError, VirtQueue, VringState};
 
-/// Whether `FERROVS_TRACE_VHOST` asks for a log line per vhost-user message.
+/// Whether `FERROVS_TRACE_VHOST` asks for a log line (info) per vhost-user message.
 fn trace() -> bool {
     static TRACE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *TRACE.get_or_init(|| std::env::var_os("FERROVS_TRACE_VHOST").is_some())
@@ -597,8 +597,8 @@ impl Device {
     ) -> Option<Reply> {
         let code = Code::from_u32(h.code);
         if trace() {
-            eprintln!(
-                "ferrovs: {}: vhost-user {:?} ({}) flags {:#x} payload {:02x?}",
+            log::info!(
+                "{}: vhost-user {:?} ({}) flags {:#x} payload {:02x?}",
                 self.name, code, h.code, h.flags, payload
             );
         }
@@ -648,8 +648,8 @@ impl Device {
             Err(e) => {
                 self.errors += 1;
                 self.reply_fds.clear();
-                eprintln!(
-                    "ferrovs: {}: vhost-user request {} refused: {e}",
+                log::warn!(
+                    "{}: vhost-user request {} refused: {e}",
                     self.name, h.code
                 );
                 let failed = msg::encode(h.code, msg::FLAG_REPLY, &1u64.to_le_bytes());
@@ -677,15 +677,15 @@ impl Device {
         };
         if u64::from_le_bytes(v) != 0 {
             self.errors += 1;
-            eprintln!(
-                "ferrovs: {}: frontend refused our postcopy memory table; not used",
+            log::warn!(
+                "{}: frontend refused our postcopy memory table; not used",
                 self.name
             );
             return;
         }
         if let Err(e) = self.install_memory(mem) {
             self.errors += 1;
-            eprintln!("ferrovs: {}: postcopy memory table: {e}", self.name);
+            log::warn!("{}: postcopy memory table: {e}", self.name);
         }
     }
 }

@@ -5,7 +5,7 @@
 //!   chain longer than the ring (a loop), a nested or malformed indirect table, a buffer
 //!   outside guest memory or a descriptor of the wrong direction marks the queue *broken*: the
 //!   offending chain is returned to the guest with length 0 (it leaks no descriptor), the
-//!   reason is counted, one log line is written, and the queue is not polled again until the
+//!   reason is counted, one log line (`log::warn!`) is written, and the queue is not polled again until the
 //!   frontend re-initialises it. Other queues and ports are unaffected.
 //! * Used entries are written in a burst and published with one Release store of `used.idx`;
 //!   the guest is notified at most once per burst, and only if it asked (EVENT_IDX
@@ -675,8 +675,8 @@ impl VirtQueue {
     fn mark_broken(&mut self, e: ChainError, stats: &QueueStats, name: &str) {
         stats.drop(e.reason(), 1);
         if self.broken.is_none() {
-            eprintln!(
-                "ferrovs: {name}: queue {}: guest error: {e}; queue disabled until reset",
+            log::warn!(
+                "{name}: queue {}: guest error: {e}; queue disabled until reset",
                 self.index_hint()
             );
         }
