@@ -40,6 +40,9 @@ use std::os::unix::net::UnixStream;
 
 use serde::{Deserialize, Serialize};
 
+pub use ferrovs_sys::af_packet::{RingGeometry as RingState, RingPosition as RingPos};
+use ferrovs_sys::af_xdp::{XskGeometry, XskRxPosition, XskTxPosition};
+use ferrovs_sys::bpf::XdpMode;
 use ferrovs_sys::os;
 use ferrovs_vhost::state::FdSource;
 pub use ferrovs_vhost::state::{DeviceState, LogState, QueueState, RegionState};
@@ -197,11 +200,10 @@ pub struct XdpState {
     pub prog: u32,
     pub link: u32,
     pub ifindex: u32,
-    /// "native" or "generic".
-    pub xdp_mode: String,
-    pub frame_size: u32,
-    pub rx_frames: u32,
-    pub tx_frames: u32,
+    pub xdp_mode: XdpMode,
+    /// `frame_size`, `rx_frames`, `tx_frames`.
+    #[serde(flatten)]
+    pub geometry: XskGeometry,
     /// `XDP_STATISTICS` already added to the counters: rx_dropped, rx_ring_full,
     /// rx_invalid_descs, tx_invalid_descs.
     #[serde(default)]
@@ -209,28 +211,14 @@ pub struct XdpState {
 }
 
 /// Where an AF_XDP uplink's PMD stopped: the indices we own in the four rings, and the
-/// transmit frames free in user space (every other transmit frame is outstanding).
+/// transmit frames free in user space (every other transmit frame is outstanding). On the
+/// wire one flat object: `rx_cons`, `fill_prod`, `tx_prod`, `cq_cons`, `tx_free`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct XskPos {
-    pub rx_cons: u32,
-    pub fill_prod: u32,
-    pub tx_prod: u32,
-    pub cq_cons: u32,
-    pub tx_free: Vec<u32>,
-}
-
-#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-pub struct RingState {
-    pub block_size: u32,
-    pub block_nr: u32,
-    pub frame_size: u32,
-}
-
-/// A reader's place in an RX ring: block, frames of it already taken.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RingPos {
-    pub block: u32,
-    pub taken: u32,
+    #[serde(flatten)]
+    pub rx: XskRxPosition,
+    #[serde(flatten)]
+    pub tx: XskTxPosition,
 }
 
 /// A port's link on the wire (the names schemas 1 and 2 carry).
@@ -473,6 +461,7 @@ impl Channel {
                     }
                     all.extend(fds);
                 }
+                // The path `State::parse` (and the `upgrade_state` fuzz target) takes.
                 Some("state") => return Ok((State::from_json(v)?, all)),
                 Some("fail") => {
                     let why = v.get("error").and_then(|e| e.as_str()).unwrap_or("?");
@@ -540,4 +529,137 @@ pub struct Report {
     pub downtime_us: f64,
     /// Unix time of the takeover.
     pub at: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    //! The wire format is what schemas 1 and 2 wrote (old binaries read what we write, we
+    //! read what they wrote), and every refusal of `State::parse` is its own error.
+    use super::*;
+    use ferrovs_vhost::state::StateError as DeviceStateError;
+    use ferrovs_vhost::virtqueue::ChainError;
+    use serde_json::{json, Value};
+
+    const V1: &str = include_str!("../../../tests/e2e/fixtures/upgrade-state-v1.json");
+
+    fn v1() -> Value {
+        serde_json::from_str(V1).unwrap()
+    }
+
+    /// `T` reads `old` and writes it back unchanged.
+    fn same<T: Serialize + serde::de::DeserializeOwned>(old: Value) -> T {
+        let t: T = serde_json::from_value(old.clone()).unwrap();
+        assert_eq!(serde_json::to_value(&t).unwrap(), old);
+        t
+    }
+
+    #[test]
+    fn link_states_travel_by_their_old_names() {
+        for (name, l) in [
+            ("listening", LinkState::Listening),
+            ("connected", LinkState::Connected),
+            ("reconnecting", LinkState::Reconnecting),
+            ("attached", LinkState::Attached),
+        ] {
+            assert_eq!(same::<LinkState>(json!(name)), l);
+        }
+        assert!(serde_json::from_value::<LinkState>(json!("flapping")).is_err());
+    }
+
+    #[test]
+    fn kernel_positions_and_geometry_keep_their_shape() {
+        let m = same::<Msg>(json!({
+            "msg": "frozen", "t_freeze_ns": 5, "freeze_us": 6,
+            "positions": [["vm1", [1, null]]],
+            "rings": [["up0", {"block": 3, "taken": 4}]],
+            "xsks": [["xdp0", {"rx_cons": 1, "fill_prod": 2, "tx_prod": 3, "cq_cons": 4,
+                               "tx_free": [7, 8]}]],
+        }));
+        let Msg::Frozen { rings, xsks, .. } = m else {
+            panic!("{m:?}")
+        };
+        assert_eq!(rings[0].1, RingPos { block: 3, taken: 4 });
+        assert_eq!(xsks[0].1.rx.fill_prod, 2);
+        assert_eq!(xsks[0].1.tx.free, vec![7, 8]);
+        let k = same::<KernelState>(json!({
+            "fd": 3,
+            "xdp": {"umem": 4, "promisc": 5, "map": 6, "prog": 7, "link": 8, "ifindex": 9,
+                    "xdp_mode": "generic", "frame_size": 4096, "rx_frames": 2048,
+                    "tx_frames": 1024, "stats_seen": [1, 2, 3, 4]},
+        }));
+        assert_eq!(k.xdp.unwrap().xdp_mode, XdpMode::Generic);
+        same::<KernelState>(json!({
+            "fd": 3, "ring": {"block_size": 65536, "block_nr": 64, "frame_size": 2048},
+        }));
+    }
+
+    #[test]
+    fn a_broken_queue_travels_by_its_drop_reason() {
+        let mut v = v1();
+        v["ports"][0]["device"]["queues"][1]["broken"] = json!("desc_chain_loop");
+        let st = State::from_json(v.clone()).unwrap();
+        assert_eq!(st.ports[0].device.queues[1].broken, Some(ChainError::Loop));
+        v["ports"][0]["device"]["queues"][1]["broken"] = json!("no_such_reason");
+        assert!(matches!(State::from_json(v), Err(StateError::Malformed(_))));
+    }
+
+    #[test]
+    fn no_schema_and_unknown_schemas() {
+        let mut v = v1();
+        v.as_object_mut().unwrap().remove("schema");
+        assert!(matches!(State::from_json(v), Err(StateError::NoSchema)));
+        for s in [0, u64::from(SCHEMA) + 1, u64::MAX] {
+            let mut v = v1();
+            v["schema"] = json!(s);
+            assert!(matches!(State::from_json(v), Err(StateError::Schema(x)) if x == s));
+        }
+    }
+
+    #[test]
+    fn malformed_state() {
+        assert!(matches!(
+            State::parse(b"{\"schema\":1,"),
+            Err(StateError::Malformed(_))
+        ));
+        let mut v = v1();
+        v["ports"][0]["link"] = json!(7);
+        assert!(matches!(State::from_json(v), Err(StateError::Malformed(_))));
+    }
+
+    #[test]
+    fn a_vhost_port_without_its_device() {
+        let mut v = v1();
+        v["ports"][1].as_object_mut().unwrap().remove("device");
+        let e = State::from_json(v).unwrap_err();
+        assert!(
+            matches!(&e, StateError::NoDevice { port } if port == "vm2"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_device_vhost_refuses_is_refused_with_the_port_named() {
+        let mut v = v1();
+        v["ports"][0]["device"]["queues"][0]["addrs"][2] = json!(8);
+        let e = State::from_json(v).unwrap_err();
+        assert!(
+            matches!(
+                &e,
+                StateError::Device {
+                    port,
+                    source: DeviceStateError::RingOutsideMemory { queue: 0, .. }
+                } if port == "vm1"
+            ),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn fds_are_taken_once() {
+        let mut t = FdTable::new(vec![os::memfd("t", 8, false).unwrap()]);
+        assert!(t.take(0).is_ok());
+        assert!(matches!(t.take(0), Err(StateError::MissingFd(0))));
+        assert!(matches!(t.take_opt(Some(9)), Err(StateError::MissingFd(9))));
+        assert!(t.take_opt(None).unwrap().is_none());
+    }
 }

@@ -599,7 +599,11 @@ impl Device {
         if trace() {
             log::info!(
                 "{}: vhost-user {:?} ({}) flags {:#x} payload {:02x?}",
-                self.name, code, h.code, h.flags, payload
+                self.name,
+                code,
+                h.code,
+                h.flags,
+                payload
             );
         }
         self.reply_fds.clear();
@@ -648,10 +652,7 @@ impl Device {
             Err(e) => {
                 self.errors += 1;
                 self.reply_fds.clear();
-                log::warn!(
-                    "{}: vhost-user request {} refused: {e}",
-                    self.name, h.code
-                );
+                log::warn!("{}: vhost-user request {} refused: {e}", self.name, h.code);
                 let failed = msg::encode(h.code, msg::FLAG_REPLY, &1u64.to_le_bytes());
                 if ack_wanted || matches!(code, Some(Code::SetLogBase | Code::PostcopyAdvise)) {
                     // (A POSTCOPY_ADVISE answer with a payload and no fd fails the frontend's

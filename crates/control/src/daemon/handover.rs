@@ -18,16 +18,14 @@
 
 use std::os::fd::{AsRawFd, OwnedFd};
 
-use ferrovs_sys::af_packet::RingPosition;
-use ferrovs_sys::af_xdp::{XskFds, XskGeometry, XskRxPosition, XskStats, XskTxPosition};
-use ferrovs_sys::bpf::XdpMode;
+use ferrovs_sys::af_xdp::{XskFds, XskStats};
 use ferrovs_vhost::stats::{DropReason, QueueStats, StatsSnapshot};
 
 use super::*;
 use crate::upgrade::{
     self, BridgeState as BridgeWire, Channel, ConnState, DeviceState, FdList, FdTable, KernelState,
-    LinkState, Msg, PortCounters, PortState as PortWire, RecvError, Report, RingPos, RingState,
-    State, StateError, StatsState, XdpState, XskPos, MIN_SCHEMA, SCHEMA,
+    LinkState, Msg, PortCounters, PortState as PortWire, RecvError, Report, RingPos, State,
+    StateError, StatsState, XdpState, XskPos, MIN_SCHEMA, SCHEMA,
 };
 
 /// Why a handover (old side) or a takeover (new side) failed. Either way the old daemon
@@ -115,8 +113,6 @@ pub enum PortError {
     NoKernelFd,
     #[error("uplink handed over without its ring geometry")]
     NoRing,
-    #[error("unknown XDP mode {0}")]
-    XdpMode(String),
     #[error("cannot adopt its kernel side")]
     Kernel(#[source] Box<dyn std::error::Error + Send + Sync>),
     #[error("resuming its queues")]
@@ -357,14 +353,7 @@ impl Daemon {
             .ports
             .iter()
             .filter_map(|(n, p)| match &p.port.io {
-                PortIo::Uplink(u) => {
-                    let pos = lock_ring(u).position();
-                    let pos = RingPos {
-                        block: pos.block,
-                        taken: pos.taken,
-                    };
-                    Some((n.clone(), pos))
-                }
+                PortIo::Uplink(u) => Some((n.clone(), lock_ring(u).position())),
                 _ => None,
             })
             .collect();
@@ -373,14 +362,9 @@ impl Daemon {
             .iter()
             .filter_map(|(n, p)| match &p.port.io {
                 PortIo::Xdp(x) => {
-                    let rx = lock(&x.rx_ring).position();
-                    let tx = lock(&x.tx_ring).position();
                     let pos = XskPos {
-                        rx_cons: rx.rx_cons,
-                        fill_prod: rx.fill_prod,
-                        tx_prod: tx.tx_prod,
-                        cq_cons: tx.cq_cons,
-                        tx_free: tx.free,
+                        rx: lock(&x.rx_ring).position(),
+                        tx: lock(&x.tx_ring).position(),
                     };
                     Some((n.clone(), pos))
                 }
@@ -556,16 +540,10 @@ impl Daemon {
                         (DeviceState::default(), Some(k))
                     }
                     (None, PortIo::Uplink(u)) => {
-                        let g = u.geometry;
-                        let ring = Some(RingState {
-                            block_size: g.block_size,
-                            block_nr: g.block_nr,
-                            frame_size: g.frame_size,
-                        });
                         let fd = fds.push(u.sock.as_fd().as_raw_fd());
                         let k = KernelState {
                             fd,
-                            ring,
+                            ring: Some(u.geometry),
                             xdp: None,
                         };
                         (DeviceState::default(), Some(k))
@@ -573,7 +551,6 @@ impl Daemon {
                     (None, PortIo::Xdp(x)) => {
                         let [xsk, umem, promisc, map, prog, link] =
                             x.sock.handover_fds().map(|f| fds.push(f.as_raw_fd()));
-                        let g = x.sock.geometry();
                         let seen = *lock(&x.stats_seen);
                         let xdp = XdpState {
                             umem,
@@ -582,10 +559,8 @@ impl Daemon {
                             prog,
                             link,
                             ifindex: x.sock.ifindex(),
-                            xdp_mode: x.sock.xdp_mode().name().to_string(),
-                            frame_size: g.frame_size,
-                            rx_frames: g.rx_frames,
-                            tx_frames: g.tx_frames,
+                            xdp_mode: x.sock.xdp_mode(),
+                            geometry: x.sock.geometry(),
                             stats_seen: [
                                 seen.rx_dropped,
                                 seen.rx_ring_full,
@@ -884,13 +859,6 @@ impl Daemon {
             }
             _ if k.xdp.is_some() => {
                 let x = k.xdp.clone().unwrap_or_else(|| unreachable!());
-                let geo = XskGeometry {
-                    frame_size: x.frame_size,
-                    rx_frames: x.rx_frames,
-                    tx_frames: x.tx_frames,
-                };
-                let mode = XdpMode::from_name(&x.xdp_mode)
-                    .ok_or_else(|| PortError::XdpMode(x.xdp_mode.clone()))?;
                 let xfds = XskFds {
                     xsk: fd,
                     umem: fds.take(x.umem)?,
@@ -899,9 +867,10 @@ impl Daemon {
                     prog: fds.take(x.prog)?,
                     link: fds.take(x.link)?,
                 };
-                let (sock, rx, tx) =
-                    ferrovs_sys::af_xdp::XskSocket::from_fds(xfds, geo, x.ifindex, mode)
-                        .map_err(kernel)?;
+                let (sock, rx, tx) = ferrovs_sys::af_xdp::XskSocket::from_fds(
+                    xfds, x.geometry, x.ifindex, x.xdp_mode,
+                )
+                .map_err(kernel)?;
                 let io = XdpIo::new(sock, rx, tx);
                 let [a, b, c, d] = x.stats_seen;
                 *lock(&io.stats_seen) = XskStats {
@@ -913,12 +882,7 @@ impl Daemon {
                 PortIo::Xdp(Box::new(io))
             }
             _ => {
-                let r = k.ring.ok_or(PortError::NoRing)?;
-                let geo = RingGeometry {
-                    block_size: r.block_size,
-                    block_nr: r.block_nr,
-                    frame_size: r.frame_size,
-                };
+                let geo = k.ring.ok_or(PortError::NoRing)?;
                 let (sock, ring) = AfPacket::from_fd(fd, geo).map_err(kernel)?;
                 PortIo::Uplink(UplinkIo::new(sock, ring))
             }
@@ -965,18 +929,9 @@ impl Daemon {
             let Some(pos) = xsks.iter().find(|(n, _)| n == name).map(|(_, pos)| pos) else {
                 return Err(at(PortError::NoXskPosition));
             };
-            let rx = XskRxPosition {
-                rx_cons: pos.rx_cons,
-                fill_prod: pos.fill_prod,
-            };
-            let tx = XskTxPosition {
-                tx_prod: pos.tx_prod,
-                cq_cons: pos.cq_cons,
-                free: pos.tx_free.clone(),
-            };
             let resumed = lock(&x.rx_ring)
-                .resume(rx)
-                .and_then(|()| lock(&x.tx_ring).resume(&tx));
+                .resume(pos.rx)
+                .and_then(|()| lock(&x.tx_ring).resume(&pos.tx));
             resumed.map_err(|e| at(PortError::Position(e)))?;
         }
         for (name, pos) in positions {
@@ -993,12 +948,8 @@ impl Daemon {
             let Some(PortIo::Uplink(u)) = self.ports.get(name).map(|p| &p.port.io) else {
                 return Err(HandoverError::NotUplink(name.clone()));
             };
-            let pos = RingPosition {
-                block: pos.block,
-                taken: pos.taken,
-            };
             lock_ring(u)
-                .set_position(pos)
+                .set_position(*pos)
                 .map_err(|e| HandoverError::port(name)(PortError::Position(e)))?;
         }
         self.datapath.set_standby(false);
