@@ -620,7 +620,12 @@ fn upgrades_across_an_older_build_both_ways() {
     let dir = run_dir("upgrade-across");
     let (pmd, _) = cores();
     let (d, c) = (dir.display().to_string(), pmd.to_string());
-    let _sw = Proc::spawn("ferrovsd", &dir, &old, &["--run-dir", &d, "--pmd-cores", &c]);
+    let _sw = Proc::spawn(
+        "ferrovsd",
+        &dir,
+        &old,
+        &["--run-dir", &d, "--pmd-cores", &c],
+    );
     wait_until("control socket", 10, || {
         cli(&dir, &["show"]).status.success()
     });
