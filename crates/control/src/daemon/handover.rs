@@ -15,6 +15,11 @@
 //! UMEM memfd, promiscuity socket, BPF map, program, link): the new daemon maps the same
 //! UMEM and rings during prepare and, at `resume`, takes the ring indices and the free
 //! transmit frames from `Frozen::xsks`, checking them against the shared rings.
+//!
+//! This module orchestrates only: what a device or a ring is, and whether handed-over state
+//! is sound, is decided by the crate that runs it (`ferrovs_vhost::state` exports a device
+//! and validates a restored one; `ferrovs_sys`'s rings give and take their positions). A
+//! failure is a [`HandoverError`]; it travels to the other daemon as its message with sources.
 
 use std::os::fd::{AsRawFd, OwnedFd};
 
