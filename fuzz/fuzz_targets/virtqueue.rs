@@ -11,7 +11,7 @@ use ferrovs_sys::vnet::{VnetHdr, HDR_LEN};
 use ferrovs_sys::vring::RingAddrs;
 use ferrovs_vhost::features::*;
 use ferrovs_vhost::stats::QueueStats;
-use ferrovs_vhost::virtqueue::{VirtQueue, BURST};
+use ferrovs_vhost::virtqueue::{VirtQueue, VringState, BURST};
 use libfuzzer_sys::fuzz_target;
 
 const MEM: u64 = 64 * 1024;
@@ -41,17 +41,20 @@ fuzz_target!(|data: &[u8]| {
     let mut vq = VirtQueue::default();
     vq.set_features(if logging { features | VHOST_F_LOG_ALL } else { features });
     vq.set_log(log.clone());
-    vq.state.size = 16;
-    vq.state.addrs = Some(RingAddrs { desc: BASE, avail: BASE + 4096, used: BASE + 8192 });
-    vq.state.kicked = true;
-    vq.state.enabled = true;
-    // The used ring's log address as the frontend claims it (any value).
-    vq.state.log_addr = (data[0] & 0x40 != 0).then(|| u64::from(data[1]) << 12);
+    vq.configure(VringState {
+        size: 16,
+        addrs: Some(RingAddrs { desc: BASE, avail: BASE + 4096, used: BASE + 8192 }),
+        kicked: true,
+        enabled: true,
+        // The used ring's log address as the frontend claims it (any value).
+        log_addr: (data[0] & 0x40 != 0).then(|| u64::from(data[1]) << 12),
+        ..VringState::default()
+    });
     if vq.start(Some(&mem)).is_err() {
         return;
     }
     let stats = QueueStats::default();
-    let before = vq.state.used_idx;
+    let before = vq.state().used_idx;
     let pool = Pool::with_large(64, 4).unwrap();
     {
         let mut out = Vec::with_capacity(BURST);
@@ -67,11 +70,11 @@ fuzz_target!(|data: &[u8]| {
             vq.enqueue((0..8).map(|_| (pkt.as_slice(), hdr)), &stats, "fuzz");
         }
     }
-    assert!(vq.state.used_idx.wrapping_sub(before) <= 16);
-    if let (Some(log), false) = (&log, vq.state.used_idx == before) {
+    assert!(vq.state().used_idx.wrapping_sub(before) <= 16);
+    if let (Some(log), false) = (&log, vq.state().used_idx == before) {
         // Used entries were written: the page of `used.idx` (guest-physical 8192, or where the
         // frontend claimed the used ring is) is marked, when the log covers it.
-        let page = vq.state.log_addr.unwrap_or(8192) >> 12;
+        let page = vq.state().log_addr.unwrap_or(8192) >> 12;
         if page < 64 {
             assert!(log.is_marked(page), "used ring written, page {page} not logged");
         }

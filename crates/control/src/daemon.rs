@@ -88,8 +88,8 @@ pub enum DaemonError {
     },
     #[error("another ferrovsd is running with control socket {0}")]
     AlreadyRunning(PathBuf),
-    #[error("takeover failed: {0}")]
-    Takeover(String),
+    #[error("takeover failed")]
+    Takeover(#[source] handover::HandoverError),
 }
 
 fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> DaemonError {
@@ -1557,8 +1557,8 @@ impl Daemon {
                                 "queue": i,
                                 "direction": if i % 2 == 0 { "to-guest" } else { "from-guest" },
                                 "ready": q.ready.load(Ordering::Relaxed),
-                                "broken": vq.broken.map(|e| e.to_string()),
-                                "size": vq.state.size,
+                                "broken": vq.broken().map(|e| e.to_string()),
+                                "size": vq.state().size,
                                 "stats": stats_json(&s),
                             })
                         })

@@ -27,7 +27,12 @@
 //!
 //! The state is plain data with an explicit schema number. A newer daemon restores every
 //! schema from [`MIN_SCHEMA`] to [`SCHEMA`]; anything else is refused with a clear error before
-//! anything is touched. `tests/fixtures/upgrade-state-v*.json` keep each released schema.
+//! anything is touched. `tests/e2e/fixtures/upgrade-state-v*.json` keep each released schema.
+//!
+//! Each crate owns the plain state of what it runs: a vhost-user device is
+//! [`ferrovs_vhost::state::DeviceState`] (serialised as is, through vhost's `serde` feature),
+//! validated by vhost as untrusted input. [`State::parse`] is the one way in: JSON, schema
+//! check, typed parse, validation; the takeover and the `upgrade_state` fuzz target use it.
 
 use std::io;
 use std::os::fd::{OwnedFd, RawFd};
@@ -35,7 +40,12 @@ use std::os::unix::net::UnixStream;
 
 use serde::{Deserialize, Serialize};
 
+pub use ferrovs_sys::af_packet::{RingGeometry as RingState, RingPosition as RingPos};
+use ferrovs_sys::af_xdp::{XskGeometry, XskRxPosition, XskTxPosition};
+use ferrovs_sys::bpf::XdpMode;
 use ferrovs_sys::os;
+use ferrovs_vhost::state::FdSource;
+pub use ferrovs_vhost::state::{DeviceState, LogState, QueueState, RegionState};
 
 use crate::config::{Config, PortConfig};
 
@@ -135,8 +145,7 @@ pub struct PortState {
     pub id: u32,
     pub bridge: String,
     pub cfg: PortConfig,
-    /// "listening", "connected" or "reconnecting".
-    pub link: String,
+    pub link: LinkState,
     pub listener: Option<u32>,
     pub conn: Option<ConnState>,
     /// The vhost-user device (empty for kernel ports).
@@ -191,11 +200,10 @@ pub struct XdpState {
     pub prog: u32,
     pub link: u32,
     pub ifindex: u32,
-    /// "native" or "generic".
-    pub xdp_mode: String,
-    pub frame_size: u32,
-    pub rx_frames: u32,
-    pub tx_frames: u32,
+    pub xdp_mode: XdpMode,
+    /// `frame_size`, `rx_frames`, `tx_frames`.
+    #[serde(flatten)]
+    pub geometry: XskGeometry,
     /// `XDP_STATISTICS` already added to the counters: rx_dropped, rx_ring_full,
     /// rx_invalid_descs, tx_invalid_descs.
     #[serde(default)]
@@ -203,76 +211,28 @@ pub struct XdpState {
 }
 
 /// Where an AF_XDP uplink's PMD stopped: the indices we own in the four rings, and the
-/// transmit frames free in user space (every other transmit frame is outstanding).
+/// transmit frames free in user space (every other transmit frame is outstanding). On the
+/// wire one flat object: `rx_cons`, `fill_prod`, `tx_prod`, `cq_cons`, `tx_free`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct XskPos {
-    pub rx_cons: u32,
-    pub fill_prod: u32,
-    pub tx_prod: u32,
-    pub cq_cons: u32,
-    pub tx_free: Vec<u32>,
+    #[serde(flatten)]
+    pub rx: XskRxPosition,
+    #[serde(flatten)]
+    pub tx: XskTxPosition,
 }
 
-#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-pub struct RingState {
-    pub block_size: u32,
-    pub block_nr: u32,
-    pub frame_size: u32,
-}
-
-/// A reader's place in an RX ring: block, frames of it already taken.
+/// A port's link on the wire (the names schemas 1 and 2 carry).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RingPos {
-    pub block: u32,
-    pub taken: u32,
-}
-
-#[derive(Debug, Default, Serialize, Deserialize)]
-pub struct DeviceState {
-    pub queue_pairs: usize,
-    pub features: u64,
-    pub protocol: u64,
-    pub errors: u64,
-    pub regions: Vec<RegionState>,
-    pub queues: Vec<QueueState>,
-    /// Schema 2: the frontend's dirty log (a live migration is under way).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub log: Option<LogState>,
-}
-
-/// A dirty log: the fd (index in the handed-over fds), its size and offset.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct LogState {
-    pub fd: u32,
-    pub size: u64,
-    pub offset: u64,
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-pub struct RegionState {
-    pub gpa: u64,
-    pub size: u64,
-    pub uaddr: u64,
-    pub mmap_offset: u64,
-    pub fd: u32,
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-pub struct QueueState {
-    pub size: u32,
-    /// desc, avail, used (frontend virtual addresses).
-    pub addrs: Option<[u64; 3]>,
-    pub last_avail: u16,
-    pub used_idx: u16,
-    pub enabled: bool,
-    pub kicked: bool,
-    pub kick: Option<u32>,
-    pub call: Option<u32>,
-    pub err: Option<u32>,
-    pub broken: Option<String>,
-    /// Schema 2: the used ring's guest-physical address for the dirty log.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub log_addr: Option<u64>,
+#[serde(rename_all = "lowercase")]
+pub enum LinkState {
+    /// A vhost-user server port waiting for its frontend.
+    Listening,
+    /// A vhost-user port with its frontend connected.
+    Connected,
+    /// A vhost-user client port between attempts to connect.
+    Reconnecting,
+    /// A kernel port.
+    Attached,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -301,29 +261,101 @@ pub struct PortCounters {
     pub offload: [u64; 3],
 }
 
+/// Why handed-over state was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error("handed-over state has no schema number")]
+    NoSchema,
+    #[error(
+        "handed-over state has schema {0}; this ferrovsd ({v}) restores schemas {MIN_SCHEMA} \
+         to {SCHEMA}",
+        v = env!("CARGO_PKG_VERSION")
+    )]
+    Schema(u64),
+    #[error("handed-over state is malformed")]
+    Malformed(#[source] serde_json::Error),
+    #[error("port {port}: handed over without its device")]
+    NoDevice { port: String },
+    #[error("port {port}")]
+    Device {
+        port: String,
+        #[source]
+        source: ferrovs_vhost::state::StateError,
+    },
+    #[error("handed-over state names fd {0}, which did not arrive (or twice)")]
+    MissingFd(u32),
+}
+
 impl State {
     /// Refuses a schema this daemon does not restore, saying which it does.
-    pub fn check_schema(schema: u32) -> Result<(), String> {
-        if (MIN_SCHEMA..=SCHEMA).contains(&schema) {
+    pub fn check_schema(schema: u64) -> Result<(), StateError> {
+        if (u64::from(MIN_SCHEMA)..=u64::from(SCHEMA)).contains(&schema) {
             Ok(())
         } else {
-            Err(format!(
-                "handed-over state has schema {schema}; this ferrovsd ({}) restores schemas \
-                 {MIN_SCHEMA} to {SCHEMA}",
-                env!("CARGO_PKG_VERSION")
-            ))
+            Err(StateError::Schema(schema))
         }
     }
 
-    /// Parses state from JSON, checking the schema before anything else.
-    pub fn from_json(v: serde_json::Value) -> Result<State, String> {
+    /// Parses state from JSON, checking the schema before anything else, then validates it.
+    pub fn from_json(v: serde_json::Value) -> Result<State, StateError> {
         let schema = v
             .get("schema")
             .and_then(|s| s.as_u64())
-            .ok_or("handed-over state has no schema number")?;
-        Self::check_schema(schema as u32)?;
-        serde_json::from_value(v).map_err(|e| format!("handed-over state is malformed: {e}"))
+            .ok_or(StateError::NoSchema)?;
+        Self::check_schema(schema)?;
+        let st: State = serde_json::from_value(v).map_err(StateError::Malformed)?;
+        st.validate()?;
+        Ok(st)
     }
+
+    /// The takeover's way in, from a message's bytes: [`State::from_json`] of a `state`
+    /// message (or of the bare state).
+    pub fn parse(bytes: &[u8]) -> Result<State, StateError> {
+        let v: serde_json::Value = serde_json::from_slice(bytes).map_err(StateError::Malformed)?;
+        Self::from_json(v)
+    }
+
+    /// What can be checked before any fd is used: every vhost-user port's device (by
+    /// vhost's own rules). Kernel ports are checked when their fds are adopted.
+    pub fn validate(&self) -> Result<(), StateError> {
+        for p in &self.ports {
+            if p.cfg.kind.is_kernel() {
+                continue;
+            }
+            p.device.validate().map_err(|source| {
+                if p.device.queue_pairs == 0 {
+                    StateError::NoDevice {
+                        port: p.cfg.name.clone(),
+                    }
+                } else {
+                    StateError::Device {
+                        port: p.cfg.name.clone(),
+                        source,
+                    }
+                }
+            })?;
+        }
+        Ok(())
+    }
+}
+
+/// Why receiving the state failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RecvError {
+    #[error("receiving the state")]
+    Io(#[source] io::Error),
+    #[error("the old daemon closed the upgrade channel")]
+    Closed,
+    #[error("malformed handover message")]
+    Message(#[source] serde_json::Error),
+    #[error("fd packet announced {announced} fds and carried {carried}")]
+    FdCount { announced: u64, carried: usize },
+    #[error("the old daemon refused: {0}")]
+    Refused(String),
+    #[error("unexpected handover message {0:?}")]
+    Unexpected(Option<String>),
+    #[error(transparent)]
+    State(#[from] StateError),
 }
 
 /// The handover channel: one seqpacket socket, one message per packet.
@@ -406,38 +438,36 @@ impl Channel {
     pub fn recv_state(
         &mut self,
         timeout: std::time::Duration,
-    ) -> Result<(State, Vec<OwnedFd>), String> {
+    ) -> Result<(State, Vec<OwnedFd>), RecvError> {
         let mut all = Vec::new();
         loop {
             self.sock
                 .set_read_timeout(Some(timeout))
-                .map_err(|e| e.to_string())?;
-            let (n, fds) = os::recv_with_fds(&self.sock, &mut self.buf)
-                .map_err(|e| format!("receiving the state: {e}"))?;
+                .map_err(RecvError::Io)?;
+            let (n, fds) = os::recv_with_fds(&self.sock, &mut self.buf).map_err(RecvError::Io)?;
             if n == 0 {
-                return Err("the old daemon closed the upgrade channel".into());
+                return Err(RecvError::Closed);
             }
-            let v: serde_json::Value = serde_json::from_slice(&self.buf[..n])
-                .map_err(|e| format!("malformed handover message: {e}"))?;
+            let v: serde_json::Value =
+                serde_json::from_slice(&self.buf[..n]).map_err(RecvError::Message)?;
             match v.get("msg").and_then(|m| m.as_str()) {
                 Some("fds") => {
-                    let want = v.get("count").and_then(|c| c.as_u64()).unwrap_or(0);
-                    if want != fds.len() as u64 {
-                        return Err(format!(
-                            "fd packet announced {want} fds and carried {}",
-                            fds.len()
-                        ));
+                    let announced = v.get("count").and_then(|c| c.as_u64()).unwrap_or(0);
+                    if announced != fds.len() as u64 {
+                        return Err(RecvError::FdCount {
+                            announced,
+                            carried: fds.len(),
+                        });
                     }
                     all.extend(fds);
                 }
+                // The path `State::parse` (and the `upgrade_state` fuzz target) takes.
                 Some("state") => return Ok((State::from_json(v)?, all)),
                 Some("fail") => {
-                    return Err(format!(
-                        "the old daemon refused: {}",
-                        v.get("error").and_then(|e| e.as_str()).unwrap_or("?")
-                    ))
+                    let why = v.get("error").and_then(|e| e.as_str()).unwrap_or("?");
+                    return Err(RecvError::Refused(why.to_string()));
                 }
-                other => return Err(format!("unexpected handover message {other:?}")),
+                other => return Err(RecvError::Unexpected(other.map(str::to_string))),
             }
         }
     }
@@ -463,17 +493,18 @@ impl FdTable {
         FdTable(fds.into_iter().map(Some).collect())
     }
 
-    pub fn take(&mut self, i: u32) -> Result<OwnedFd, String> {
-        self.0
-            .get_mut(i as usize)
-            .and_then(Option::take)
-            .ok_or_else(|| {
-                format!("handed-over state names fd {i}, which did not arrive (or twice)")
-            })
+    pub fn take(&mut self, i: u32) -> Result<OwnedFd, StateError> {
+        self.0.take_fd(i).ok_or(StateError::MissingFd(i))
     }
 
-    pub fn take_opt(&mut self, i: Option<u32>) -> Result<Option<OwnedFd>, String> {
+    pub fn take_opt(&mut self, i: Option<u32>) -> Result<Option<OwnedFd>, StateError> {
         i.map(|i| self.take(i)).transpose()
+    }
+}
+
+impl FdSource for FdTable {
+    fn take_fd(&mut self, index: u32) -> Option<OwnedFd> {
+        self.0.take_fd(index)
     }
 }
 
@@ -498,4 +529,137 @@ pub struct Report {
     pub downtime_us: f64,
     /// Unix time of the takeover.
     pub at: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    //! The wire format is what schemas 1 and 2 wrote (old binaries read what we write, we
+    //! read what they wrote), and every refusal of `State::parse` is its own error.
+    use super::*;
+    use ferrovs_vhost::state::StateError as DeviceStateError;
+    use ferrovs_vhost::virtqueue::ChainError;
+    use serde_json::{json, Value};
+
+    const V1: &str = include_str!("../../../tests/e2e/fixtures/upgrade-state-v1.json");
+
+    fn v1() -> Value {
+        serde_json::from_str(V1).unwrap()
+    }
+
+    /// `T` reads `old` and writes it back unchanged.
+    fn same<T: Serialize + serde::de::DeserializeOwned>(old: Value) -> T {
+        let t: T = serde_json::from_value(old.clone()).unwrap();
+        assert_eq!(serde_json::to_value(&t).unwrap(), old);
+        t
+    }
+
+    #[test]
+    fn link_states_travel_by_their_old_names() {
+        for (name, l) in [
+            ("listening", LinkState::Listening),
+            ("connected", LinkState::Connected),
+            ("reconnecting", LinkState::Reconnecting),
+            ("attached", LinkState::Attached),
+        ] {
+            assert_eq!(same::<LinkState>(json!(name)), l);
+        }
+        assert!(serde_json::from_value::<LinkState>(json!("flapping")).is_err());
+    }
+
+    #[test]
+    fn kernel_positions_and_geometry_keep_their_shape() {
+        let m = same::<Msg>(json!({
+            "msg": "frozen", "t_freeze_ns": 5, "freeze_us": 6,
+            "positions": [["vm1", [1, null]]],
+            "rings": [["up0", {"block": 3, "taken": 4}]],
+            "xsks": [["xdp0", {"rx_cons": 1, "fill_prod": 2, "tx_prod": 3, "cq_cons": 4,
+                               "tx_free": [7, 8]}]],
+        }));
+        let Msg::Frozen { rings, xsks, .. } = m else {
+            panic!("{m:?}")
+        };
+        assert_eq!(rings[0].1, RingPos { block: 3, taken: 4 });
+        assert_eq!(xsks[0].1.rx.fill_prod, 2);
+        assert_eq!(xsks[0].1.tx.free, vec![7, 8]);
+        let k = same::<KernelState>(json!({
+            "fd": 3,
+            "xdp": {"umem": 4, "promisc": 5, "map": 6, "prog": 7, "link": 8, "ifindex": 9,
+                    "xdp_mode": "generic", "frame_size": 4096, "rx_frames": 2048,
+                    "tx_frames": 1024, "stats_seen": [1, 2, 3, 4]},
+        }));
+        assert_eq!(k.xdp.unwrap().xdp_mode, XdpMode::Generic);
+        same::<KernelState>(json!({
+            "fd": 3, "ring": {"block_size": 65536, "block_nr": 64, "frame_size": 2048},
+        }));
+    }
+
+    #[test]
+    fn a_broken_queue_travels_by_its_drop_reason() {
+        let mut v = v1();
+        v["ports"][0]["device"]["queues"][1]["broken"] = json!("desc_chain_loop");
+        let st = State::from_json(v.clone()).unwrap();
+        assert_eq!(st.ports[0].device.queues[1].broken, Some(ChainError::Loop));
+        v["ports"][0]["device"]["queues"][1]["broken"] = json!("no_such_reason");
+        assert!(matches!(State::from_json(v), Err(StateError::Malformed(_))));
+    }
+
+    #[test]
+    fn no_schema_and_unknown_schemas() {
+        let mut v = v1();
+        v.as_object_mut().unwrap().remove("schema");
+        assert!(matches!(State::from_json(v), Err(StateError::NoSchema)));
+        for s in [0, u64::from(SCHEMA) + 1, u64::MAX] {
+            let mut v = v1();
+            v["schema"] = json!(s);
+            assert!(matches!(State::from_json(v), Err(StateError::Schema(x)) if x == s));
+        }
+    }
+
+    #[test]
+    fn malformed_state() {
+        assert!(matches!(
+            State::parse(b"{\"schema\":1,"),
+            Err(StateError::Malformed(_))
+        ));
+        let mut v = v1();
+        v["ports"][0]["link"] = json!(7);
+        assert!(matches!(State::from_json(v), Err(StateError::Malformed(_))));
+    }
+
+    #[test]
+    fn a_vhost_port_without_its_device() {
+        let mut v = v1();
+        v["ports"][1].as_object_mut().unwrap().remove("device");
+        let e = State::from_json(v).unwrap_err();
+        assert!(
+            matches!(&e, StateError::NoDevice { port } if port == "vm2"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_device_vhost_refuses_is_refused_with_the_port_named() {
+        let mut v = v1();
+        v["ports"][0]["device"]["queues"][0]["addrs"][2] = json!(8);
+        let e = State::from_json(v).unwrap_err();
+        assert!(
+            matches!(
+                &e,
+                StateError::Device {
+                    port,
+                    source: DeviceStateError::RingOutsideMemory { queue: 0, .. }
+                } if port == "vm1"
+            ),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn fds_are_taken_once() {
+        let mut t = FdTable::new(vec![os::memfd("t", 8, false).unwrap()]);
+        assert!(t.take(0).is_ok());
+        assert!(matches!(t.take(0), Err(StateError::MissingFd(0))));
+        assert!(matches!(t.take_opt(Some(9)), Err(StateError::MissingFd(9))));
+        assert!(t.take_opt(None).unwrap().is_none());
+    }
 }

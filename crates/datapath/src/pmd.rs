@@ -378,7 +378,7 @@ fn sleep(dp: &Datapath, index: usize, doorbell: &OwnedFd, timeout_ns: u64) -> Op
             return None;
         };
         // A frontend that polls (no kick fd) cannot wake us: keep polling.
-        let Some(k) = vq.kick.as_ref().and_then(|k| k.try_clone().ok()) else {
+        let Some(k) = vq.kick().and_then(|k| k.try_clone_to_owned().ok()) else {
             drop(vq);
             disarm(&armed);
             return None;

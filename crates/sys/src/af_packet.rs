@@ -57,6 +57,7 @@ const BLK_DESC_LEN: usize = 48;
 
 /// Shape of an RX ring.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct RingGeometry {
     /// Bytes per block (a multiple of the page size; bounds the largest frame).
     pub block_size: u32,
@@ -101,6 +102,7 @@ impl RingGeometry {
 
 /// Where a reader is in the ring: the block it reads and how many frames of it it took.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct RingPosition {
     pub block: u32,
     pub taken: u32,

@@ -51,6 +51,7 @@ use crate::os::{getopt, setopt};
 
 /// Shape of the UMEM and rings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct XskGeometry {
     /// Bytes per frame (a power of two, 2048..=4096; the kernel keeps 256 of them as
     /// headroom, so this bounds the largest frame).
@@ -288,6 +289,7 @@ impl Umem {
 
 /// Where a receiver is (both indices are also in the shared rings).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct XskRxPosition {
     pub rx_cons: u32,
     pub fill_prod: u32,
@@ -295,10 +297,12 @@ pub struct XskRxPosition {
 
 /// Where a transmitter is, with the frames it holds free.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct XskTxPosition {
     pub tx_prod: u32,
     pub cq_cons: u32,
     /// Free transmit frames (UMEM frame indices).
+    #[cfg_attr(feature = "serde", serde(rename = "tx_free"))]
     pub free: Vec<u32>,
 }
 

@@ -84,6 +84,8 @@ pub fn program(map_fd: i32) -> [Insn; 6] {
 
 /// How the program is attached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "lowercase"))]
 pub enum XdpMode {
     /// In the driver (`XDP_FLAGS_DRV_MODE`).
     Native,

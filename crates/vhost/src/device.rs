@@ -49,7 +49,7 @@ use crate::msg::{self, Code, Header, Request};
 use crate::stats::QueueStats;
 use crate::virtqueue::{ChainError, VirtQueue, VringState};
 
-/// Whether `FERROVS_TRACE_VHOST` asks for a log line per vhost-user message.
+/// Whether `FERROVS_TRACE_VHOST` asks for a log line (info) per vhost-user message.
 fn trace() -> bool {
     static TRACE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *TRACE.get_or_init(|| std::env::var_os("FERROVS_TRACE_VHOST").is_some())
@@ -77,16 +77,6 @@ impl Queue {
         self.rx_caps.store(vq.rx_caps(), Ordering::Relaxed);
         self.ready.store(vq.ready(), Ordering::Release);
     }
-}
-
-/// One queue's handed-over state (hot upgrade).
-#[derive(Debug, Default)]
-pub struct QueuePart {
-    pub state: VringState,
-    pub kick: Option<std::os::fd::OwnedFd>,
-    pub call: Option<std::os::fd::OwnedFd>,
-    pub err: Option<std::os::fd::OwnedFd>,
-    pub broken: Option<ChainError>,
 }
 
 /// Why a request failed.
@@ -315,30 +305,26 @@ impl Device {
         self.announce = None;
     }
 
-    /// Rebuilds a device handed over by another ferrovsd (hot upgrade). Its queues are
-    /// configured by [`Device::restore_queue`] but not started: nothing touches guest memory
-    /// until [`Device::resume`].
-    pub fn restore(
-        name: &str,
-        queue_pairs: usize,
+    /// Sets what a device handed over by another ferrovsd had negotiated (hot upgrade,
+    /// [`crate::state`]); its queues are then set by [`Device::restore_queue`].
+    pub(crate) fn set_negotiated(
+        &mut self,
         features: u64,
         protocol: u64,
         errors: u64,
         mem: Option<Arc<GuestMemory>>,
         log: Option<Arc<DirtyLog>>,
-    ) -> Device {
-        let mut d = Device::new(name, queue_pairs);
-        d.features = features;
-        d.protocol = protocol;
-        d.errors = errors;
-        d.mem = mem;
-        for q in &d.queues {
+    ) {
+        self.features = features;
+        self.protocol = protocol;
+        self.errors = errors;
+        self.mem = mem;
+        for q in &self.queues {
             let mut vq = q.lock();
             vq.set_features(features);
             vq.set_log(log.clone());
         }
-        d.log = log;
-        d
+        self.log = log;
     }
 
     /// The frontend's dirty log, while a migration has one set.
@@ -346,15 +332,22 @@ impl Device {
         self.log.as_ref()
     }
 
-    /// Sets queue `index` from handed-over state.
-    pub fn restore_queue(&self, index: usize, part: QueuePart) -> Result<(), DeviceError> {
+    /// Sets queue `index` from handed-over state: its ring (not started), its kick, call and
+    /// err fds, and the error that broke it.
+    pub(crate) fn restore_queue(
+        &self,
+        index: usize,
+        state: VringState,
+        [kick, call, err]: [Option<OwnedFd>; 3],
+        broken: Option<ChainError>,
+    ) -> Result<(), DeviceError> {
         let q = self.queue(index as u32)?;
         let mut vq = q.lock();
-        vq.state = part.state;
-        vq.kick = part.kick;
-        vq.call = part.call;
-        vq.err = part.err;
-        vq.broken = part.broken;
+        vq.state = state;
+        vq.kick = kick;
+        vq.call = call;
+        vq.err = err;
+        vq.broken = broken;
         Ok(())
     }
 
@@ -604,9 +597,13 @@ impl Device {
     ) -> Option<Reply> {
         let code = Code::from_u32(h.code);
         if trace() {
-            eprintln!(
-                "ferrovs: {}: vhost-user {:?} ({}) flags {:#x} payload {:02x?}",
-                self.name, code, h.code, h.flags, payload
+            log::info!(
+                "{}: vhost-user {:?} ({}) flags {:#x} payload {:02x?}",
+                self.name,
+                code,
+                h.code,
+                h.flags,
+                payload
             );
         }
         self.reply_fds.clear();
@@ -655,10 +652,7 @@ impl Device {
             Err(e) => {
                 self.errors += 1;
                 self.reply_fds.clear();
-                eprintln!(
-                    "ferrovs: {}: vhost-user request {} refused: {e}",
-                    self.name, h.code
-                );
+                log::warn!("{}: vhost-user request {} refused: {e}", self.name, h.code);
                 let failed = msg::encode(h.code, msg::FLAG_REPLY, &1u64.to_le_bytes());
                 if ack_wanted || matches!(code, Some(Code::SetLogBase | Code::PostcopyAdvise)) {
                     // (A POSTCOPY_ADVISE answer with a payload and no fd fails the frontend's
@@ -684,15 +678,15 @@ impl Device {
         };
         if u64::from_le_bytes(v) != 0 {
             self.errors += 1;
-            eprintln!(
-                "ferrovs: {}: frontend refused our postcopy memory table; not used",
+            log::warn!(
+                "{}: frontend refused our postcopy memory table; not used",
                 self.name
             );
             return;
         }
         if let Err(e) = self.install_memory(mem) {
             self.errors += 1;
-            eprintln!("ferrovs: {}: postcopy memory table: {e}", self.name);
+            log::warn!("{}: postcopy memory table: {e}", self.name);
         }
     }
 }

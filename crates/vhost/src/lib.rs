@@ -7,6 +7,7 @@
 //!   enqueue packets into guest RX chains (mergeable buffers), every guest value checked.
 //! * [`device`]: the backend state machine: one table of which message does what, which
 //!   carry fds and which stop the datapath.
+//! * [`state`]: a device as plain data (hot upgrade): export, and restore as untrusted input.
 //! * [`frontend`]: the driver side, used by `ferrovs-gen` and by tests as a mock guest.
 //! * [`features`]: feature bits.
 #![forbid(unsafe_code)]
@@ -16,5 +17,6 @@ pub mod device;
 pub mod features;
 pub mod frontend;
 pub mod msg;
+pub mod state;
 pub mod stats;
 pub mod virtqueue;

@@ -5,7 +5,7 @@
 //!   chain longer than the ring (a loop), a nested or malformed indirect table, a buffer
 //!   outside guest memory or a descriptor of the wrong direction marks the queue *broken*: the
 //!   offending chain is returned to the guest with length 0 (it leaks no descriptor), the
-//!   reason is counted, one log line is written, and the queue is not polled again until the
+//!   reason is counted, one log line (`log::warn!`) is written, and the queue is not polled again until the
 //!   frontend re-initialises it. Other queues and ports are unaffected.
 //! * Used entries are written in a burst and published with one Release store of `used.idx`;
 //!   the guest is notified at most once per burst, and only if it asked (EVENT_IDX
@@ -31,7 +31,7 @@
 //! polls it takes the lock with `try_lock` once per burst, the control thread takes it to
 //! change the queue, so configuration never races a burst.
 
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
 use ferrovs_sys::dirty_log::{DirtyLog, LogBatch};
@@ -126,6 +126,13 @@ impl ChainError {
 
     pub fn from_name(n: &str) -> Option<ChainError> {
         Self::ALL.into_iter().find(|e| e.name() == n)
+    }
+
+    /// Like [`ChainError::from_name`], also for [`ChainError::NotArrived`] (which breaks no
+    /// queue: restoring a state that says so is refused with its own error).
+    pub fn from_any_name(n: &str) -> Option<ChainError> {
+        Self::from_name(n)
+            .or((n == ChainError::NotArrived.name()).then_some(ChainError::NotArrived))
     }
 }
 
@@ -369,13 +376,13 @@ impl Coalesce {
 /// One virtqueue.
 #[derive(Debug, Default)]
 pub struct VirtQueue {
-    pub state: VringState,
+    pub(crate) state: VringState,
     ring: Option<SplitRing>,
-    pub kick: Option<OwnedFd>,
-    pub call: Option<OwnedFd>,
-    pub err: Option<OwnedFd>,
+    pub(crate) kick: Option<OwnedFd>,
+    pub(crate) call: Option<OwnedFd>,
+    pub(crate) err: Option<OwnedFd>,
     /// Set when the guest broke the ring; cleared when the frontend re-initialises it.
-    pub broken: Option<ChainError>,
+    pub(crate) broken: Option<ChainError>,
     features: u64,
     hdr_len: usize,
     /// What the guest may ask of us in the headers of the packets it sends (`vnet::caps`).
@@ -421,6 +428,33 @@ enum Taken {
 }
 
 impl VirtQueue {
+    /// The ring's plain state (configuration and position).
+    pub fn state(&self) -> VringState {
+        self.state
+    }
+
+    /// Configures a stopped ring from plain state (a mock guest's or a fuzzer's ring; the
+    /// device configures its queues through vhost-user requests or [`crate::state`]).
+    /// [`VirtQueue::start`] places it.
+    pub fn configure(&mut self, state: VringState) {
+        self.state = state;
+    }
+
+    /// Why the guest broke the ring, if it did.
+    pub fn broken(&self) -> Option<ChainError> {
+        self.broken
+    }
+
+    /// The kick eventfd (None: the frontend polls, or the ring is stopped).
+    pub fn kick(&self) -> Option<BorrowedFd<'_>> {
+        self.kick.as_ref().map(|f| f.as_fd())
+    }
+
+    /// The kick, call and err fds (for handing them over).
+    pub fn fds(&self) -> [Option<BorrowedFd<'_>>; 3] {
+        [&self.kick, &self.call, &self.err].map(|f| f.as_ref().map(|f| f.as_fd()))
+    }
+
     /// Applies negotiated features (header length, mergeable buffers, EVENT_IDX).
     pub fn set_features(&mut self, f: u64) {
         self.features = f;
@@ -641,8 +675,8 @@ impl VirtQueue {
     fn mark_broken(&mut self, e: ChainError, stats: &QueueStats, name: &str) {
         stats.drop(e.reason(), 1);
         if self.broken.is_none() {
-            eprintln!(
-                "ferrovs: {name}: queue {}: guest error: {e}; queue disabled until reset",
+            log::warn!(
+                "{name}: queue {}: guest error: {e}; queue disabled until reset",
                 self.index_hint()
             );
         }

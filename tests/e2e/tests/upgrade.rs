@@ -324,17 +324,22 @@ fn handed_over_state_of_every_released_schema_restores() {
         let text = std::fs::read_to_string(&p)
             .unwrap_or_else(|e| panic!("fixture {} missing: {e}", p.display()));
         let v: Value = serde_json::from_str(&text).unwrap();
-        let st = State::from_json(v).unwrap_or_else(|e| panic!("schema {schema}: {e}"));
+        let st = State::parse(text.as_bytes()).unwrap_or_else(|e| panic!("schema {schema}: {e}"));
         assert_eq!(st.schema, schema);
         assert!(!st.ports.is_empty());
         assert!(st.ports.iter().any(|p| p.conn.is_some()));
+        // Written back, it is the very JSON the released binary wrote: a daemon that reads
+        // only that schema reads what this one writes (field names, link and queue-error
+        // names unchanged).
+        let back = serde_json::to_value(Msg::State(Box::new(st))).unwrap();
+        assert_eq!(back, v, "schema {schema}: state does not round-trip");
     }
     let mut v: Value = serde_json::from_str(
         &std::fs::read_to_string(fixtures().join(format!("upgrade-state-v{SCHEMA}.json"))).unwrap(),
     )
     .unwrap();
     v["schema"] = (SCHEMA + 1).into();
-    let e = State::from_json(v).unwrap_err();
+    let e = State::from_json(v).unwrap_err().to_string();
     assert!(
         e.contains(&format!("schema {}", SCHEMA + 1)) && e.contains("restores schemas"),
         "{e}"
@@ -598,4 +603,57 @@ fn upgrades_during_a_live_migration() {
         cli_json(&dir, &["port-stats", "vm2"])[0]["migration"]["postcopy"] == false
     });
     upgrade(&dir, &[]).expect("upgrade after the postcopy");
+}
+
+/// Hot upgrade across versions, both ways, under traffic: the older build's ferrovsd (from
+/// `FERROVS_OLD_BIN_DIR`, e.g. main's `target/release`) hands over to this one, and this one
+/// back to the older one. Skipped without `FERROVS_OLD_BIN_DIR`.
+#[test]
+fn upgrades_across_an_older_build_both_ways() {
+    let Some(old_dir) = std::env::var_os("FERROVS_OLD_BIN_DIR") else {
+        eprintln!("skipped: set FERROVS_OLD_BIN_DIR to an older build's binaries");
+        return;
+    };
+    let old = PathBuf::from(old_dir).join("ferrovsd");
+    assert!(old.exists(), "{} missing", old.display());
+    let new = bin("ferrovsd");
+    let dir = run_dir("upgrade-across");
+    let (pmd, _) = cores();
+    let (d, c) = (dir.display().to_string(), pmd.to_string());
+    let _sw = Proc::spawn(
+        "ferrovsd",
+        &dir,
+        &old,
+        &["--run-dir", &d, "--pmd-cores", &c],
+    );
+    wait_until("control socket", 10, || {
+        cli(&dir, &["show"]).status.success()
+    });
+    let _stop = StopCurrent(dir.clone());
+    let upgrade_to = |binary: &Path| {
+        let o = Command::new(bin("ferrovs"))
+            .arg("--run-dir")
+            .arg(&dir)
+            .arg("upgrade")
+            .arg(binary)
+            .arg("--json")
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "upgrade to {}: {}",
+            binary.display(),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        daemon_pid(&dir)
+    };
+    let mut pid = daemon_pid(&dir);
+    for (what, binary) in [("older -> this", &new), ("this -> older", &old)] {
+        let mut next = 0;
+        with_traffic(&dir, 20_000, 20_000, 0, || next = upgrade_to(binary));
+        assert_ne!(next, pid, "{what}: a new daemon serves");
+        pid = next;
+    }
+    let show = cli_json(&dir, &["show"]);
+    assert_eq!(show["upgrades"], 2, "{show}");
 }

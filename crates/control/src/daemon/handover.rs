@@ -15,25 +15,135 @@
 //! UMEM memfd, promiscuity socket, BPF map, program, link): the new daemon maps the same
 //! UMEM and rings during prepare and, at `resume`, takes the ring indices and the free
 //! transmit frames from `Frozen::xsks`, checking them against the shared rings.
+//!
+//! This module orchestrates only: what a device or a ring is, and whether handed-over state
+//! is sound, is decided by the crate that runs it (`ferrovs_vhost::state` exports a device
+//! and validates a restored one; `ferrovs_sys`'s rings give and take their positions). A
+//! failure is a [`HandoverError`]; it travels to the other daemon as its message with sources.
 
 use std::os::fd::{AsRawFd, OwnedFd};
 
-use ferrovs_sys::af_packet::RingPosition;
-use ferrovs_sys::af_xdp::{XskFds, XskGeometry, XskRxPosition, XskStats, XskTxPosition};
-use ferrovs_sys::bpf::XdpMode;
-use ferrovs_sys::dirty_log::DirtyLog;
-use ferrovs_sys::guest::{GuestMemory, RegionDesc};
-use ferrovs_sys::vring::RingAddrs;
-use ferrovs_vhost::device::QueuePart;
+use ferrovs_sys::af_xdp::{XskFds, XskStats};
 use ferrovs_vhost::stats::{DropReason, QueueStats, StatsSnapshot};
-use ferrovs_vhost::virtqueue::{ChainError, VringState};
 
 use super::*;
 use crate::upgrade::{
     self, BridgeState as BridgeWire, Channel, ConnState, DeviceState, FdList, FdTable, KernelState,
-    LogState, Msg, PortCounters, PortState as PortWire, QueueState, RegionState, Report, RingPos,
-    RingState, State, StatsState, XdpState, XskPos, MIN_SCHEMA, SCHEMA,
+    LinkState, Msg, PortCounters, PortState as PortWire, RecvError, Report, RingPos, State,
+    StateError, StatsState, XdpState, XskPos, MIN_SCHEMA, SCHEMA,
 };
+
+/// Why a handover (old side) or a takeover (new side) failed. Either way the old daemon
+/// carries on.
+#[derive(Debug, thiserror::Error)]
+pub enum HandoverError {
+    #[error("{step}")]
+    Io {
+        step: &'static str,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{step}: expected {expected}, got {got}")]
+    Unexpected {
+        step: &'static str,
+        expected: &'static str,
+        got: String,
+    },
+    #[error("new daemon failed: {0}")]
+    NewFailed(String),
+    #[error(
+        "this ferrovsd ({ours}) hands over schema {schema}{why}; the new one ({theirs}) \
+         restores schemas {min} to {max}",
+        ours = env!("CARGO_PKG_VERSION"),
+        why = match .migrating {
+            Some(port) => format!(
+                " (port {port} is being live-migrated: its dirty log needs schema 2)"
+            ),
+            None => String::new(),
+        }
+    )]
+    Schema {
+        schema: u32,
+        migrating: Option<String>,
+        theirs: String,
+        min: u32,
+        max: u32,
+    },
+    #[error("port {port}: {why}; upgrade after the migration ends")]
+    Migrating { port: String, why: &'static str },
+    #[error("PMDs did not stop within 1 s")]
+    Freeze,
+    #[error("no ferrovsd accepts upgrades at {}", .path.display())]
+    NoOldDaemon {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error(transparent)]
+    Recv(#[from] RecvError),
+    #[error(transparent)]
+    State(#[from] StateError),
+    #[error("configuration")]
+    Config(#[from] ConfigError),
+    #[error("daemon")]
+    Daemon(#[source] Box<DaemonError>),
+    #[error("cannot start PMD threads")]
+    Pmds(#[source] io::Error),
+    #[error("port {port}")]
+    Port {
+        port: String,
+        #[source]
+        source: PortError,
+    },
+    #[error("positions for unknown port {0}")]
+    UnknownPort(String),
+    #[error("ring position for {0}, which is not an uplink")]
+    NotUplink(String),
+}
+
+/// Why one port could not be restored or resumed.
+#[derive(Debug, thiserror::Error)]
+pub enum PortError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    State(#[from] StateError),
+    #[error("device")]
+    Device(#[from] ferrovs_vhost::state::StateError),
+    #[error("{0}")]
+    Conn(#[from] ferrovs_vhost::conn::ConnError),
+    #[error("listening socket")]
+    Listener(#[source] io::Error),
+    #[error("handed over without its kernel fd")]
+    NoKernelFd,
+    #[error("uplink handed over without its ring geometry")]
+    NoRing,
+    #[error("cannot adopt its kernel side")]
+    Kernel(#[source] Box<dyn std::error::Error + Send + Sync>),
+    #[error("resuming its queues")]
+    Resume(#[source] ferrovs_vhost::device::DeviceError),
+    #[error("no AF_XDP ring positions at the freeze")]
+    NoXskPosition,
+    #[error("{0}")]
+    Position(String),
+}
+
+impl HandoverError {
+    fn port(port: &str) -> impl FnOnce(PortError) -> HandoverError + '_ {
+        move |source| HandoverError::Port {
+            port: port.to_string(),
+            source,
+        }
+    }
+}
+
+fn io_at(step: &'static str) -> impl FnOnce(io::Error) -> HandoverError {
+    move |source| HandoverError::Io { step, source }
+}
+
+fn kernel<E: std::error::Error + Send + Sync + 'static>(e: E) -> PortError {
+    PortError::Kernel(Box::new(e))
+}
 
 /// Longest a connecting daemon may take to say hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(2);
@@ -97,8 +207,13 @@ fn stats_from_wire(s: &StatsState) -> StatsSnapshot {
     out
 }
 
-fn link_wire(l: &Link) -> &'static str {
-    Daemon::link_name(l)
+fn link_wire(l: &Link) -> LinkState {
+    match l {
+        Link::Listening => LinkState::Listening,
+        Link::Connected => LinkState::Connected,
+        Link::Reconnecting { .. } => LinkState::Reconnecting,
+        Link::Attached => LinkState::Attached,
+    }
 }
 
 /// A port's counter sets in handover order: a vhost-user port's queues in virtio order, a
@@ -148,7 +263,10 @@ impl Daemon {
                         self.handed_over = true;
                         return;
                     }
-                    Err(e) => eprintln!("ferrovs: upgrade: handover failed, carrying on: {e}"),
+                    Err(e) => eprintln!(
+                        "ferrovs: upgrade: handover failed, carrying on: {}",
+                        with_sources(&e)
+                    ),
                 },
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) => {
@@ -159,20 +277,22 @@ impl Daemon {
         }
     }
 
-    fn handover(&mut self, sock: UnixStream) -> Result<(), String> {
-        let pid = os::peer_pid(&sock).map_err(|e| format!("peer credentials: {e}"))?;
-        let mut ch = Channel::new(sock).map_err(|e| e.to_string())?;
+    fn handover(&mut self, sock: UnixStream) -> Result<(), HandoverError> {
+        let pid = os::peer_pid(&sock).map_err(io_at("peer credentials"))?;
+        let mut ch = Channel::new(sock).map_err(io_at("upgrade channel"))?;
         // The new daemon says hello as soon as it connects; anything slower is not one.
-        let (hello, _) = ch
-            .recv(HELLO_TIMEOUT)
-            .map_err(|e| format!("waiting for hello: {e}"))?;
+        let (hello, _) = ch.recv(HELLO_TIMEOUT).map_err(io_at("waiting for hello"))?;
         let Msg::Hello {
             schema_min,
             schema_max,
             version,
         } = hello
         else {
-            return Err(format!("expected hello, got {hello:?}"));
+            return Err(HandoverError::Unexpected {
+                step: "hello",
+                expected: "hello",
+                got: format!("{hello:?}"),
+            });
         };
         // Schema 2 only when a port's VM is being migrated (its dirty log travels too).
         let logging = self
@@ -181,19 +301,14 @@ impl Daemon {
             .find_map(|(name, p)| p.device.as_ref()?.log().map(|_| name.clone()));
         let schema = if logging.is_some() { 2 } else { 1 };
         if !(schema_min..=schema_max).contains(&schema) {
-            let why = match &logging {
-                Some(name) => {
-                    format!(" (port {name} is being live-migrated: its dirty log needs schema 2)")
-                }
-                None => String::new(),
+            let e = HandoverError::Schema {
+                schema,
+                migrating: logging,
+                theirs: version,
+                min: schema_min,
+                max: schema_max,
             };
-            let e = format!(
-                "this ferrovsd ({}) hands over schema {schema}{why}; the new one ({version}) \
-                 restores schemas {schema_min} to {schema_max}",
-                env!("CARGO_PKG_VERSION")
-            );
-            let _ = ch.send(&Msg::Fail { error: e.clone() }, &[]);
-            return Err(e);
+            return Err(refuse(&ch, e));
         }
         // A live migration cannot be handed over: its userfaultfd registers this process's
         // mappings, and the dirty log would have to be marked without a gap. Refused until
@@ -201,24 +316,30 @@ impl Daemon {
         // start a migration between this check and the export).
         if let Some(e) = self.ports.iter().find_map(|(name, p)| {
             let why = p.device.as_ref()?.migrating()?;
-            Some(format!(
-                "port {name}: {why}; upgrade after the migration ends"
-            ))
+            Some(HandoverError::Migrating {
+                port: name.clone(),
+                why,
+            })
         }) {
-            let _ = ch.send(&Msg::Fail { error: e.clone() }, &[]);
-            return Err(e);
+            return Err(refuse(&ch, e));
         }
         eprintln!("ferrovs: upgrade: handing over to pid {pid} (ferrovsd {version})");
         let mut fds = FdList::default();
         let mut state = self.export_state(&mut fds);
         state.schema = schema;
         ch.send_with_fds(&Msg::State(Box::new(state)), &fds.0)
-            .map_err(|e| format!("sending state: {e}"))?;
+            .map_err(io_at("sending state"))?;
         match ch.recv(PREPARE_TIMEOUT) {
             Ok((Msg::Ready { .. }, _)) => {}
-            Ok((Msg::Fail { error }, _)) => return Err(format!("new daemon failed: {error}")),
-            Ok((m, _)) => return Err(format!("expected ready, got {m:?}")),
-            Err(e) => return Err(format!("waiting for the new daemon to prepare: {e}")),
+            Ok((Msg::Fail { error }, _)) => return Err(HandoverError::NewFailed(error)),
+            Ok((m, _)) => {
+                return Err(HandoverError::Unexpected {
+                    step: "prepare",
+                    expected: "ready",
+                    got: format!("{m:?}"),
+                })
+            }
+            Err(e) => return Err(io_at("waiting for the new daemon to prepare")(e)),
         }
 
         // Freeze: from here the new daemon may start polling as soon as it has the positions.
@@ -237,14 +358,7 @@ impl Daemon {
             .ports
             .iter()
             .filter_map(|(n, p)| match &p.port.io {
-                PortIo::Uplink(u) => {
-                    let pos = lock_ring(u).position();
-                    let pos = RingPos {
-                        block: pos.block,
-                        taken: pos.taken,
-                    };
-                    Some((n.clone(), pos))
-                }
+                PortIo::Uplink(u) => Some((n.clone(), lock_ring(u).position())),
                 _ => None,
             })
             .collect();
@@ -253,14 +367,9 @@ impl Daemon {
             .iter()
             .filter_map(|(n, p)| match &p.port.io {
                 PortIo::Xdp(x) => {
-                    let rx = lock(&x.rx_ring).position();
-                    let tx = lock(&x.tx_ring).position();
                     let pos = XskPos {
-                        rx_cons: rx.rx_cons,
-                        fill_prod: rx.fill_prod,
-                        tx_prod: tx.tx_prod,
-                        cq_cons: tx.cq_cons,
-                        tx_free: tx.free,
+                        rx: lock(&x.rx_ring).position(),
+                        tx: lock(&x.tx_ring).position(),
                     };
                     Some((n.clone(), pos))
                 }
@@ -278,7 +387,7 @@ impl Daemon {
         if let Err(e) = ch.send(&frozen, &[]) {
             // It never got the positions: it cannot have started.
             self.thaw(false);
-            return Err(format!("sending ring positions: {e}"));
+            return Err(io_at("sending ring positions")(e));
         }
         match ch.recv(resume_timeout()) {
             Ok((Msg::Resumed { .. }, _)) => {
@@ -309,9 +418,13 @@ impl Daemon {
             }
             other => {
                 let why = match other {
-                    Ok((Msg::Fail { error }, _)) => format!("new daemon failed: {error}"),
-                    Ok((m, _)) => format!("expected resumed, got {m:?}"),
-                    Err(e) => format!("waiting for the new daemon to resume: {e}"),
+                    Ok((Msg::Fail { error }, _)) => HandoverError::NewFailed(error),
+                    Ok((m, _)) => HandoverError::Unexpected {
+                        step: "resume",
+                        expected: "resumed",
+                        got: format!("{m:?}"),
+                    },
+                    Err(e) => io_at("waiting for the new daemon to resume")(e),
                 };
                 // It may have started polling: make sure it is dead before we poll again.
                 self.fence(pid);
@@ -323,11 +436,11 @@ impl Daemon {
 
     /// Stops the PMDs at a burst boundary: publish an empty datapath, then wait until every
     /// PMD finished the iteration it was in (its epoch moved on).
-    fn freeze(&mut self) -> Result<(), String> {
+    fn freeze(&mut self) -> Result<(), HandoverError> {
         self.datapath.publish(Snapshot::default());
         if !self.wait_pmd_iterations() {
             self.thaw(false);
-            return Err("PMDs did not stop within 1 s".into());
+            return Err(HandoverError::Freeze);
         }
         Ok(())
     }
@@ -412,7 +525,7 @@ impl Daemon {
                     }
                 });
                 let (device, kernel) = match (&p.device, &p.port.io) {
-                    (Some(d), _) => (export_device(d, fds), None),
+                    (Some(d), _) => (d.export(&mut fds.0), None),
                     (None, PortIo::Vxlan(v)) => {
                         let fd = fds.push(v.sock.as_fd().as_raw_fd());
                         let k = KernelState {
@@ -432,16 +545,10 @@ impl Daemon {
                         (DeviceState::default(), Some(k))
                     }
                     (None, PortIo::Uplink(u)) => {
-                        let g = u.geometry;
-                        let ring = Some(RingState {
-                            block_size: g.block_size,
-                            block_nr: g.block_nr,
-                            frame_size: g.frame_size,
-                        });
                         let fd = fds.push(u.sock.as_fd().as_raw_fd());
                         let k = KernelState {
                             fd,
-                            ring,
+                            ring: Some(u.geometry),
                             xdp: None,
                         };
                         (DeviceState::default(), Some(k))
@@ -449,7 +556,6 @@ impl Daemon {
                     (None, PortIo::Xdp(x)) => {
                         let [xsk, umem, promisc, map, prog, link] =
                             x.sock.handover_fds().map(|f| fds.push(f.as_raw_fd()));
-                        let g = x.sock.geometry();
                         let seen = *lock(&x.stats_seen);
                         let xdp = XdpState {
                             umem,
@@ -458,10 +564,8 @@ impl Daemon {
                             prog,
                             link,
                             ifindex: x.sock.ifindex(),
-                            xdp_mode: x.sock.xdp_mode().name().to_string(),
-                            frame_size: g.frame_size,
-                            rx_frames: g.rx_frames,
-                            tx_frames: g.tx_frames,
+                            xdp_mode: x.sock.xdp_mode(),
+                            geometry: x.sock.geometry(),
                             stats_seen: [
                                 seen.rx_dropped,
                                 seen.rx_ring_full,
@@ -482,7 +586,7 @@ impl Daemon {
                     id: p.id,
                     bridge: p.bridge.clone(),
                     cfg: p.cfg.clone(),
-                    link: link_wire(&p.link).to_string(),
+                    link: link_wire(&p.link),
                     listener: p.listener.as_ref().map(|(l, _)| fds.push(l.as_raw_fd())),
                     conn,
                     device,
@@ -515,16 +619,17 @@ impl Daemon {
     /// Starts as the successor of the ferrovsd running in `opts.run_dir`: takes over its
     /// ports without any guest noticing, or fails leaving the old daemon as it was.
     pub fn takeover(opts: DaemonOptions) -> Result<(Daemon, Report), DaemonError> {
+        Self::take_over(opts).map_err(DaemonError::Takeover)
+    }
+
+    fn take_over(opts: DaemonOptions) -> Result<(Daemon, Report), HandoverError> {
         let t_start = Instant::now();
-        let err = DaemonError::Takeover;
         let path = opts.run_dir.join(upgrade::UPGRADE_SOCKET);
-        let sock = os::seqpacket_connect(&path).map_err(|e| {
-            err(format!(
-                "no ferrovsd accepts upgrades at {}: {e}",
-                path.display()
-            ))
-        })?;
-        let mut ch = Channel::new(sock).map_err(|e| err(e.to_string()))?;
+        let sock = match os::seqpacket_connect(&path) {
+            Ok(s) => s,
+            Err(source) => return Err(HandoverError::NoOldDaemon { path, source }),
+        };
+        let mut ch = Channel::new(sock).map_err(io_at("upgrade channel"))?;
         ch.send(
             &Msg::Hello {
                 schema_min: MIN_SCHEMA,
@@ -533,17 +638,17 @@ impl Daemon {
             },
             &[],
         )
-        .map_err(|e| err(format!("hello: {e}")))?;
+        .map_err(io_at("hello"))?;
         fail_at("hello");
-        let (state, fds) = ch.recv_state(PREPARE_TIMEOUT).map_err(err)?;
+        let (state, fds) = match ch.recv_state(PREPARE_TIMEOUT) {
+            Ok(s) => s,
+            Err(e) => return Err(refuse(&ch, e.into())),
+        };
         let t_state = Instant::now();
         let (schema, old_version, old_pid) = (state.schema, state.version.clone(), state.pid);
         let mut d = match Daemon::restore(&opts, state, fds) {
             Ok(d) => d,
-            Err(e) => {
-                let _ = ch.send(&Msg::Fail { error: e.clone() }, &[]);
-                return Err(err(e));
-            }
+            Err(e) => return Err(refuse(&ch, e)),
         };
         fail_at("prepare");
         let prepare = t_state.elapsed();
@@ -556,7 +661,7 @@ impl Daemon {
             },
             &[],
         )
-        .map_err(|e| err(format!("ready: {e}")))?;
+        .map_err(io_at("ready"))?;
         fail_at("ready");
         let (t_freeze_ns, freeze_us, positions, rings, xsks) = match ch.recv(FROZEN_TIMEOUT) {
             Ok((
@@ -569,13 +674,18 @@ impl Daemon {
                 },
                 _,
             )) => (t_freeze_ns, freeze_us, positions, rings, xsks),
-            Ok((m, _)) => return Err(err(format!("expected the freeze, got {m:?}"))),
-            Err(e) => return Err(err(format!("waiting for the freeze: {e}"))),
+            Ok((m, _)) => {
+                return Err(HandoverError::Unexpected {
+                    step: "freeze",
+                    expected: "frozen",
+                    got: format!("{m:?}"),
+                })
+            }
+            Err(e) => return Err(io_at("waiting for the freeze")(e)),
         };
         fail_at("hang");
         if let Err(e) = d.resume_ports(&positions, &rings, &xsks) {
-            let _ = ch.send(&Msg::Fail { error: e.clone() }, &[]);
-            return Err(err(e));
+            return Err(refuse(&ch, e));
         }
         let t_resumed = os::monotonic_ns();
         fail_at("resumed");
@@ -645,23 +755,27 @@ impl Daemon {
     }
 
     /// Builds the daemon from handed-over state; PMDs parked, rings not started.
-    fn restore(opts: &DaemonOptions, state: State, fds: Vec<OwnedFd>) -> Result<Daemon, String> {
+    fn restore(
+        opts: &DaemonOptions,
+        state: State,
+        fds: Vec<OwnedFd>,
+    ) -> Result<Daemon, HandoverError> {
         let mut fds = FdTable::new(fds);
         let ctl = UnixListener::from(fds.take(state.ctl_listener)?);
         let upgrade = UnixListener::from(fds.take(state.upgrade_listener)?);
         for l in [&ctl, &upgrade] {
-            l.set_nonblocking(true).map_err(|e| e.to_string())?;
+            l.set_nonblocking(true)
+                .map_err(io_at("listening sockets"))?;
         }
         let mut config = state.config.clone();
         if let Some(c) = &opts.pmd_cores {
             config.pmd_cores = c.clone();
         }
-        config.validate().map_err(|e| e.to_string())?;
-        let mut d =
-            Daemon::assemble(&opts.run_dir, config, ctl, upgrade).map_err(|e| e.to_string())?;
+        config.validate()?;
+        let mut d = Daemon::assemble(&opts.run_dir, config, ctl, upgrade)
+            .map_err(|e| HandoverError::Daemon(Box::new(e)))?;
         d.datapath.set_standby(true);
-        d.start_pmds()
-            .map_err(|e| format!("cannot start PMD threads: {e}"))?;
+        d.start_pmds().map_err(HandoverError::Pmds)?;
         d.upgrades = state.upgrades;
         for b in &state.bridges {
             let flows = state
@@ -670,129 +784,60 @@ impl Daemon {
                 .iter()
                 .find(|c| c.name == b.name)
                 .and_then(|c| c.flows.clone());
-            d.add_bridge_as(&b.name, Some(b.id), flows.as_deref())
-                .map_err(|e| e.to_string())?;
+            d.add_bridge_as(&b.name, Some(b.id), flows.as_deref())?;
             let macs = &d.bridges[&b.name].macs;
             for &(mac, vlan, port) in &b.macs {
                 macs.learn(mac, vlan, port, 0);
             }
         }
         for p in state.ports {
-            d.restore_port(p, &mut fds)?;
+            let name = p.cfg.name.clone();
+            d.restore_port(p, &mut fds)
+                .map_err(HandoverError::port(&name))?;
         }
         Ok(d)
     }
 
-    fn restore_port(&mut self, p: PortWire, fds: &mut FdTable) -> Result<(), String> {
-        let name = p.cfg.name.clone();
-        let ctx = |e: String| format!("port {name}: {e}");
-        config::validate_port(&p.cfg).map_err(|e| ctx(e.to_string()))?;
+    fn restore_port(&mut self, p: PortWire, fds: &mut FdTable) -> Result<(), PortError> {
+        config::validate_port(&p.cfg)?;
         if p.cfg.kind.is_kernel() {
             return self.restore_kernel_port(p, fds);
         }
-        let mem = if p.device.regions.is_empty() {
-            None
-        } else {
-            let mut table = Vec::new();
-            for r in &p.device.regions {
-                let desc = RegionDesc {
-                    gpa: r.gpa,
-                    size: r.size,
-                    uaddr: r.uaddr,
-                    mmap_offset: r.mmap_offset,
-                };
-                table.push((desc, fds.take(r.fd).map_err(ctx)?));
-            }
-            let m = GuestMemory::map(table).map_err(|e| ctx(format!("guest memory: {e}")))?;
-            Some(Arc::new(m))
-        };
-        let log = match &p.device.log {
-            None => None,
-            Some(l) => {
-                let fd = fds.take(l.fd).map_err(ctx)?;
-                let log = DirtyLog::map(fd, l.size, l.offset)
-                    .map_err(|e| ctx(format!("dirty log: {e}")))?;
-                Some(Arc::new(log))
-            }
-        };
-        let dev = Device::restore(
-            &name,
-            p.device.queue_pairs,
-            p.device.features,
-            p.device.protocol,
-            p.device.errors,
-            mem,
-            log,
-        );
-        if p.device.queues.len() != dev.queues().len() {
-            return Err(ctx(format!(
-                "{} queues handed over for {} queue pairs",
-                p.device.queues.len(),
-                dev.queue_pairs()
-            )));
-        }
-        for (i, q) in p.device.queues.iter().enumerate() {
-            let part = QueuePart {
-                state: VringState {
-                    size: q.size,
-                    addrs: q
-                        .addrs
-                        .map(|[desc, avail, used]| RingAddrs { desc, avail, used }),
-                    last_avail: q.last_avail,
-                    used_idx: q.used_idx,
-                    enabled: q.enabled,
-                    kicked: q.kicked,
-                    log_addr: q.log_addr,
-                },
-                kick: fds.take_opt(q.kick).map_err(ctx)?,
-                call: fds.take_opt(q.call).map_err(ctx)?,
-                err: fds.take_opt(q.err).map_err(ctx)?,
-                broken: q.broken.as_deref().and_then(ChainError::from_name),
-            };
-            if let Some(k) = &part.kick {
-                let _ = os::set_nonblocking(k.as_fd(), true);
-            }
-            if let Some(c) = &part.call {
-                let _ = os::set_nonblocking(c.as_fd(), true);
-            }
-            dev.restore_queue(i, part).map_err(|e| ctx(e.to_string()))?;
-        }
-        dev.prefault();
+        let name = p.cfg.name.clone();
+        let dev = Device::restore(&name, &p.device, fds)?;
         let listener = match p.listener {
             Some(i) => {
-                let l = UnixListener::from(fds.take(i).map_err(ctx)?);
-                l.set_nonblocking(true).map_err(|e| ctx(e.to_string()))?;
+                let l = UnixListener::from(fds.take(i)?);
+                l.set_nonblocking(true).map_err(PortError::Listener)?;
                 Some(l)
             }
             None => None,
         };
         let conn = match p.conn {
             Some(c) => {
-                let sock = UnixStream::from(fds.take(c.socket).map_err(ctx)?);
+                let sock = UnixStream::from(fds.take(c.socket)?);
                 let cfds = c
                     .fds
                     .iter()
                     .map(|i| fds.take(*i))
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(ctx)?;
-                Some(Conn::restore(sock, &c.partial, cfds, c.out).map_err(|e| ctx(e.to_string()))?)
+                    .collect::<Result<Vec<_>, _>>()?;
+                Some(Conn::restore(sock, &c.partial, cfds, c.out)?)
             }
             None => None,
         };
-        let link = match (p.link.as_str(), conn.is_some()) {
-            ("connected", true) => Link::Connected,
-            ("listening", _) if listener.is_some() => Link::Listening,
+        let link = match (p.link, conn.is_some()) {
+            (LinkState::Connected, true) => Link::Connected,
+            (LinkState::Listening, _) if listener.is_some() => Link::Listening,
             _ => Link::Reconnecting {
                 at: Instant::now(),
                 backoff: BACKOFF_MIN,
             },
         };
-        claim_slot(&mut self.port_slots, p.id).map_err(|e| ctx(e.to_string()))?;
+        claim_slot(&mut self.port_slots, p.id)?;
         let io = PortIo::Vhost {
             queues: dev.queues().to_vec(),
         };
-        self.insert_port(&p.bridge, p.cfg, p.id, io, Some(dev), listener, conn, link)
-            .map_err(|e| ctx(e.to_string()))?;
+        self.insert_port(&p.bridge, p.cfg, p.id, io, Some(dev), listener, conn, link)?;
         if let Some(st) = self.ports.get_mut(&name) {
             st.connects = p.connects;
             st.disconnects = p.disconnects;
@@ -803,44 +848,34 @@ impl Daemon {
     }
 
     /// A TAP or uplink port from its handed-over fd (an uplink's ring mapped again).
-    fn restore_kernel_port(&mut self, p: PortWire, fds: &mut FdTable) -> Result<(), String> {
+    fn restore_kernel_port(&mut self, p: PortWire, fds: &mut FdTable) -> Result<(), PortError> {
         let name = p.cfg.name.clone();
-        let ctx = |e: String| format!("port {name}: {e}");
-        let k = p
-            .kernel
-            .as_ref()
-            .ok_or_else(|| ctx("handed over without its kernel fd".into()))?;
-        let fd = fds.take(k.fd).map_err(ctx)?;
+        let k = p.kernel.as_ref().ok_or(PortError::NoKernelFd)?;
+        let fd = fds.take(k.fd)?;
         let io = match p.cfg.kind {
             PortType::Vxlan => {
                 let (_, remote, vni) = super::vxlan_endpoints(&p.cfg);
                 let sock = std::net::UdpSocket::from(fd);
-                PortIo::Vxlan(dp::VxlanIo::new(sock, remote, vni).map_err(|e| ctx(e.to_string()))?)
+                PortIo::Vxlan(dp::VxlanIo::new(sock, remote, vni).map_err(kernel)?)
             }
             PortType::Tap => {
-                let tap = ferrovs_sys::tap::Tap::from_fd(fd).map_err(|e| ctx(with_sources(&e)))?;
+                let tap = ferrovs_sys::tap::Tap::from_fd(fd).map_err(kernel)?;
                 PortIo::Tap(TapIo::new(tap))
             }
             _ if k.xdp.is_some() => {
                 let x = k.xdp.clone().unwrap_or_else(|| unreachable!());
-                let geo = XskGeometry {
-                    frame_size: x.frame_size,
-                    rx_frames: x.rx_frames,
-                    tx_frames: x.tx_frames,
-                };
-                let mode = XdpMode::from_name(&x.xdp_mode)
-                    .ok_or_else(|| ctx(format!("unknown XDP mode {}", x.xdp_mode)))?;
                 let xfds = XskFds {
                     xsk: fd,
-                    umem: fds.take(x.umem).map_err(ctx)?,
-                    promisc: fds.take(x.promisc).map_err(ctx)?,
-                    map: fds.take(x.map).map_err(ctx)?,
-                    prog: fds.take(x.prog).map_err(ctx)?,
-                    link: fds.take(x.link).map_err(ctx)?,
+                    umem: fds.take(x.umem)?,
+                    promisc: fds.take(x.promisc)?,
+                    map: fds.take(x.map)?,
+                    prog: fds.take(x.prog)?,
+                    link: fds.take(x.link)?,
                 };
-                let (sock, rx, tx) =
-                    ferrovs_sys::af_xdp::XskSocket::from_fds(xfds, geo, x.ifindex, mode)
-                        .map_err(|e| ctx(with_sources(&e)))?;
+                let (sock, rx, tx) = ferrovs_sys::af_xdp::XskSocket::from_fds(
+                    xfds, x.geometry, x.ifindex, x.xdp_mode,
+                )
+                .map_err(kernel)?;
                 let io = XdpIo::new(sock, rx, tx);
                 let [a, b, c, d] = x.stats_seen;
                 *lock(&io.stats_seen) = XskStats {
@@ -852,21 +887,13 @@ impl Daemon {
                 PortIo::Xdp(Box::new(io))
             }
             _ => {
-                let r = k
-                    .ring
-                    .ok_or_else(|| ctx("uplink handed over without its ring geometry".into()))?;
-                let geo = RingGeometry {
-                    block_size: r.block_size,
-                    block_nr: r.block_nr,
-                    frame_size: r.frame_size,
-                };
-                let (sock, ring) = AfPacket::from_fd(fd, geo).map_err(|e| ctx(with_sources(&e)))?;
+                let geo = k.ring.ok_or(PortError::NoRing)?;
+                let (sock, ring) = AfPacket::from_fd(fd, geo).map_err(kernel)?;
                 PortIo::Uplink(UplinkIo::new(sock, ring))
             }
         };
-        claim_slot(&mut self.port_slots, p.id).map_err(|e| ctx(e.to_string()))?;
-        self.insert_port(&p.bridge, p.cfg, p.id, io, None, None, None, Link::Attached)
-            .map_err(|e| ctx(e.to_string()))?;
+        claim_slot(&mut self.port_slots, p.id)?;
+        self.insert_port(&p.bridge, p.cfg, p.id, io, None, None, None, Link::Attached)?;
         if let Some(st) = self.ports.get_mut(&name) {
             st.last_error = p.last_error;
             st.fallback = p.fallback;
@@ -900,50 +927,35 @@ impl Daemon {
         positions: &[(String, Vec<Option<u16>>)],
         rings: &[(String, RingPos)],
         xsks: &[(String, XskPos)],
-    ) -> Result<(), String> {
+    ) -> Result<(), HandoverError> {
         for (name, p) in self.ports.iter() {
             let PortIo::Xdp(x) = &p.port.io else { continue };
-            let pos = xsks
-                .iter()
-                .find(|(n, _)| n == name)
-                .map(|(_, pos)| pos)
-                .ok_or_else(|| format!("port {name}: no AF_XDP ring positions at the freeze"))?;
-            let rx = XskRxPosition {
-                rx_cons: pos.rx_cons,
-                fill_prod: pos.fill_prod,
+            let at = HandoverError::port(name);
+            let Some(pos) = xsks.iter().find(|(n, _)| n == name).map(|(_, pos)| pos) else {
+                return Err(at(PortError::NoXskPosition));
             };
-            let tx = XskTxPosition {
-                tx_prod: pos.tx_prod,
-                cq_cons: pos.cq_cons,
-                free: pos.tx_free.clone(),
-            };
-            lock(&x.rx_ring)
-                .resume(rx)
-                .map_err(|e| format!("port {name}: {e}"))?;
-            lock(&x.tx_ring)
-                .resume(&tx)
-                .map_err(|e| format!("port {name}: {e}"))?;
+            let resumed = lock(&x.rx_ring)
+                .resume(pos.rx)
+                .and_then(|()| lock(&x.tx_ring).resume(&pos.tx));
+            resumed.map_err(|e| at(PortError::Position(e)))?;
         }
         for (name, pos) in positions {
             let p = self
                 .ports
                 .get(name)
-                .ok_or_else(|| format!("positions for unknown port {name}"))?;
+                .ok_or_else(|| HandoverError::UnknownPort(name.clone()))?;
             if let Some(d) = &p.device {
-                d.resume(pos).map_err(|e| format!("port {name}: {e}"))?;
+                d.resume(pos)
+                    .map_err(|e| HandoverError::port(name)(PortError::Resume(e)))?;
             }
         }
         for (name, pos) in rings {
             let Some(PortIo::Uplink(u)) = self.ports.get(name).map(|p| &p.port.io) else {
-                return Err(format!("ring position for {name}, which is not an uplink"));
-            };
-            let pos = RingPosition {
-                block: pos.block,
-                taken: pos.taken,
+                return Err(HandoverError::NotUplink(name.clone()));
             };
             lock_ring(u)
-                .set_position(pos)
-                .map_err(|e| format!("port {name}: {e}"))?;
+                .set_position(*pos)
+                .map_err(|e| HandoverError::port(name)(PortError::Position(e)))?;
         }
         self.datapath.set_standby(false);
         for p in &self.pmds {
@@ -953,55 +965,9 @@ impl Daemon {
     }
 }
 
-/// A vhost-user device's state; its fds go into `fds`.
-fn export_device(d: &Device, fds: &mut FdList) -> DeviceState {
-    let regions = d
-        .memory()
-        .map(|m| {
-            m.regions()
-                .zip(m.fds())
-                .map(|(r, fd)| RegionState {
-                    gpa: r.gpa,
-                    size: r.size,
-                    uaddr: r.uaddr,
-                    mmap_offset: r.mmap_offset,
-                    fd: fds.push(fd.as_raw_fd()),
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    let queues = d
-        .queues()
-        .iter()
-        .map(|q| {
-            let vq = q.lock();
-            let st = vq.state;
-            QueueState {
-                size: st.size,
-                addrs: st.addrs.map(|a| [a.desc, a.avail, a.used]),
-                last_avail: st.last_avail,
-                used_idx: st.used_idx,
-                enabled: st.enabled,
-                kicked: st.kicked,
-                kick: vq.kick.as_ref().map(|f| fds.push(f.as_raw_fd())),
-                call: vq.call.as_ref().map(|f| fds.push(f.as_raw_fd())),
-                err: vq.err.as_ref().map(|f| fds.push(f.as_raw_fd())),
-                broken: vq.broken.map(|b| b.name().to_string()),
-                log_addr: st.log_addr,
-            }
-        })
-        .collect();
-    DeviceState {
-        queue_pairs: d.queue_pairs(),
-        features: d.features(),
-        protocol: d.protocol_features(),
-        errors: d.errors,
-        regions,
-        queues,
-        log: d.log().map(|l| LogState {
-            fd: fds.push(l.fd().as_raw_fd()),
-            size: l.size(),
-            offset: l.offset(),
-        }),
-    }
+/// Sends the reason this side gives up to the other daemon (best effort) and returns it.
+fn refuse(ch: &Channel, e: HandoverError) -> HandoverError {
+    let error = with_sources(&e);
+    let _ = ch.send(&Msg::Fail { error }, &[]);
+    e
 }
