@@ -21,10 +21,10 @@ use std::thread::JoinHandle;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use ferrovs_packet::offload::{self, TcpSegmenter};
+use ferrovs_sys::guest::vring;
+use ferrovs_sys::kernel::vnet::{self, caps, VnetHdr};
 use ferrovs_sys::os;
 use ferrovs_sys::pool::{Mbuf, Pool};
-use ferrovs_sys::vnet::{self, caps, VnetHdr};
-use ferrovs_sys::vring;
 use ferrovs_vhost::stats::DropReason;
 use ferrovs_vhost::virtqueue::BURST;
 

@@ -18,12 +18,12 @@
 
 use std::os::fd::{AsRawFd, OwnedFd};
 
-use ferrovs_sys::af_packet::RingPosition;
-use ferrovs_sys::af_xdp::{XskFds, XskGeometry, XskRxPosition, XskStats, XskTxPosition};
-use ferrovs_sys::bpf::XdpMode;
-use ferrovs_sys::dirty_log::DirtyLog;
-use ferrovs_sys::guest::{GuestMemory, RegionDesc};
-use ferrovs_sys::vring::RingAddrs;
+use ferrovs_sys::guest::dirty_log::DirtyLog;
+use ferrovs_sys::guest::memory::{GuestMemory, RegionDesc};
+use ferrovs_sys::guest::vring::RingAddrs;
+use ferrovs_sys::kernel::af_packet::RingPosition;
+use ferrovs_sys::kernel::af_xdp::{XskFds, XskGeometry, XskRxPosition, XskStats, XskTxPosition};
+use ferrovs_sys::kernel::bpf::XdpMode;
 use ferrovs_vhost::device::QueuePart;
 use ferrovs_vhost::stats::{DropReason, QueueStats, StatsSnapshot};
 use ferrovs_vhost::virtqueue::{ChainError, VringState};
@@ -115,7 +115,7 @@ fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn lock_ring(u: &UplinkIo) -> std::sync::MutexGuard<'_, ferrovs_sys::af_packet::RxRing> {
+fn lock_ring(u: &UplinkIo) -> std::sync::MutexGuard<'_, ferrovs_sys::kernel::af_packet::RxRing> {
     u.ring.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -818,7 +818,8 @@ impl Daemon {
                 PortIo::Vxlan(dp::VxlanIo::new(sock, remote, vni).map_err(|e| ctx(e.to_string()))?)
             }
             PortType::Tap => {
-                let tap = ferrovs_sys::tap::Tap::from_fd(fd).map_err(|e| ctx(with_sources(&e)))?;
+                let tap = ferrovs_sys::kernel::tap::Tap::from_fd(fd)
+                    .map_err(|e| ctx(with_sources(&e)))?;
                 PortIo::Tap(TapIo::new(tap))
             }
             _ if k.xdp.is_some() => {
@@ -839,7 +840,7 @@ impl Daemon {
                     link: fds.take(x.link).map_err(ctx)?,
                 };
                 let (sock, rx, tx) =
-                    ferrovs_sys::af_xdp::XskSocket::from_fds(xfds, geo, x.ifindex, mode)
+                    ferrovs_sys::kernel::af_xdp::XskSocket::from_fds(xfds, geo, x.ifindex, mode)
                         .map_err(|e| ctx(with_sources(&e)))?;
                 let io = XdpIo::new(sock, rx, tx);
                 let [a, b, c, d] = x.stats_seen;
