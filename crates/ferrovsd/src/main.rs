@@ -6,59 +6,53 @@ use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
+use clap::Parser;
 use ferrovs_control::config::parse_cores;
 use ferrovs_control::{Daemon, DaemonOptions};
+use ferrovs_proto::{DEFAULT_RUN_DIR, RUN_DIR_ENV};
 
-const USAGE: &str =
-    "usage: ferrovsd [--run-dir DIR] [--config FILE] [--pmd-cores LIST] [--takeover]
+/// The ferrovs switch daemon.
+#[derive(Debug, Parser)]
+#[command(
+    version,
+    about = "The ferrovs switch daemon: vhost-user, TAP and kernel ports on PMD threads, \
+             driven through a control socket (see `ferrovs`).",
+    after_help = "With no --config and nothing saved in DIR: bridge br0 with vhost-user server \
+                  ports vm1 and vm2 at DIR/vm1.sock and DIR/vm2.sock."
+)]
+struct Cli {
+    /// Control socket, saved configuration and default port sockets.
+    #[arg(long, value_name = "DIR", env = RUN_DIR_ENV, default_value = DEFAULT_RUN_DIR)]
+    run_dir: PathBuf,
+    /// Start from this configuration (JSON) instead of the saved one.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Cores for PMD threads, e.g. 1 or 2,3 or 2-5 [default: the last core].
+    #[arg(long, value_name = "LIST", value_parser = cores)]
+    pmd_cores: Option<Cores>,
+    /// Hot upgrade: take every port over from the ferrovsd running in DIR (no guest
+    /// reconnects); prints the handover's phases as one JSON line on stdout, then runs.
+    /// `ferrovs upgrade` starts this for you.
+    #[arg(long)]
+    takeover: bool,
+}
 
-  --run-dir DIR      control socket, saved configuration and default port sockets
-                     (default: $FERROVS_RUN_DIR or /run/ferrovs)
-  --config FILE      start from this configuration (JSON) instead of the saved one
-  --pmd-cores LIST   cores for PMD threads, e.g. 1 or 2,3 or 2-5 (default: the last core)
-  --takeover         hot upgrade: take every port over from the ferrovsd running in DIR
-                     (no guest reconnects); prints the handover's phases as one JSON line
-                     on stdout, then runs. `ferrovs upgrade` starts this for you.
+/// One `--pmd-cores` value (an alias: clap reads a bare `Vec` as a repeated option).
+type Cores = Vec<usize>;
 
-With no --config and nothing saved in DIR: bridge br0 with vhost-user server ports vm1 and
-vm2 at DIR/vm1.sock and DIR/vm2.sock.";
-
-fn parse() -> Result<(DaemonOptions, bool), String> {
-    let mut opts = DaemonOptions {
-        run_dir: std::env::var_os("FERROVS_RUN_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| "/run/ferrovs".into()),
-        config: None,
-        pmd_cores: None,
-    };
-    let mut takeover = false;
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        let mut val = |name: &str| args.next().ok_or(format!("{name} needs a value"));
-        match a.as_str() {
-            "--run-dir" => opts.run_dir = val("--run-dir")?.into(),
-            "--config" => opts.config = Some(val("--config")?.into()),
-            "--pmd-cores" => {
-                opts.pmd_cores = Some(parse_cores(&val("--pmd-cores")?).map_err(|e| e.to_string())?)
-            }
-            "--takeover" => takeover = true,
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                std::process::exit(0);
-            }
-            other => return Err(format!("unknown argument '{other}'")),
-        }
-    }
-    Ok((opts, takeover))
+/// `--pmd-cores`: a core list as the configuration takes it.
+fn cores(s: &str) -> Result<Cores, String> {
+    parse_cores(s).map_err(|e| e.to_string())
 }
 
 fn main() -> ExitCode {
-    let (opts, takeover) = match parse() {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("ferrovsd: {e}\n{USAGE}");
-            return ExitCode::from(2);
-        }
+    // Usage errors exit 2 with clap's message on stderr; --help prints to stdout and exits 0.
+    let cli = Cli::parse();
+    let takeover = cli.takeover;
+    let opts = DaemonOptions {
+        run_dir: cli.run_dir,
+        config: cli.config,
+        pmd_cores: cli.pmd_cores,
     };
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
@@ -95,8 +89,8 @@ fn main() -> ExitCode {
         }
     };
     eprintln!(
-        "ferrovsd: running, control socket {}/ferrovs.ctl",
-        d.run_dir().display()
+        "ferrovsd: running, control socket {}",
+        d.run_dir().join(ferrovs_proto::CTL_SOCKET).display()
     );
     d.run(&stop);
     if d.handed_over() {
@@ -107,4 +101,43 @@ fn main() -> ExitCode {
     d.shutdown();
     eprintln!("ferrovsd: stopped");
     ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn every_flag_parses_as_before() {
+        let c = Cli::try_parse_from([
+            "ferrovsd",
+            "--run-dir",
+            "/tmp/x",
+            "--config",
+            "c.json",
+            "--pmd-cores",
+            "2-3",
+            "--takeover",
+        ])
+        .unwrap();
+        assert_eq!(c.run_dir, PathBuf::from("/tmp/x"));
+        assert_eq!(c.config, Some(PathBuf::from("c.json")));
+        assert_eq!(c.pmd_cores, Some(vec![2, 3]));
+        assert!(c.takeover);
+        let e = Cli::try_parse_from(["ferrovsd", "--pmd-cores", "3-1"]).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        assert!(e.to_string().contains("core list '3-1' is invalid"), "{e}");
+        assert_eq!(
+            Cli::try_parse_from(["ferrovsd", "--bogus"])
+                .unwrap_err()
+                .exit_code(),
+            2
+        );
+    }
 }
