@@ -8,18 +8,24 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
+use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Parser, ValueEnum};
 use ferrovs_gen::{Mode, Params};
 use ferrovs_packet::build::MIN_FRAME;
 use ferrovs_packet::{parse_mac, Mac};
 use ferrovs_vhost::frontend::{Frontend, FrontendConfig};
 
+/// The environment variable with `RUST_LOG`-style log directives.
+const LOG_ENV: &str = "FERROVS_LOG";
+
 /// Traffic generator and sink over vhost-user: a virtio-net driver in a process.
 #[derive(Debug, Parser)]
 #[command(
     version,
     about = "Traffic generator and sink over vhost-user: a virtio-net driver in a process.",
-    after_help = "Prints a JSON summary on stdout: mpps, gbps, loss, latency p50/p99/p99.9/max."
+    after_help = "Prints a JSON summary on stdout: mpps, gbps, loss, latency p50/p99/p99.9/max.\n\
+                  Live lines and diagnostics go to stderr with levels and timestamps; \
+                  FERROVS_LOG takes RUST_LOG-style directives (e.g. `debug`)."
 )]
 struct Cli {
     /// What to do.
@@ -90,6 +96,9 @@ struct Cli {
     /// migration thread does (the dirty-logging cost in the bench).
     #[arg(long)]
     log: bool,
+    /// Log level for everything FERROVS_LOG does not name [default: info, or FERROVS_LOG's].
+    #[arg(long, value_name = "LEVEL", ignore_case = true, value_parser = level_parser())]
+    log_level: Option<log::LevelFilter>,
 }
 
 /// MODE on the command line.
@@ -138,6 +147,28 @@ fn seconds(s: &str) -> Result<Duration, String> {
 /// `--src`, `--dst`: six hex bytes separated by colons.
 fn mac(s: &str) -> Result<Mac, String> {
     parse_mac(s).ok_or_else(|| format!("'{s}' is not a MAC address (e.g. 02:00:00:00:00:01)"))
+}
+
+/// `--log-level`: a level by name, the names listed in the help.
+fn level_parser() -> impl TypedValueParser<Value = log::LevelFilter> {
+    PossibleValuesParser::new(["off", "error", "warn", "info", "debug", "trace"])
+        .map(|s| s.parse().unwrap_or(log::LevelFilter::Info))
+}
+
+/// Leveled, timestamped logs on stderr: info by default, then `$FERROVS_LOG`'s directives,
+/// then `--log-level` for everything those do not name.
+fn init_logging(level: Option<log::LevelFilter>) {
+    let mut b = env_logger::Builder::new();
+    b.filter_level(log::LevelFilter::Info)
+        .format_timestamp_millis()
+        .target(env_logger::Target::Stderr);
+    if let Ok(spec) = std::env::var(LOG_ENV) {
+        b.parse_filters(&spec);
+    }
+    if let Some(l) = level {
+        b.filter_level(l);
+    }
+    b.init();
 }
 
 struct Args {
@@ -219,6 +250,7 @@ fn main() -> ExitCode {
     } = {
         // Usage errors exit 2 with clap's message on stderr; --help prints to stdout, exits 0.
         let cli = Cli::parse();
+        init_logging(cli.log_level);
         Args::from(cli)
     };
     let stop = Arc::new(AtomicBool::new(false));
@@ -231,14 +263,14 @@ fn main() -> ExitCode {
         let l = match UnixListener::bind(&path) {
             Ok(l) => l,
             Err(e) => {
-                eprintln!("ferrovs-gen: cannot listen on {}: {e}", path.display());
+                log::error!("cannot listen on {}: {e}", path.display());
                 return ExitCode::FAILURE;
             }
         };
         let fe = match l.accept() {
             Ok((s, _)) => Frontend::over(s, fc.clone()),
             Err(e) => {
-                eprintln!("ferrovs-gen: accept: {e}");
+                log::error!("accept: {e}");
                 return ExitCode::FAILURE;
             }
         };
@@ -256,7 +288,7 @@ fn main() -> ExitCode {
                 msg.push_str(&format!(": {s}"));
                 src = s.source();
             }
-            eprintln!("ferrovs-gen: cannot attach to {}: {msg}", path.display());
+            log::error!("cannot attach to {}: {msg}", path.display());
             return ExitCode::FAILURE;
         }
     };
@@ -264,7 +296,7 @@ fn main() -> ExitCode {
         Some(sp) => match Frontend::connect(sp, fc.clone()) {
             Ok(f) => Some(f),
             Err(e) => {
-                eprintln!("ferrovs-gen: cannot attach to {}: {e}", sp.display());
+                log::error!("cannot attach to {}: {e}", sp.display());
                 return ExitCode::FAILURE;
             }
         },
@@ -279,7 +311,7 @@ fn main() -> ExitCode {
         match start_logging(&mut fes, log_stop.clone()) {
             Ok(t) => Some(t),
             Err(e) => {
-                eprintln!("ferrovs-gen: {e}");
+                log::error!("{e}");
                 return ExitCode::FAILURE;
             }
         }
@@ -290,7 +322,7 @@ fn main() -> ExitCode {
     log_stop.store(true, std::sync::atomic::Ordering::Relaxed);
     if let Some(t) = logger {
         let taken = t.join().unwrap_or(0);
-        eprintln!("ferrovs-gen: dirty log: {taken} page bits taken");
+        log::info!("dirty log: {taken} page bits taken");
     }
     match result {
         Ok(r) => {
@@ -298,7 +330,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("ferrovs-gen: {e}");
+            log::error!("{e}");
             ExitCode::FAILURE
         }
     }
@@ -374,6 +406,8 @@ mod tests {
             "2",
             "--quiet",
             "--log",
+            "--log-level",
+            "warn",
             "txonly",
         ])
         .unwrap();
@@ -389,6 +423,15 @@ mod tests {
         assert_eq!(p.settle, Duration::from_secs(2));
         assert_eq!((p.src, p.dst), (0x0200_0000_000a, 0x0200_0000_000b));
         assert!(!p.live && p.poisson && p.spin);
+        let c = Cli::try_parse_from([
+            "ferrovs-gen",
+            "--socket",
+            "s",
+            "idle",
+            "--log-level",
+            "WARN",
+        ]);
+        assert_eq!(c.unwrap().log_level, Some(log::LevelFilter::Warn));
         // MODE may come first, as before.
         assert_eq!(
             parse(&["idle", "--socket", "s"]).unwrap().p.mode,
@@ -412,6 +455,7 @@ mod tests {
             &["--socket", "s", "--duration", "-1", "txonly"],
             &["--socket", "s", "--src", "02:00", "txonly"],
             &["--socket", "s", "--bogus", "txonly"],
+            &["--socket", "s", "--log-level", "loud", "txonly"],
         ] {
             let e = parse(bad).err().unwrap_or_else(|| panic!("{bad:?} parsed"));
             assert_eq!(e.exit_code(), 2, "{bad:?}");

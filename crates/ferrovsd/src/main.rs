@@ -6,10 +6,14 @@ use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
+use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::Parser;
 use ferrovs_control::config::parse_cores;
 use ferrovs_control::{Daemon, DaemonOptions};
 use ferrovs_proto::{DEFAULT_RUN_DIR, RUN_DIR_ENV};
+
+/// The environment variable with `RUST_LOG`-style log directives.
+const LOG_ENV: &str = "FERROVS_LOG";
 
 /// The ferrovs switch daemon.
 #[derive(Debug, Parser)]
@@ -18,7 +22,9 @@ use ferrovs_proto::{DEFAULT_RUN_DIR, RUN_DIR_ENV};
     about = "The ferrovs switch daemon: vhost-user, TAP and kernel ports on PMD threads, \
              driven through a control socket (see `ferrovs`).",
     after_help = "With no --config and nothing saved in DIR: bridge br0 with vhost-user server \
-                  ports vm1 and vm2 at DIR/vm1.sock and DIR/vm2.sock."
+                  ports vm1 and vm2 at DIR/vm1.sock and DIR/vm2.sock.\n\n\
+                  Logs go to stderr with levels and timestamps; FERROVS_LOG takes RUST_LOG-style \
+                  directives (e.g. `debug` or `warn,ferrovs_control=debug`)."
 )]
 struct Cli {
     /// Control socket, saved configuration and default port sockets.
@@ -35,6 +41,9 @@ struct Cli {
     /// `ferrovs upgrade` starts this for you.
     #[arg(long)]
     takeover: bool,
+    /// Log level for everything FERROVS_LOG does not name [default: info, or FERROVS_LOG's].
+    #[arg(long, value_name = "LEVEL", ignore_case = true, value_parser = level_parser())]
+    log_level: Option<log::LevelFilter>,
 }
 
 /// One `--pmd-cores` value (an alias: clap reads a bare `Vec` as a repeated option).
@@ -45,9 +54,32 @@ fn cores(s: &str) -> Result<Cores, String> {
     parse_cores(s).map_err(|e| e.to_string())
 }
 
+/// `--log-level`: a level by name, the names listed in the help.
+fn level_parser() -> impl TypedValueParser<Value = log::LevelFilter> {
+    PossibleValuesParser::new(["off", "error", "warn", "info", "debug", "trace"])
+        .map(|s| s.parse().unwrap_or(log::LevelFilter::Info))
+}
+
+/// Leveled, timestamped logs on stderr: info by default, then `$FERROVS_LOG`'s directives,
+/// then `--log-level` for everything those do not name.
+fn init_logging(level: Option<log::LevelFilter>) {
+    let mut b = env_logger::Builder::new();
+    b.filter_level(log::LevelFilter::Info)
+        .format_timestamp_millis()
+        .target(env_logger::Target::Stderr);
+    if let Ok(spec) = std::env::var(LOG_ENV) {
+        b.parse_filters(&spec);
+    }
+    if let Some(l) = level {
+        b.filter_level(l);
+    }
+    b.init();
+}
+
 fn main() -> ExitCode {
     // Usage errors exit 2 with clap's message on stderr; --help prints to stdout and exits 0.
     let cli = Cli::parse();
+    init_logging(cli.log_level);
     let takeover = cli.takeover;
     let opts = DaemonOptions {
         run_dir: cli.run_dir,
@@ -57,7 +89,7 @@ fn main() -> ExitCode {
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         if let Err(e) = signal_hook::flag::register(sig, stop.clone()) {
-            eprintln!("ferrovsd: cannot handle signal {sig}: {e}");
+            log::warn!("cannot handle signal {sig}: {e}");
         }
     }
     let started = if takeover {
@@ -81,25 +113,25 @@ fn main() -> ExitCode {
                 msg.push_str(&format!(": {s}"));
                 src = s.source();
             }
-            eprintln!("ferrovsd: {msg}");
+            log::error!("{msg}");
             if takeover {
                 println!("{}", serde_json::json!({ "ok": false, "error": msg }));
             }
             return ExitCode::FAILURE;
         }
     };
-    eprintln!(
-        "ferrovsd: running, control socket {}",
+    log::info!(
+        "running, control socket {}",
         d.run_dir().join(ferrovs_proto::CTL_SOCKET).display()
     );
     d.run(&stop);
     if d.handed_over() {
         // Everything belongs to the new daemon now: touch nothing, unlink nothing.
-        eprintln!("ferrovsd: handed over to a new ferrovsd; exiting");
+        log::info!("handed over to a new ferrovsd; exiting");
         return ExitCode::SUCCESS;
     }
     d.shutdown();
-    eprintln!("ferrovsd: stopped");
+    log::info!("stopped");
     ExitCode::SUCCESS
 }
 
@@ -124,12 +156,15 @@ mod tests {
             "--pmd-cores",
             "2-3",
             "--takeover",
+            "--log-level",
+            "DEBUG",
         ])
         .unwrap();
         assert_eq!(c.run_dir, PathBuf::from("/tmp/x"));
         assert_eq!(c.config, Some(PathBuf::from("c.json")));
         assert_eq!(c.pmd_cores, Some(vec![2, 3]));
         assert!(c.takeover);
+        assert_eq!(c.log_level, Some(log::LevelFilter::Debug));
         let e = Cli::try_parse_from(["ferrovsd", "--pmd-cores", "3-1"]).unwrap_err();
         assert_eq!(e.exit_code(), 2);
         assert!(e.to_string().contains("core list '3-1' is invalid"), "{e}");
