@@ -42,7 +42,8 @@ struct Cli {
     #[arg(long)]
     server: bool,
     /// Queue pairs.
-    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=16))]
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u16).range(1..=16))]
     queues: u16,
     /// Ring size (a power of two >= 8).
     #[arg(long, value_name = "N", default_value_t = 256, value_parser = ring_size)]
@@ -93,7 +94,8 @@ struct Cli {
     quiet: bool,
     /// Play a migrating VM: ask the backend to log dirty pages (SET_LOG_BASE,
     /// VHOST_F_LOG_ALL) on every port attached, and take the log every 10 ms as QEMU's
-    /// migration thread does (the dirty-logging cost in the bench).
+    /// migration thread does (the dirty-logging cost in the bench). Diagnostics: see
+    /// --log-level.
     #[arg(long)]
     log: bool,
     /// Log level for everything FERROVS_LOG does not name [default: info, or FERROVS_LOG's].
