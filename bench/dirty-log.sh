@@ -55,7 +55,7 @@ edits = [
     ("crates/vhost/src/virtqueue.rs",
      "        if !self.pending_sync && !mem.in_postcopy() {\n            return true;\n        }",
      "        let _ = mem;\n        return true;"),
-    ("crates/sys/src/guest.rs",
+    ("crates/sys/src/guest/memory.rs",
      "        if self.in_postcopy() {\n            self.check_resident(ri, off, len)?;\n        }",
      ""),
 ]

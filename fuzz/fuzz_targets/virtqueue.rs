@@ -5,10 +5,10 @@
 #![no_main]
 use std::sync::Arc;
 
-use ferrovs_sys::guest::{GuestMemory, RegionDesc};
+use ferrovs_sys::guest::memory::{GuestMemory, RegionDesc};
+use ferrovs_sys::guest::vring::RingAddrs;
+use ferrovs_sys::kernel::vnet::{VnetHdr, HDR_LEN};
 use ferrovs_sys::pool::Pool;
-use ferrovs_sys::vnet::{VnetHdr, HDR_LEN};
-use ferrovs_sys::vring::RingAddrs;
 use ferrovs_vhost::features::*;
 use ferrovs_vhost::stats::QueueStats;
 use ferrovs_vhost::virtqueue::{VirtQueue, VringState, BURST};
@@ -36,7 +36,7 @@ fuzz_target!(|data: &[u8]| {
     let logging = data[0] & 0x80 != 0;
     let log = logging.then(|| {
         let lfd = ferrovs_sys::os::memfd("fuzz-log", 4096, false).unwrap();
-        Arc::new(ferrovs_sys::dirty_log::DirtyLog::map(lfd, 8, 0).unwrap())
+        Arc::new(ferrovs_sys::guest::dirty_log::DirtyLog::map(lfd, 8, 0).unwrap())
     });
     let mut vq = VirtQueue::default();
     vq.set_features(if logging { features | VHOST_F_LOG_ALL } else { features });

@@ -450,7 +450,7 @@ pub fn validate_port(p: &PortConfig) -> Result<(), ConfigError> {
             let Some(dev) = &p.dev else {
                 return bad(format!("dev=NETDEV is required for {kind} ports"));
             };
-            if let Err(e) = ferrovs_sys::netdev::check_name(dev) {
+            if let Err(e) = ferrovs_sys::kernel::netdev::check_name(dev) {
                 return bad(format!("dev={dev}: {e}"));
             }
             if let Some(path) = &p.path {

@@ -25,8 +25,8 @@ use ferrovs_datapath::{
     self as dp, Bridge, Datapath, MacTable, PmdHandle, Port, PortIo, Snapshot, TapIo, UplinkIo,
     VlanMode, XdpIo,
 };
-use ferrovs_sys::af_packet::{AfPacket, RingGeometry};
-use ferrovs_sys::af_xdp::{XskGeometry, XskSocket};
+use ferrovs_sys::kernel::af_packet::{AfPacket, RingGeometry};
+use ferrovs_sys::kernel::af_xdp::{XskGeometry, XskSocket};
 use ferrovs_sys::os::{self, Epoll, EpollEvent};
 use ferrovs_vhost::conn::{Conn, Incoming};
 use ferrovs_vhost::device::Device;
@@ -251,14 +251,14 @@ fn open_kernel_port(cfg: &PortConfig) -> Result<(PortIo, Option<String>), String
                     )
                 })
         }
-        (PortType::Tap, _) => ferrovs_sys::tap::Tap::open(dev)
+        (PortType::Tap, _) => ferrovs_sys::kernel::tap::Tap::open(dev)
             .map(|t| (PortIo::Tap(TapIo::new(t)), None))
             .map_err(|e| with_sources(&e)),
         (PortType::Uplink, Some(UplinkMode::AfPacket)) => af_packet().map(|io| (io, None)),
         (PortType::Uplink, Some(UplinkMode::AfXdp)) => af_xdp()
             .map(|io| (io, None))
             .map_err(|e| format!("mode=af_xdp: {e}")),
-        (PortType::Uplink, None) if !ferrovs_sys::netdev::is_physical(dev) => {
+        (PortType::Uplink, None) if !ferrovs_sys::kernel::netdev::is_physical(dev) => {
             // What comes from this host's own stack (the peer of a veth) may be a partial
             // checksum or a GSO packet: only PACKET_VNET_HDR says so; AF_XDP frames carry no
             // such metadata and would forward pseudo-header sums as checksums.
@@ -298,7 +298,7 @@ fn vxlan_endpoints(cfg: &PortConfig) -> (SocketAddrV4, SocketAddrV4, u32) {
 }
 
 fn netdev_missing(dev: &str) -> bool {
-    ferrovs_sys::netdev::ifindex(dev).is_err_and(|e| e.kind() == io::ErrorKind::NotFound)
+    ferrovs_sys::kernel::netdev::ifindex(dev).is_err_and(|e| e.kind() == io::ErrorKind::NotFound)
 }
 
 fn alloc_slot(slots: &mut Vec<bool>) -> u32 {
@@ -1432,7 +1432,7 @@ impl Daemon {
         /// What a port takes from the switch (`accepts`: else the PMD completes checksums and
         /// segments in software) and what it may hand the switch (`sends`).
         fn offloads_info(p: &PortState) -> Value {
-            use ferrovs_sys::vnet::caps;
+            use ferrovs_sys::kernel::vnet::caps;
             let sends = match (&p.device, &p.port.io) {
                 (Some(d), _) => features::guest_tx_caps(d.features()),
                 (None, dp::PortIo::Tap(t)) if t.rx_offloads => caps::ALL,
@@ -1988,7 +1988,7 @@ fn kernel_info(io: &PortIo) -> Value {
         }),
         PortIo::Tap(t) => json!({
             "device": t.tap.name(),
-            "vnet_hdr_len": ferrovs_sys::tap::VNET_HDR_LEN,
+            "vnet_hdr_len": ferrovs_sys::kernel::tap::VNET_HDR_LEN,
             "offloads": Vec::<&str>::new(),
         }),
         PortIo::Uplink(u) => {
@@ -2000,7 +2000,7 @@ fn kernel_info(io: &PortIo) -> Value {
                 "tx": "sendmmsg",
                 "ring_blocks": g.block_nr,
                 "ring_block_size": g.block_size,
-                "ring_block_timeout_ms": ferrovs_sys::af_packet::RETIRE_BLOCK_MS,
+                "ring_block_timeout_ms": ferrovs_sys::kernel::af_packet::RETIRE_BLOCK_MS,
             })
         }
         PortIo::Xdp(x) => {

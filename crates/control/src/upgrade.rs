@@ -40,9 +40,9 @@ use std::os::unix::net::UnixStream;
 
 use serde::{Deserialize, Serialize};
 
-pub use ferrovs_sys::af_packet::{RingGeometry as RingState, RingPosition as RingPos};
-use ferrovs_sys::af_xdp::{XskGeometry, XskRxPosition, XskTxPosition};
-use ferrovs_sys::bpf::XdpMode;
+pub use ferrovs_sys::kernel::af_packet::{RingGeometry as RingState, RingPosition as RingPos};
+use ferrovs_sys::kernel::af_xdp::{XskGeometry, XskRxPosition, XskTxPosition};
+use ferrovs_sys::kernel::bpf::XdpMode;
 use ferrovs_sys::os;
 use ferrovs_vhost::state::FdSource;
 pub use ferrovs_vhost::state::{DeviceState, LogState, QueueState, RegionState};

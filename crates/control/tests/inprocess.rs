@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use ferrovs_control::proto::Request;
 use ferrovs_control::{Daemon, DaemonOptions};
 use ferrovs_packet::build::{self, Stamp};
-use ferrovs_sys::vring::{Descriptor, VRING_DESC_F_INDIRECT, VRING_DESC_F_NEXT};
+use ferrovs_sys::guest::vring::{Descriptor, VRING_DESC_F_INDIRECT, VRING_DESC_F_NEXT};
 use ferrovs_vhost::frontend::{Frontend, FrontendConfig, TxQueue};
 use ferrovs_vhost::msg;
 use serde_json::Value;
@@ -358,7 +358,7 @@ fn hostile_rings_break_only_their_queue() {
                     Descriptor {
                         addr: 0,
                         len: 64,
-                        flags: ferrovs_sys::vring::VRING_DESC_F_WRITE,
+                        flags: ferrovs_sys::guest::vring::VRING_DESC_F_WRITE,
                         next: 0,
                     },
                 );
@@ -620,7 +620,7 @@ fn malformed_messages_are_refused_and_isolated() {
     .unwrap();
     // A memory table claiming more than its fd holds.
     let fd = ferrovs_sys::os::memfd("small", 4096, false).unwrap();
-    let table = msg::payload::mem_table(&[ferrovs_sys::guest::RegionDesc {
+    let table = msg::payload::mem_table(&[ferrovs_sys::guest::memory::RegionDesc {
         gpa: 0,
         size: 1 << 30,
         uaddr: 0,
@@ -1085,7 +1085,7 @@ fn tcp_frame(dst: u64, src: u64, v6: bool, payload: usize) -> (Vec<u8>, usize) {
 #[test]
 fn offloads_pass_through_or_are_done_in_software() {
     use ferrovs_packet::offload::tcp_checksums_ok;
-    use ferrovs_sys::vnet::{self, VnetHdr};
+    use ferrovs_sys::kernel::vnet::{self, VnetHdr};
     use ferrovs_vhost::features::OFFLOADS;
     let sw = Switch::start("offload");
     sw.add_port("vm3", &[]);

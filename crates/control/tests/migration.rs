@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use ferrovs_control::proto::Request;
 use ferrovs_packet::build;
-use ferrovs_sys::dirty_log::DirtyLog;
+use ferrovs_sys::guest::dirty_log::DirtyLog;
 use ferrovs_vhost::features::VHOST_F_LOG_ALL;
 use ferrovs_vhost::frontend::FrontendConfig;
 use ferrovs_vhost::msg::{self, payload, Code};
@@ -348,7 +348,7 @@ fn migration_requests_out_of_order_are_refused_and_harmless() {
     let (_, p, _) = b.fe.call_raw(&m, &[]).unwrap();
     assert_eq!(p, 0u64.to_le_bytes());
     // A running ring may have its log address set, not be moved.
-    let bad = ferrovs_sys::vring::RingAddrs {
+    let bad = ferrovs_sys::guest::vring::RingAddrs {
         desc: 0x7f00_0001_0000,
         avail: 0x7f00_0001_1000,
         used: 0x7f00_0001_2000,

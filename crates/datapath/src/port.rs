@@ -463,10 +463,10 @@ mod tests {
     #[test]
     fn a_kernel_shaped_port_receives_sends_and_counts() {
         let pool = Pool::new(64).unwrap();
-        let p = dummy_port(3, VlanMode::Trunk, ferrovs_sys::vnet::caps::ALL);
+        let p = dummy_port(3, VlanMode::Trunk, ferrovs_sys::kernel::vnet::caps::ALL);
         assert_eq!(p.io.mode(), "dummy");
         assert_eq!(p.rx_queues(), 1);
-        assert_eq!(p.tx_caps(), ferrovs_sys::vnet::caps::ALL);
+        assert_eq!(p.tx_caps(), ferrovs_sys::kernel::vnet::caps::ALL);
         assert!(p.tunnel_key().is_none());
         let PortIo::Dummy(d) = &p.io else {
             unreachable!()

@@ -22,7 +22,7 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::Mutex;
 
 use ferrovs_counters::{DropReason, QueueStats};
-use ferrovs_sys::af_xdp::{XskRx, XskRxFrame, XskSocket, XskStats, XskTx};
+use ferrovs_sys::kernel::af_xdp::{XskRx, XskRxFrame, XskSocket, XskStats, XskTx};
 use ferrovs_sys::pool::{Mbuf, Pool, MAX_DATA};
 use ferrovs_vhost::virtqueue::BURST;
 

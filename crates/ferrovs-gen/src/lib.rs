@@ -46,7 +46,7 @@ pub struct Params {
     pub count: u64,
     pub src: Mac,
     pub dst: Mac,
-    /// Print a line per second on stderr.
+    /// Log a line per second (info level, on stderr).
     pub live: bool,
     /// rxonly: stop after this long without traffic once some arrived.
     pub idle_timeout: Duration,
@@ -214,8 +214,8 @@ impl Live {
             return;
         }
         let dt = (now_ns - self.last_ns) as f64 / 1e9;
-        eprintln!(
-            "ferrovs-gen: {what} {:.3} Mpps (total {pkts}){extra}",
+        log::info!(
+            "{what} {:.3} Mpps (total {pkts}){extra}",
             (pkts - self.last_pkts) as f64 / dt / 1e6
         );
         self.last_ns = now_ns;

@@ -6,64 +6,90 @@ use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
+use clap::builder::{PossibleValuesParser, TypedValueParser};
+use clap::Parser;
 use ferrovs_control::config::parse_cores;
 use ferrovs_control::{Daemon, DaemonOptions};
+use ferrovs_proto::{DEFAULT_RUN_DIR, RUN_DIR_ENV};
 
-const USAGE: &str =
-    "usage: ferrovsd [--run-dir DIR] [--config FILE] [--pmd-cores LIST] [--takeover]
+/// The environment variable with `RUST_LOG`-style log directives.
+const LOG_ENV: &str = "FERROVS_LOG";
 
-  --run-dir DIR      control socket, saved configuration and default port sockets
-                     (default: $FERROVS_RUN_DIR or /run/ferrovs)
-  --config FILE      start from this configuration (JSON) instead of the saved one
-  --pmd-cores LIST   cores for PMD threads, e.g. 1 or 2,3 or 2-5 (default: the last core)
-  --takeover         hot upgrade: take every port over from the ferrovsd running in DIR
-                     (no guest reconnects); prints the handover's phases as one JSON line
-                     on stdout, then runs. `ferrovs upgrade` starts this for you.
+/// The ferrovs switch daemon.
+#[derive(Debug, Parser)]
+#[command(
+    version,
+    about = "The ferrovs switch daemon: vhost-user, TAP and kernel ports on PMD threads, \
+             driven through a control socket (see `ferrovs`).",
+    after_help = "With no --config and nothing saved in DIR: bridge br0 with vhost-user server \
+                  ports vm1 and vm2 at DIR/vm1.sock and DIR/vm2.sock.\n\n\
+                  Logs go to stderr with levels and timestamps; FERROVS_LOG takes RUST_LOG-style \
+                  directives (e.g. `debug` or `warn,ferrovs_control=debug`)."
+)]
+struct Cli {
+    /// Control socket, saved configuration and default port sockets.
+    #[arg(long, value_name = "DIR", env = RUN_DIR_ENV, default_value = DEFAULT_RUN_DIR)]
+    run_dir: PathBuf,
+    /// Start from this configuration (JSON) instead of the saved one.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Cores for PMD threads, e.g. 1 or 2,3 or 2-5 [default: the last core].
+    #[arg(long, value_name = "LIST", value_parser = cores)]
+    pmd_cores: Option<Cores>,
+    /// Hot upgrade: take every port over from the ferrovsd running in DIR (no guest
+    /// reconnects); prints the handover's phases as one JSON line on stdout, then runs.
+    /// `ferrovs upgrade` starts this for you.
+    #[arg(long)]
+    takeover: bool,
+    /// Log level for everything FERROVS_LOG does not name [default: info, or FERROVS_LOG's].
+    #[arg(long, value_name = "LEVEL", ignore_case = true, value_parser = level_parser())]
+    log_level: Option<log::LevelFilter>,
+}
 
-With no --config and nothing saved in DIR: bridge br0 with vhost-user server ports vm1 and
-vm2 at DIR/vm1.sock and DIR/vm2.sock.";
+/// One `--pmd-cores` value (an alias: clap reads a bare `Vec` as a repeated option).
+type Cores = Vec<usize>;
 
-fn parse() -> Result<(DaemonOptions, bool), String> {
-    let mut opts = DaemonOptions {
-        run_dir: std::env::var_os("FERROVS_RUN_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| "/run/ferrovs".into()),
-        config: None,
-        pmd_cores: None,
-    };
-    let mut takeover = false;
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        let mut val = |name: &str| args.next().ok_or(format!("{name} needs a value"));
-        match a.as_str() {
-            "--run-dir" => opts.run_dir = val("--run-dir")?.into(),
-            "--config" => opts.config = Some(val("--config")?.into()),
-            "--pmd-cores" => {
-                opts.pmd_cores = Some(parse_cores(&val("--pmd-cores")?).map_err(|e| e.to_string())?)
-            }
-            "--takeover" => takeover = true,
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                std::process::exit(0);
-            }
-            other => return Err(format!("unknown argument '{other}'")),
-        }
+/// `--pmd-cores`: a core list as the configuration takes it.
+fn cores(s: &str) -> Result<Cores, String> {
+    parse_cores(s).map_err(|e| e.to_string())
+}
+
+/// `--log-level`: a level by name, the names listed in the help.
+fn level_parser() -> impl TypedValueParser<Value = log::LevelFilter> {
+    PossibleValuesParser::new(["off", "error", "warn", "info", "debug", "trace"])
+        .map(|s| s.parse().unwrap_or(log::LevelFilter::Info))
+}
+
+/// Leveled, timestamped logs on stderr: info by default, then `$FERROVS_LOG`'s directives,
+/// then `--log-level` for everything those do not name.
+fn init_logging(level: Option<log::LevelFilter>) {
+    let mut b = env_logger::Builder::new();
+    b.filter_level(log::LevelFilter::Info)
+        .format_timestamp_millis()
+        .target(env_logger::Target::Stderr);
+    if let Ok(spec) = std::env::var(LOG_ENV) {
+        b.parse_filters(&spec);
     }
-    Ok((opts, takeover))
+    if let Some(l) = level {
+        b.filter_level(l);
+    }
+    b.init();
 }
 
 fn main() -> ExitCode {
-    let (opts, takeover) = match parse() {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("ferrovsd: {e}\n{USAGE}");
-            return ExitCode::from(2);
-        }
+    // Usage errors exit 2 with clap's message on stderr; --help prints to stdout and exits 0.
+    let cli = Cli::parse();
+    init_logging(cli.log_level);
+    let takeover = cli.takeover;
+    let opts = DaemonOptions {
+        run_dir: cli.run_dir,
+        config: cli.config,
+        pmd_cores: cli.pmd_cores,
     };
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         if let Err(e) = signal_hook::flag::register(sig, stop.clone()) {
-            eprintln!("ferrovsd: cannot handle signal {sig}: {e}");
+            log::warn!("cannot handle signal {sig}: {e}");
         }
     }
     let started = if takeover {
@@ -87,24 +113,66 @@ fn main() -> ExitCode {
                 msg.push_str(&format!(": {s}"));
                 src = s.source();
             }
-            eprintln!("ferrovsd: {msg}");
+            log::error!("{msg}");
             if takeover {
                 println!("{}", serde_json::json!({ "ok": false, "error": msg }));
             }
             return ExitCode::FAILURE;
         }
     };
-    eprintln!(
-        "ferrovsd: running, control socket {}/ferrovs.ctl",
-        d.run_dir().display()
+    log::info!(
+        "running, control socket {}",
+        d.run_dir().join(ferrovs_proto::CTL_SOCKET).display()
     );
     d.run(&stop);
     if d.handed_over() {
         // Everything belongs to the new daemon now: touch nothing, unlink nothing.
-        eprintln!("ferrovsd: handed over to a new ferrovsd; exiting");
+        log::info!("handed over to a new ferrovsd; exiting");
         return ExitCode::SUCCESS;
     }
     d.shutdown();
-    eprintln!("ferrovsd: stopped");
+    log::info!("stopped");
     ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn every_flag_parses_as_before() {
+        let c = Cli::try_parse_from([
+            "ferrovsd",
+            "--run-dir",
+            "/tmp/x",
+            "--config",
+            "c.json",
+            "--pmd-cores",
+            "2-3",
+            "--takeover",
+            "--log-level",
+            "DEBUG",
+        ])
+        .unwrap();
+        assert_eq!(c.run_dir, PathBuf::from("/tmp/x"));
+        assert_eq!(c.config, Some(PathBuf::from("c.json")));
+        assert_eq!(c.pmd_cores, Some(vec![2, 3]));
+        assert!(c.takeover);
+        assert_eq!(c.log_level, Some(log::LevelFilter::Debug));
+        let e = Cli::try_parse_from(["ferrovsd", "--pmd-cores", "3-1"]).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        assert!(e.to_string().contains("core list '3-1' is invalid"), "{e}");
+        assert_eq!(
+            Cli::try_parse_from(["ferrovsd", "--bogus"])
+                .unwrap_err()
+                .exit_code(),
+            2
+        );
+    }
 }

@@ -17,8 +17,8 @@ use std::io;
 use std::os::fd::AsFd;
 use std::ptr::NonNull;
 
+use crate::kernel::vnet::VnetHdr;
 use crate::mmap::Mmap;
-use crate::vnet::VnetHdr;
 
 /// Bytes reserved in front of packet data (room to push VLAN or tunnel headers).
 pub const HEADROOM: usize = 128;
@@ -320,7 +320,7 @@ mod tests {
         b[MAX_LARGE_DATA - 1] = 2;
         assert!(big.fill(MAX_LARGE_DATA + 1).is_none());
         assert!(p.alloc_for(MAX_LARGE_DATA + 1).is_none());
-        big.vnet.flags = crate::vnet::F_NEEDS_CSUM;
+        big.vnet.flags = crate::kernel::vnet::F_NEEDS_CSUM;
         big.fill(10).unwrap();
         assert_eq!(big.vnet, VnetHdr::default(), "fill resets the metadata");
         let other = p.alloc_large().unwrap();

@@ -29,7 +29,7 @@
 //! the frontend asked for one (REPLY_ACK); it never affects other ports.
 //!
 //! Postcopy and the threads: no thread of ours but a memory's own fault thread ever stops on
-//! a missing page (`ferrovs_sys::guest`), so no queue lock is held across a fault and the
+//! a missing page (`ferrovs_sys::guest::memory`), so no queue lock is held across a fault and the
 //! control thread never waits for a frontend to serve one.
 
 use std::os::fd::AsFd;
@@ -38,11 +38,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use std::os::fd::OwnedFd;
 
-use ferrovs_sys::dirty_log::{DirtyLog, LogError};
-use ferrovs_sys::guest::{GuestMemory, MemoryError};
+use ferrovs_sys::guest::dirty_log::{DirtyLog, LogError};
+use ferrovs_sys::guest::memory::{GuestMemory, MemoryError};
+use ferrovs_sys::guest::userfault::Userfault;
+use ferrovs_sys::guest::vring::{RingError, MAX_QUEUE_SIZE};
 use ferrovs_sys::os;
-use ferrovs_sys::userfault::Userfault;
-use ferrovs_sys::vring::{RingError, MAX_QUEUE_SIZE};
 
 use crate::features::{self, MAX_QUEUE_PAIRS, OFFERED, PROTOCOL_OFFERED};
 use crate::msg::{self, Code, Header, Request};
@@ -63,7 +63,7 @@ pub struct Queue {
     /// Hint for PMDs: skip the lock when the queue cannot be used.
     pub ready: AtomicBool,
     /// What the guest accepts of offload metadata on this queue (a receive queue):
-    /// `ferrovs_sys::vnet::caps` bits, published with `ready`.
+    /// `ferrovs_sys::kernel::vnet::caps` bits, published with `ready`.
     pub rx_caps: std::sync::atomic::AtomicU8,
 }
 

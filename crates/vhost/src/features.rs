@@ -86,9 +86,9 @@ pub fn net_hdr_len(features: u64) -> usize {
     }
 }
 
-/// What the guest accepts on its receive queues ([`ferrovs_sys::vnet::caps`] bits).
+/// What the guest accepts on its receive queues ([`ferrovs_sys::kernel::vnet::caps`] bits).
 pub fn guest_rx_caps(f: u64) -> u8 {
-    use ferrovs_sys::vnet::caps;
+    use ferrovs_sys::kernel::vnet::caps;
     let mut c = 0;
     if f & VIRTIO_NET_F_GUEST_CSUM != 0 {
         c |= caps::CSUM;
@@ -105,9 +105,9 @@ pub fn guest_rx_caps(f: u64) -> u8 {
     c
 }
 
-/// What the guest may ask of us on its transmit queues ([`ferrovs_sys::vnet::caps`] bits).
+/// What the guest may ask of us on its transmit queues ([`ferrovs_sys::kernel::vnet::caps`] bits).
 pub fn guest_tx_caps(f: u64) -> u8 {
-    use ferrovs_sys::vnet::caps;
+    use ferrovs_sys::kernel::vnet::caps;
     let mut c = 0;
     if f & VIRTIO_NET_F_CSUM != 0 {
         c |= caps::CSUM;

@@ -12,9 +12,9 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 
-use ferrovs_sys::guest::{BufferArea, GuestMemory, RegionDesc};
+use ferrovs_sys::guest::memory::{BufferArea, GuestMemory, RegionDesc};
+use ferrovs_sys::guest::vring::{self, Descriptor, RingAddrs, SplitRing, VRING_DESC_F_WRITE};
 use ferrovs_sys::os;
-use ferrovs_sys::vring::{self, Descriptor, RingAddrs, SplitRing, VRING_DESC_F_WRITE};
 
 use crate::conn::{Conn, ConnError};
 use crate::features::*;
@@ -71,11 +71,11 @@ pub enum FrontendError {
     #[error("backend offers {offered} queue pairs, {wanted} wanted")]
     TooFewQueues { offered: u64, wanted: usize },
     #[error("guest memory")]
-    Memory(#[from] ferrovs_sys::guest::MemoryError),
+    Memory(#[from] ferrovs_sys::guest::memory::MemoryError),
     #[error("ring")]
-    Ring(#[from] ferrovs_sys::vring::RingError),
+    Ring(#[from] ferrovs_sys::guest::vring::RingError),
     #[error("packet buffers")]
-    Buffers(#[from] ferrovs_sys::guest::ClaimError),
+    Buffers(#[from] ferrovs_sys::guest::memory::ClaimError),
 }
 
 /// Layout of one queue in our memory.
@@ -101,9 +101,9 @@ pub struct Frontend {
     /// Our guest-memory file (tests shrink it to play a hostile guest).
     mem_fd: OwnedFd,
     /// Postcopy: the backend's userfaultfd and its address of our region.
-    postcopy: Option<(ferrovs_sys::userfault::Userfault, u64)>,
+    postcopy: Option<(ferrovs_sys::guest::userfault::Userfault, u64)>,
     /// Live migration (source side): the dirty log we gave the backend.
-    log: Option<Arc<ferrovs_sys::dirty_log::DirtyLog>>,
+    log: Option<Arc<ferrovs_sys::guest::dirty_log::DirtyLog>>,
 }
 
 fn align(v: u64, a: u64) -> u64 {
@@ -273,7 +273,7 @@ impl Frontend {
         if h.code != Code::PostcopyAdvise as u32 || !p.is_empty() || fds.len() != 1 {
             return Err(FrontendError::BadReply(Code::PostcopyAdvise));
         }
-        let uf = ferrovs_sys::userfault::Userfault::from_fd(fds.remove(0));
+        let uf = ferrovs_sys::guest::userfault::Userfault::from_fd(fds.remove(0));
         self.conn.send(
             &msg::encode(Code::PostcopyListen as u32, msg::FLAG_NEED_REPLY, &[]),
             &[],
@@ -352,7 +352,7 @@ impl Frontend {
     /// used address for the log. Returns our view of the log.
     pub fn start_logging(
         &mut self,
-    ) -> Result<Arc<ferrovs_sys::dirty_log::DirtyLog>, FrontendError> {
+    ) -> Result<Arc<ferrovs_sys::guest::dirty_log::DirtyLog>, FrontendError> {
         let pages = self
             .mem
             .regions()
@@ -371,7 +371,7 @@ impl Frontend {
             return Err(FrontendError::BadReply(Code::SetLogBase));
         }
         let log = Arc::new(
-            ferrovs_sys::dirty_log::DirtyLog::map(fd, size, 0)
+            ferrovs_sys::guest::dirty_log::DirtyLog::map(fd, size, 0)
                 .map_err(|e| FrontendError::Io(io::Error::other(e.to_string())))?,
         );
         self.set_logging(true)?;
@@ -676,7 +676,7 @@ impl TxQueue {
     /// Sends one packet behind a virtio-net header carrying `hdr` (offload tests: a partial
     /// checksum, a TSO packet); false when the ring is full or the packet does not fit a
     /// buffer.
-    pub fn send_offload(&mut self, pkt: &[u8], hdr: &ferrovs_sys::vnet::VnetHdr) -> bool {
+    pub fn send_offload(&mut self, pkt: &[u8], hdr: &ferrovs_sys::kernel::vnet::VnetHdr) -> bool {
         self.reclaim();
         let Some(id) = self.free.front().copied() else {
             return false;
@@ -686,8 +686,8 @@ impl TxQueue {
         if buf.len() < hdr_len + pkt.len() {
             return false;
         }
-        buf[..ferrovs_sys::vnet::HDR_LEN].copy_from_slice(&hdr.to_bytes());
-        buf[ferrovs_sys::vnet::HDR_LEN..hdr_len].fill(0);
+        buf[..ferrovs_sys::kernel::vnet::HDR_LEN].copy_from_slice(&hdr.to_bytes());
+        buf[ferrovs_sys::kernel::vnet::HDR_LEN..hdr_len].fill(0);
         buf[hdr_len..hdr_len + pkt.len()].copy_from_slice(pkt);
         self.free.pop_front();
         let old = self.avail_idx;
@@ -826,7 +826,7 @@ impl RxQueue {
     pub fn recv_with_hdr(
         &mut self,
         max: usize,
-        mut f: impl FnMut(ferrovs_sys::vnet::VnetHdr, &[u8]),
+        mut f: impl FnMut(ferrovs_sys::kernel::vnet::VnetHdr, &[u8]),
     ) -> usize {
         let used = self.ring.used_idx();
         let n = (used.wrapping_sub(self.used_seen) as usize).min(max);
@@ -845,10 +845,10 @@ impl RxQueue {
                 continue;
             }
             let slot = self.bufs.slot(id as usize);
-            let mut h = [0u8; ferrovs_sys::vnet::HDR_LEN];
-            h.copy_from_slice(&slot[..ferrovs_sys::vnet::HDR_LEN]);
+            let mut h = [0u8; ferrovs_sys::kernel::vnet::HDR_LEN];
+            h.copy_from_slice(&slot[..ferrovs_sys::kernel::vnet::HDR_LEN]);
             f(
-                ferrovs_sys::vnet::VnetHdr::from_bytes(&h),
+                ferrovs_sys::kernel::vnet::VnetHdr::from_bytes(&h),
                 &slot[self.hdr_len..len],
             );
             self.post(id as u16);

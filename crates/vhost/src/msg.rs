@@ -8,8 +8,8 @@
 
 use std::os::fd::OwnedFd;
 
-use ferrovs_sys::guest::RegionDesc;
-use ferrovs_sys::vring::RingAddrs;
+use ferrovs_sys::guest::memory::RegionDesc;
+use ferrovs_sys::guest::vring::RingAddrs;
 
 pub const HEADER_LEN: usize = 12;
 /// Largest payload we accept (a SET_MEM_TABLE of 8 regions is 264 bytes; GET_CONFIG ≤ 256).

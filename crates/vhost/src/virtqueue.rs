@@ -34,15 +34,15 @@
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
-use ferrovs_sys::dirty_log::{DirtyLog, LogBatch};
-use ferrovs_sys::guest::{AccessError, GuestMemory};
-use ferrovs_sys::os;
-use ferrovs_sys::pool::{Mbuf, Pool};
-use ferrovs_sys::vnet::{self, caps, VnetHdr};
-use ferrovs_sys::vring::{
+use ferrovs_sys::guest::dirty_log::{DirtyLog, LogBatch};
+use ferrovs_sys::guest::memory::{AccessError, GuestMemory};
+use ferrovs_sys::guest::vring::{
     self, Descriptor, RingAddrs, RingError, SplitRing, VRING_AVAIL_F_NO_INTERRUPT,
     VRING_DESC_F_INDIRECT, VRING_DESC_F_NEXT, VRING_DESC_F_WRITE, VRING_USED_F_NO_NOTIFY,
 };
+use ferrovs_sys::kernel::vnet::{self, caps, VnetHdr};
+use ferrovs_sys::os;
+use ferrovs_sys::pool::{Mbuf, Pool};
 
 use crate::features;
 use crate::stats::{DropReason, QueueStats};
@@ -136,8 +136,8 @@ impl ChainError {
     }
 }
 
-impl From<ferrovs_sys::guest::OutOfBounds> for ChainError {
-    fn from(_: ferrovs_sys::guest::OutOfBounds) -> Self {
+impl From<ferrovs_sys::guest::memory::OutOfBounds> for ChainError {
+    fn from(_: ferrovs_sys::guest::memory::OutOfBounds) -> Self {
         ChainError::OutOfMemory
     }
 }
@@ -691,7 +691,7 @@ impl VirtQueue {
     }
 
     /// After a burst: if an access hit a truncated guest memory file (SIGBUS, survived on a
-    /// zero page by `ferrovs_sys::sigbus`), the data of this burst is garbage and the ring
+    /// zero page by `ferrovs_sys::guest::sigbus`), the data of this burst is garbage and the ring
     /// cannot be trusted: break the queue.
     #[inline]
     fn check_fault(&mut self, ring: &SplitRing, stats: &QueueStats, name: &str) {
@@ -1267,8 +1267,8 @@ mod tests {
     //! whatever the guest writes into its descriptor table and rings, the queue never panics,
     //! never moves the used index by more than the ring holds, and either works or breaks.
     use super::*;
-    use ferrovs_sys::dirty_log::PAGE_SIZE;
-    use ferrovs_sys::guest::RegionDesc;
+    use ferrovs_sys::guest::dirty_log::PAGE_SIZE;
+    use ferrovs_sys::guest::memory::RegionDesc;
     use ferrovs_sys::os::memfd;
 
     struct Rng(u64);

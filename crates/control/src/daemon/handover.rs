@@ -23,7 +23,7 @@
 
 use std::os::fd::{AsRawFd, OwnedFd};
 
-use ferrovs_sys::af_xdp::{XskFds, XskStats};
+use ferrovs_sys::kernel::af_xdp::{XskFds, XskStats};
 use ferrovs_vhost::stats::{DropReason, QueueStats, StatsSnapshot};
 
 use super::*;
@@ -230,7 +230,7 @@ fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn lock_ring(u: &UplinkIo) -> std::sync::MutexGuard<'_, ferrovs_sys::af_packet::RxRing> {
+fn lock_ring(u: &UplinkIo) -> std::sync::MutexGuard<'_, ferrovs_sys::kernel::af_packet::RxRing> {
     u.ring.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -859,7 +859,7 @@ impl Daemon {
                 PortIo::Vxlan(dp::VxlanIo::new(sock, remote, vni).map_err(kernel)?)
             }
             PortType::Tap => {
-                let tap = ferrovs_sys::tap::Tap::from_fd(fd).map_err(kernel)?;
+                let tap = ferrovs_sys::kernel::tap::Tap::from_fd(fd).map_err(kernel)?;
                 PortIo::Tap(TapIo::new(tap))
             }
             _ if k.xdp.is_some() => {
@@ -872,7 +872,7 @@ impl Daemon {
                     prog: fds.take(x.prog)?,
                     link: fds.take(x.link)?,
                 };
-                let (sock, rx, tx) = ferrovs_sys::af_xdp::XskSocket::from_fds(
+                let (sock, rx, tx) = ferrovs_sys::kernel::af_xdp::XskSocket::from_fds(
                     xfds, x.geometry, x.ifindex, x.xdp_mode,
                 )
                 .map_err(kernel)?;

@@ -542,7 +542,10 @@ fn push_vlan(m: &mut ferrovs_sys::pool::Mbuf<'_>, tci: u16) {
 }
 
 /// Offload offsets after a VLAN tag was pushed (+4) or popped (-4).
-fn shift_vnet(mut h: ferrovs_sys::vnet::VnetHdr, d: i32) -> ferrovs_sys::vnet::VnetHdr {
+fn shift_vnet(
+    mut h: ferrovs_sys::kernel::vnet::VnetHdr,
+    d: i32,
+) -> ferrovs_sys::kernel::vnet::VnetHdr {
     if h.is_offload() {
         h.csum_start = (i32::from(h.csum_start) + d).max(0) as u16;
         h.hdr_len = (i32::from(h.hdr_len) + d).max(0) as u16;

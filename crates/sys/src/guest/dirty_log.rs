@@ -51,7 +51,7 @@ pub enum LogError {
 #[derive(Debug)]
 pub struct DirtyLog {
     /// Dropped before `map`: unregistered before it is unmapped.
-    sigbus: crate::sigbus::Guard,
+    sigbus: crate::guest::sigbus::Guard,
     map: Mmap,
     /// Offset of the bitmap in the mapping.
     offset: usize,
@@ -76,7 +76,7 @@ impl DirtyLog {
             return Err(LogError::FdTooSmall { fd_size, claimed });
         }
         let map = Mmap::map_shared(fd.as_fd(), claimed as usize, 0).map_err(LogError::Map)?;
-        let sigbus = crate::sigbus::register(map.as_ptr(), map.len());
+        let sigbus = crate::guest::sigbus::register(map.as_ptr(), map.len());
         Ok(DirtyLog {
             sigbus,
             map,

@@ -9,7 +9,7 @@
 //!   *rx* (the kernel gives them back full), *tx* (we give frames to send), *completion* (the
 //!   kernel gives sent frames back). Each is a power-of-two array with a producer and a
 //!   consumer index (free-running `u32`s) in shared memory; each side writes one index;
-//! * the **XDP program** ([`crate::bpf`]) redirecting queue 0 to the socket;
+//! * the **XDP program** ([`crate::kernel::bpf`]) redirecting queue 0 to the socket;
 //! * a packet socket with no protocol holding the device in promiscuous mode (a per-socket
 //!   membership, undone when the socket closes) — frames for other MAC addresses must reach
 //!   XDP too.
@@ -43,10 +43,10 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use crate::af_packet::SendReport;
-use crate::bpf::{BpfError, XdpMode, XdpProgram};
+use crate::kernel::af_packet::SendReport;
+use crate::kernel::bpf::{BpfError, XdpMode, XdpProgram};
+use crate::kernel::netdev;
 use crate::mmap::Mmap;
-use crate::netdev;
 use crate::os::{getopt, setopt};
 
 /// Shape of the UMEM and rings.
@@ -1134,8 +1134,8 @@ fn map_rings(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::af_packet::{AfPacket, RingGeometry, RxFrame};
-    use crate::test_veth::Veth;
+    use crate::kernel::af_packet::{AfPacket, RingGeometry, RxFrame};
+    use crate::kernel::test_veth::Veth;
 
     #[test]
     fn ring_arithmetic_wraps() {

@@ -19,7 +19,7 @@
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
-use crate::netdev::{self, TxFail};
+use crate::kernel::netdev::{self, TxFail};
 
 /// Bytes of virtio-net header in front of every frame (`struct virtio_net_hdr_v1`).
 pub const VNET_HDR_LEN: usize = 12;
@@ -242,7 +242,7 @@ mod tests {
         let name = format!("fvst{}", std::process::id() % 100_000);
         let tap = Tap::open(&name).unwrap();
         assert_eq!(tap.name(), name);
-        assert!(crate::netdev::ifindex(&name).is_ok());
+        assert!(crate::kernel::netdev::ifindex(&name).is_ok());
         // One fd per (single-queue) TAP.
         assert!(matches!(Tap::open(&name), Err(TapError::Busy(_))));
         assert!(matches!(Tap::open("lo"), Err(TapError::NotTap(_))));
@@ -264,6 +264,6 @@ mod tests {
         ));
         // Not persistent: gone with its last fd.
         drop((tap, copy));
-        assert!(crate::netdev::ifindex(&name).is_err());
+        assert!(crate::kernel::netdev::ifindex(&name).is_err());
     }
 }

@@ -34,10 +34,10 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use crate::kernel::netdev::{self, TxFail};
+use crate::kernel::vnet::{self, VnetHdr};
 use crate::mmap::Mmap;
-use crate::netdev::{self, TxFail};
 use crate::os::{getopt, setopt};
-use crate::vnet::{self, VnetHdr};
 
 /// How long the kernel keeps a block open before handing it over partly filled.
 pub const RETIRE_BLOCK_MS: u32 = 1;
@@ -412,7 +412,9 @@ impl AfPacket {
                     continue;
                 }
                 let mut fail = TxFail::from_io(&e);
-                if e.raw_os_error() == Some(libc::ENETDOWN) && self.device_running() {
+                if e.raw_os_error() == Some(libc::ENETDOWN)
+                    && netdev::running_by_index(self.fd.as_fd(), self.ifindex)
+                {
                     // A noqueue device (veth) whose queue is stopped answers ENETDOWN too:
                     // with the device up and its carrier on, that is a full queue.
                     fail = TxFail::Full;
@@ -438,27 +440,6 @@ impl AfPacket {
                 }
             }
         }
-    }
-
-    /// Whether the bound device is up with its carrier on (IFF_UP and IFF_RUNNING; two
-    /// ioctls: for error paths only).
-    fn device_running(&self) -> bool {
-        // SAFETY: an all-zero ifreq is a valid value.
-        let mut r: libc::ifreq = unsafe { std::mem::zeroed() };
-        r.ifr_ifru.ifru_ifindex = self.ifindex as libc::c_int;
-        // SAFETY: SIOCGIFNAME reads the index from and writes the name into `r`; the
-        // socket's namespace is the device's.
-        if unsafe { libc::ioctl(self.fd.as_raw_fd(), libc::SIOCGIFNAME, &mut r) } < 0 {
-            return false;
-        }
-        // SAFETY: SIOCGIFFLAGS reads the name from and writes the flags into `r`.
-        if unsafe { libc::ioctl(self.fd.as_raw_fd(), libc::SIOCGIFFLAGS, &mut r) } < 0 {
-            return false;
-        }
-        // SAFETY: SIOCGIFFLAGS succeeded, so the union holds `ifru_flags`.
-        let flags = unsafe { r.ifr_ifru.ifru_flags };
-        let want = (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
-        flags & want == want
     }
 
     /// Frames the kernel dropped for want of ring space since the last call
@@ -779,7 +760,7 @@ impl RxRing {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_veth::Veth;
+    use crate::kernel::test_veth::Veth;
 
     const GEO: RingGeometry = RingGeometry {
         block_size: 4096,

@@ -10,8 +10,8 @@
 //! ferrovs creates the fd (`VHOST_USER_POSTCOPY_ADVISE`), hands a copy to the frontend, and
 //! registers its own guest mappings with it (`SET_MEM_TABLE` while listening). Its PMDs never
 //! take such a fault themselves (a PMD stopped on a page would stall every port it polls):
-//! [`crate::guest`] checks pages for residency first and has the missing ones touched by a
-//! per-memory fault thread instead.
+//! [`crate::guest::memory`] checks pages for residency first and has the missing ones touched
+//! by a per-memory fault thread instead.
 //!
 //! The frontend side ([`Userfault::read_fault`], [`Userfault::wake`]) exists for tests and
 //! for our own driver, which play the frontend's part.
@@ -87,7 +87,7 @@ impl Userfault {
     }
 
     /// Registers `[start, start + len)` of our address space for missing-page faults.
-    /// `pub(crate)`: only the owner of a mapping ([`crate::guest`]) may name its range.
+    /// `pub(crate)`: only the owner of a mapping ([`crate::guest::memory`]) may name its range.
     pub(crate) fn register(&self, start: *mut u8, len: usize) -> io::Result<()> {
         let mut reg = UffdioRegister {
             range: UffdioRange {

@@ -18,7 +18,7 @@
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::Arc;
 
-use crate::guest::GuestMemory;
+use crate::guest::memory::GuestMemory;
 
 /// A descriptor as read from guest memory (untrusted values).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -322,7 +322,7 @@ pub fn need_event(event: u16, new: u16, old: u16) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::guest::RegionDesc;
+    use crate::guest::memory::RegionDesc;
     use crate::os::memfd;
 
     fn mem() -> Arc<GuestMemory> {

@@ -16,8 +16,8 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
+use crate::guest::userfault::Userfault;
 use crate::mmap::Mmap;
-use crate::userfault::Userfault;
 
 /// One region as the frontend describes it (VHOST_USER_SET_MEM_TABLE).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,7 +96,7 @@ pub const MAX_REGIONS: usize = 512;
 struct Region {
     desc: RegionDesc,
     /// Dropped before `map`: the range is unregistered before it is unmapped.
-    sigbus: crate::sigbus::Guard,
+    sigbus: crate::guest::sigbus::Guard,
     map: Mmap,
     fd: OwnedFd,
 }
@@ -320,7 +320,7 @@ impl GuestMemory {
                     index: i,
                     source: e,
                 })?;
-            let sigbus = crate::sigbus::register(map.as_ptr(), map.len());
+            let sigbus = crate::guest::sigbus::register(map.as_ptr(), map.len());
             regions.push(Region {
                 desc,
                 sigbus,
@@ -398,7 +398,7 @@ impl GuestMemory {
             // mapping of region `r`.
             let start = unsafe { r.map.as_ptr().add((base * 4096) as usize) };
             let mut found = 0u64;
-            if crate::userfault::resident(start, &mut v[..n]).is_ok() {
+            if crate::guest::userfault::resident(start, &mut v[..n]).is_ok() {
                 for (i, x) in v[..n].iter().enumerate() {
                     if x & 1 != 0 {
                         found |= 1 << i;
