@@ -34,7 +34,8 @@ use ferrovs_vhost::features;
 
 use crate::config::{self, BridgeConfig, Config, ConfigError, PortConfig, PortType, UplinkMode};
 use crate::flows::BridgeRules;
-use crate::proto::{self, Request, Response};
+use crate::options;
+use ferrovs_proto::{Request, Response, MAX_REQUEST};
 use crate::upgrade::UPGRADE_SOCKET;
 use dp::flow::{BridgeFlows, MegaflowCache};
 use ferrovs_flow::Pipeline;
@@ -42,7 +43,7 @@ use ferrovs_flow::Pipeline;
 mod handover;
 
 /// Name of the control socket in the run directory.
-pub const CTL_SOCKET: &str = "ferrovs.ctl";
+pub use ferrovs_proto::CTL_SOCKET;
 /// Name of the saved configuration in the run directory.
 pub const SAVED_CONFIG: &str = "ferrovs.conf.json";
 
@@ -1153,7 +1154,7 @@ impl Daemon {
                     }
                     Ok(n) => {
                         c.inbuf.extend_from_slice(&buf[..n]);
-                        if c.inbuf.len() > proto::MAX_REQUEST {
+                        if c.inbuf.len() > MAX_REQUEST {
                             break;
                         }
                     }
@@ -1186,11 +1187,11 @@ impl Daemon {
                 c.out.extend_from_slice(resp.as_bytes());
                 c.out.push(b'\n');
             }
-            if !backlog && c.inbuf.len() > proto::MAX_REQUEST {
+            if !backlog && c.inbuf.len() > MAX_REQUEST {
                 self.bad_requests += 1;
                 let r = serde_json::to_string(&Response::err(format!(
                     "request too long (over {} MiB)",
-                    proto::MAX_REQUEST >> 20
+                    MAX_REQUEST >> 20
                 )))
                 .unwrap_or_default();
                 c.out.extend_from_slice(r.as_bytes());
@@ -1269,7 +1270,7 @@ impl Daemon {
                 bridge,
                 port,
                 options,
-            } => proto::port_from_options(&port, &options)
+            } => options::port_from_options(&port, &options)
                 .and_then(|p| self.add_port(&bridge, p))
                 .map(|_| Value::Null),
             Request::DelPort { bridge, port } => self.del_port(&bridge, &port).map(|_| Value::Null),
@@ -1314,7 +1315,7 @@ impl Daemon {
             .get_mut(name)
             .ok_or_else(|| ConfigError::Invalid(format!("no port named {name}")))?;
         let mut cfg = p.cfg.clone();
-        proto::port_set_options(&mut cfg, options)?;
+        options::port_set_options(&mut cfg, options)?;
         if let Some(d) = &p.device {
             d.set_coalesce(cfg.coalesce());
         }

@@ -4,7 +4,7 @@
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
-use ferrovs_control::proto::Request;
+use ferrovs_proto::Request;
 use ferrovs_control::{Daemon, DaemonOptions};
 use ferrovs_packet::build::{self, Stamp};
 use ferrovs_sys::vring::{Descriptor, VRING_DESC_F_INDIRECT, VRING_DESC_F_NEXT};

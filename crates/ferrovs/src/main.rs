@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use ferrovs_control::proto::Request;
+use ferrovs_proto::{Client, Request};
 use serde_json::Value;
 
 const USAGE: &str = "usage: ferrovs [--run-dir DIR] COMMAND [--json]
@@ -53,7 +53,9 @@ struct Cli {
 
 impl Cli {
     fn call(&self, req: &Request) -> Result<Value, String> {
-        ferrovs_control::client::call(&self.run_dir, req)
+        Client::new(&self.run_dir)
+            .call_raw(req)
+            .map_err(|e| e.message())
     }
 }
 

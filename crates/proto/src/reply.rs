@@ -1,0 +1,1 @@
+//! Typed results, one per command.
