@@ -4,9 +4,9 @@
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
-use ferrovs_proto::Request;
 use ferrovs_control::{Daemon, DaemonOptions};
 use ferrovs_packet::build::{self, Stamp};
+use ferrovs_proto::Request;
 use ferrovs_sys::vring::{Descriptor, VRING_DESC_F_INDIRECT, VRING_DESC_F_NEXT};
 use ferrovs_vhost::frontend::{Frontend, FrontendConfig, TxQueue};
 use ferrovs_vhost::msg;

@@ -214,13 +214,20 @@ mod tests {
                 },
                 "dump-flows",
             ),
-            (Request::DumpMegaflows { bridge: s("br0") }, "dump-megaflows"),
+            (
+                Request::DumpMegaflows { bridge: s("br0") },
+                "dump-megaflows",
+            ),
         ];
         for (req, cmd) in all {
             let line = serde_json::to_string(&req).unwrap();
             let v: serde_json::Value = serde_json::from_str(&line).unwrap();
             assert_eq!(v["cmd"], cmd, "{line}");
-            assert_eq!(serde_json::from_str::<Request>(&line).unwrap(), req, "{line}");
+            assert_eq!(
+                serde_json::from_str::<Request>(&line).unwrap(),
+                req,
+                "{line}"
+            );
         }
         // Optional fields may be left out.
         let r: Request = serde_json::from_str(r#"{"cmd":"del-flows","bridge":"b"}"#).unwrap();

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use ferrovs_proto::{Client, Request};
 use ferrovs_control::{Daemon, DaemonOptions};
 use ferrovs_packet::build::{self, Stamp};
+use ferrovs_proto::{Client, Request};
 use ferrovs_vhost::frontend::{Frontend, FrontendConfig, RxQueue, TxQueue};
 use serde_json::Value;
 
@@ -55,9 +55,7 @@ impl Switch {
     }
 
     pub fn req(&self, r: Request) -> Result<Value, String> {
-        Client::new(&self.dir)
-            .call_raw(&r)
-            .map_err(|e| e.message())
+        Client::new(&self.dir).call_raw(&r).map_err(|e| e.message())
     }
 
     pub fn port_stats(&self, port: &str) -> Value {
