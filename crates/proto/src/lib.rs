@@ -17,6 +17,7 @@ pub mod reply;
 mod request;
 
 pub use client::{Client, ClientError};
+pub use reply::Reply;
 pub use request::{Request, Response, MAX_REQUEST};
 
 /// The control socket's file name in the run directory.

@@ -86,19 +86,20 @@ pub enum Request {
     },
 }
 
-/// A response: `{"ok": true, "result": ...}` or `{"ok": false, "error": "message"}`.
+/// A response: `{"ok": true, "result": ...}` or `{"ok": false, "error": "message"}`. The
+/// daemon sends `Response<Reply>`; a client reads the result as the command's type.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Response {
+pub struct Response<R = serde_json::Value> {
     pub ok: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub result: Option<serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result: Option<R>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
 
-impl Response {
+impl<R> Response<R> {
     /// A success carrying `v`.
-    pub fn ok(v: serde_json::Value) -> Response {
+    pub fn ok(v: R) -> Response<R> {
         Response {
             ok: true,
             result: Some(v),
@@ -107,7 +108,7 @@ impl Response {
     }
 
     /// A failure with the message users see.
-    pub fn err(e: impl std::fmt::Display) -> Response {
+    pub fn err(e: impl std::fmt::Display) -> Response<R> {
         Response {
             ok: false,
             result: None,

@@ -1,6 +1,9 @@
 //! Control-socket clients: per-client buffers with backpressure, one JSON request per line,
 //! and the dispatch of each request.
 
+use ferrovs_proto::reply::{self, UpgradeReport};
+use ferrovs_proto::Reply;
+
 use super::*;
 
 impl Daemon {
@@ -83,7 +86,7 @@ impl Daemon {
             }
             if !backlog && c.inbuf.len() > MAX_REQUEST {
                 self.bad_requests += 1;
-                let r = serde_json::to_string(&Response::err(format!(
+                let r = serde_json::to_string(&Response::<Reply>::err(format!(
                     "request too long (over {} MiB)",
                     MAX_REQUEST >> 20
                 )))
@@ -143,7 +146,7 @@ impl Daemon {
     }
 
     /// Handles one control request (also usable in-process by tests).
-    pub fn handle(&mut self, req: Request) -> Response {
+    pub fn handle(&mut self, req: Request) -> Response<Reply> {
         let changed = matches!(
             req,
             Request::AddBridge { .. }
@@ -156,39 +159,53 @@ impl Daemon {
                 | Request::DelFlows { .. }
         );
         let r = match req {
-            Request::Show => Ok(self.show()),
-            Request::Version => Ok(json!({ "version": env!("CARGO_PKG_VERSION") })),
-            Request::AddBridge { bridge } => self.add_bridge(&bridge).map(|_| Value::Null),
-            Request::DelBridge { bridge } => self.del_bridge(&bridge).map(|_| Value::Null),
+            Request::Show => Ok(Reply::Show(Box::new(self.show()))),
+            Request::Version => Ok(Reply::Version(reply::Version {
+                version: env!("CARGO_PKG_VERSION").into(),
+            })),
+            Request::AddBridge { bridge } => self.add_bridge(&bridge).map(|_| Reply::Done),
+            Request::DelBridge { bridge } => self.del_bridge(&bridge).map(|_| Reply::Done),
             Request::AddPort {
                 bridge,
                 port,
                 options,
             } => options::port_from_options(&port, &options)
                 .and_then(|p| self.add_port(&bridge, p))
-                .map(|_| Value::Null),
-            Request::DelPort { bridge, port } => self.del_port(&bridge, &port).map(|_| Value::Null),
+                .map(|_| Reply::Done),
+            Request::DelPort { bridge, port } => self.del_port(&bridge, &port).map(|_| Reply::Done),
             Request::SetPort { port, options } => {
-                self.set_port(&port, &options).map(|_| Value::Null)
+                self.set_port(&port, &options).map(|_| Reply::Done)
             }
-            Request::PortStats { port } => self.port_stats(port.as_deref()),
-            Request::PmdStats => Ok(self.pmd_stats()),
+            Request::PortStats { port } => self.port_stats(port.as_deref()).map(Reply::PortStats),
+            Request::PmdStats => Ok(Reply::PmdStats(self.pmd_stats())),
             Request::PmdStatsClear => {
                 self.pmd_baseline = self.pmds.iter().map(|p| Self::pmd_raw(&p.stats)).collect();
-                Ok(Value::Null)
+                Ok(Reply::Done)
             }
-            Request::MacTable { bridge } => self.mac_table(&bridge),
-            Request::ConfigGet { key } => self.config_get(key.as_deref()),
-            Request::ConfigSet { key, value } => self.config_set(&key, &value).map(|_| Value::Null),
-            Request::UpgradeHistory { last } => Ok(self.upgrade_history(last.unwrap_or(20))),
-            Request::AddFlows { bridge, flows } => self.add_flows(&bridge, &flows),
+            Request::MacTable { bridge } => self.mac_table(&bridge).map(Reply::MacTable),
+            Request::ConfigGet { key } => self.config_get(key.as_deref()).map(Reply::ConfigGet),
+            Request::ConfigSet { key, value } => {
+                self.config_set(&key, &value).map(|_| Reply::Done)
+            }
+            Request::UpgradeHistory { last } => Ok(Reply::UpgradeHistory(
+                self.upgrade_reports(last.unwrap_or(20)),
+            )),
+            Request::AddFlows { bridge, flows } => {
+                self.add_flows(&bridge, &flows).map(Reply::AddFlows)
+            }
             Request::DelFlows {
                 bridge,
                 filter,
                 strict,
-            } => self.del_flows(&bridge, filter.as_deref().unwrap_or(""), strict),
-            Request::DumpFlows { bridge, filter } => self.dump_flows(&bridge, filter.as_deref()),
-            Request::DumpMegaflows { bridge } => self.dump_megaflows(&bridge),
+            } => self
+                .del_flows(&bridge, filter.as_deref().unwrap_or(""), strict)
+                .map(Reply::DelFlows),
+            Request::DumpFlows { bridge, filter } => self
+                .dump_flows(&bridge, filter.as_deref())
+                .map(Reply::DumpFlows),
+            Request::DumpMegaflows { bridge } => {
+                self.dump_megaflows(&bridge).map(Reply::DumpMegaflows)
+            }
         };
         match r {
             Ok(v) => {
@@ -237,5 +254,16 @@ impl Daemon {
             }
         }
         Ok(())
+    }
+
+    /// The last `n` takeovers, typed (a record this version cannot read is left out).
+    fn upgrade_reports(&self, n: usize) -> Vec<UpgradeReport> {
+        match self.upgrade_history(n) {
+            Value::Array(all) => all
+                .into_iter()
+                .filter_map(|r| serde_json::from_value(r).ok())
+                .collect(),
+            _ => Vec::new(),
+        }
     }
 }

@@ -1,6 +1,8 @@
 //! OpenFlow-style rules: add, delete and dump them, the megaflow cache, and the
 //! revalidator's periodic pass.
 
+use ferrovs_proto::reply::{AddFlows, DelFlows, FlowEntry, MegaflowEntry};
+
 use super::*;
 
 impl Daemon {
@@ -71,7 +73,7 @@ impl Daemon {
         &mut self,
         bridge: &str,
         flows: &[String],
-    ) -> Result<Value, ConfigError> {
+    ) -> Result<AddFlows, ConfigError> {
         let mut specs = Vec::with_capacity(flows.len());
         for (i, f) in flows.iter().enumerate() {
             let spec = ferrovs_flow::parse_flow(f).map_err(|e| {
@@ -89,7 +91,10 @@ impl Daemon {
         b.dirty = true;
         self.sync_flows_config(bridge);
         self.publish();
-        Ok(json!({ "added": n, "rules": self.bridges[bridge].rules.len() }))
+        Ok(AddFlows {
+            added: n,
+            rules: self.bridges[bridge].rules.len(),
+        })
     }
 
     /// `ferrovs del-flows`.
@@ -98,7 +103,7 @@ impl Daemon {
         bridge: &str,
         filter: &str,
         strict: bool,
-    ) -> Result<Value, ConfigError> {
+    ) -> Result<DelFlows, ConfigError> {
         let f = ferrovs_flow::parse_filter(filter)
             .map_err(|e| ConfigError::Invalid(format!("bad flow filter: {e}")))?;
         let b = self.bridge_mut(bridge)?;
@@ -110,7 +115,10 @@ impl Daemon {
             self.sync_flows_config(bridge);
             self.publish();
         }
-        Ok(json!({ "deleted": n, "rules": self.bridges[bridge].rules.len() }))
+        Ok(DelFlows {
+            deleted: n,
+            rules: self.bridges[bridge].rules.len(),
+        })
     }
 
     /// `ferrovs dump-flows`: the rules `filter` selects, with their counters.
@@ -118,7 +126,7 @@ impl Daemon {
         &self,
         bridge: &str,
         filter: Option<&str>,
-    ) -> Result<Value, ConfigError> {
+    ) -> Result<Vec<FlowEntry>, ConfigError> {
         let b = self
             .bridges
             .get(bridge)
@@ -126,31 +134,31 @@ impl Daemon {
         let f = ferrovs_flow::parse_filter(filter.unwrap_or(""))
             .map_err(|e| ConfigError::Invalid(format!("bad flow filter: {e}")))?;
         b.cache.push_stats();
-        let v: Vec<Value> = b
+        let v: Vec<_> = b
             .rules
             .rules()
             .iter()
             .filter(|r| f.selects(&r.spec, false))
             .map(|r| {
                 let s = &r.spec;
-                json!({
-                    "table": s.table,
-                    "priority": s.priority,
-                    "cookie": format!("{:#x}", s.cookie),
-                    "duration_s": (r.installed.elapsed().as_millis() as f64 / 1000.0),
-                    "idle_timeout": s.idle_timeout,
-                    "hard_timeout": s.hard_timeout,
-                    "n_packets": r.stats.packets.load(Ordering::Relaxed),
-                    "n_bytes": r.stats.bytes.load(Ordering::Relaxed),
-                    "flow": s.to_string(),
-                })
+                FlowEntry {
+                    cookie: format!("{:#x}", s.cookie),
+                    duration_s: r.installed.elapsed().as_millis() as f64 / 1000.0,
+                    flow: s.to_string(),
+                    hard_timeout: s.hard_timeout.into(),
+                    idle_timeout: s.idle_timeout.into(),
+                    n_bytes: r.stats.bytes.load(Ordering::Relaxed),
+                    n_packets: r.stats.packets.load(Ordering::Relaxed),
+                    priority: s.priority.into(),
+                    table: s.table.into(),
+                }
             })
             .collect();
-        Ok(Value::Array(v))
+        Ok(v)
     }
 
     /// `ferrovs dump-megaflows`: the bridge's cached megaflows.
-    pub(super) fn dump_megaflows(&self, bridge: &str) -> Result<Value, ConfigError> {
+    pub(super) fn dump_megaflows(&self, bridge: &str) -> Result<Vec<MegaflowEntry>, ConfigError> {
         let b = self
             .bridges
             .get(bridge)
@@ -161,20 +169,20 @@ impl Daemon {
             .map(|p| (p.id, p.cfg.name.as_str()))
             .collect();
         let now = self.clock.load(Ordering::Relaxed);
-        let v: Vec<Value> = b
+        let v: Vec<_> = b
             .cache
             .entries()
             .iter()
             .map(|f| {
-                json!({
-                    "match": crate::flows::format_megaflow(&f.key, &f.mask, &names),
-                    "actions": crate::flows::format_dp_actions(&f.actions, &names),
-                    "packets": f.packets.load(Ordering::Relaxed),
-                    "bytes": f.bytes.load(Ordering::Relaxed),
-                    "used_s_ago": now.saturating_sub(f.used.load(Ordering::Relaxed)),
-                })
+                MegaflowEntry {
+                    actions: crate::flows::format_dp_actions(&f.actions, &names),
+                    bytes: f.bytes.load(Ordering::Relaxed),
+                    matches: crate::flows::format_megaflow(&f.key, &f.mask, &names),
+                    packets: f.packets.load(Ordering::Relaxed),
+                    used_s_ago: now.saturating_sub(f.used.load(Ordering::Relaxed)).into(),
+                }
             })
             .collect();
-        Ok(Value::Array(v))
+        Ok(v)
     }
 }
