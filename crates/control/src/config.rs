@@ -345,8 +345,9 @@ impl Config {
                 return bad(format!("bridge {} defined twice", b.name));
             }
             if let Some(flows) = &b.flows {
-                crate::flows::BridgeRules::from_texts(flows)
-                    .map_err(|e| ConfigError::Invalid(format!("bridge {}: {e}", b.name)))?;
+                crate::flows::BridgeRules::from_texts(flows).map_err(|e| {
+                    ConfigError::Invalid(format!("bridge {}: {e}: {}", b.name, e.source))
+                })?;
             }
             for p in &b.ports {
                 validate_port(p)?;

@@ -84,42 +84,70 @@ enum Cmd {
     Show,
     Version,
     #[command(alias = "add-br")]
-    AddBridge { bridge: String },
+    AddBridge {
+        bridge: String,
+    },
     #[command(alias = "del-br")]
-    DelBridge { bridge: String },
+    DelBridge {
+        bridge: String,
+    },
     AddPort {
         bridge: String,
         port: String,
         #[arg(allow_hyphen_values = true)]
         options: Vec<String>,
     },
-    DelPort { bridge: String, port: String },
+    DelPort {
+        bridge: String,
+        port: String,
+    },
     SetPort {
         port: String,
         #[arg(required = true, allow_hyphen_values = true)]
         options: Vec<String>,
     },
-    PortStats { port: Option<String> },
+    PortStats {
+        port: Option<String>,
+    },
     PmdStats,
     PmdStatsClear,
-    MacTable { bridge: String },
+    MacTable {
+        bridge: String,
+    },
     Config {
         #[command(subcommand)]
         op: ConfigOp,
     },
-    Monitor { seconds: Option<String> },
-    Upgrade { binary: Option<String> },
-    UpgradeHistory { last: Option<String> },
-    AddFlow { bridge: String, flow: String },
-    AddFlows { bridge: String, file: String },
+    Monitor {
+        seconds: Option<String>,
+    },
+    Upgrade {
+        binary: Option<String>,
+    },
+    UpgradeHistory {
+        last: Option<String>,
+    },
+    AddFlow {
+        bridge: String,
+        flow: String,
+    },
+    AddFlows {
+        bridge: String,
+        file: String,
+    },
     DelFlows {
         bridge: String,
         #[arg(long)]
         strict: bool,
         filter: Option<String>,
     },
-    DumpFlows { bridge: String, filter: Option<String> },
-    DumpMegaflows { bridge: String },
+    DumpFlows {
+        bridge: String,
+        filter: Option<String>,
+    },
+    DumpMegaflows {
+        bridge: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -357,7 +385,11 @@ fn print_pmd_stats(v: &Vec<PmdStats>) {
         }
     }
     // The megaflow caches are shared by the PMDs: printed once.
-    for c in v.first().map(|p| &p.megaflow_caches[..]).unwrap_or_default() {
+    for c in v
+        .first()
+        .map(|p| &p.megaflow_caches[..])
+        .unwrap_or_default()
+    {
         println!(
             "megaflow cache {}: {} entries in {} subtables (limit {}), {} rules; inserted {}, evicted {}, invalidated {} in {} revalidations, refused: full {} stale {}",
             c.bridge,
@@ -392,7 +424,8 @@ fn monitor(cli: &Cli, secs: Option<u64>) -> Result<(), String> {
             let dt = now.duration_since(*t0).as_secs_f64();
             let mut line = String::new();
             for (a, b) in v.iter().zip(p0) {
-                let rate = |x: &DirStats, y: &DirStats| x.packets.saturating_sub(y.packets) as f64 / dt;
+                let rate =
+                    |x: &DirStats, y: &DirStats| x.packets.saturating_sub(y.packets) as f64 / dt;
                 line.push_str(&format!(
                     "{}: rx {:.3} Mpps tx {:.3} Mpps drops {}   ",
                     a.port,
@@ -493,7 +526,8 @@ fn upgrade(cli: &Cli, binary: Option<&str>) -> Result<(), String> {
             .filter(|c| !show.pmd_cores.contains(c))
             .collect();
     }
-    let taskset = which("taskset").filter(|_| !others.is_empty());
+    let found = bin.is_file() || bin.to_str().and_then(which).is_some();
+    let taskset = which("taskset").filter(|_| found && !others.is_empty());
     let log_path = cli.run_dir().join("ferrovsd.log");
     let log = std::fs::OpenOptions::new()
         .create(true)
@@ -528,7 +562,10 @@ fn upgrade(cli: &Cli, binary: Option<&str>) -> Result<(), String> {
         Err(_) => {
             // It died before reporting: reap it and say so.
             let status = child.wait().map(|s| s.to_string()).unwrap_or_default();
-            Err(format!("{} exited ({status}) without a report", bin.display()))
+            Err(format!(
+                "{} exited ({status}) without a report",
+                bin.display()
+            ))
         }
     };
     let report = report.map_err(|e| {
@@ -550,7 +587,10 @@ fn upgrade(cli: &Cli, binary: Option<&str>) -> Result<(), String> {
 }
 
 /// Parses a count argument: `what: 'x' is not ...`.
-fn count<T: std::str::FromStr>(arg: Option<String>, err: impl Fn(&str) -> String) -> Result<Option<T>, String> {
+fn count<T: std::str::FromStr>(
+    arg: Option<String>,
+    err: impl Fn(&str) -> String,
+) -> Result<Option<T>, String> {
     arg.map(|n| n.parse().map_err(|_| err(&n))).transpose()
 }
 
@@ -562,14 +602,22 @@ fn usage_error(e: &clap::Error) -> String {
             return format!("unknown command '{c}'\n{USAGE}");
         }
     }
+    if matches!(
+        e.kind(),
+        ErrorKind::MissingSubcommand | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) && std::env::args().any(|a| a == "config")
+    {
+        return format!("usage: config get [KEY] | config set KEY VALUE\n{USAGE}");
+    }
+    // clap's message up to its usage line, on one line.
     let text = e.render().to_string();
-    let first = text
+    let msg: Vec<&str> = text
         .lines()
-        .next()
-        .unwrap_or_default()
-        .trim_start_matches("error: ")
-        .to_string();
-    format!("{first}\n{USAGE}")
+        .take_while(|l| !l.starts_with("Usage:"))
+        .map(|l| l.trim().trim_start_matches("error: "))
+        .filter(|l| !l.is_empty())
+        .collect();
+    format!("{}\n{USAGE}", msg.join(" "))
 }
 
 fn run() -> Result<(), String> {
@@ -637,11 +685,14 @@ fn run() -> Result<(), String> {
         Cmd::Upgrade { binary } => upgrade(&cli, binary.as_deref()),
         Cmd::UpgradeHistory { last } => {
             let last = count(last, |n| format!("upgrade-history: '{n}' is not a count"))?;
-            cli.show(Request::UpgradeHistory { last }, |v: &Vec<UpgradeReport>| {
-                for r in v {
-                    println!("{}", upgrade_line(r));
-                }
-            })
+            cli.show(
+                Request::UpgradeHistory { last },
+                |v: &Vec<UpgradeReport>| {
+                    for r in v {
+                        println!("{}", upgrade_line(r));
+                    }
+                },
+            )
         }
         Cmd::AddFlow { bridge, flow } => cli.show(
             Request::AddFlows {

@@ -22,10 +22,22 @@ fn show() {
     for k in ["vhost-user", "tap", "af_packet", "af_xdp", "vxlan"] {
         assert!(kinds.contains(&k), "{k} in {kinds:?}");
     }
-    assert!(s.bridges[0].ports.iter().any(|p| matches!(p.kernel, Some(KernelInfo::Xdp(_)))));
-    assert!(s.bridges[0].ports.iter().any(|p| matches!(p.kernel, Some(KernelInfo::Uplink(_)))));
-    assert!(s.bridges[0].ports.iter().any(|p| matches!(p.kernel, Some(KernelInfo::Tap(_)))));
-    assert!(s.bridges[0].ports.iter().any(|p| matches!(p.kernel, Some(KernelInfo::Vxlan(_)))));
+    assert!(s.bridges[0]
+        .ports
+        .iter()
+        .any(|p| matches!(p.kernel, Some(KernelInfo::Xdp(_)))));
+    assert!(s.bridges[0]
+        .ports
+        .iter()
+        .any(|p| matches!(p.kernel, Some(KernelInfo::Uplink(_)))));
+    assert!(s.bridges[0]
+        .ports
+        .iter()
+        .any(|p| matches!(p.kernel, Some(KernelInfo::Tap(_)))));
+    assert!(s.bridges[0]
+        .ports
+        .iter()
+        .any(|p| matches!(p.kernel, Some(KernelInfo::Vxlan(_)))));
 }
 
 #[test]

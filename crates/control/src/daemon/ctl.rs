@@ -184,9 +184,7 @@ impl Daemon {
             }
             Request::MacTable { bridge } => self.mac_table(&bridge).map(Reply::MacTable),
             Request::ConfigGet { key } => self.config_get(key.as_deref()).map(Reply::ConfigGet),
-            Request::ConfigSet { key, value } => {
-                self.config_set(&key, &value).map(|_| Reply::Done)
-            }
+            Request::ConfigSet { key, value } => self.config_set(&key, &value).map(|_| Reply::Done),
             Request::UpgradeHistory { last } => Ok(Reply::UpgradeHistory(
                 self.upgrade_reports(last.unwrap_or(20)),
             )),

@@ -173,14 +173,12 @@ impl Daemon {
             .cache
             .entries()
             .iter()
-            .map(|f| {
-                MegaflowEntry {
-                    actions: crate::flows::format_dp_actions(&f.actions, &names),
-                    bytes: f.bytes.load(Ordering::Relaxed),
-                    matches: crate::flows::format_megaflow(&f.key, &f.mask, &names),
-                    packets: f.packets.load(Ordering::Relaxed),
-                    used_s_ago: now.saturating_sub(f.used.load(Ordering::Relaxed)).into(),
-                }
+            .map(|f| MegaflowEntry {
+                actions: crate::flows::format_dp_actions(&f.actions, &names),
+                bytes: f.bytes.load(Ordering::Relaxed),
+                matches: crate::flows::format_megaflow(&f.key, &f.mask, &names),
+                packets: f.packets.load(Ordering::Relaxed),
+                used_s_ago: now.saturating_sub(f.used.load(Ordering::Relaxed)).into(),
             })
             .collect();
         Ok(v)

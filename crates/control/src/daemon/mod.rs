@@ -102,6 +102,8 @@ pub enum DaemonError {
         #[source]
         source: io::Error,
     },
+    #[error(transparent)]
+    Bind(BindError),
     #[error("another ferrovsd is running with control socket {0}")]
     AlreadyRunning(PathBuf),
     #[error("takeover failed: {0}")]
@@ -251,29 +253,61 @@ fn alloc_slot(slots: &mut Vec<bool>) -> u32 {
     }
 }
 
+/// Why a listening socket could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum BindError {
+    #[error("{} exists and is not a socket", .0.display())]
+    NotASocket(PathBuf),
+    #[error("socket path {} is taken by a running process", .0.display())]
+    Taken(PathBuf),
+    #[error("cannot create {}", path.display())]
+    CreateDir {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot listen on {}", path.display())]
+    Listen {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot make {} non-blocking", path.display())]
+    NonBlocking {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
 /// Binds a listening socket at `path`, replacing a stale socket file but never a live one.
-fn bind_socket(path: &Path) -> Result<UnixListener, String> {
+fn bind_socket(path: &Path) -> Result<UnixListener, BindError> {
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         if !meta.file_type().is_socket() {
-            return Err(format!("{} exists and is not a socket", path.display()));
+            return Err(BindError::NotASocket(path.into()));
         }
         if UnixStream::connect(path).is_ok() {
-            return Err(format!(
-                "socket path {} is taken by a running process",
-                path.display()
-            ));
+            return Err(BindError::Taken(path.into()));
         }
         let _ = std::fs::remove_file(path);
     }
     if let Some(dir) = path.parent() {
         if !dir.as_os_str().is_empty() {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            std::fs::create_dir_all(dir).map_err(|source| BindError::CreateDir {
+                path: dir.into(),
+                source,
+            })?;
         }
     }
-    let l = UnixListener::bind(path)
-        .map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
-    l.set_nonblocking(true).map_err(|e| e.to_string())?;
+    let l = UnixListener::bind(path).map_err(|source| BindError::Listen {
+        path: path.into(),
+        source,
+    })?;
+    l.set_nonblocking(true)
+        .map_err(|source| BindError::NonBlocking {
+            path: path.into(),
+            source,
+        })?;
     Ok(l)
 }
 
@@ -296,15 +330,9 @@ impl Daemon {
         }
         config.validate()?;
         let ctl_path = opts.run_dir.join(CTL_SOCKET);
-        let ctl = bind_socket(&ctl_path).map_err(|e| {
-            if e.contains("taken") {
-                DaemonError::AlreadyRunning(ctl_path.clone())
-            } else {
-                DaemonError::Io {
-                    what: e,
-                    source: io::ErrorKind::Other.into(),
-                }
-            }
+        let ctl = bind_socket(&ctl_path).map_err(|e| match e {
+            BindError::Taken(p) => DaemonError::AlreadyRunning(p),
+            e => DaemonError::Bind(e),
         })?;
         let upath = opts.run_dir.join(UPGRADE_SOCKET);
         let _ = std::fs::remove_file(&upath);

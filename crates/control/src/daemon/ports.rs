@@ -1,41 +1,63 @@
 //! Bridges and ports: adding and removing them, and opening the kernel side of TAP,
 //! uplink (AF_XDP or AF_PACKET) and VXLAN ports.
 
+use ferrovs_sys::af_packet::AfPacketError;
+use ferrovs_sys::af_xdp::XskError;
+use ferrovs_sys::tap::TapError;
+
 use super::*;
+
+/// Why a kernel port could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum KernelPortError {
+    #[error("cannot bind {local} (each vxlan port needs its own local_ip or dst_port)")]
+    VxlanBind {
+        local: SocketAddrV4,
+        #[source]
+        source: io::Error,
+    },
+    #[error(transparent)]
+    Tap(#[from] TapError),
+    #[error(transparent)]
+    AfPacket(#[from] AfPacketError),
+    #[error(transparent)]
+    AfXdp(#[from] XskError),
+    /// `mode=af_xdp` was asked for and AF_XDP cannot be set up.
+    #[error("mode=af_xdp")]
+    ForcedAfXdp(#[source] XskError),
+    #[error("{0} is not a kernel port type")]
+    NotKernel(&'static str),
+}
 
 /// Opens the kernel side of a TAP or uplink port. An uplink without `mode=` tries AF_XDP
 /// and falls back to AF_PACKET; the second value then says why AF_XDP was not used.
-pub(super) fn open_kernel_port(cfg: &PortConfig) -> Result<(PortIo, Option<String>), String> {
+pub(super) fn open_kernel_port(
+    cfg: &PortConfig,
+) -> Result<(PortIo, Option<String>), KernelPortError> {
     let dev = cfg.dev.as_deref().unwrap_or_default();
     let af_packet = || {
         AfPacket::open(dev, RingGeometry::DEFAULT)
             .map(|(sock, ring)| PortIo::Uplink(UplinkIo::new(sock, ring)))
-            .map_err(|e| with_sources(&e))
     };
     let af_xdp = || {
         XskSocket::open(dev, XskGeometry::DEFAULT)
             .map(|(sock, rx, tx)| PortIo::Xdp(Box::new(XdpIo::new(sock, rx, tx))))
-            .map_err(|e| with_sources(&e))
     };
     match (cfg.kind, cfg.mode) {
         (PortType::Vxlan, _) => {
             let (local, remote, vni) = vxlan_endpoints(cfg);
             dp::VxlanIo::open(local, remote, vni)
                 .map(|v| (PortIo::Vxlan(v), None))
-                .map_err(|e| {
-                    format!(
-                        "cannot bind {local}: {e} (each vxlan port needs its own local_ip or \
-                         dst_port)"
-                    )
-                })
+                .map_err(|source| KernelPortError::VxlanBind { local, source })
         }
-        (PortType::Tap, _) => ferrovs_sys::tap::Tap::open(dev)
-            .map(|t| (PortIo::Tap(TapIo::new(t)), None))
-            .map_err(|e| with_sources(&e)),
-        (PortType::Uplink, Some(UplinkMode::AfPacket)) => af_packet().map(|io| (io, None)),
+        (PortType::Tap, _) => Ok((
+            PortIo::Tap(TapIo::new(ferrovs_sys::tap::Tap::open(dev)?)),
+            None,
+        )),
+        (PortType::Uplink, Some(UplinkMode::AfPacket)) => Ok((af_packet()?, None)),
         (PortType::Uplink, Some(UplinkMode::AfXdp)) => af_xdp()
             .map(|io| (io, None))
-            .map_err(|e| format!("mode=af_xdp: {e}")),
+            .map_err(KernelPortError::ForcedAfXdp),
         (PortType::Uplink, None) if !ferrovs_sys::netdev::is_physical(dev) => {
             // What comes from this host's own stack (the peer of a veth) may be a partial
             // checksum or a GSO packet: only PACKET_VNET_HDR says so; AF_XDP frames carry no
@@ -49,8 +71,9 @@ pub(super) fn open_kernel_port(cfg: &PortConfig) -> Result<(PortIo, Option<Strin
         (PortType::Uplink, None) => match af_xdp() {
             Ok(io) => Ok((io, None)),
             // No such device: AF_PACKET would say the same.
-            Err(e) if netdev_missing(dev) => Err(e),
-            Err(why) => {
+            Err(e) if netdev_missing(dev) => Err(e.into()),
+            Err(e) => {
+                let why = with_sources(&e);
                 let io = af_packet()?;
                 eprintln!(
                     "ferrovs: port {}: AF_XDP unavailable ({why}); using AF_PACKET",
@@ -60,7 +83,7 @@ pub(super) fn open_kernel_port(cfg: &PortConfig) -> Result<(PortIo, Option<Strin
             }
         },
         (PortType::VhostUser | PortType::VhostUserClient, _) => {
-            Err(format!("{} is not a kernel port type", cfg.kind.name()))
+            Err(KernelPortError::NotKernel(cfg.kind.name()))
         }
     }
 }
@@ -103,8 +126,9 @@ impl Daemon {
             )));
         }
         let rules = match flows {
-            Some(t) => BridgeRules::from_texts(t)
-                .map_err(|e| ConfigError::Invalid(format!("bridge {name}: {e}")))?,
+            Some(t) => BridgeRules::from_texts(t).map_err(|e| {
+                ConfigError::Invalid(format!("bridge {name}: {}", with_sources(&e)))
+            })?,
             None => BridgeRules::new(),
         };
         let id = match id {
@@ -189,8 +213,9 @@ impl Daemon {
         }
         let path = cfg.path.clone().unwrap_or_default();
         let listener = if cfg.kind == PortType::VhostUser {
-            let l = bind_socket(&path)
-                .map_err(|e| ConfigError::Invalid(format!("port {}: {e}", cfg.name)))?;
+            let l = bind_socket(&path).map_err(|e| {
+                ConfigError::Invalid(format!("port {}: {}", cfg.name, with_sources(&e)))
+            })?;
             Some(l)
         } else {
             None
@@ -245,8 +270,9 @@ impl Daemon {
                 cfg.name, other.cfg.name
             )));
         }
-        let (io, fallback) = open_kernel_port(&cfg)
-            .map_err(|e| ConfigError::Invalid(format!("port {}: {e}", cfg.name)))?;
+        let (io, fallback) = open_kernel_port(&cfg).map_err(|e| {
+            ConfigError::Invalid(format!("port {}: {}", cfg.name, with_sources(&e)))
+        })?;
         let id = alloc_slot(&mut self.port_slots);
         let name = cfg.name.clone();
         let res = self.insert_port(bridge, cfg, id, io, None, None, None, Link::Attached);

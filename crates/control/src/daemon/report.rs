@@ -400,7 +400,12 @@ pub(super) fn kernel_info(io: &PortIo) -> Option<KernelInfo> {
                 .map(|t| (t.free_frames(), t.outstanding(), t.bad_completions()))
                 .unwrap_or_default();
             KernelInfo::Xdp(XdpInfo {
-                bind: if x.sock.zero_copy() { "zero-copy" } else { "copy" }.into(),
+                bind: if x.sock.zero_copy() {
+                    "zero-copy"
+                } else {
+                    "copy"
+                }
+                .into(),
                 frames_lost: (lost + bad) as u64,
                 ifindex: x.sock.ifindex(),
                 queue: 0,
