@@ -9,6 +9,7 @@
 //!   threads' configuration, published to them RCU-style.
 //! * [`flows`]: the OpenFlow-style rules of each bridge as installed (specs, counters,
 //!   timeouts), built into the datapath's pipeline on every change.
+//! * [`ratelimit`]: at most a few log lines per port and reason per interval.
 //! * [`upgrade`]: the hot-upgrade handover protocol and its versioned state.
 #![forbid(unsafe_code)]
 
@@ -16,6 +17,7 @@ pub mod config;
 pub mod daemon;
 pub mod flows;
 pub mod options;
+pub mod ratelimit;
 pub mod upgrade;
 
 pub use config::{Config, PortConfig, PortType};

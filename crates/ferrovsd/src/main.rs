@@ -53,6 +53,9 @@ fn parse() -> Result<(DaemonOptions, bool), String> {
 }
 
 fn main() -> ExitCode {
+    // The control plane logs through `log` (rate-limited per port and reason); info and up
+    // by default, RUST_LOG overrides.
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let (opts, takeover) = match parse() {
         Ok(o) => o,
         Err(e) => {

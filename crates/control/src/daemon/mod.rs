@@ -40,7 +40,9 @@ use ferrovs_vhost::features;
 
 use crate::config::{self, BridgeConfig, Config, ConfigError, PortConfig, PortType, UplinkMode};
 use crate::flows::BridgeRules;
+use crate::limited;
 use crate::options;
+use crate::ratelimit::LogLimiter;
 use crate::upgrade::UPGRADE_SOCKET;
 use dp::flow::{BridgeFlows, MegaflowCache};
 use ferrovs_flow::Pipeline;
@@ -214,6 +216,8 @@ pub struct Daemon {
     bad_requests: u64,
     /// Last revalidator pass (megaflow statistics, idle eviction, rule timeouts).
     last_revalidate: Instant,
+    /// Log lines that may repeat (per port and reason) go through here.
+    logs: LogLimiter,
 }
 
 /// Takes slot `id` (a takeover restores the old daemon's ids).
@@ -346,7 +350,7 @@ impl Daemon {
             for p in &b.ports {
                 if let Err(e) = d.add_port(&b.name, p.clone()) {
                     // A port that cannot come up (socket taken...) is reported, not fatal.
-                    eprintln!("ferrovs: {e}");
+                    log::error!("{e}");
                 }
             }
         }
@@ -389,6 +393,7 @@ impl Daemon {
             next_token: 1,
             bad_requests: 0,
             last_revalidate: Instant::now(),
+            logs: LogLimiter::default(),
         };
         let t = d.token(Source::CtlListener, "");
         d.epoll
@@ -420,10 +425,18 @@ impl Daemon {
 
     fn save(&mut self) {
         if let Err(e) = self.config.save(&self.run_dir.join(SAVED_CONFIG)) {
-            eprintln!("ferrovs: cannot save configuration: {e}");
+            limited!(
+                self.logs,
+                Error,
+                "-",
+                "save",
+                "cannot save configuration: {}",
+                with_sources(&e)
+            );
         }
     }
     fn tick(&mut self) {
+        self.logs.flush(Instant::now());
         self.clock
             .store(self.started.elapsed().as_secs() as u32, Ordering::Relaxed);
         self.poll_kernel_drops();
@@ -451,7 +464,7 @@ impl Daemon {
             let n = match self.epoll.wait(&mut events, TICK.as_millis() as i32) {
                 Ok(n) => n,
                 Err(e) => {
-                    eprintln!("ferrovs: epoll: {e}");
+                    limited!(self.logs, Error, "-", "epoll", "epoll: {e}");
                     std::thread::sleep(TICK);
                     0
                 }

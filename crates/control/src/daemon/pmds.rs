@@ -119,7 +119,7 @@ impl Daemon {
     /// not move on is stuck elsewhere, and waiting longer would stall the control plane).
     pub(super) fn quiesce(&self) {
         if !self.wait_pmd_iterations() {
-            eprintln!("ferrovs: a PMD did not finish its iteration within 1 s");
+            log::warn!("a PMD did not finish its iteration within 1 s");
         }
     }
 

@@ -75,8 +75,8 @@ pub(super) fn open_kernel_port(
             Err(e) => {
                 let why = with_sources(&e);
                 let io = af_packet()?;
-                eprintln!(
-                    "ferrovs: port {}: AF_XDP unavailable ({why}); using AF_PACKET",
+                log::warn!(
+                    "port {}: AF_XDP unavailable ({why}); using AF_PACKET",
                     cfg.name
                 );
                 Ok((io, Some(why)))

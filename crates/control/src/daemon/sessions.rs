@@ -14,7 +14,17 @@ impl Daemon {
             self.tokens.remove(&t);
             p.disconnects += 1;
             if let Some(w) = &why {
-                eprintln!("ferrovs: {name}: vhost-user connection closed: {w}");
+                let level = if w == PEER_CLOSED {
+                    log::Level::Info
+                } else {
+                    log::Level::Warn
+                };
+                self.logs.log(
+                    level,
+                    name,
+                    "disconnect",
+                    format_args!("vhost-user connection closed: {w}"),
+                );
                 p.last_error = Some(w.clone());
             }
         }
@@ -35,13 +45,13 @@ impl Daemon {
         let conn = match Conn::new(stream, true) {
             Ok(c) => c,
             Err(e) => {
-                eprintln!("ferrovs: {name}: {e}");
+                limited!(self.logs, Warn, name, "attach", "{e}");
                 return;
             }
         };
         let t = self.token(Source::VhostConn, name);
         if let Err(e) = self.epoll.add(conn.as_fd(), t, false) {
-            eprintln!("ferrovs: {name}: epoll: {e}");
+            limited!(self.logs, Error, name, "epoll", "epoll: {e}");
             self.tokens.remove(&t);
             return;
         }
@@ -66,7 +76,9 @@ impl Daemon {
             Ok(s) => self.attach(name, s),
             Err(e) => {
                 let next = (backoff * 2).min(BACKOFF_MAX);
-                p.last_error = Some(format!("connect {}: {e}", path.display()));
+                let why = format!("connect {}: {e}", path.display());
+                limited!(self.logs, Info, name, "reconnect", "{why}; retrying");
+                p.last_error = Some(why);
                 p.link = Link::Reconnecting {
                     at: Instant::now() + backoff,
                     backoff: next,
@@ -99,7 +111,13 @@ impl Daemon {
                     if p.conn.is_some() {
                         // One frontend per port: a second one is refused, the first goes on.
                         p.refused_connections += 1;
-                        eprintln!("ferrovs: {name}: refused a second vhost-user connection");
+                        limited!(
+                            self.logs,
+                            Warn,
+                            name,
+                            "refused",
+                            "refused a second vhost-user connection"
+                        );
                         drop(s);
                         continue;
                     }
@@ -107,7 +125,7 @@ impl Daemon {
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) => {
-                    eprintln!("ferrovs: {name}: accept: {e}");
+                    limited!(self.logs, Warn, name, "accept", "accept: {e}");
                     return;
                 }
             }
@@ -146,12 +164,12 @@ impl Daemon {
                             }
                         }
                         if let Some(mac) = device.take_announce() {
-                            announce(&p.port, mac);
+                            announce(&p.port, mac, &mut self.logs);
                         }
                     }
                     Ok(Incoming::Pending) => break,
                     Ok(Incoming::Closed) => {
-                        failure = Some("peer closed the connection".into());
+                        failure = Some(PEER_CLOSED.into());
                     }
                     Err(e) => failure = Some(e.to_string()),
                 }
@@ -176,11 +194,17 @@ impl Daemon {
 /// SEND_RARP: the frontend (QEMU after a migration, for a guest that cannot announce
 /// itself) asks us to announce `mac` from its port: a RARP enters the datapath as if the
 /// guest had sent it, so every bridge and switch on the way learns where the guest now is.
-pub(super) fn announce(port: &Port, mac: [u8; 6]) {
+pub(super) fn announce(port: &Port, mac: [u8; 6], logs: &mut LogLimiter) {
     port.inject.push(&ferrovs_packet::rarp_announce(mac));
-    eprintln!(
-        "ferrovs: {}: announcing {} (SEND_RARP)",
-        port.name,
+    limited!(
+        logs,
+        Info,
+        &port.name,
+        "announce",
+        "announcing {} (SEND_RARP)",
         ferrovs_packet::mac_to_string(mac.iter().fold(0u64, |m, b| m << 8 | u64::from(*b)))
     );
 }
+
+/// The reason a connection closes when the frontend hung up (logged at info, not warn).
+const PEER_CLOSED: &str = "peer closed the connection";
