@@ -178,7 +178,7 @@ impl Daemon {
                     priority_error: s.priority_error.get().cloned(),
                     rx_mode: self.datapath.rx_mode().0.name().into(),
                     rx_packets: rx,
-                    rx_queues: s.rxqs.load(Ordering::Relaxed) as u64,
+                    rx_queues: s.rxqs.load(Ordering::Relaxed),
                     sleep_cycles,
                     sleep_max_us: self.datapath.sleep_max_ns() / 1000,
                     sleep_us: (sleep_cycles as u128 * 1_000_000 / hz.max(1) as u128) as u64,
@@ -406,7 +406,7 @@ pub(super) fn kernel_info(io: &PortIo) -> Option<KernelInfo> {
                     "copy"
                 }
                 .into(),
-                frames_lost: (lost + bad) as u64,
+                frames_lost: lost + bad,
                 ifindex: x.sock.ifindex(),
                 queue: 0,
                 rx: "af_xdp".into(),
