@@ -345,8 +345,9 @@ impl Config {
                 return bad(format!("bridge {} defined twice", b.name));
             }
             if let Some(flows) = &b.flows {
-                crate::flows::BridgeRules::from_texts(flows)
-                    .map_err(|e| ConfigError::Invalid(format!("bridge {}: {e}", b.name)))?;
+                crate::flows::BridgeRules::from_texts(flows).map_err(|e| {
+                    ConfigError::Invalid(format!("bridge {}: {e}: {}", b.name, e.source))
+                })?;
             }
             for p in &b.ports {
                 validate_port(p)?;
@@ -638,7 +639,7 @@ mod tests {
     fn coalescing_and_priority_settings_are_checked() {
         let opts = |o: &[&str]| {
             let v: Vec<String> = o.iter().map(|s| s.to_string()).collect();
-            crate::proto::port_from_options("p", &v).map_err(|e| e.to_string())
+            crate::options::port_from_options("p", &v).map_err(|e| e.to_string())
         };
         let p = opts(&[
             "type=vhost-user",
@@ -658,7 +659,7 @@ mod tests {
         assert!(e.contains("for vhost-user ports"), "{e}");
         let mut p = p;
         let set = |p: &mut PortConfig, o: &str| {
-            crate::proto::port_set_options(p, &[o.to_string()]).map_err(|e| e.to_string())
+            crate::options::port_set_options(p, &[o.to_string()]).map_err(|e| e.to_string())
         };
         set(&mut p, "coalesce-usecs=0").unwrap_err(); // frames 32 left without a bound
         set(&mut p, "coalesce-frames=0").unwrap();

@@ -57,6 +57,16 @@ pub fn default_rule() -> FlowSpec {
     }
 }
 
+/// A saved rule that does not parse.
+#[derive(Debug, thiserror::Error)]
+#[error("flow {index}")]
+pub struct BadRule {
+    /// Which rule (from 1).
+    pub index: usize,
+    #[source]
+    pub source: ferrovs_flow::ParseError,
+}
+
 impl BridgeRules {
     /// A bridge's rules when created: the default NORMAL rule.
     pub fn new() -> BridgeRules {
@@ -66,10 +76,13 @@ impl BridgeRules {
     }
 
     /// Rules from their saved text form (one rule per string). Errors name the rule.
-    pub fn from_texts(texts: &[String]) -> Result<BridgeRules, String> {
+    pub fn from_texts(texts: &[String]) -> Result<BridgeRules, BadRule> {
         let mut specs = Vec::with_capacity(texts.len());
         for (i, t) in texts.iter().enumerate() {
-            specs.push(ferrovs_flow::parse_flow(t).map_err(|e| format!("flow {}: {e}", i + 1))?);
+            specs.push(ferrovs_flow::parse_flow(t).map_err(|source| BadRule {
+                index: i + 1,
+                source,
+            })?);
         }
         let mut r = BridgeRules { rules: vec![] };
         r.add(specs);
@@ -364,7 +377,7 @@ mod tests {
             "bogus=1 actions=drop".into(),
         ])
         .unwrap_err();
-        assert!(e.starts_with("flow 2: "), "{e}");
+        assert_eq!(e.index, 2, "{e}");
     }
 
     #[test]

@@ -2,21 +2,22 @@
 //!
 //! * [`config`]: the configuration model, its validation, the embedded default, and atomic
 //!   persistence (write to a temporary file, fsync, rename).
-//! * [`proto`]: the control-socket protocol: one JSON request per line, one JSON response
-//!   per line (documented in `docs/control-protocol.md`).
+//! * [`options`]: port options (`key=value`) as the control protocol (`ferrovs_proto`)
+//!   carries them, parsed into the configuration model.
 //! * [`daemon`]: the control thread: one epoll loop over the control socket, vhost-user
 //!   listeners and connections (server and client mode, with reconnect backoff), and the PMD
 //!   threads' configuration, published to them RCU-style.
 //! * [`flows`]: the OpenFlow-style rules of each bridge as installed (specs, counters,
 //!   timeouts), built into the datapath's pipeline on every change.
+//! * [`ratelimit`]: at most a few log lines per port and reason per interval.
 //! * [`upgrade`]: the hot-upgrade handover protocol and its versioned state.
 #![forbid(unsafe_code)]
 
-pub mod client;
 pub mod config;
 pub mod daemon;
 pub mod flows;
-pub mod proto;
+pub mod options;
+pub mod ratelimit;
 pub mod upgrade;
 
 pub use config::{Config, PortConfig, PortType};

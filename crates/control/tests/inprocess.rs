@@ -4,9 +4,9 @@
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
-use ferrovs_control::proto::Request;
 use ferrovs_control::{Daemon, DaemonOptions};
 use ferrovs_packet::build::{self, Stamp};
+use ferrovs_proto::{Reply, Request};
 use ferrovs_sys::guest::vring::{Descriptor, VRING_DESC_F_INDIRECT, VRING_DESC_F_NEXT};
 use ferrovs_vhost::frontend::{Frontend, FrontendConfig, TxQueue};
 use ferrovs_vhost::msg;
@@ -792,19 +792,15 @@ fn restart_restores_saved_configuration() {
     })
     .unwrap();
     let show = d.handle(Request::Show);
-    let v = show.result.unwrap();
-    let names: Vec<_> = v["bridges"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|b| b["name"].as_str().unwrap().to_string())
-        .collect();
+    let Some(Reply::Show(v)) = show.result else {
+        panic!("show answers a Show");
+    };
+    let names: Vec<_> = v.bridges.iter().map(|b| b.name.clone()).collect();
     assert_eq!(names, vec!["br0", "br9"]);
-    assert!(v["bridges"][0]["ports"]
-        .as_array()
-        .unwrap()
+    assert!(v.bridges[0]
+        .ports
         .iter()
-        .any(|p| p["name"] == "extra" && p["queues"] == 2));
+        .any(|p| p.name == "extra" && p.queues == 2));
     d.shutdown();
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_file(saved);

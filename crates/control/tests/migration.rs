@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ferrovs_control::proto::Request;
 use ferrovs_packet::build;
+use ferrovs_proto::Request;
 use ferrovs_sys::guest::dirty_log::DirtyLog;
 use ferrovs_vhost::features::VHOST_F_LOG_ALL;
 use ferrovs_vhost::frontend::FrontendConfig;

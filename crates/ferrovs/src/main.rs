@@ -1,12 +1,22 @@
 //! ferrovs: the command-line client of ferrovsd's control socket.
+//!
+//! Arguments are parsed with clap; every command sends one [`Request`] and prints its typed
+//! reply (`--json`: the reply as the daemon sent it, pretty-printed). Errors print as
+//! `ferrovs: MESSAGE` and exit 1.
 #![forbid(unsafe_code)]
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use ferrovs_control::proto::Request;
-use serde_json::Value;
+use clap::{Parser, Subcommand};
+use ferrovs_proto::reply::{
+    AddFlows, ConfigGet, DelFlows, DirStats, FlowEntry, MacEntry, MegaflowEntry, PmdStats,
+    PortStats, Show, UpgradeReport, Version,
+};
+use ferrovs_proto::{Client, Request};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 
 const USAGE: &str = "usage: ferrovs [--run-dir DIR] COMMAND [--json]
 
@@ -46,65 +56,177 @@ commands:
   upgrade-history [N]                    the last N hot upgrades and their downtime
   version";
 
+/// The command line (the help text is [`USAGE`], printed by `help`, `-h`, `--help` or no
+/// command).
+#[derive(Debug, Parser)]
+#[command(
+    name = "ferrovs",
+    disable_help_flag = true,
+    disable_help_subcommand = true,
+    disable_version_flag = true
+)]
+struct Args {
+    /// Control socket and state of the daemon (default: $FERROVS_RUN_DIR or /run/ferrovs).
+    #[arg(long, value_name = "DIR", env = ferrovs_proto::RUN_DIR_ENV)]
+    run_dir: Option<PathBuf>,
+    /// Print the reply as JSON.
+    #[arg(long, global = true)]
+    json: bool,
+    #[arg(short = 'h', long = "help", global = true)]
+    help: bool,
+    #[command(subcommand)]
+    cmd: Option<Cmd>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    Help,
+    Show,
+    Version,
+    #[command(alias = "add-br")]
+    AddBridge {
+        bridge: String,
+    },
+    #[command(alias = "del-br")]
+    DelBridge {
+        bridge: String,
+    },
+    AddPort {
+        bridge: String,
+        port: String,
+        #[arg(allow_hyphen_values = true)]
+        options: Vec<String>,
+    },
+    DelPort {
+        bridge: String,
+        port: String,
+    },
+    SetPort {
+        port: String,
+        #[arg(required = true, allow_hyphen_values = true)]
+        options: Vec<String>,
+    },
+    PortStats {
+        port: Option<String>,
+    },
+    PmdStats,
+    PmdStatsClear,
+    MacTable {
+        bridge: String,
+    },
+    Config {
+        #[command(subcommand)]
+        op: ConfigOp,
+    },
+    Monitor {
+        seconds: Option<String>,
+    },
+    Upgrade {
+        binary: Option<String>,
+    },
+    UpgradeHistory {
+        last: Option<String>,
+    },
+    AddFlow {
+        bridge: String,
+        flow: String,
+    },
+    AddFlows {
+        bridge: String,
+        file: String,
+    },
+    DelFlows {
+        bridge: String,
+        #[arg(long)]
+        strict: bool,
+        filter: Option<String>,
+    },
+    DumpFlows {
+        bridge: String,
+        filter: Option<String>,
+    },
+    DumpMegaflows {
+        bridge: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ConfigOp {
+    Get { key: Option<String> },
+    Set { key: String, value: String },
+}
+
 struct Cli {
-    run_dir: PathBuf,
+    client: Client,
     json: bool,
 }
 
 impl Cli {
-    fn call(&self, req: &Request) -> Result<Value, String> {
-        ferrovs_control::client::call(&self.run_dir, req)
+    fn call<R: DeserializeOwned>(&self, req: &Request) -> Result<R, String> {
+        self.client.call(req).map_err(|e| e.message())
+    }
+
+    fn run_dir(&self) -> &std::path::Path {
+        self.client.run_dir()
+    }
+
+    /// Sends `req`; prints the reply with `print`, or as JSON.
+    fn show<R: DeserializeOwned + Serialize>(
+        &self,
+        req: Request,
+        print: impl FnOnce(&R),
+    ) -> Result<(), String> {
+        let v: R = self.call(&req)?;
+        if self.json {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?
+            );
+        } else {
+            print(&v);
+        }
+        Ok(())
     }
 }
 
-fn s(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        Value::Null => "-".into(),
-        other => other.to_string(),
-    }
+/// A number as the JSON reply spells it (`12.0`, not `12`).
+fn num(f: f64) -> String {
+    serde_json::to_string(&f).unwrap_or_else(|_| "-".into())
 }
 
-fn print_show(v: &Value) {
+/// An optional value, `-` when absent.
+fn opt<T: std::fmt::Display>(v: &Option<T>) -> String {
+    v.as_ref().map_or_else(|| "-".into(), |v| v.to_string())
+}
+
+fn print_show(v: &Show) {
     println!(
         "run-dir {}  pmd-cores {}  hugepages {}",
-        s(&v["run_dir"]),
-        s(&v["pmd_cores"]),
-        s(&v["hugepages"])
+        v.run_dir,
+        serde_json::to_string(&v.pmd_cores).unwrap_or_default(),
+        v.hugepages
     );
-    for b in v["bridges"].as_array().into_iter().flatten() {
-        println!("bridge {}", s(&b["name"]));
-        for p in b["ports"].as_array().into_iter().flatten() {
-            let feats: Vec<String> = p["features"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(s)
-                .collect();
-            let attach = if p["dev"].is_null() {
-                format!("path {}", s(&p["path"]))
-            } else {
-                format!("dev {} mode {}", s(&p["dev"]), s(&p["mode"]))
+    for b in &v.bridges {
+        println!("bridge {}", b.name);
+        for p in &b.ports {
+            let attach = match &p.dev {
+                None => format!("path {}", opt(&p.path)),
+                Some(dev) => format!("dev {dev} mode {}", p.mode),
             };
             println!(
                 "  port {} ({}) {}  {}  queues {} ready {}  vlan {}",
-                s(&p["name"]),
-                s(&p["type"]),
-                s(&p["state"]),
+                p.name,
+                p.kind,
+                p.state,
                 attach,
-                s(&p["queues"]),
-                s(&p["ready_queues"]),
-                s(&p["vlan"]["mode"])
-                    + &p["vlan"]
-                        .get("tag")
-                        .map(|t| format!(" {t}"))
-                        .unwrap_or_default(),
+                p.queues,
+                p.ready_queues,
+                p.vlan.mode.clone() + &p.vlan.tag.map(|t| format!(" {t}")).unwrap_or_default(),
             );
-            if !feats.is_empty() {
-                println!("    features: {}", feats.join(" "));
+            if !p.features.is_empty() {
+                println!("    features: {}", p.features.join(" "));
             }
-            let names = |v: &Value| -> String {
-                let l: Vec<String> = v.as_array().into_iter().flatten().map(s).collect();
+            let names = |l: &[String]| -> String {
                 if l.is_empty() {
                     "none".into()
                 } else {
@@ -113,231 +235,211 @@ fn print_show(v: &Value) {
             };
             println!(
                 "    offloads: accepts {}  sends {}",
-                names(&p["offloads"]["accepts"]),
-                names(&p["offloads"]["sends"])
+                names(&p.offloads.accepts),
+                names(&p.offloads.sends)
             );
-            if p["last_error"] != Value::Null {
-                println!("    last error: {}", s(&p["last_error"]));
+            if let Some(e) = &p.last_error {
+                println!("    last error: {e}");
             }
-            if p["mode_fallback_reason"] != Value::Null {
-                println!("    af_packet fallback: {}", s(&p["mode_fallback_reason"]));
+            if let Some(r) = &p.mode_fallback_reason {
+                println!("    af_packet fallback: {r}");
             }
-            if p["mode"] == "af_xdp" {
-                let k = &p["kernel"];
-                println!(
-                    "    af_xdp: queue 0, xdp {}, {} mode",
-                    s(&k["xdp_mode"]),
-                    s(&k["bind"])
-                );
+            if p.mode == "af_xdp" {
+                let (xdp_mode, bind) = match &p.kernel {
+                    Some(ferrovs_proto::reply::KernelInfo::Xdp(k)) => {
+                        (k.xdp_mode.as_str(), k.bind.as_str())
+                    }
+                    _ => ("-", "-"),
+                };
+                println!("    af_xdp: queue 0, xdp {xdp_mode}, {bind} mode");
             }
         }
     }
 }
 
-fn dir_line(name: &str, d: &Value) -> String {
+fn dir_line(name: &str, d: &DirStats) -> String {
     let mut out = format!(
         "{name}: packets {} bytes {} dropped {}",
-        s(&d["packets"]),
-        s(&d["bytes"]),
-        s(&d["dropped"])
+        d.packets, d.bytes, d.dropped
     );
-    if let Some(m) = d["drops"].as_object() {
-        for (k, v) in m {
-            out.push_str(&format!(" {k}={v}"));
-        }
+    for (k, v) in &d.drops {
+        out.push_str(&format!(" {k}={v}"));
     }
-    let n = |k: &str| d[k].as_u64().unwrap_or(0);
-    if n("guest_notifications") + n("notifications_suppressed") + n("notifications_coalesced") != 0
-    {
+    if d.guest_notifications + d.notifications_suppressed + d.notifications_coalesced != 0 {
         out.push_str(&format!(
             " | notifications {} suppressed {} coalesced {}",
-            n("guest_notifications"),
-            n("notifications_suppressed"),
-            n("notifications_coalesced")
+            d.guest_notifications, d.notifications_suppressed, d.notifications_coalesced
         ));
     }
     out
 }
 
-fn print_port_stats(v: &Value) {
-    for p in v.as_array().into_iter().flatten() {
-        let c = &p["coalesce"];
-        if c["usecs"].as_u64().unwrap_or(0) != 0 {
+fn print_port_stats(v: &Vec<PortStats>) {
+    for p in v {
+        let c = &p.coalesce;
+        if c.usecs != 0 {
             println!(
                 "port {} (coalescing: {} us, {} packets)",
-                s(&p["port"]),
-                s(&c["usecs"]),
-                s(&c["frames"])
+                p.port, c.usecs, c.frames
             );
         } else {
-            println!("port {}", s(&p["port"]));
+            println!("port {}", p.port);
         }
-        println!("  {}", dir_line("rx", &p["rx"]));
-        println!("  {}", dir_line("tx", &p["tx"]));
-        let o = &p["offload"];
-        if o["sw_csum"].as_u64().unwrap_or(0) + o["sw_tso"].as_u64().unwrap_or(0) != 0 {
+        println!("  {}", dir_line("rx", &p.rx));
+        println!("  {}", dir_line("tx", &p.tx));
+        let o = &p.offload;
+        if o.sw_csum + o.sw_tso != 0 {
             println!(
                 "  software offloads: checksums {} tso packets {} segments {}",
-                s(&o["sw_csum"]),
-                s(&o["sw_tso"]),
-                s(&o["sw_segments"])
+                o.sw_csum, o.sw_tso, o.sw_segments
             );
         }
-        let m = &p["migration"];
-        let dirty = p["tx"]["dirty_pages_logged"].as_u64().unwrap_or(0)
-            + p["rx"]["dirty_pages_logged"].as_u64().unwrap_or(0);
-        let pc = |k: &str| m[k].as_u64().unwrap_or(0);
-        if m["logging"] == Value::Bool(true)
-            || m["postcopy"] == Value::Bool(true)
-            || dirty + pc("postcopy_pages_missing") + pc("rarp_announces") != 0
+        let m = &p.migration;
+        let dirty = p.tx.dirty_pages_logged + p.rx.dirty_pages_logged;
+        let pc = |f: fn(&ferrovs_proto::reply::Migration) -> u64| m.as_ref().map_or(0, f);
+        let flag = |f: fn(&ferrovs_proto::reply::Migration) -> bool| opt(&m.as_ref().map(f));
+        if m.is_some_and(|m| m.logging || m.postcopy)
+            || dirty + pc(|m| m.postcopy_pages_missing) + pc(|m| m.rarp_announces) != 0
         {
             println!(
                 "  migration: logging {} ({} log bytes) dirty pages logged {} | postcopy {} \
                  pages missing {} fetched {} | rarp announces {}",
-                s(&m["logging"]),
-                pc("log_bytes"),
+                flag(|m| m.logging),
+                pc(|m| m.log_bytes),
                 dirty,
-                s(&m["postcopy"]),
-                pc("postcopy_pages_missing"),
-                pc("postcopy_pages_fetched"),
-                pc("rarp_announces")
+                flag(|m| m.postcopy),
+                pc(|m| m.postcopy_pages_missing),
+                pc(|m| m.postcopy_pages_fetched),
+                pc(|m| m.rarp_announces)
             );
         }
-        for q in p["queues"].as_array().into_iter().flatten() {
-            let broken = if q["broken"] != Value::Null {
-                format!(" BROKEN: {}", s(&q["broken"]))
-            } else {
-                String::new()
+        for q in &p.queues {
+            let broken = match &q.broken {
+                Some(b) => format!(" BROKEN: {b}"),
+                None => String::new(),
             };
             println!(
                 "    queue {} {:<10} ready {:<5} {}{}",
-                s(&q["queue"]),
-                s(&q["direction"]),
-                s(&q["ready"]),
-                dir_line("", &q["stats"]).trim_start_matches(": "),
+                q.queue,
+                q.direction,
+                q.ready.to_string(),
+                dir_line("", &q.stats).trim_start_matches(": "),
                 broken
             );
         }
     }
 }
 
-fn print_pmd_stats(v: &Value) {
-    for p in v.as_array().into_iter().flatten() {
-        println!("pmd {} core {}:", s(&p["pmd"]), s(&p["core"]));
+fn print_pmd_stats(v: &Vec<PmdStats>) {
+    for p in v {
+        println!("pmd {} core {}:", p.pmd, opt(&p.core));
         println!(
             "  rx queues: {}  rx packets: {}  tx packets: {}",
-            s(&p["rx_queues"]),
-            s(&p["rx_packets"]),
-            s(&p["tx_packets"])
+            p.rx_queues, p.rx_packets, p.tx_packets
         );
         println!(
             "  busy cycles: {} ({}%)  idle cycles: {}  cycles per packet: {}",
-            s(&p["busy_cycles"]),
-            s(&p["busy_pct"]),
-            s(&p["idle_cycles"]),
-            s(&p["cycles_per_packet"])
+            p.busy_cycles,
+            num(p.busy_pct),
+            p.idle_cycles,
+            num(p.cycles_per_packet)
         );
-        let max = p["sleep_max_us"].as_u64().unwrap_or(0);
+        let max = p.sleep_max_us;
         println!(
             "  rx mode: {}  load-based sleep max: {}  priority: {}{}",
-            s(&p["rx_mode"]),
+            p.rx_mode,
             if max == 0 {
                 "off".to_string()
             } else {
                 format!("{max} us")
             },
-            s(&p["priority"]),
-            p["priority_error"]
-                .as_str()
+            p.priority,
+            p.priority_error
+                .as_ref()
                 .map(|e| format!(" (not applied: {e})"))
                 .unwrap_or_default()
         );
         println!(
             "  sleep time: {:.3} s  wake-ups: {} (by kick or kernel port: {})  load-based sleeps: {}",
-            p["sleep_us"].as_u64().unwrap_or(0) as f64 / 1e6,
-            s(&p["sleeps"]),
-            s(&p["kick_wakeups"]),
-            s(&p["load_sleeps"])
+            p.sleep_us as f64 / 1e6,
+            p.sleeps,
+            p.kick_wakeups,
+            p.load_sleeps
         );
-        let f = &p["flow"];
-        if f["packets"].as_u64().unwrap_or(0) > 0 {
-            let n = f["packets"].as_u64().unwrap_or(0).max(1) as f64;
-            let pct = |k: &str| f[k].as_u64().unwrap_or(0) as f64 * 100.0 / n;
+        let f = &p.flow;
+        if f.packets > 0 {
+            let n = f.packets.max(1) as f64;
+            let pct = |x: u64| x as f64 * 100.0 / n;
             println!(
                 "  flow packets: {}  emc hits: {} ({:.1}%)  megaflow hits: {} ({:.1}%)  upcalls (misses): {} ({:.1}%)  emc skipped (bypass): {} ({:.1}%)",
-                s(&f["packets"]),
-                s(&f["emc_hits"]),
-                pct("emc_hits"),
-                s(&f["megaflow_hits"]),
-                pct("megaflow_hits"),
-                s(&f["upcalls"]),
-                pct("upcalls"),
-                s(&f["emc_skipped"]),
-                pct("emc_skipped")
+                f.packets,
+                f.emc_hits,
+                pct(f.emc_hits),
+                f.megaflow_hits,
+                pct(f.megaflow_hits),
+                f.upcalls,
+                pct(f.upcalls),
+                f.emc_skipped,
+                pct(f.emc_skipped)
             );
         }
     }
     // The megaflow caches are shared by the PMDs: printed once.
-    let caches = v
-        .as_array()
-        .and_then(|a| a.first())
-        .and_then(|p| p["megaflow_caches"].as_array());
-    for c in caches.into_iter().flatten() {
+    for c in v
+        .first()
+        .map(|p| &p.megaflow_caches[..])
+        .unwrap_or_default()
+    {
         println!(
             "megaflow cache {}: {} entries in {} subtables (limit {}), {} rules; inserted {}, evicted {}, invalidated {} in {} revalidations, refused: full {} stale {}",
-            s(&c["bridge"]),
-            s(&c["entries"]),
-            s(&c["subtables"]),
-            s(&c["limit"]),
-            s(&c["rules"]),
-            s(&c["inserted"]),
-            s(&c["evicted"]),
-            s(&c["invalidated"]),
-            s(&c["revalidations"]),
-            s(&c["refused_full"]),
-            s(&c["refused_stale"])
+            c.bridge,
+            c.entries,
+            c.subtables,
+            c.limit,
+            c.rules,
+            c.inserted,
+            c.evicted,
+            c.invalidated,
+            c.revalidations,
+            c.refused_full,
+            c.refused_stale
         );
     }
 }
 
+/// One `monitor --json` line.
+#[derive(Serialize)]
+struct MonitorLine<'a> {
+    ports: &'a [PortStats],
+    t: f64,
+}
+
 fn monitor(cli: &Cli, secs: Option<u64>) -> Result<(), String> {
     let start = Instant::now();
-    let mut prev: Option<(Instant, Value)> = None;
+    let mut prev: Option<(Instant, Vec<PortStats>)> = None;
     loop {
-        let v = cli.call(&Request::PortStats { port: None })?;
+        let v: Vec<PortStats> = cli.call(&Request::PortStats { port: None })?;
         let now = Instant::now();
         if let Some((t0, p0)) = &prev {
             let dt = now.duration_since(*t0).as_secs_f64();
             let mut line = String::new();
-            for (a, b) in v
-                .as_array()
-                .into_iter()
-                .flatten()
-                .zip(p0.as_array().into_iter().flatten())
-            {
-                let rate = |dir: &str| {
-                    (a[dir]["packets"]
-                        .as_u64()
-                        .unwrap_or(0)
-                        .saturating_sub(b[dir]["packets"].as_u64().unwrap_or(0)))
-                        as f64
-                        / dt
-                };
-                let drops = a["rx"]["dropped"].as_u64().unwrap_or(0)
-                    + a["tx"]["dropped"].as_u64().unwrap_or(0);
+            for (a, b) in v.iter().zip(p0) {
+                let rate =
+                    |x: &DirStats, y: &DirStats| x.packets.saturating_sub(y.packets) as f64 / dt;
                 line.push_str(&format!(
                     "{}: rx {:.3} Mpps tx {:.3} Mpps drops {}   ",
-                    s(&a["port"]),
-                    rate("rx") / 1e6,
-                    rate("tx") / 1e6,
-                    drops
+                    a.port,
+                    rate(&a.rx, &b.rx) / 1e6,
+                    rate(&a.tx, &b.tx) / 1e6,
+                    a.rx.dropped + a.tx.dropped
                 ));
             }
             if cli.json {
-                println!(
-                    "{}",
-                    serde_json::json!({"t": start.elapsed().as_secs_f64(), "ports": v})
-                );
+                let l = MonitorLine {
+                    ports: &v,
+                    t: start.elapsed().as_secs_f64(),
+                };
+                println!("{}", serde_json::to_string(&l).unwrap_or_default());
             } else {
                 println!("{line}");
             }
@@ -351,22 +453,56 @@ fn monitor(cli: &Cli, secs: Option<u64>) -> Result<(), String> {
 }
 
 /// One line per takeover.
-fn upgrade_line(r: &Value) -> String {
+fn upgrade_line(r: &UpgradeReport) -> String {
     format!(
         "pid {} -> {} (ferrovsd {} -> {}, schema {}): {} ports / {} queues; prepare {:.1} ms, \
          freeze {} us, downtime {:.0} us, total {:.1} ms",
-        s(&r["old_pid"]),
-        s(&r["new_pid"]),
-        s(&r["old_version"]),
-        s(&r["new_version"]),
-        s(&r["schema"]),
-        s(&r["ports"]),
-        s(&r["queues"]),
-        r["prepare_ms"].as_f64().unwrap_or(0.0),
-        s(&r["freeze_us"]),
-        r["downtime_us"].as_f64().unwrap_or(0.0),
-        r["total_ms"].as_f64().unwrap_or(0.0),
+        r.old_pid,
+        r.new_pid,
+        r.old_version,
+        r.new_version,
+        r.schema,
+        r.ports,
+        r.queues,
+        r.prepare_ms,
+        num(r.freeze_us),
+        r.downtime_us,
+        r.total_ms,
     )
+}
+
+/// The CPUs this process may run on (`Cpus_allowed_list` of /proc/self/status).
+fn allowed_cpus() -> Vec<usize> {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let Some(list) = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+    else {
+        return vec![];
+    };
+    let mut cpus = Vec::new();
+    for part in list.trim().split(',') {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        if let (Ok(a), Ok(b)) = (a.parse::<usize>(), b.parse::<usize>()) {
+            cpus.extend(a..=b);
+        }
+    }
+    cpus
+}
+
+/// Where `prog` is on `$PATH`.
+fn which(prog: &str) -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|d| d.join(prog))
+        .find(|p| p.is_file())
+}
+
+/// The new daemon's first line: its report, or why it failed.
+#[derive(Deserialize)]
+struct Outcome {
+    ok: bool,
+    #[serde(default)]
+    error: Option<String>,
 }
 
 /// Starts the new daemon with `--takeover` and reports how the handover went.
@@ -381,31 +517,35 @@ fn upgrade(cli: &Cli, binary: Option<&str>) -> Result<(), String> {
             .unwrap_or_else(|| "ferrovsd".into()),
     };
     // Start the new daemon off the PMD cores: its start-up (loading, mapping, building
-    // ports) must not preempt the PMDs still forwarding there.
-    if let Ok(show) = cli.call(&Request::Show) {
-        let pmd: Vec<usize> = show["pmd_cores"]
-            .as_array()
+    // ports) must not preempt the PMDs still forwarding there. taskset pins it (and execs
+    // it: the pid is the daemon's); without taskset it starts unpinned.
+    let mut others = Vec::new();
+    if let Ok(show) = cli.call::<Show>(&Request::Show) {
+        others = allowed_cpus()
             .into_iter()
-            .flatten()
-            .filter_map(|c| c.as_u64().map(|c| c as usize))
+            .filter(|c| !show.pmd_cores.contains(c))
             .collect();
-        let others: Vec<usize> = ferrovs_sys::os::allowed_cpus()
-            .into_iter()
-            .filter(|c| !pmd.contains(c))
-            .collect();
-        if !others.is_empty() {
-            let _ = ferrovs_sys::os::set_affinity(&others);
-        }
     }
-    let log_path = cli.run_dir.join("ferrovsd.log");
+    let found = bin.is_file() || bin.to_str().and_then(which).is_some();
+    let taskset = which("taskset").filter(|_| found && !others.is_empty());
+    let log_path = cli.run_dir().join("ferrovsd.log");
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(&log_path)
         .map_err(|e| format!("cannot open {}: {e}", log_path.display()))?;
-    let mut child = std::process::Command::new(&bin)
+    let mut cmd = match &taskset {
+        Some(t) => {
+            let list: Vec<String> = others.iter().map(|c| c.to_string()).collect();
+            let mut c = std::process::Command::new(t);
+            c.arg("-c").arg(list.join(",")).arg(&bin);
+            c
+        }
+        None => std::process::Command::new(&bin),
+    };
+    let mut child = cmd
         .arg("--run-dir")
-        .arg(&cli.run_dir)
+        .arg(cli.run_dir())
         .arg("--takeover")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
@@ -415,304 +555,194 @@ fn upgrade(cli: &Cli, binary: Option<&str>) -> Result<(), String> {
     let out = child.stdout.take().ok_or("no stdout")?;
     let mut line = String::new();
     let _ = std::io::BufReader::new(out).read_line(&mut line);
-    let v: Value = serde_json::from_str(line.trim()).unwrap_or_else(|_| {
-        // It died before reporting: reap it and say so.
-        let status = child.wait().map(|s| s.to_string()).unwrap_or_default();
-        serde_json::json!({"ok": false, "error": format!("{} exited ({status}) without a report", bin.display())})
-    });
-    if v["ok"] != Value::Bool(true) {
+    let line = line.trim();
+    let report = match serde_json::from_str::<Outcome>(line) {
+        Ok(o) if o.ok => serde_json::from_str::<UpgradeReport>(line).map_err(|e| e.to_string()),
+        Ok(o) => Err(o.error.unwrap_or_else(|| "-".into())),
+        Err(_) => {
+            // It died before reporting: reap it and say so.
+            let status = child.wait().map(|s| s.to_string()).unwrap_or_default();
+            Err(format!(
+                "{} exited ({status}) without a report",
+                bin.display()
+            ))
+        }
+    };
+    let report = report.map_err(|e| {
         let _ = child.wait();
-        return Err(format!(
-            "upgrade failed, the running ferrovsd carries on: {} (log: {})",
-            s(&v["error"]),
+        format!(
+            "upgrade failed, the running ferrovsd carries on: {e} (log: {})",
             log_path.display()
-        ));
-    }
+        )
+    })?;
     if cli.json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?
+            serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
         );
     } else {
-        println!("upgraded: {}", upgrade_line(&v));
+        println!("upgraded: {}", upgrade_line(&report));
     }
     Ok(())
+}
+
+/// Parses a count argument: `what: 'x' is not ...`.
+fn count<T: std::str::FromStr>(
+    arg: Option<String>,
+    err: impl Fn(&str) -> String,
+) -> Result<Option<T>, String> {
+    arg.map(|n| n.parse().map_err(|_| err(&n))).transpose()
+}
+
+/// A clap error as one line: ours for an unknown command, clap's otherwise.
+fn usage_error(e: &clap::Error) -> String {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if e.kind() == ErrorKind::InvalidSubcommand {
+        if let Some(ContextValue::String(c)) = e.get(ContextKind::InvalidSubcommand) {
+            return format!("unknown command '{c}'\n{USAGE}");
+        }
+    }
+    if matches!(
+        e.kind(),
+        ErrorKind::MissingSubcommand | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) && std::env::args().any(|a| a == "config")
+    {
+        return format!("usage: config get [KEY] | config set KEY VALUE\n{USAGE}");
+    }
+    // clap's message up to its usage line, on one line.
+    let text = e.render().to_string();
+    let msg: Vec<&str> = text
+        .lines()
+        .take_while(|l| !l.starts_with("Usage:"))
+        .map(|l| l.trim().trim_start_matches("error: "))
+        .filter(|l| !l.is_empty())
+        .collect();
+    format!("{}\n{USAGE}", msg.join(" "))
 }
 
 fn run() -> Result<(), String> {
-    let mut args: Vec<String> = std::env::args().skip(1).collect();
-    let json = args.iter().any(|a| a == "--json");
-    args.retain(|a| a != "--json");
-    let mut run_dir = std::env::var_os("FERROVS_RUN_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| "/run/ferrovs".into());
-    if args.first().map(String::as_str) == Some("--run-dir") {
-        if args.len() < 2 {
-            return Err("--run-dir needs a value".into());
-        }
-        run_dir = args[1].clone().into();
-        args.drain(..2);
-    }
-    let cli = Cli { run_dir, json };
-    let a: Vec<&str> = args.iter().map(String::as_str).collect();
-    let need = |n: usize| {
-        if a.len() == n {
-            Ok(())
-        } else {
-            Err(format!("'{}' takes {} argument(s)\n{USAGE}", a[0], n - 1))
-        }
+    let args = Args::try_parse().map_err(|e| usage_error(&e))?;
+    let cli = Cli {
+        client: Client::new(args.run_dir.unwrap_or_else(ferrovs_proto::default_run_dir)),
+        json: args.json,
     };
-    let (req, printer): (Request, fn(&Value)) = match a.first().copied() {
-        None | Some("-h") | Some("--help") | Some("help") => {
-            println!("{USAGE}");
-            return Ok(());
-        }
-        Some("show") => (Request::Show, print_show),
-        Some("version") => (Request::Version, |v| {
-            println!("ferrovsd {}", s(&v["version"]))
+    let cmd = match args.cmd {
+        Some(Cmd::Help) | None => None,
+        _ if args.help => None,
+        Some(c) => Some(c),
+    };
+    let Some(cmd) = cmd else {
+        println!("{USAGE}");
+        return Ok(());
+    };
+    let done = |_: &()| {};
+    match cmd {
+        Cmd::Help => Ok(()),
+        Cmd::Show => cli.show(Request::Show, print_show),
+        Cmd::Version => cli.show(Request::Version, |v: &Version| {
+            println!("ferrovsd {}", v.version)
         }),
-        Some("add-bridge") | Some("add-br") => {
-            need(2)?;
-            (
-                Request::AddBridge {
-                    bridge: a[1].into(),
-                },
-                |_| {},
-            )
-        }
-        Some("del-bridge") | Some("del-br") => {
-            need(2)?;
-            (
-                Request::DelBridge {
-                    bridge: a[1].into(),
-                },
-                |_| {},
-            )
-        }
-        Some("add-port") => {
-            if a.len() < 3 {
-                return Err(format!("add-port takes BRIDGE PORT and options\n{USAGE}"));
+        Cmd::AddBridge { bridge } => cli.show(Request::AddBridge { bridge }, done),
+        Cmd::DelBridge { bridge } => cli.show(Request::DelBridge { bridge }, done),
+        Cmd::AddPort {
+            bridge,
+            port,
+            options,
+        } => cli.show(
+            Request::AddPort {
+                bridge,
+                port,
+                options,
+            },
+            done,
+        ),
+        Cmd::DelPort { bridge, port } => cli.show(Request::DelPort { bridge, port }, done),
+        Cmd::SetPort { port, options } => cli.show(Request::SetPort { port, options }, done),
+        Cmd::PortStats { port } => cli.show(Request::PortStats { port }, print_port_stats),
+        Cmd::PmdStats => cli.show(Request::PmdStats, print_pmd_stats),
+        Cmd::PmdStatsClear => cli.show(Request::PmdStatsClear, done),
+        Cmd::MacTable { bridge } => cli.show(Request::MacTable { bridge }, |v: &Vec<MacEntry>| {
+            println!(" port                VLAN  MAC                Age");
+            for e in v {
+                println!(
+                    " {:<18} {:>4}  {}  {:>4}",
+                    e.port,
+                    e.vlan.to_string(),
+                    e.mac,
+                    e.age.to_string()
+                );
             }
-            let options = a[3..].iter().map(|s| s.to_string()).collect();
-            (
-                Request::AddPort {
-                    bridge: a[1].into(),
-                    port: a[2].into(),
-                    options,
-                },
-                |_| {},
-            )
-        }
-        Some("del-port") => {
-            need(3)?;
-            (
-                Request::DelPort {
-                    bridge: a[1].into(),
-                    port: a[2].into(),
-                },
-                |_| {},
-            )
-        }
-        Some("set-port") => {
-            if a.len() < 3 {
-                return Err(format!(
-                    "set-port takes PORT and KEY=VALUE options\n{USAGE}"
-                ));
-            }
-            (
-                Request::SetPort {
-                    port: a[1].into(),
-                    options: a[2..].iter().map(|s| s.to_string()).collect(),
-                },
-                |_| {},
-            )
-        }
-        Some("port-stats") => {
-            if a.len() > 2 {
-                return Err(format!("port-stats takes at most one port\n{USAGE}"));
-            }
-            (
-                Request::PortStats {
-                    port: a.get(1).map(|s| s.to_string()),
-                },
-                print_port_stats,
-            )
-        }
-        Some("pmd-stats") => (Request::PmdStats, print_pmd_stats),
-        Some("pmd-stats-clear") => (Request::PmdStatsClear, |_| {}),
-        Some("mac-table") => {
-            need(2)?;
-            (
-                Request::MacTable {
-                    bridge: a[1].into(),
-                },
-                |v| {
-                    println!(" port                VLAN  MAC                Age");
-                    for e in v.as_array().into_iter().flatten() {
-                        println!(
-                            " {:<18} {:>4}  {}  {:>4}",
-                            s(&e["port"]),
-                            s(&e["vlan"]),
-                            s(&e["mac"]),
-                            s(&e["age"])
-                        );
+        }),
+        Cmd::Config {
+            op: ConfigOp::Get { key },
+        } => cli.show(Request::ConfigGet { key }, |v: &ConfigGet| match v {
+            ConfigGet::All(s) => s.pairs().iter().for_each(|(k, v)| println!("{k}={v}")),
+            ConfigGet::One(v) => println!("{v}"),
+        }),
+        Cmd::Config {
+            op: ConfigOp::Set { key, value },
+        } => cli.show(Request::ConfigSet { key, value }, done),
+        Cmd::Upgrade { binary } => upgrade(&cli, binary.as_deref()),
+        Cmd::UpgradeHistory { last } => {
+            let last = count(last, |n| format!("upgrade-history: '{n}' is not a count"))?;
+            cli.show(
+                Request::UpgradeHistory { last },
+                |v: &Vec<UpgradeReport>| {
+                    for r in v {
+                        println!("{}", upgrade_line(r));
                     }
                 },
             )
         }
-        Some("config") => match a.get(1).copied() {
-            Some("get") if a.len() <= 3 => (
-                Request::ConfigGet {
-                    key: a.get(2).map(|s| s.to_string()),
-                },
-                |v| match v {
-                    Value::Object(m) => m.iter().for_each(|(k, v)| println!("{k}={}", s(v))),
-                    other => println!("{}", s(other)),
-                },
-            ),
-            Some("set") if a.len() == 4 => (
-                Request::ConfigSet {
-                    key: a[2].into(),
-                    value: a[3].into(),
-                },
-                |_| {},
-            ),
-            _ => {
-                return Err(format!(
-                    "usage: config get [KEY] | config set KEY VALUE\n{USAGE}"
-                ))
-            }
-        },
-        Some("upgrade") => {
-            if a.len() > 2 {
-                return Err(format!(
-                    "upgrade takes at most the new binary's path\n{USAGE}"
-                ));
-            }
-            return upgrade(&cli, a.get(1).copied());
+        Cmd::AddFlow { bridge, flow } => cli.show(
+            Request::AddFlows {
+                bridge,
+                flows: vec![flow],
+            },
+            |_: &AddFlows| {},
+        ),
+        Cmd::AddFlows { bridge, file } => add_flows_file(&cli, &bridge, &file),
+        Cmd::DelFlows {
+            bridge,
+            strict,
+            filter,
+        } => cli.show(
+            Request::DelFlows {
+                bridge,
+                filter,
+                strict,
+            },
+            |v: &DelFlows| println!("deleted {} rule(s), {} left", v.deleted, v.rules),
+        ),
+        Cmd::DumpFlows { bridge, filter } => {
+            cli.show(Request::DumpFlows { bridge, filter }, print_flows)
         }
-        Some("upgrade-history") => {
-            let last = match a.get(1) {
-                Some(n) => Some(
-                    n.parse()
-                        .map_err(|_| format!("upgrade-history: '{n}' is not a count"))?,
-                ),
-                None => None,
-            };
-            (Request::UpgradeHistory { last }, |v| {
-                for r in v.as_array().into_iter().flatten() {
-                    println!("{}", upgrade_line(r));
-                }
-            })
-        }
-        Some("add-flow") => {
-            need(3)?;
-            (
-                Request::AddFlows {
-                    bridge: a[1].into(),
-                    flows: vec![a[2].into()],
-                },
-                |_| {},
-            )
-        }
-        Some("add-flows") => {
-            need(3)?;
-            return add_flows_file(&cli, a[1], a[2]);
-        }
-        Some("del-flows") => {
-            let strict = a.contains(&"--strict");
-            let rest: Vec<&str> = a[1..]
-                .iter()
-                .copied()
-                .filter(|x| *x != "--strict")
-                .collect();
-            if rest.is_empty() || rest.len() > 2 {
-                return Err(format!(
-                    "del-flows takes BRIDGE, --strict and a FILTER\n{USAGE}"
-                ));
-            }
-            (
-                Request::DelFlows {
-                    bridge: rest[0].into(),
-                    filter: rest.get(1).map(|s| s.to_string()),
-                    strict,
-                },
-                |v| {
+        Cmd::DumpMegaflows { bridge } => cli.show(
+            Request::DumpMegaflows { bridge },
+            |v: &Vec<MegaflowEntry>| {
+                for e in v {
                     println!(
-                        "deleted {} rule(s), {} left",
-                        s(&v["deleted"]),
-                        s(&v["rules"])
-                    )
-                },
-            )
+                        "{}, packets:{}, bytes:{}, used:{}s, actions:{}",
+                        e.matches, e.packets, e.bytes, e.used_s_ago, e.actions
+                    );
+                }
+            },
+        ),
+        Cmd::Monitor { seconds } => {
+            let secs = count(seconds, |n| {
+                format!("monitor: '{n}' is not a number of seconds")
+            })?;
+            monitor(&cli, secs)
         }
-        Some("dump-flows") => {
-            if a.len() < 2 || a.len() > 3 {
-                return Err(format!("dump-flows takes BRIDGE and a FILTER\n{USAGE}"));
-            }
-            (
-                Request::DumpFlows {
-                    bridge: a[1].into(),
-                    filter: a.get(2).map(|s| s.to_string()),
-                },
-                print_flows,
-            )
-        }
-        Some("dump-megaflows") => {
-            need(2)?;
-            (
-                Request::DumpMegaflows {
-                    bridge: a[1].into(),
-                },
-                |v| {
-                    for e in v.as_array().into_iter().flatten() {
-                        println!(
-                            "{}, packets:{}, bytes:{}, used:{}s, actions:{}",
-                            s(&e["match"]),
-                            s(&e["packets"]),
-                            s(&e["bytes"]),
-                            s(&e["used_s_ago"]),
-                            s(&e["actions"])
-                        );
-                    }
-                },
-            )
-        }
-        Some("monitor") => {
-            let secs = match a.get(1) {
-                Some(n) => Some(
-                    n.parse()
-                        .map_err(|_| format!("monitor: '{n}' is not a number of seconds"))?,
-                ),
-                None => None,
-            };
-            return monitor(&cli, secs);
-        }
-        Some(other) => return Err(format!("unknown command '{other}'\n{USAGE}")),
-    };
-    let v = cli.call(&req)?;
-    if cli.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?
-        );
-    } else {
-        printer(&v);
     }
-    Ok(())
 }
 
 /// `dump-flows`, as ovs-ofctl prints it.
-fn print_flows(v: &Value) {
-    for r in v.as_array().into_iter().flatten() {
+fn print_flows(v: &Vec<FlowEntry>) {
+    for r in v {
         println!(
             " cookie={}, duration={:.3}s, table={}, n_packets={}, n_bytes={}, {}",
-            s(&r["cookie"]),
-            r["duration_s"].as_f64().unwrap_or(0.0),
-            s(&r["table"]),
-            s(&r["n_packets"]),
-            s(&r["n_bytes"]),
-            s(&r["flow"])
+            r.cookie, r.duration_s, r.table, r.n_packets, r.n_bytes, r.flow
         );
     }
 }
@@ -742,7 +772,7 @@ fn add_flows_file(cli: &Cli, bridge: &str, path: &str) -> Result<(), String> {
         bridge: bridge.into(),
         flows,
     };
-    let v = cli.call(&req).map_err(|e| {
+    let v: AddFlows = cli.call(&req).map_err(|e| {
         // "flow N: why" -> "FILE:LINE: why"
         let parsed = e.strip_prefix("flow ").and_then(|r| {
             let (n, why) = r.split_once(": ")?;
@@ -755,13 +785,9 @@ fn add_flows_file(cli: &Cli, bridge: &str, path: &str) -> Result<(), String> {
         }
     })?;
     if cli.json {
-        println!("{v}");
+        println!("{}", serde_json::to_string(&v).map_err(|e| e.to_string())?);
     } else {
-        println!(
-            "added {} rule(s), {} in all",
-            s(&v["added"]),
-            s(&v["rules"])
-        );
+        println!("added {} rule(s), {} in all", v.added, v.rules);
     }
     Ok(())
 }

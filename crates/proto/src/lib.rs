@@ -1,7 +1,24 @@
 //! The ferrovsd control protocol: typed requests and responses, and its client.
+//!
+//! A client connects to `RUN_DIR/ferrovs.ctl` ([`CTL_SOCKET`]), writes one JSON object per
+//! line and reads one JSON object per line back. Requests ([`Request`]) are tagged by
+//! `"cmd"`; responses are `{"ok": true, "result": ...}` or `{"ok": false, "error": "message"}`
+//! ([`Response`]); each command's result has its own type in [`reply`]. See
+//! `docs/control-protocol.md` for every command.
+//!
+//! This crate depends on serde alone, so that the CLI, the fuzz targets and any other client
+//! build without the datapath.
 #![forbid(unsafe_code)]
 
 use std::path::PathBuf;
+
+mod client;
+pub mod reply;
+mod request;
+
+pub use client::{Client, ClientError};
+pub use reply::Reply;
+pub use request::{Request, Response, MAX_REQUEST};
 
 /// The control socket's file name in the run directory.
 pub const CTL_SOCKET: &str = "ferrovs.ctl";

@@ -8,10 +8,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use ferrovs_control::client::call;
-use ferrovs_control::proto::Request;
 use ferrovs_control::{Daemon, DaemonOptions};
 use ferrovs_packet::build::{self, Stamp};
+use ferrovs_proto::{Client, Request};
 use ferrovs_vhost::frontend::{Frontend, FrontendConfig, RxQueue, TxQueue};
 use serde_json::Value;
 
@@ -56,7 +55,7 @@ impl Switch {
     }
 
     pub fn req(&self, r: Request) -> Result<Value, String> {
-        call(&self.dir, &r)
+        Client::new(&self.dir).call_raw(&r).map_err(|e| e.message())
     }
 
     pub fn port_stats(&self, port: &str) -> Value {

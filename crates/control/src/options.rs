@@ -1,119 +1,9 @@
-//! The control-socket protocol.
-//!
-//! A client connects to `RUN_DIR/ferrovs.ctl`, writes one JSON object per line and reads one
-//! JSON object per line back. Requests are tagged by `"cmd"`; responses are
-//! `{"ok": true, "result": ...}` or `{"ok": false, "error": "message"}`.
-//! See `docs/control-protocol.md` for every command.
+//! `key=value` port options as `ferrovs add-port` and `set-port` send them, parsed into the
+//! configuration model (the requests themselves are `ferrovs_proto::Request`).
 
 use std::path::PathBuf;
 
-use serde::{Deserialize, Serialize};
-
 use crate::config::{ConfigError, PortConfig, PortType};
-
-/// Longest request line accepted: room for a bulk `add-flows` of some 500 000 rules (all or
-/// none is one request). A client sending more is answered with an error and disconnected;
-/// the daemon never buffers more than this per client.
-pub const MAX_REQUEST: usize = 32 << 20;
-
-/// A control request.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "cmd", rename_all = "kebab-case", deny_unknown_fields)]
-pub enum Request {
-    Show,
-    Version,
-    AddBridge {
-        bridge: String,
-    },
-    DelBridge {
-        bridge: String,
-    },
-    AddPort {
-        bridge: String,
-        port: String,
-        options: Vec<String>,
-    },
-    DelPort {
-        bridge: String,
-        port: String,
-    },
-    /// Changes settings of a live port (`key=value`: coalesce-usecs, coalesce-frames).
-    SetPort {
-        port: String,
-        options: Vec<String>,
-    },
-    PortStats {
-        port: Option<String>,
-    },
-    PmdStats,
-    PmdStatsClear,
-    MacTable {
-        bridge: String,
-    },
-    ConfigGet {
-        key: Option<String>,
-    },
-    ConfigSet {
-        key: String,
-        value: String,
-    },
-    /// The last takeovers (hot upgrades) with their phases.
-    UpgradeHistory {
-        #[serde(default)]
-        last: Option<usize>,
-    },
-    /// Installs rules (`ferrovs add-flow` syntax), all or none.
-    AddFlows {
-        bridge: String,
-        flows: Vec<String>,
-    },
-    /// Removes the rules a filter selects (none given: every rule).
-    DelFlows {
-        bridge: String,
-        #[serde(default)]
-        filter: Option<String>,
-        #[serde(default)]
-        strict: bool,
-    },
-    /// The rules (a filter selects some) with their counters.
-    DumpFlows {
-        bridge: String,
-        #[serde(default)]
-        filter: Option<String>,
-    },
-    /// The bridge's megaflow cache entries.
-    DumpMegaflows {
-        bridge: String,
-    },
-}
-
-/// A response.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Response {
-    pub ok: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub result: Option<serde_json::Value>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-}
-
-impl Response {
-    pub fn ok(v: serde_json::Value) -> Response {
-        Response {
-            ok: true,
-            result: Some(v),
-            error: None,
-        }
-    }
-
-    pub fn err(e: impl std::fmt::Display) -> Response {
-        Response {
-            ok: false,
-            result: None,
-            error: Some(e.to_string()),
-        }
-    }
-}
 
 /// Applies a `coalesce-usecs`/`coalesce-frames` option to `p` (range checks are
 /// [`crate::config::validate_port`]'s).
@@ -209,20 +99,6 @@ pub fn port_from_options(name: &str, opts: &[String]) -> Result<PortConfig, Conf
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn requests_are_tagged_json() {
-        let r: Request =
-            serde_json::from_str(r#"{"cmd":"del-port","bridge":"br0","port":"vm1"}"#).unwrap();
-        assert_eq!(
-            r,
-            Request::DelPort {
-                bridge: "br0".into(),
-                port: "vm1".into()
-            }
-        );
-        assert!(serde_json::from_str::<Request>(r#"{"cmd":"explode"}"#).is_err());
-    }
 
     #[test]
     fn port_options() {

@@ -1,0 +1,186 @@
+//! OpenFlow-style rules: add, delete and dump them, the megaflow cache, and the
+//! revalidator's periodic pass.
+
+use ferrovs_proto::reply::{AddFlows, DelFlows, FlowEntry, MegaflowEntry};
+
+use super::*;
+
+impl Daemon {
+    /// The revalidator's periodic pass (see [`REVALIDATE_EVERY`]).
+    pub(super) fn revalidator(&mut self) {
+        let now_s = self.clock.load(Ordering::Relaxed);
+        let max_idle = self
+            .config
+            .setting_u32("flow-max-idle", dp::flow::megaflow::DEFAULT_MAX_IDLE_S);
+        let mut expired = Vec::new();
+        for (name, b) in self.bridges.iter_mut() {
+            if b.pipeline.is_none() && b.cache.size().0 == 0 {
+                continue;
+            }
+            b.cache.maintain(now_s, max_idle);
+            let now = Instant::now();
+            let gone = b.rules.expire(now, |r| {
+                match r.stats.used.load(Ordering::Relaxed) {
+                    // Never hit: idle since installed.
+                    0 => now.duration_since(r.installed),
+                    u => Duration::from_secs(u64::from(now_s).saturating_sub(u)),
+                }
+            });
+            if !gone.is_empty() {
+                b.dirty = true;
+                expired.push(name.clone());
+            }
+        }
+        if expired.is_empty() {
+            return;
+        }
+        for name in &expired {
+            self.sync_flows_config(name);
+        }
+        self.publish();
+        self.save();
+    }
+
+    /// Copies a bridge's rules into the configuration (to be saved).
+    pub(super) fn sync_flows_config(&mut self, bridge: &str) {
+        let Some(b) = self.bridges.get(bridge) else {
+            return;
+        };
+        let flows = (!b.rules.is_plain_normal()).then(|| b.rules.texts());
+        if let Some(c) = self.cfg_bridge(bridge) {
+            c.flows = flows;
+        }
+    }
+
+    /// Applies `flow-limit` to every megaflow cache.
+    pub(super) fn apply_flow_limit(&self) {
+        let limit = self
+            .config
+            .setting_u32("flow-limit", dp::flow::megaflow::DEFAULT_LIMIT as u32);
+        for b in self.bridges.values() {
+            b.cache.set_limit(limit as usize);
+        }
+    }
+
+    pub(super) fn bridge_mut(&mut self, bridge: &str) -> Result<&mut BridgeState, ConfigError> {
+        self.bridges
+            .get_mut(bridge)
+            .ok_or_else(|| ConfigError::Invalid(format!("no bridge named {bridge}")))
+    }
+
+    /// `ferrovs add-flow(s)`: all the rules or none (the first bad one is named).
+    pub(super) fn add_flows(
+        &mut self,
+        bridge: &str,
+        flows: &[String],
+    ) -> Result<AddFlows, ConfigError> {
+        let mut specs = Vec::with_capacity(flows.len());
+        for (i, f) in flows.iter().enumerate() {
+            let spec = ferrovs_flow::parse_flow(f).map_err(|e| {
+                ConfigError::Invalid(if flows.len() == 1 {
+                    format!("bad flow: {e}")
+                } else {
+                    format!("flow {}: {e}", i + 1)
+                })
+            })?;
+            specs.push(spec);
+        }
+        let n = specs.len();
+        let b = self.bridge_mut(bridge)?;
+        b.rules.add(specs);
+        b.dirty = true;
+        self.sync_flows_config(bridge);
+        self.publish();
+        Ok(AddFlows {
+            added: n,
+            rules: self.bridges[bridge].rules.len(),
+        })
+    }
+
+    /// `ferrovs del-flows`.
+    pub(super) fn del_flows(
+        &mut self,
+        bridge: &str,
+        filter: &str,
+        strict: bool,
+    ) -> Result<DelFlows, ConfigError> {
+        let f = ferrovs_flow::parse_filter(filter)
+            .map_err(|e| ConfigError::Invalid(format!("bad flow filter: {e}")))?;
+        let b = self.bridge_mut(bridge)?;
+        // Statistics of the rules going away are final: push them first (for nobody, but
+        // the megaflows pointing to them are about to be revalidated anyway).
+        let n = b.rules.delete(&f, strict);
+        if n > 0 {
+            b.dirty = true;
+            self.sync_flows_config(bridge);
+            self.publish();
+        }
+        Ok(DelFlows {
+            deleted: n,
+            rules: self.bridges[bridge].rules.len(),
+        })
+    }
+
+    /// `ferrovs dump-flows`: the rules `filter` selects, with their counters.
+    pub(super) fn dump_flows(
+        &self,
+        bridge: &str,
+        filter: Option<&str>,
+    ) -> Result<Vec<FlowEntry>, ConfigError> {
+        let b = self
+            .bridges
+            .get(bridge)
+            .ok_or_else(|| ConfigError::Invalid(format!("no bridge named {bridge}")))?;
+        let f = ferrovs_flow::parse_filter(filter.unwrap_or(""))
+            .map_err(|e| ConfigError::Invalid(format!("bad flow filter: {e}")))?;
+        b.cache.push_stats();
+        let v: Vec<_> = b
+            .rules
+            .rules()
+            .iter()
+            .filter(|r| f.selects(&r.spec, false))
+            .map(|r| {
+                let s = &r.spec;
+                FlowEntry {
+                    cookie: format!("{:#x}", s.cookie),
+                    duration_s: r.installed.elapsed().as_millis() as f64 / 1000.0,
+                    flow: s.to_string(),
+                    hard_timeout: s.hard_timeout.into(),
+                    idle_timeout: s.idle_timeout.into(),
+                    n_bytes: r.stats.bytes.load(Ordering::Relaxed),
+                    n_packets: r.stats.packets.load(Ordering::Relaxed),
+                    priority: s.priority.into(),
+                    table: s.table.into(),
+                }
+            })
+            .collect();
+        Ok(v)
+    }
+
+    /// `ferrovs dump-megaflows`: the bridge's cached megaflows.
+    pub(super) fn dump_megaflows(&self, bridge: &str) -> Result<Vec<MegaflowEntry>, ConfigError> {
+        let b = self
+            .bridges
+            .get(bridge)
+            .ok_or_else(|| ConfigError::Invalid(format!("no bridge named {bridge}")))?;
+        let names: HashMap<u32, &str> = self
+            .ports
+            .values()
+            .map(|p| (p.id, p.cfg.name.as_str()))
+            .collect();
+        let now = self.clock.load(Ordering::Relaxed);
+        let v: Vec<_> = b
+            .cache
+            .entries()
+            .iter()
+            .map(|f| MegaflowEntry {
+                actions: crate::flows::format_dp_actions(&f.actions, &names),
+                bytes: f.bytes.load(Ordering::Relaxed),
+                matches: crate::flows::format_megaflow(&f.key, &f.mask, &names),
+                packets: f.packets.load(Ordering::Relaxed),
+                used_s_ago: now.saturating_sub(f.used.load(Ordering::Relaxed)).into(),
+            })
+            .collect();
+        Ok(v)
+    }
+}

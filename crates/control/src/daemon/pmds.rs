@@ -1,0 +1,201 @@
+//! PMD threads: starting them on their cores, their rx mode, and the datapath snapshots
+//! published to them RCU-style (a new snapshot, then a wait until every PMD moved past it).
+
+use super::*;
+
+impl Daemon {
+    pub(super) fn pmd_cores(&self) -> Vec<usize> {
+        if !self.config.pmd_cores.is_empty() {
+            return self.config.pmd_cores.clone();
+        }
+        vec![*self.all_cpus.last().unwrap_or(&0)]
+    }
+
+    pub(super) fn start_pmds(&mut self) -> io::Result<()> {
+        for mut p in self.pmds.drain(..) {
+            p.stop();
+        }
+        let cores = self.pmd_cores();
+        // Validated when set; a bad value in a hand-edited file means normal.
+        let priority = self
+            .config
+            .other
+            .get("pmd-priority")
+            .and_then(|v| config::parse_priority(v).ok())
+            .flatten();
+        for (i, c) in cores.iter().enumerate() {
+            self.pmds.push(PmdHandle::spawn(
+                i,
+                Some(*c),
+                priority,
+                self.datapath.clone(),
+                self.clock.clone(),
+            )?);
+        }
+        self.pmd_baseline = vec![[0; 4]; cores.len()];
+        self.apply_rx_mode();
+        // Keep the control thread off the PMD cores when there is another core (as OVS keeps
+        // non-PMD threads outside pmd-cpu-mask): a PMD never waits behind it, and it never
+        // waits behind a PMD.
+        let others: Vec<usize> = self
+            .all_cpus
+            .iter()
+            .copied()
+            .filter(|c| !cores.contains(c))
+            .collect();
+        let _ = os::set_affinity(if others.is_empty() {
+            &self.all_cpus
+        } else {
+            &others
+        });
+        self.publish();
+        Ok(())
+    }
+
+    /// Applies `pmd-rx-mode` and `pmd-sleep-after-us` to the PMDs.
+    pub(super) fn apply_rx_mode(&self) {
+        let mode = self
+            .config
+            .other
+            .get("pmd-rx-mode")
+            .and_then(|m| dp::RxMode::parse(m))
+            .unwrap_or_default();
+        let after = self
+            .config
+            .setting_u32("pmd-sleep-after-us", dp::DEFAULT_SLEEP_AFTER_US as u32);
+        self.datapath.set_rx_mode(mode, after as u64);
+        self.datapath
+            .set_sleep_max_us(self.config.setting_u32("pmd-sleep-max-us", 0) as u64);
+        self.datapath
+            .set_emc_insert_inv_prob(self.config.setting_u32(
+                "emc-insert-inv-prob",
+                dp::flow::emc::DEFAULT_INSERT_INV_PROB,
+            ));
+        for p in &self.pmds {
+            p.wake();
+        }
+    }
+
+    /// Builds and publishes the datapath snapshot from the current state. When a bridge's
+    /// rules (or the ports its rules name) changed, its pipeline is rebuilt with the next
+    /// generation, its megaflow cache revalidated, and this returns only once every PMD has
+    /// finished the iteration it was in: from then on no packet is decided by a replaced rule.
+    pub(super) fn publish(&mut self) {
+        let mut rebuilt = Vec::new();
+        for (name, b) in self.bridges.iter_mut() {
+            let mut members: Vec<(String, u32)> = self
+                .ports
+                .values()
+                .filter(|p| &p.bridge == name)
+                .map(|p| (p.cfg.name.clone(), p.id))
+                .collect();
+            members.sort();
+            if !b.dirty && (b.pipeline.is_none() || members == b.built_ports) {
+                continue;
+            }
+            b.dirty = false;
+            b.gen += 1;
+            b.pipeline = if b.rules.is_plain_normal() {
+                None
+            } else {
+                let resolve = |n: &str| members.iter().find(|(m, _)| m == n).map(|(_, id)| *id);
+                Some(Arc::new(b.rules.build(&resolve)))
+            };
+            b.built_ports = members;
+            rebuilt.push(name.clone());
+        }
+        self.publish_snapshot();
+        if rebuilt.is_empty() {
+            return;
+        }
+        for name in &rebuilt {
+            let b = &self.bridges[name];
+            b.cache.revalidate(b.pipeline.as_deref(), b.gen);
+        }
+        self.quiesce();
+    }
+
+    /// Waits until every PMD finished the iteration it was in (at most 1 s: a PMD that does
+    /// not move on is stuck elsewhere, and waiting longer would stall the control plane).
+    pub(super) fn quiesce(&self) {
+        if !self.wait_pmd_iterations() {
+            log::warn!("a PMD did not finish its iteration within 1 s");
+        }
+    }
+
+    /// Wakes every PMD (one waiting for work must finish that wait) and waits until each
+    /// finished the iteration it was in: its epoch moved on. False after
+    /// [`PMD_ITERATION_TIMEOUT`].
+    pub(super) fn wait_pmd_iterations(&self) -> bool {
+        let seen: Vec<u64> = self
+            .pmds
+            .iter()
+            .map(|p| p.stats.epoch.load(Ordering::Acquire))
+            .collect();
+        for p in &self.pmds {
+            p.wake();
+        }
+        let t = Instant::now();
+        while !self
+            .pmds
+            .iter()
+            .zip(&seen)
+            .all(|(p, s)| p.stats.epoch.load(Ordering::Acquire) > *s)
+        {
+            let waited = t.elapsed();
+            if waited > PMD_ITERATION_TIMEOUT {
+                return false;
+            }
+            if waited < Duration::from_micros(50) {
+                std::hint::spin_loop();
+            } else {
+                // A PMD sharing our core (no spare core) needs it to finish its burst.
+                std::thread::sleep(Duration::from_micros(20));
+            }
+        }
+        true
+    }
+
+    pub(super) fn publish_snapshot(&mut self) {
+        let mut ports: Vec<Option<Arc<Port>>> = vec![None; self.port_slots.len()];
+        for p in self.ports.values() {
+            ports[p.id as usize] = Some(p.port.clone());
+        }
+        let mut bridges: Vec<Option<Arc<Bridge>>> = vec![None; self.bridge_slots.len()];
+        for (name, b) in &self.bridges {
+            let members = self
+                .ports
+                .values()
+                .filter(|p| &p.bridge == name)
+                .map(|p| p.id)
+                .collect();
+            let flows = b.pipeline.as_ref().map(|p| BridgeFlows {
+                pipeline: p.clone(),
+                gen: b.gen,
+                cache: b.cache.clone(),
+            });
+            let default_rule = b
+                .pipeline
+                .is_none()
+                .then(|| b.rules.rules().first().map(|r| r.stats.clone()))
+                .flatten();
+            bridges[b.id as usize] = Some(Arc::new(Bridge {
+                name: name.clone(),
+                macs: b.macs.clone(),
+                ports: members,
+                flows,
+                default_rule,
+            }));
+        }
+        let pmd_rxqs = dp::assign_rxqs(&ports, self.pmds.len());
+        self.datapath.publish(Snapshot {
+            bridges,
+            ports,
+            pmd_rxqs,
+        });
+        // A sleeping PMD looks at its (new) work at once.
+        for p in &self.pmds {
+            p.wake();
+        }
+    }
+}

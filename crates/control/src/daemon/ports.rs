@@ -1,0 +1,435 @@
+//! Bridges and ports: adding and removing them, and opening the kernel side of TAP,
+//! uplink (AF_XDP or AF_PACKET) and VXLAN ports.
+
+use ferrovs_sys::kernel::af_packet::AfPacketError;
+use ferrovs_sys::kernel::af_xdp::XskError;
+use ferrovs_sys::kernel::tap::TapError;
+
+use super::*;
+
+/// Why a kernel port could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum KernelPortError {
+    #[error("cannot bind {local} (each vxlan port needs its own local_ip or dst_port)")]
+    VxlanBind {
+        local: SocketAddrV4,
+        #[source]
+        source: io::Error,
+    },
+    #[error(transparent)]
+    Tap(#[from] TapError),
+    #[error(transparent)]
+    AfPacket(#[from] AfPacketError),
+    #[error(transparent)]
+    AfXdp(#[from] XskError),
+    /// `mode=af_xdp` was asked for and AF_XDP cannot be set up.
+    #[error("mode=af_xdp")]
+    ForcedAfXdp(#[source] XskError),
+    #[error("{0} is not a kernel port type")]
+    NotKernel(&'static str),
+}
+
+/// Opens the kernel side of a TAP or uplink port. An uplink without `mode=` tries AF_XDP
+/// and falls back to AF_PACKET; the second value then says why AF_XDP was not used.
+pub(super) fn open_kernel_port(
+    cfg: &PortConfig,
+) -> Result<(PortIo, Option<String>), KernelPortError> {
+    let dev = cfg.dev.as_deref().unwrap_or_default();
+    let af_packet = || {
+        AfPacket::open(dev, RingGeometry::DEFAULT)
+            .map(|(sock, ring)| PortIo::Uplink(UplinkIo::new(sock, ring)))
+    };
+    let af_xdp = || {
+        XskSocket::open(dev, XskGeometry::DEFAULT)
+            .map(|(sock, rx, tx)| PortIo::Xdp(Box::new(XdpIo::new(sock, rx, tx))))
+    };
+    match (cfg.kind, cfg.mode) {
+        (PortType::Vxlan, _) => {
+            let (local, remote, vni) = vxlan_endpoints(cfg);
+            dp::VxlanIo::open(local, remote, vni)
+                .map(|v| (PortIo::Vxlan(v), None))
+                .map_err(|source| KernelPortError::VxlanBind { local, source })
+        }
+        (PortType::Tap, _) => Ok((
+            PortIo::Tap(TapIo::new(ferrovs_sys::kernel::tap::Tap::open(dev)?)),
+            None,
+        )),
+        (PortType::Uplink, Some(UplinkMode::AfPacket)) => Ok((af_packet()?, None)),
+        (PortType::Uplink, Some(UplinkMode::AfXdp)) => af_xdp()
+            .map(|io| (io, None))
+            .map_err(KernelPortError::ForcedAfXdp),
+        (PortType::Uplink, None) if !ferrovs_sys::kernel::netdev::is_physical(dev) => {
+            // What comes from this host's own stack (the peer of a veth) may be a partial
+            // checksum or a GSO packet: only PACKET_VNET_HDR says so; AF_XDP frames carry no
+            // such metadata and would forward pseudo-header sums as checksums.
+            let why = format!(
+                "{dev} is a virtual device: its peer may send partial checksums and GSO \
+                 packets, whose metadata only AF_PACKET carries (mode=af_xdp forces AF_XDP)"
+            );
+            Ok((af_packet()?, Some(why)))
+        }
+        (PortType::Uplink, None) => match af_xdp() {
+            Ok(io) => Ok((io, None)),
+            // No such device: AF_PACKET would say the same.
+            Err(e) if netdev_missing(dev) => Err(e.into()),
+            Err(e) => {
+                let why = with_sources(&e);
+                let io = af_packet()?;
+                log::warn!(
+                    "port {}: AF_XDP unavailable ({why}); using AF_PACKET",
+                    cfg.name
+                );
+                Ok((io, Some(why)))
+            }
+        },
+        (PortType::VhostUser | PortType::VhostUserClient, _) => {
+            Err(KernelPortError::NotKernel(cfg.kind.name()))
+        }
+    }
+}
+
+/// A vxlan port's (local, remote, VNI).
+pub(super) fn vxlan_endpoints(cfg: &PortConfig) -> (SocketAddrV4, SocketAddrV4, u32) {
+    let port = cfg.dst_port.unwrap_or(dp::tunnel::VXLAN_PORT);
+    (
+        SocketAddrV4::new(cfg.local_ip.unwrap_or(Ipv4Addr::UNSPECIFIED), port),
+        SocketAddrV4::new(cfg.remote_ip.unwrap_or(Ipv4Addr::UNSPECIFIED), port),
+        cfg.key.unwrap_or(0),
+    )
+}
+
+pub(super) fn netdev_missing(dev: &str) -> bool {
+    ferrovs_sys::kernel::netdev::ifindex(dev).is_err_and(|e| e.kind() == io::ErrorKind::NotFound)
+}
+
+impl Daemon {
+    pub(super) fn cfg_bridge(&mut self, name: &str) -> Option<&mut BridgeConfig> {
+        self.config.bridges.iter_mut().find(|b| b.name == name)
+    }
+
+    pub(super) fn add_bridge(&mut self, name: &str) -> Result<(), ConfigError> {
+        self.add_bridge_as(name, None, None)
+    }
+
+    /// Adds a bridge, with datapath id `id` when given (a takeover keeps the old ids) and its
+    /// saved rules (`None`: the default NORMAL rule).
+    pub(super) fn add_bridge_as(
+        &mut self,
+        name: &str,
+        id: Option<u32>,
+        flows: Option<&[String]>,
+    ) -> Result<(), ConfigError> {
+        config::validate_name("bridge", name)?;
+        if self.bridges.contains_key(name) {
+            return Err(ConfigError::Invalid(format!(
+                "bridge {name} already exists"
+            )));
+        }
+        let rules = match flows {
+            Some(t) => BridgeRules::from_texts(t).map_err(|e| {
+                ConfigError::Invalid(format!("bridge {name}: {}", with_sources(&e)))
+            })?,
+            None => BridgeRules::new(),
+        };
+        let id = match id {
+            Some(id) => claim_slot(&mut self.bridge_slots, id)?,
+            None => alloc_slot(&mut self.bridge_slots),
+        };
+        let size = self.config.setting_u32("mac-table-size", 8192) as usize;
+        let aging = self.config.setting_u32("mac-aging", 300);
+        self.bridges.insert(
+            name.into(),
+            BridgeState {
+                id,
+                macs: Arc::new(MacTable::new(size, aging)),
+                cache: Arc::new(MegaflowCache::new(id)),
+                pipeline: None,
+                gen: 0,
+                dirty: !rules.is_plain_normal(),
+                rules,
+                built_ports: vec![],
+            },
+        );
+        self.apply_flow_limit();
+        if self.cfg_bridge(name).is_none() {
+            self.config.bridges.push(BridgeConfig {
+                name: name.into(),
+                ports: vec![],
+                flows: None,
+            });
+        }
+        self.sync_flows_config(name);
+        self.publish();
+        Ok(())
+    }
+
+    pub(super) fn del_bridge(&mut self, name: &str) -> Result<(), ConfigError> {
+        let Some(b) = self.bridges.get(name) else {
+            return Err(ConfigError::Invalid(format!("no bridge named {name}")));
+        };
+        let id = b.id;
+        let members: Vec<String> = self
+            .ports
+            .values()
+            .filter(|p| p.bridge == name)
+            .map(|p| p.cfg.name.clone())
+            .collect();
+        for p in members {
+            self.del_port(name, &p)?;
+        }
+        if let Some(b) = self.bridges.remove(name) {
+            b.cache.flush();
+        }
+        self.bridge_slots[id as usize] = false;
+        self.config.bridges.retain(|b| b.name != name);
+        self.publish();
+        Ok(())
+    }
+
+    pub(super) fn add_port(&mut self, bridge: &str, cfg: PortConfig) -> Result<(), ConfigError> {
+        let bad = |s: String| Err(ConfigError::Invalid(s));
+        config::validate_port(&cfg)?;
+        if !self.bridges.contains_key(bridge) {
+            return bad(format!("no bridge named {bridge}"));
+        }
+        if let Some(p) = self.ports.get(&cfg.name) {
+            return bad(format!(
+                "port {} already exists on bridge {}",
+                cfg.name, p.bridge
+            ));
+        }
+        if let Some(other) = self
+            .ports
+            .values()
+            .find(|p| p.cfg.path.is_some() && p.cfg.path == cfg.path)
+        {
+            return bad(format!(
+                "port {}: socket path is already used by port {}",
+                cfg.name, other.cfg.name
+            ));
+        }
+        if cfg.kind.is_kernel() {
+            return self.add_kernel_port(bridge, cfg);
+        }
+        let path = cfg.path.clone().unwrap_or_default();
+        let listener = if cfg.kind == PortType::VhostUser {
+            let l = bind_socket(&path).map_err(|e| {
+                ConfigError::Invalid(format!("port {}: {}", cfg.name, with_sources(&e)))
+            })?;
+            Some(l)
+        } else {
+            None
+        };
+        let id = alloc_slot(&mut self.port_slots);
+        let device = Device::new(&cfg.name, cfg.queues as usize);
+        let link = if listener.is_some() {
+            Link::Listening
+        } else {
+            Link::Reconnecting {
+                at: Instant::now(),
+                backoff: BACKOFF_MIN,
+            }
+        };
+        let io = PortIo::Vhost {
+            queues: device.queues().to_vec(),
+        };
+        let res = self.insert_port(
+            bridge,
+            cfg.clone(),
+            id,
+            io,
+            Some(device),
+            listener,
+            None,
+            link,
+        );
+        if let Err(e) = res {
+            self.port_slots[id as usize] = false;
+            return Err(e);
+        }
+        if cfg.kind == PortType::VhostUserClient {
+            self.try_connect(&cfg.name);
+        }
+        Ok(())
+    }
+
+    /// Adds a TAP or uplink port: opens its netdev, then wires it in.
+    pub(super) fn add_kernel_port(
+        &mut self,
+        bridge: &str,
+        cfg: PortConfig,
+    ) -> Result<(), ConfigError> {
+        let dev = cfg.dev.clone().unwrap_or_default();
+        if let Some(other) = self
+            .ports
+            .values()
+            .find(|p| p.cfg.kind.is_kernel() && p.cfg.dev.as_deref() == Some(dev.as_str()))
+        {
+            return Err(ConfigError::Invalid(format!(
+                "port {}: dev {dev} is already used by port {}",
+                cfg.name, other.cfg.name
+            )));
+        }
+        let (io, fallback) = open_kernel_port(&cfg).map_err(|e| {
+            ConfigError::Invalid(format!("port {}: {}", cfg.name, with_sources(&e)))
+        })?;
+        let id = alloc_slot(&mut self.port_slots);
+        let name = cfg.name.clone();
+        let res = self.insert_port(bridge, cfg, id, io, None, None, None, Link::Attached);
+        if res.is_err() {
+            self.port_slots[id as usize] = false;
+        }
+        if let Some(st) = self.ports.get_mut(&name) {
+            st.fallback = fallback;
+        }
+        res
+    }
+
+    /// Wires a port into the daemon and the datapath (new, or handed over by a takeover).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn insert_port(
+        &mut self,
+        bridge: &str,
+        cfg: PortConfig,
+        id: u32,
+        io: PortIo,
+        device: Option<Device>,
+        listener: Option<UnixListener>,
+        conn: Option<Conn>,
+        link: Link,
+    ) -> Result<(), ConfigError> {
+        let bad = |s: String| Err(ConfigError::Invalid(s));
+        let Some(b) = self.bridges.get(bridge) else {
+            return bad(format!("no bridge named {bridge}"));
+        };
+        let bridge_id = b.id;
+        let vlan = match (cfg.tag, cfg.trunks.is_empty()) {
+            (Some(t), _) => VlanMode::Access(t),
+            (None, true) => VlanMode::Trunk,
+            (None, false) => VlanMode::TrunkOf(cfg.trunks.clone()),
+        };
+        if let Some(d) = &device {
+            d.set_coalesce(cfg.coalesce());
+        }
+        let port = Arc::new(Port {
+            id,
+            name: cfg.name.clone(),
+            bridge: bridge_id,
+            vlan,
+            io,
+            rx_drops: Default::default(),
+            tx_not_ready: Default::default(),
+            offload: Default::default(),
+            inject: Default::default(),
+        });
+        let listener = match listener {
+            Some(l) => {
+                let t = self.token(Source::VhostListener, &cfg.name);
+                if let Err(e) = self.epoll.add(l.as_fd(), t, false) {
+                    return bad(format!("port {}: epoll: {e}", cfg.name));
+                }
+                Some((l, t))
+            }
+            None => None,
+        };
+        let conn = match conn {
+            Some(c) => {
+                let t = self.token(Source::VhostConn, &cfg.name);
+                if let Err(e) = self.epoll.add(c.as_fd(), t, c.wants_write()) {
+                    return bad(format!("port {}: epoll: {e}", cfg.name));
+                }
+                Some((c, t))
+            }
+            None => None,
+        };
+        let st = PortState {
+            id,
+            bridge: bridge.into(),
+            cfg: cfg.clone(),
+            device,
+            port,
+            listener,
+            conn,
+            link,
+            connects: 0,
+            disconnects: 0,
+            refused_connections: 0,
+            last_error: None,
+            fallback: None,
+        };
+        self.ports.insert(cfg.name.clone(), st);
+        if let Some(b) = self.cfg_bridge(bridge) {
+            if !b.ports.iter().any(|p| p.name == cfg.name) {
+                b.ports.push(cfg.clone());
+            }
+        }
+        self.publish();
+        Ok(())
+    }
+
+    pub(super) fn del_port(&mut self, bridge: &str, name: &str) -> Result<(), ConfigError> {
+        match self.ports.get(name) {
+            None => return Err(ConfigError::Invalid(format!("no port named {name}"))),
+            Some(p) if p.bridge != bridge => {
+                return Err(ConfigError::Invalid(format!(
+                    "port {name} is on bridge {}, not {bridge}",
+                    p.bridge
+                )))
+            }
+            Some(_) => {}
+        }
+        self.disconnect(name, None);
+        let Some(mut p) = self.ports.remove(name) else {
+            return Ok(());
+        };
+        if let Some((l, t)) = p.listener.take() {
+            let _ = self.epoll.delete(l.as_fd());
+            self.tokens.remove(&t);
+            if let Some(path) = &p.cfg.path {
+                let _ = std::fs::remove_file(path);
+            }
+        }
+        self.port_slots[p.id as usize] = false;
+        if let Some(b) = self.bridges.get(bridge) {
+            b.macs.flush_port(p.id);
+        }
+        if let Some(b) = self.cfg_bridge(bridge) {
+            b.ports.retain(|x| x.name != name);
+        }
+        self.publish();
+        Ok(())
+    }
+
+    /// `ferrovs set-port`: changes a live port's settings (coalescing), saved with the
+    /// configuration and applied at once.
+    pub(super) fn set_port(&mut self, name: &str, options: &[String]) -> Result<(), ConfigError> {
+        let p = self
+            .ports
+            .get_mut(name)
+            .ok_or_else(|| ConfigError::Invalid(format!("no port named {name}")))?;
+        let mut cfg = p.cfg.clone();
+        options::port_set_options(&mut cfg, options)?;
+        if let Some(d) = &p.device {
+            d.set_coalesce(cfg.coalesce());
+        }
+        // The saved configuration lists ports under their bridges.
+        for b in &mut self.config.bridges {
+            for c in &mut b.ports {
+                if c.name == name {
+                    *c = cfg.clone();
+                }
+            }
+        }
+        p.cfg = cfg;
+        Ok(())
+    }
+
+    /// Reads the kernel's AF_XDP drop counters into the ports' counters.
+    pub(super) fn poll_kernel_drops(&self) {
+        for p in self.ports.values() {
+            if let PortIo::Xdp(x) = &p.port.io {
+                x.poll_kernel_drops();
+            }
+        }
+    }
+}

@@ -1,0 +1,424 @@
+//! What the daemon reports: show, port-stats, pmd-stats, mac-table, config get. Each builds
+//! its typed reply (`ferrovs_proto::reply`); none changes anything.
+
+use ferrovs_proto::reply::{
+    self, ConfigGet, DirStats, FlowCounters, KernelInfo, MacEntry, MegaflowCacheStats, Offloads,
+    PmdStats, PortStats, QueueStats, Settings, Show, ShowBridge, ShowPort, TapInfo, UplinkInfo,
+    VxlanInfo, XdpInfo,
+};
+use ferrovs_vhost::stats::StatsSnapshot;
+
+use super::*;
+
+impl Daemon {
+    pub(super) fn config_get(&self, key: Option<&str>) -> Result<ConfigGet, ConfigError> {
+        let all = Settings {
+            mac_aging: self.config.setting_u32("mac-aging", 300).to_string(),
+            mac_table_size: self.config.setting_u32("mac-table-size", 8192).to_string(),
+            pmd_cores: self
+                .pmd_cores()
+                .iter()
+                .map(|c| c.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+            pmd_priority: self
+                .config
+                .other
+                .get("pmd-priority")
+                .cloned()
+                .unwrap_or_else(|| "normal".into()),
+            pmd_rx_mode: self.datapath.rx_mode().0.name().into(),
+            pmd_sleep_after_us: (self.datapath.rx_mode().1 / 1000).to_string(),
+            pmd_sleep_max_us: (self.datapath.sleep_max_ns() / 1000).to_string(),
+        };
+        let Some(k) = key else {
+            return Ok(ConfigGet::All(all));
+        };
+        let pairs = all.pairs();
+        match pairs.iter().find(|(n, _)| *n == k) {
+            Some((_, v)) => Ok(ConfigGet::One(v.to_string())),
+            None => Err(ConfigError::Invalid(format!(
+                "unknown setting '{k}' (known: {})",
+                pairs.map(|(n, _)| n).join(", ")
+            ))),
+        }
+    }
+
+    pub(super) fn link_name(l: &Link) -> &'static str {
+        match l {
+            Link::Listening => "listening",
+            Link::Connected => "connected",
+            Link::Reconnecting { .. } => "reconnecting",
+            Link::Attached => "attached",
+        }
+    }
+
+    pub(super) fn show(&self) -> Show {
+        let bridges = self
+            .bridges
+            .keys()
+            .map(|b| ShowBridge {
+                name: b.clone(),
+                ports: self
+                    .ports
+                    .values()
+                    .filter(|p| &p.bridge == b)
+                    .map(show_port)
+                    .collect(),
+            })
+            .collect();
+        Show {
+            bad_control_requests: self.bad_requests,
+            bridges,
+            hugepages: self
+                .pmds
+                .iter()
+                .all(|p| p.stats.hugepages.load(Ordering::Relaxed)),
+            pid: std::process::id(),
+            pmd_cores: self.pmd_cores(),
+            run_dir: self.run_dir.display().to_string(),
+            upgrades: self.upgrades,
+            version: env!("CARGO_PKG_VERSION").into(),
+        }
+    }
+
+    pub(super) fn port_stats(&self, only: Option<&str>) -> Result<Vec<PortStats>, ConfigError> {
+        self.poll_kernel_drops();
+        if let Some(n) = only {
+            if !self.ports.contains_key(n) {
+                return Err(ConfigError::Invalid(format!("no port named {n}")));
+            }
+        }
+        Ok(self
+            .ports
+            .values()
+            .filter(|p| only.is_none_or(|n| n == p.cfg.name))
+            .map(port_stats)
+            .collect())
+    }
+
+    pub(super) fn pmd_raw(s: &dp::PmdStats) -> [u64; 4] {
+        [
+            s.busy_cycles.load(Ordering::Relaxed),
+            s.idle_cycles.load(Ordering::Relaxed),
+            s.rx_packets.load(Ordering::Relaxed),
+            s.tx_packets.load(Ordering::Relaxed),
+        ]
+    }
+
+    /// The megaflow caches of the bridges with rules (shared by every PMD).
+    pub(super) fn megaflow_caches(&self) -> Vec<MegaflowCacheStats> {
+        self.bridges
+            .iter()
+            .filter(|(_, b)| b.pipeline.is_some() || b.cache.size().0 > 0)
+            .map(|(name, b)| {
+                let c = &b.cache.counters;
+                let (entries, subtables) = b.cache.size();
+                let l = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+                MegaflowCacheStats {
+                    bridge: name.clone(),
+                    entries: entries as u64,
+                    evicted: l(&c.evicted),
+                    inserted: l(&c.inserted),
+                    invalidated: l(&c.invalidated),
+                    limit: b.cache.limit() as u64,
+                    refused_full: l(&c.limit_refused),
+                    refused_stale: l(&c.stale_refused),
+                    revalidations: l(&c.revalidations),
+                    rules: b.rules.len() as u64,
+                    subtables: subtables as u64,
+                }
+            })
+            .collect()
+    }
+
+    pub(super) fn pmd_stats(&self) -> Vec<PmdStats> {
+        let hz = os::tsc_hz();
+        let caches = self.megaflow_caches();
+        self.pmds
+            .iter()
+            .zip(&self.pmd_baseline)
+            .map(|(p, base)| {
+                let s = &p.stats;
+                let raw = Self::pmd_raw(s);
+                let [busy, idle, rx, tx] = [0, 1, 2, 3].map(|i| raw[i].saturating_sub(base[i]));
+                let total = (busy + idle).max(1);
+                let f = s.flow.load();
+                let sleep_cycles = s.sleep_cycles.load(Ordering::Relaxed);
+                PmdStats {
+                    busy_cycles: busy,
+                    busy_pct: (busy as f64 * 100.0 / total as f64 * 10.0).round() / 10.0,
+                    core: s.core,
+                    cycles_per_packet: if rx > 0 {
+                        (busy as f64 / rx as f64 * 10.0).round() / 10.0
+                    } else {
+                        0.0
+                    },
+                    flow: FlowCounters {
+                        emc_hits: f.emc_hits,
+                        emc_inserts: f.emc_inserts,
+                        emc_skipped: f.emc_skipped,
+                        megaflow_hits: f.megaflow_hits,
+                        packets: f.packets,
+                        upcalls: f.upcalls,
+                    },
+                    hugepages: s.hugepages.load(Ordering::Relaxed),
+                    idle_cycles: idle,
+                    iterations: s.iterations.load(Ordering::Relaxed),
+                    kick_wakeups: s.kick_wakeups.load(Ordering::Relaxed),
+                    load_sleeps: s.load_sleeps.load(Ordering::Relaxed),
+                    megaflow_caches: caches.clone(),
+                    pmd: s.index,
+                    priority: self
+                        .config
+                        .other
+                        .get("pmd-priority")
+                        .map_or("normal", |v| v.as_str())
+                        .into(),
+                    priority_error: s.priority_error.get().cloned(),
+                    rx_mode: self.datapath.rx_mode().0.name().into(),
+                    rx_packets: rx,
+                    rx_queues: s.rxqs.load(Ordering::Relaxed),
+                    sleep_cycles,
+                    sleep_max_us: self.datapath.sleep_max_ns() / 1000,
+                    sleep_us: (sleep_cycles as u128 * 1_000_000 / hz.max(1) as u128) as u64,
+                    sleeps: s.sleeps.load(Ordering::Relaxed),
+                    tsc_hz: hz,
+                    tx_packets: tx,
+                }
+            })
+            .collect()
+    }
+
+    pub(super) fn mac_table(&self, bridge: &str) -> Result<Vec<MacEntry>, ConfigError> {
+        let b = self
+            .bridges
+            .get(bridge)
+            .ok_or_else(|| ConfigError::Invalid(format!("no bridge named {bridge}")))?;
+        let now = self.clock.load(Ordering::Relaxed);
+        let names: HashMap<u32, &str> = self
+            .ports
+            .values()
+            .map(|p| (p.id, p.cfg.name.as_str()))
+            .collect();
+        Ok(b.macs
+            .dump(now)
+            .into_iter()
+            .map(|e| MacEntry {
+                age: e.age,
+                mac: ferrovs_packet::mac_to_string(e.mac),
+                port: names.get(&e.port).copied().unwrap_or("?").into(),
+                vlan: e.vlan,
+            })
+            .collect())
+    }
+}
+
+/// One port as `show` lists it.
+fn show_port(p: &PortState) -> ShowPort {
+    let (ready, feats) = match &p.device {
+        Some(d) => (
+            d.queues()
+                .iter()
+                .filter(|q| q.ready.load(Ordering::Relaxed))
+                .count(),
+            features::names(d.features()),
+        ),
+        None => (2, vec![]),
+    };
+    ShowPort {
+        connects: p.connects,
+        dev: p.cfg.dev.clone().filter(|_| p.cfg.kind.is_kernel()),
+        disconnects: p.disconnects,
+        features: feats.into_iter().map(String::from).collect(),
+        id: p.id,
+        kernel: kernel_info(&p.port.io),
+        last_error: p.last_error.clone(),
+        mode: p.port.io.mode().into(),
+        mode_fallback_reason: p.fallback.clone(),
+        name: p.cfg.name.clone(),
+        offloads: offloads_info(p),
+        path: p.cfg.path.as_ref().map(|p| p.display().to_string()),
+        queues: p.cfg.queues,
+        ready_queues: ready,
+        state: Daemon::link_name(&p.link).into(),
+        kind: p.cfg.kind.name().into(),
+        vlan: match &p.port.vlan {
+            VlanMode::Access(t) => reply::Vlan {
+                mode: "access".into(),
+                tag: Some(*t),
+                trunks: None,
+            },
+            VlanMode::Trunk => reply::Vlan {
+                mode: "trunk".into(),
+                tag: None,
+                trunks: None,
+            },
+            VlanMode::TrunkOf(l) => reply::Vlan {
+                mode: "trunk".into(),
+                tag: None,
+                trunks: Some(l.clone()),
+            },
+        },
+    }
+}
+
+/// What a port takes from the switch (`accepts`: else the PMD completes checksums and
+/// segments in software) and what it may hand the switch (`sends`).
+fn offloads_info(p: &PortState) -> Offloads {
+    use ferrovs_sys::kernel::vnet::caps;
+    let sends = match (&p.device, &p.port.io) {
+        (Some(d), _) => features::guest_tx_caps(d.features()),
+        (None, dp::PortIo::Tap(t)) if t.rx_offloads => caps::ALL,
+        _ => 0,
+    };
+    let names = |c| caps::names(c).into_iter().map(String::from).collect();
+    Offloads {
+        accepts: names(p.port.tx_caps()),
+        sends: names(sends),
+    }
+}
+
+/// One direction's counters.
+fn dir_stats(s: &StatsSnapshot) -> DirStats {
+    DirStats {
+        bytes: s.bytes,
+        dirty_pages_logged: s.dirty_pages,
+        dropped: s.total_drops(),
+        drops: s.named_drops().map(|(k, v)| (k.to_string(), v)).collect(),
+        guest_notifications: s.calls,
+        notifications_coalesced: s.calls_coalesced,
+        notifications_suppressed: s.calls_suppressed,
+        packets: s.packets,
+    }
+}
+
+/// One port's `port-stats`.
+fn port_stats(p: &PortState) -> PortStats {
+    let kernel_queue = |i: usize, dir: &str, s: &ferrovs_vhost::stats::QueueStats| QueueStats {
+        broken: None,
+        direction: dir.into(),
+        queue: i,
+        ready: true,
+        size: None,
+        stats: dir_stats(&s.snapshot()),
+    };
+    let queues = match (&p.device, p.port.kernel_stats()) {
+        (_, Some([to, from])) => vec![
+            kernel_queue(0, "to-kernel", to),
+            kernel_queue(1, "from-kernel", from),
+        ],
+        (None, None) => vec![],
+        (Some(d), None) => d
+            .queues()
+            .iter()
+            .enumerate()
+            .map(|(i, q)| {
+                let s = q.stats.snapshot();
+                let vq = q.lock();
+                QueueStats {
+                    broken: vq.broken().map(|e| e.to_string()),
+                    direction: if i % 2 == 0 { "to-guest" } else { "from-guest" }.into(),
+                    queue: i,
+                    ready: q.ready.load(Ordering::Relaxed),
+                    size: Some(vq.state().size),
+                    stats: dir_stats(&s),
+                }
+            })
+            .collect(),
+    };
+    let [sw_csum, sw_tso, sw_segments] = p.port.offload.get();
+    let c = p.cfg.coalesce();
+    PortStats {
+        coalesce: reply::Coalesce {
+            frames: c.frames,
+            usecs: c.usecs,
+        },
+        migration: p.device.as_ref().map(|d| {
+            let m = d.migration_info();
+            reply::Migration {
+                log_bytes: m.log_size,
+                logging: m.logging,
+                postcopy: m.postcopy,
+                postcopy_pages_fetched: m.pages_fetched,
+                postcopy_pages_missing: m.pages_missing,
+                rarp_announces: m.rarps,
+            }
+        }),
+        offload: reply::SoftwareOffload {
+            sw_csum,
+            sw_segments,
+            sw_tso,
+        },
+        port: p.cfg.name.clone(),
+        queues,
+        refused_connections: p.refused_connections,
+        rx: dir_stats(&p.port.rx_stats()),
+        tx: dir_stats(&p.port.tx_stats()),
+        vhost_user_errors: p.device.as_ref().map_or(0, |d| d.errors),
+    }
+}
+
+/// What `show` says about a kernel port's attachment (`None` for vhost-user ports).
+pub(super) fn kernel_info(io: &PortIo) -> Option<KernelInfo> {
+    Some(match io {
+        PortIo::Vhost { .. } => return None,
+        PortIo::Vxlan(v) => KernelInfo::Vxlan(VxlanInfo {
+            local: v.local.to_string(),
+            remote: v.remote.to_string(),
+            rx: "recvfrom".into(),
+            tx: "sendto".into(),
+            vni: v.vni,
+        }),
+        PortIo::Tap(t) => KernelInfo::Tap(TapInfo {
+            device: t.tap.name().into(),
+            offloads: vec![],
+            vnet_hdr_len: ferrovs_sys::kernel::tap::VNET_HDR_LEN as u64,
+        }),
+        PortIo::Uplink(u) => {
+            let g = u.geometry;
+            KernelInfo::Uplink(UplinkInfo {
+                ifindex: u.sock.ifindex(),
+                ignore_outgoing: u.sock.ignores_outgoing(),
+                ring_block_size: g.block_size as u64,
+                ring_block_timeout_ms: ferrovs_sys::kernel::af_packet::RETIRE_BLOCK_MS as u64,
+                ring_blocks: g.block_nr as u64,
+                rx: "tpacket_v3".into(),
+                tx: "sendmmsg".into(),
+            })
+        }
+        PortIo::Xdp(x) => {
+            let g = x.sock.geometry();
+            let (posted, lost) = x
+                .rx_ring
+                .lock()
+                .map(|r| (r.posted(), r.lost()))
+                .unwrap_or_default();
+            let (free, outstanding, bad) = x
+                .tx_ring
+                .lock()
+                .map(|t| (t.free_frames(), t.outstanding(), t.bad_completions()))
+                .unwrap_or_default();
+            KernelInfo::Xdp(XdpInfo {
+                bind: if x.sock.zero_copy() {
+                    "zero-copy"
+                } else {
+                    "copy"
+                }
+                .into(),
+                frames_lost: lost + bad,
+                ifindex: x.sock.ifindex(),
+                queue: 0,
+                rx: "af_xdp".into(),
+                rx_frames_with_kernel: posted as u64,
+                tx: "af_xdp".into(),
+                tx_frames_free: free as u64,
+                tx_frames_in_flight: outstanding as u64,
+                umem_frame_size: g.frame_size as u64,
+                umem_rx_frames: g.rx_frames as u64,
+                umem_tx_frames: g.tx_frames as u64,
+                xdp_mode: x.sock.xdp_mode().name().into(),
+            })
+        }
+    })
+}

@@ -1,0 +1,407 @@
+//! Typed results, one per command.
+//!
+//! The daemon builds these and the CLI reads them. Fields are declared in the order of
+//! their names: the wire form has always had its keys sorted (the daemon used to build
+//! `serde_json::Value` maps), and declaring them so keeps every reply byte for byte what it
+//! was. The tests round-trip replies captured from a running daemon.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// The result of any command: what [`crate::Response`] carries from the daemon. Commands
+/// that only change something answer [`Reply::Done`] (`null`).
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum Reply {
+    Done,
+    Show(Box<Show>),
+    Version(Version),
+    PortStats(Vec<PortStats>),
+    PmdStats(Vec<PmdStats>),
+    MacTable(Vec<MacEntry>),
+    ConfigGet(ConfigGet),
+    UpgradeHistory(Vec<UpgradeReport>),
+    AddFlows(AddFlows),
+    DelFlows(DelFlows),
+    DumpFlows(Vec<FlowEntry>),
+    DumpMegaflows(Vec<MegaflowEntry>),
+}
+
+/// `show`: the daemon, its bridges and their ports.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Show {
+    /// Control requests refused (malformed or invalid).
+    pub bad_control_requests: u64,
+    pub bridges: Vec<ShowBridge>,
+    /// Every PMD's packet buffers are on huge pages.
+    pub hugepages: bool,
+    pub pid: u32,
+    pub pmd_cores: Vec<usize>,
+    pub run_dir: String,
+    /// Hot upgrades this daemon's line has gone through.
+    pub upgrades: u64,
+    pub version: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShowBridge {
+    pub name: String,
+    pub ports: Vec<ShowPort>,
+}
+
+/// One port in `show`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShowPort {
+    pub connects: u64,
+    /// The netdev of a kernel port.
+    pub dev: Option<String>,
+    pub disconnects: u64,
+    /// Negotiated virtio features (vhost-user).
+    pub features: Vec<String>,
+    pub id: u32,
+    /// How a kernel port is attached (null for vhost-user).
+    pub kernel: Option<KernelInfo>,
+    pub last_error: Option<String>,
+    /// `vhost-user`, `tap`, `af_packet`, `af_xdp`, `vxlan`.
+    pub mode: String,
+    /// An uplink on AF_PACKET because AF_XDP could not be used: why.
+    pub mode_fallback_reason: Option<String>,
+    pub name: String,
+    pub offloads: Offloads,
+    /// The vhost-user socket.
+    pub path: Option<String>,
+    pub queues: u16,
+    pub ready_queues: usize,
+    /// `listening`, `connected`, `reconnecting`, `attached`.
+    pub state: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub vlan: Vlan,
+}
+
+/// What a port takes from the switch (`accepts`: else the PMD completes checksums and
+/// segments in software) and what it may hand the switch (`sends`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Offloads {
+    pub accepts: Vec<String>,
+    pub sends: Vec<String>,
+}
+
+/// `{"mode": "access", "tag": T}`, `{"mode": "trunk"}` or `{"mode": "trunk", "trunks": [..]}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Vlan {
+    pub mode: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<u16>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trunks: Option<Vec<u16>>,
+}
+
+/// A kernel port's attachment, by kind.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum KernelInfo {
+    Xdp(XdpInfo),
+    Uplink(UplinkInfo),
+    Tap(TapInfo),
+    Vxlan(VxlanInfo),
+}
+
+/// An AF_XDP uplink.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct XdpInfo {
+    /// `zero-copy` or `copy`.
+    pub bind: String,
+    pub frames_lost: u64,
+    pub ifindex: u32,
+    pub queue: u32,
+    pub rx: String,
+    pub rx_frames_with_kernel: u64,
+    pub tx: String,
+    pub tx_frames_free: u64,
+    pub tx_frames_in_flight: u64,
+    pub umem_frame_size: u64,
+    pub umem_rx_frames: u64,
+    pub umem_tx_frames: u64,
+    /// `native`, `generic`...
+    pub xdp_mode: String,
+}
+
+/// An AF_PACKET uplink.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UplinkInfo {
+    pub ifindex: u32,
+    pub ignore_outgoing: bool,
+    pub ring_block_size: u64,
+    pub ring_block_timeout_ms: u64,
+    pub ring_blocks: u64,
+    pub rx: String,
+    pub tx: String,
+}
+
+/// A TAP port.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TapInfo {
+    pub device: String,
+    pub offloads: Vec<String>,
+    pub vnet_hdr_len: u64,
+}
+
+/// A VXLAN tunnel port.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VxlanInfo {
+    pub local: String,
+    pub remote: String,
+    pub rx: String,
+    pub tx: String,
+    pub vni: u32,
+}
+
+/// `version`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Version {
+    pub version: String,
+}
+
+/// `port-stats`: one port.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PortStats {
+    pub coalesce: Coalesce,
+    /// Live migration (vhost-user ports; null for kernel ports).
+    pub migration: Option<Migration>,
+    pub offload: SoftwareOffload,
+    pub port: String,
+    pub queues: Vec<QueueStats>,
+    pub refused_connections: u64,
+    pub rx: DirStats,
+    pub tx: DirStats,
+    pub vhost_user_errors: u64,
+}
+
+/// Guest notification coalescing (0: off).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Coalesce {
+    pub frames: u32,
+    pub usecs: u32,
+}
+
+/// Checksums and segmentation the PMD did in software for the port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SoftwareOffload {
+    pub sw_csum: u64,
+    pub sw_segments: u64,
+    pub sw_tso: u64,
+}
+
+/// A vhost-user port's migration state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Migration {
+    pub log_bytes: u64,
+    pub logging: bool,
+    pub postcopy: bool,
+    pub postcopy_pages_fetched: u64,
+    pub postcopy_pages_missing: u64,
+    pub rarp_announces: u64,
+}
+
+/// Counters of one direction of a port or queue.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct DirStats {
+    pub bytes: u64,
+    pub dirty_pages_logged: u64,
+    pub dropped: u64,
+    /// Drops by reason (only reasons that occurred).
+    pub drops: BTreeMap<String, u64>,
+    pub guest_notifications: u64,
+    pub notifications_coalesced: u64,
+    pub notifications_suppressed: u64,
+    pub packets: u64,
+}
+
+/// One queue of a port.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueueStats {
+    /// Why the queue stopped (a guest's bad ring), else null.
+    pub broken: Option<String>,
+    /// `to-guest`, `from-guest`, `to-kernel`, `from-kernel`.
+    pub direction: String,
+    pub queue: usize,
+    pub ready: bool,
+    /// Ring size (vhost-user).
+    pub size: Option<u32>,
+    pub stats: DirStats,
+}
+
+/// `pmd-stats`: one PMD.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PmdStats {
+    pub busy_cycles: u64,
+    pub busy_pct: f64,
+    pub core: Option<usize>,
+    pub cycles_per_packet: f64,
+    pub flow: FlowCounters,
+    pub hugepages: bool,
+    pub idle_cycles: u64,
+    pub iterations: u64,
+    pub kick_wakeups: u64,
+    pub load_sleeps: u64,
+    /// Shared by every PMD (each reports the same list).
+    pub megaflow_caches: Vec<MegaflowCacheStats>,
+    pub pmd: usize,
+    pub priority: String,
+    /// Why `priority` could not be applied.
+    pub priority_error: Option<String>,
+    pub rx_mode: String,
+    pub rx_packets: u64,
+    pub rx_queues: u64,
+    pub sleep_cycles: u64,
+    /// 0: load-based sleep off.
+    pub sleep_max_us: u64,
+    pub sleep_us: u64,
+    pub sleeps: u64,
+    pub tsc_hz: u64,
+    pub tx_packets: u64,
+}
+
+/// A PMD's flow lookups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlowCounters {
+    pub emc_hits: u64,
+    pub emc_inserts: u64,
+    pub emc_skipped: u64,
+    pub megaflow_hits: u64,
+    pub packets: u64,
+    pub upcalls: u64,
+}
+
+/// A bridge's megaflow cache.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MegaflowCacheStats {
+    pub bridge: String,
+    pub entries: u64,
+    pub evicted: u64,
+    pub inserted: u64,
+    pub invalidated: u64,
+    pub limit: u64,
+    pub refused_full: u64,
+    pub refused_stale: u64,
+    pub revalidations: u64,
+    pub rules: u64,
+    pub subtables: u64,
+}
+
+/// `mac-table`: one learned address.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MacEntry {
+    /// Seconds since last seen.
+    pub age: u32,
+    pub mac: String,
+    pub port: String,
+    pub vlan: u16,
+}
+
+/// `config get`: every setting, or one setting's value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ConfigGet {
+    All(Settings),
+    One(String),
+}
+
+/// The settings `config get` reports, as strings (`config set` takes the same).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Settings {
+    pub mac_aging: String,
+    pub mac_table_size: String,
+    pub pmd_cores: String,
+    pub pmd_priority: String,
+    pub pmd_rx_mode: String,
+    pub pmd_sleep_after_us: String,
+    pub pmd_sleep_max_us: String,
+}
+
+impl Settings {
+    /// `(name, value)` in name order.
+    pub fn pairs(&self) -> [(&'static str, &str); 7] {
+        [
+            ("mac-aging", &self.mac_aging),
+            ("mac-table-size", &self.mac_table_size),
+            ("pmd-cores", &self.pmd_cores),
+            ("pmd-priority", &self.pmd_priority),
+            ("pmd-rx-mode", &self.pmd_rx_mode),
+            ("pmd-sleep-after-us", &self.pmd_sleep_after_us),
+            ("pmd-sleep-max-us", &self.pmd_sleep_max_us),
+        ]
+    }
+}
+
+/// A hot upgrade as the new daemon reports it (one JSON line on its stdout) and as
+/// `upgrade-history` lists it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UpgradeReport {
+    /// Unix time of the takeover.
+    pub at: u64,
+    /// Freeze start (old daemon) to new PMDs running: the forwarding gap.
+    pub downtime_us: f64,
+    pub freeze_us: f64,
+    pub new_pid: u32,
+    pub new_version: String,
+    pub ok: bool,
+    pub old_pid: i32,
+    pub old_version: String,
+    pub ports: usize,
+    pub prepare_ms: f64,
+    pub queues: usize,
+    pub schema: u32,
+    pub total_ms: f64,
+}
+
+/// `add-flows`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AddFlows {
+    pub added: usize,
+    /// Rules on the bridge now.
+    pub rules: usize,
+}
+
+/// `del-flows`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DelFlows {
+    pub deleted: usize,
+    /// Rules on the bridge now.
+    pub rules: usize,
+}
+
+/// `dump-flows`: one rule.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FlowEntry {
+    /// Hexadecimal, `0x..`.
+    pub cookie: String,
+    pub duration_s: f64,
+    /// The rule in canonical text.
+    pub flow: String,
+    pub hard_timeout: u64,
+    pub idle_timeout: u64,
+    pub n_bytes: u64,
+    pub n_packets: u64,
+    pub priority: u64,
+    pub table: u64,
+}
+
+/// `dump-megaflows`: one cached megaflow.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MegaflowEntry {
+    pub actions: String,
+    pub bytes: u64,
+    /// Fields and masks.
+    #[serde(rename = "match")]
+    pub matches: String,
+    pub packets: u64,
+    pub used_s_ago: u64,
+}

@@ -1,0 +1,244 @@
+//! Requests and the response envelope.
+
+use serde::{Deserialize, Serialize};
+
+/// Longest request line accepted: room for a bulk `add-flows` of some 500 000 rules (all or
+/// none is one request). A client sending more is answered with an error and disconnected;
+/// the daemon never buffers more than this per client.
+pub const MAX_REQUEST: usize = 32 << 20;
+
+/// A control request. Port options stay `key=value` strings here: the daemon parses and
+/// validates them against its configuration model.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "cmd", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum Request {
+    /// Bridges, ports, PMD cores ([`crate::reply::Show`]).
+    Show,
+    /// The daemon's version ([`crate::reply::Version`]).
+    Version,
+    AddBridge {
+        bridge: String,
+    },
+    DelBridge {
+        bridge: String,
+    },
+    /// Adds a port (`key=value` options as `ferrovs add-port` takes them).
+    AddPort {
+        bridge: String,
+        port: String,
+        options: Vec<String>,
+    },
+    DelPort {
+        bridge: String,
+        port: String,
+    },
+    /// Changes settings of a live port (`key=value`: coalesce-usecs, coalesce-frames).
+    SetPort {
+        port: String,
+        options: Vec<String>,
+    },
+    /// Counters of one port or of all ([`crate::reply::PortStats`]).
+    PortStats {
+        port: Option<String>,
+    },
+    /// PMD counters ([`crate::reply::PmdStats`]).
+    PmdStats,
+    PmdStatsClear,
+    /// A bridge's learned addresses ([`crate::reply::MacEntry`]).
+    MacTable {
+        bridge: String,
+    },
+    /// One setting or all ([`crate::reply::ConfigGet`]).
+    ConfigGet {
+        key: Option<String>,
+    },
+    ConfigSet {
+        key: String,
+        value: String,
+    },
+    /// The last takeovers (hot upgrades) with their phases.
+    UpgradeHistory {
+        #[serde(default)]
+        last: Option<usize>,
+    },
+    /// Installs rules (`ferrovs add-flow` syntax), all or none.
+    AddFlows {
+        bridge: String,
+        flows: Vec<String>,
+    },
+    /// Removes the rules a filter selects (none given: every rule).
+    DelFlows {
+        bridge: String,
+        #[serde(default)]
+        filter: Option<String>,
+        #[serde(default)]
+        strict: bool,
+    },
+    /// The rules (a filter selects some) with their counters.
+    DumpFlows {
+        bridge: String,
+        #[serde(default)]
+        filter: Option<String>,
+    },
+    /// The bridge's megaflow cache entries.
+    DumpMegaflows {
+        bridge: String,
+    },
+}
+
+/// A response: `{"ok": true, "result": ...}` or `{"ok": false, "error": "message"}`. The
+/// daemon sends `Response<Reply>`; a client reads the result as the command's type.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Response<R = serde_json::Value> {
+    pub ok: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result: Option<R>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl<R> Response<R> {
+    /// A success carrying `v`.
+    pub fn ok(v: R) -> Response<R> {
+        Response {
+            ok: true,
+            result: Some(v),
+            error: None,
+        }
+    }
+
+    /// A failure with the message users see.
+    pub fn err(e: impl std::fmt::Display) -> Response<R> {
+        Response {
+            ok: false,
+            result: None,
+            error: Some(e.to_string()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_are_tagged_json() {
+        let r: Request =
+            serde_json::from_str(r#"{"cmd":"del-port","bridge":"br0","port":"vm1"}"#).unwrap();
+        assert_eq!(
+            r,
+            Request::DelPort {
+                bridge: "br0".into(),
+                port: "vm1".into()
+            }
+        );
+        assert!(serde_json::from_str::<Request>(r#"{"cmd":"explode"}"#).is_err());
+    }
+
+    /// Every kind of request survives a trip through its wire form, and its tag is the
+    /// command name the documentation gives.
+    #[test]
+    fn every_request_round_trips() {
+        let s = |x: &str| x.to_string();
+        let all = [
+            (Request::Show, "show"),
+            (Request::Version, "version"),
+            (Request::AddBridge { bridge: s("br0") }, "add-bridge"),
+            (Request::DelBridge { bridge: s("br0") }, "del-bridge"),
+            (
+                Request::AddPort {
+                    bridge: s("br0"),
+                    port: s("vm1"),
+                    options: vec![s("type=vhost-user"), s("path=/tmp/vm1.sock")],
+                },
+                "add-port",
+            ),
+            (
+                Request::DelPort {
+                    bridge: s("br0"),
+                    port: s("vm1"),
+                },
+                "del-port",
+            ),
+            (
+                Request::SetPort {
+                    port: s("vm1"),
+                    options: vec![s("coalesce-usecs=50")],
+                },
+                "set-port",
+            ),
+            (Request::PortStats { port: None }, "port-stats"),
+            (
+                Request::PortStats {
+                    port: Some(s("vm1")),
+                },
+                "port-stats",
+            ),
+            (Request::PmdStats, "pmd-stats"),
+            (Request::PmdStatsClear, "pmd-stats-clear"),
+            (Request::MacTable { bridge: s("br0") }, "mac-table"),
+            (Request::ConfigGet { key: None }, "config-get"),
+            (
+                Request::ConfigGet {
+                    key: Some(s("pmd-cores")),
+                },
+                "config-get",
+            ),
+            (
+                Request::ConfigSet {
+                    key: s("mac-aging"),
+                    value: s("10"),
+                },
+                "config-set",
+            ),
+            (Request::UpgradeHistory { last: Some(3) }, "upgrade-history"),
+            (Request::UpgradeHistory { last: None }, "upgrade-history"),
+            (
+                Request::AddFlows {
+                    bridge: s("br0"),
+                    flows: vec![s("priority=1 actions=drop")],
+                },
+                "add-flows",
+            ),
+            (
+                Request::DelFlows {
+                    bridge: s("br0"),
+                    filter: Some(s("in_port=vm1")),
+                    strict: true,
+                },
+                "del-flows",
+            ),
+            (
+                Request::DumpFlows {
+                    bridge: s("br0"),
+                    filter: None,
+                },
+                "dump-flows",
+            ),
+            (
+                Request::DumpMegaflows { bridge: s("br0") },
+                "dump-megaflows",
+            ),
+        ];
+        for (req, cmd) in all {
+            let line = serde_json::to_string(&req).unwrap();
+            let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+            assert_eq!(v["cmd"], cmd, "{line}");
+            assert_eq!(
+                serde_json::from_str::<Request>(&line).unwrap(),
+                req,
+                "{line}"
+            );
+        }
+        // Optional fields may be left out.
+        let r: Request = serde_json::from_str(r#"{"cmd":"del-flows","bridge":"b"}"#).unwrap();
+        assert_eq!(
+            r,
+            Request::DelFlows {
+                bridge: s("b"),
+                filter: None,
+                strict: false
+            }
+        );
+    }
+}
