@@ -201,13 +201,13 @@ fn run(
     let mut idle_since = os::rdtsc();
     let (mut sleeps, mut sleep_cycles, mut kick_wakeups) = (0u64, 0u64, 0u64);
     let (mut load_sleeps, mut load_sleep_ns) = (0u64, 0u64);
-    let mut w = Worker::new(index, pool);
+    let mut worker = Worker::new(index, pool);
     let (mut busy, mut idle, mut iters, mut rx, mut tx, mut drops) =
         (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
     let mut last = os::rdtsc();
     while !stop.load(Ordering::Relaxed) {
         if dp.standby() {
-            w.timers.flush_all();
+            worker.timers.flush_all();
             stats.epoch.store(iters, Ordering::Release);
             std::thread::park_timeout(std::time::Duration::from_millis(50));
             last = os::rdtsc();
@@ -215,13 +215,13 @@ fn run(
         }
         let snap = dp.guard();
         let now = clock.load(Ordering::Relaxed);
-        w.fx.emc.set_insert_inv_prob(dp.emc_insert_inv_prob());
+        worker.fx.emc.set_insert_inv_prob(dp.emc_insert_inv_prob());
         let mine: &[RxqRef] = snap
             .pmd_rxqs
             .get(index)
             .map(|v| v.as_slice())
             .unwrap_or(&[]);
-        let it = w.poll(&snap, mine, now);
+        let it = worker.poll(&snap, mine, now);
         let (moved, max_batch) = (it.rx, it.max_batch);
         rx += it.rx;
         tx += it.tx;
@@ -231,9 +231,9 @@ fn run(
         let t = os::rdtsc();
         if assigned == 0 {
             // Frozen (hot upgrade) or nothing left to poll: no timer will run for these.
-            w.timers.flush_all();
+            worker.timers.flush_all();
         } else {
-            w.timers.run(t);
+            worker.timers.run(t);
         }
         if moved > 0 {
             busy += t.wrapping_sub(last);
@@ -251,7 +251,7 @@ fn run(
                 RxMode::Adaptive => after_ns.saturating_mul(hz) / 1_000_000_000,
             };
             if t.wrapping_sub(idle_since) >= after {
-                if let Some(why) = sleep(dp, index, doorbell, timeout_ns(&w.timers, t, hz)) {
+                if let Some(why) = sleep(dp, index, doorbell, timeout_ns(&worker.timers, t, hz)) {
                     let w = os::rdtsc();
                     sleeps += 1;
                     sleep_cycles += w.wrapping_sub(t);
@@ -279,7 +279,7 @@ fn run(
             load_sleep_ns = 0;
         } else {
             if load_sleep_ns > 0 {
-                let ns = load_sleep_ns.min(timeout_ns(&w.timers, last, hz));
+                let ns = load_sleep_ns.min(timeout_ns(&worker.timers, last, hz));
                 let _ = os::poll_readable_ns(&[doorbell.as_fd()], ns);
                 let w = os::rdtsc();
                 sleep_cycles += w.wrapping_sub(last);
@@ -300,7 +300,7 @@ fn run(
             stats.tx_packets.store(tx, Ordering::Relaxed);
             stats.drops.store(drops, Ordering::Relaxed);
             stats.rxqs.store(assigned as u64, Ordering::Relaxed);
-            stats.flow.publish(&w.fx.counters);
+            stats.flow.publish(&worker.fx.counters);
         }
         if assigned == 0 {
             // Nothing assigned: don't spin a core for nothing (a new snapshot or a freeze
@@ -308,7 +308,7 @@ fn run(
             std::thread::park_timeout(std::time::Duration::from_millis(1));
         }
     }
-    w.timers.flush_all();
+    worker.timers.flush_all();
 }
 
 /// Load-based sleep grows by this much per lightly loaded iteration (OVS: 1 us).
