@@ -47,6 +47,20 @@ echo ok
 step "build"
 cargo build --workspace --release
 
+# Hot upgrade is promised across versions: tests/e2e/tests/upgrade.rs hands the ports of an
+# older ferrovsd to this one and back. The older one is this repository at OLD_REV (the last
+# commit before the daemon was split by role and each crate took over its own state), built
+# once in its own worktree under target/.
+OLD_REV=0b0667b
+step "older build for the cross-version upgrade test ($OLD_REV)"
+old=$PWD/target/old-$OLD_REV
+if [ ! -x "$old/target/release/ferrovsd" ]; then
+    git worktree prune
+    [ -d "$old" ] || git worktree add --detach "$old" "$OLD_REV" >/dev/null
+    (cd "$old" && cargo build --release --quiet -p ferrovsd -p ferrovs)
+fi
+export FERROVS_OLD_BIN_DIR=$old/target/release
+
 step "tests (unit, in-process, multi-process, interop, guests)"
 export FERROVS_BIN_DIR=$PWD/target/release
 log=$(mktemp)
