@@ -49,10 +49,10 @@ if [ ! -x "$base_dir/target/release/ferrovsd" ]; then
 import sys
 root = sys.argv[1]
 edits = [
-    ("crates/vhost/src/virtqueue.rs",
+    ("crates/vhost/src/virtqueue/dirty_log.rs",
      "        if self.log_all {\n            self.log.as_ref()\n        } else {\n            None\n        }",
      "        None"),
-    ("crates/vhost/src/virtqueue.rs",
+    ("crates/vhost/src/virtqueue/mod.rs",
      "        if !self.pending_sync && !mem.in_postcopy() {\n            return true;\n        }",
      "        let _ = mem;\n        return true;"),
     ("crates/sys/src/guest/memory.rs",

@@ -1,0 +1,190 @@
+//! The action part of a rule: each `name[:arg]` (or `name(args)`, or a bare port name) into
+//! an [`ActionSpec`], with the checks that need the rule: a `goto_table` only forward, a
+//! rewrite only of a field the match's protocol carries.
+
+use crate::key::{Field, ETH_IPV4, ETH_IPV6, IP_TCP, IP_UDP};
+use crate::matching::Match;
+
+use super::values::{ipv4, ipv6, mac, num, port_name};
+use super::{ActionSpec, ParseError};
+
+pub(super) fn parse_action(a: &str, table: u8, m: &Match) -> Result<ActionSpec, ParseError> {
+    let (name, arg) = match a.split_once(':') {
+        Some((n, v)) => (n, Some(v)),
+        None => match a.split_once('(') {
+            Some((n, v)) => (n, Some(v.trim_end_matches(')'))),
+            None => (a, None),
+        },
+    };
+    let lname = name.to_ascii_lowercase();
+    let need = |what: &'static str| {
+        arg.filter(|x| !x.is_empty())
+            .ok_or_else(|| ParseError::Invalid(format!("{name} needs {what}")))
+    };
+    let (ty, tym) = m.field(Field::EthType);
+    let ty = (tym != 0).then_some(ty as u16);
+    let (pr, prm) = m.field(Field::IpProto);
+    let proto = (prm != 0).then_some(pr as u8);
+    let require = |ok: bool, what: &str| {
+        if ok {
+            Ok(())
+        } else {
+            Err(ParseError::Invalid(format!(
+                "{name} requires the rule to match {what}"
+            )))
+        }
+    };
+    let ipv4 = ty == Some(ETH_IPV4);
+    let l4 = matches!(ty, Some(ETH_IPV4 | ETH_IPV6)) && matches!(proto, Some(IP_TCP | IP_UDP));
+    Ok(match (lname.as_str(), arg) {
+        ("normal", None) => ActionSpec::Normal,
+        ("flood", None) => ActionSpec::Flood,
+        ("all", None) => ActionSpec::All,
+        ("drop", None) => ActionSpec::Drop,
+        ("in_port", None) => ActionSpec::InPort,
+        ("strip_vlan" | "pop_vlan", None) => ActionSpec::PopVlan,
+        ("output", _) => ActionSpec::Output(port_name(name, need("a port")?)?),
+        ("mirror", _) => ActionSpec::Mirror(port_name(name, need("a port")?)?),
+        ("mod_dl_src", _) => ActionSpec::SetField(Field::EthSrc, mac(name, need("a MAC")?)?),
+        ("mod_dl_dst", _) => ActionSpec::SetField(Field::EthDst, mac(name, need("a MAC")?)?),
+        ("mod_nw_src", _) => {
+            require(ipv4, "ip")?;
+            ActionSpec::SetField(
+                Field::Ipv4Src,
+                u128::from(self::ipv4(name, need("an address")?)?),
+            )
+        }
+        ("mod_nw_dst", _) => {
+            require(ipv4, "ip")?;
+            ActionSpec::SetField(
+                Field::Ipv4Dst,
+                u128::from(self::ipv4(name, need("an address")?)?),
+            )
+        }
+        ("mod_nw_tos", _) => {
+            require(matches!(ty, Some(ETH_IPV4 | ETH_IPV6)), "ip or ipv6")?;
+            let t = num(name, need("a value")?, 255)?;
+            if t & 3 != 0 {
+                return Err(ParseError::Invalid(format!(
+                    "mod_nw_tos: {t} has ECN bits set (a multiple of 4)"
+                )));
+            }
+            ActionSpec::SetField(Field::IpTos, t)
+        }
+        ("mod_tp_src", _) => {
+            require(l4, "tcp or udp")?;
+            ActionSpec::SetField(Field::TpSrc, num(name, need("a port")?, 65535)?)
+        }
+        ("mod_tp_dst", _) => {
+            require(l4, "tcp or udp")?;
+            ActionSpec::SetField(Field::TpDst, num(name, need("a port")?, 65535)?)
+        }
+        ("mod_vlan_vid", _) => ActionSpec::SetVlanVid(num(name, need("a VLAN id")?, 4095)? as u16),
+        ("mod_vlan_pcp", _) => ActionSpec::SetVlanPcp(num(name, need("a priority")?, 7)? as u8),
+        ("push_vlan", _) => {
+            let tpid = num(name, need("an Ethertype")?, 0xffff)? as u16;
+            if tpid != 0x8100 {
+                return Err(ParseError::Invalid(format!(
+                    "push_vlan:{tpid:#06x}: only 0x8100 (802.1Q) is supported"
+                )));
+            }
+            ActionSpec::PushVlan(tpid)
+        }
+        ("set_tunnel" | "set_tunnel64", _) => {
+            ActionSpec::SetTunnel(num(name, need("a tunnel id")?, u128::from(u64::MAX))? as u64)
+        }
+        ("goto_table" | "resubmit", _) => {
+            let t = need("a table")?;
+            let t = t.strip_prefix(',').unwrap_or(t);
+            let n = num(name, t, 254)? as u8;
+            if n <= table {
+                return Err(ParseError::Invalid(format!(
+                    "{name}:{n} must go to a later table than {table}"
+                )));
+            }
+            ActionSpec::GotoTable(n)
+        }
+        ("set_field", _) => {
+            let a = need("VALUE->FIELD")?;
+            let (v, f) = a.split_once("->").ok_or_else(|| {
+                ParseError::Invalid(format!("set_field:{a}: expected VALUE->FIELD"))
+            })?;
+            match f {
+                "eth_src" | "dl_src" => ActionSpec::SetField(Field::EthSrc, mac(f, v)?),
+                "eth_dst" | "dl_dst" => ActionSpec::SetField(Field::EthDst, mac(f, v)?),
+                "ip_src" | "nw_src" => {
+                    require(ipv4, "ip")?;
+                    ActionSpec::SetField(Field::Ipv4Src, u128::from(self::ipv4(f, v)?))
+                }
+                "ip_dst" | "nw_dst" => {
+                    require(ipv4, "ip")?;
+                    ActionSpec::SetField(Field::Ipv4Dst, u128::from(self::ipv4(f, v)?))
+                }
+                "ipv6_src" => {
+                    require(ty == Some(ETH_IPV6), "ipv6")?;
+                    ActionSpec::SetField(Field::Ipv6Src, ipv6(f, v)?)
+                }
+                "ipv6_dst" => {
+                    require(ty == Some(ETH_IPV6), "ipv6")?;
+                    ActionSpec::SetField(Field::Ipv6Dst, ipv6(f, v)?)
+                }
+                "nw_ttl" => {
+                    require(matches!(ty, Some(ETH_IPV4 | ETH_IPV6)), "ip or ipv6")?;
+                    ActionSpec::SetField(Field::IpTtl, num(f, v, 255)?)
+                }
+                "nw_tos" => {
+                    require(matches!(ty, Some(ETH_IPV4 | ETH_IPV6)), "ip or ipv6")?;
+                    ActionSpec::SetField(Field::IpTos, num(f, v, 255)? & 0xfc)
+                }
+                "tp_src" | "tcp_src" | "udp_src" => {
+                    require(l4, "tcp or udp")?;
+                    ActionSpec::SetField(Field::TpSrc, num(f, v, 65535)?)
+                }
+                "tp_dst" | "tcp_dst" | "udp_dst" => {
+                    require(l4, "tcp or udp")?;
+                    ActionSpec::SetField(Field::TpDst, num(f, v, 65535)?)
+                }
+                "vlan_vid" => ActionSpec::SetVlanVid(num(f, v, 4095)? as u16),
+                "vlan_pcp" => ActionSpec::SetVlanPcp(num(f, v, 7)? as u8),
+                "tun_id" | "tunnel_id" => {
+                    ActionSpec::SetTunnel(num(f, v, u128::from(u64::MAX))? as u64)
+                }
+                "tun_dst" => ActionSpec::SetField(Field::TunDst, u128::from(self::ipv4(f, v)?)),
+                _ => {
+                    return Err(ParseError::Invalid(format!(
+                        "set_field: field '{f}' cannot be set"
+                    )))
+                }
+            }
+        }
+        // ovs-ofctl accepts a bare port name as output.
+        (_, None)
+            if !KEYWORD_ACTIONS.contains(&lname.as_str()) && port_name("output", a).is_ok() =>
+        {
+            ActionSpec::Output(a.to_string())
+        }
+        _ => return Err(ParseError::UnknownAction(a.into())),
+    })
+}
+
+const KEYWORD_ACTIONS: &[&str] = &[
+    "output",
+    "mirror",
+    "mod_dl_src",
+    "mod_dl_dst",
+    "mod_nw_src",
+    "mod_nw_dst",
+    "mod_nw_tos",
+    "mod_tp_src",
+    "mod_tp_dst",
+    "mod_vlan_vid",
+    "mod_vlan_pcp",
+    "push_vlan",
+    "set_tunnel",
+    "set_tunnel64",
+    "goto_table",
+    "resubmit",
+    "set_field",
+    "controller",
+    "local",
+];

@@ -1,0 +1,204 @@
+//! Rules as users write them, in ovs-ofctl's syntax: parsing with precise errors, and a
+//! canonical text form that parses back to the same rule (saved configurations use it).
+//!
+//! ```text
+//! [table=N,][priority=N,][cookie=N,][idle_timeout=S,][hard_timeout=S,]MATCH... actions=ACTION,...
+//! ```
+//! Ports are names (`in_port=vm1`, `output:vm2`), resolved when the pipeline is built.
+//!
+//! Parsing is of untrusted text (the control socket, a flows file): every error is a
+//! [`ParseError`] naming the token, never a panic, and a rule that parses prints
+//! ([`std::fmt::Display`]) to a text that parses back to the same rule (the `flow` fuzz
+//! target checks both). No state: plain functions, safe from any thread.
+//!
+//! By seam:
+//! * this file: the rule and filter as written ([`FlowSpec`], [`ActionSpec`],
+//!   [`FlowFilter`]), the errors, and the entry points ([`parse_flow`], [`parse_filter`],
+//!   [`parse_flows_file`]);
+//! * `values`: the lexical layer: tokens, numbers, addresses with masks, port names;
+//! * `matches`: match fields by name, shorthands (`tcp`, `arp`, ...) and OpenFlow's
+//!   prerequisites;
+//! * `actions`: actions by name, checked against the rule's table and match;
+//! * `print`: the canonical text of rules, filters and actions.
+//!
+//! Calls go one way: this file → `matches`, `actions`, `values`; `matches`, `actions` →
+//! `values`; `print` uses only the types here. No file calls back into its caller.
+
+use crate::matching::Match;
+use crate::Field;
+
+mod actions;
+mod matches;
+mod print;
+mod values;
+
+use actions::parse_action;
+use matches::parse_match_part;
+use values::tokens;
+
+/// Default rule priority (OpenFlow).
+pub const DEFAULT_PRIORITY: u16 = 32768;
+
+/// An action as written (ports by name).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ActionSpec {
+    Output(String),
+    InPort,
+    Normal,
+    Flood,
+    All,
+    Drop,
+    /// A copy of the packet as received (before any modification) to a port.
+    Mirror(String),
+    SetField(Field, u128),
+    SetVlanVid(u16),
+    SetVlanPcp(u8),
+    PopVlan,
+    PushVlan(u16),
+    SetTunnel(u64),
+    GotoTable(u8),
+}
+
+/// A rule as written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlowSpec {
+    pub table: u8,
+    pub priority: u16,
+    pub cookie: u64,
+    pub idle_timeout: u16,
+    pub hard_timeout: u16,
+    /// The input port's name (resolved at build time; not part of `m`).
+    pub in_port: Option<String>,
+    pub m: Match,
+    pub actions: Vec<ActionSpec>,
+}
+
+/// Why a rule or filter does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ParseError {
+    #[error("unknown field '{0}'")]
+    UnknownField(String),
+    #[error("unknown action '{0}'")]
+    UnknownAction(String),
+    #[error("{field}: '{value}' is not {expected}")]
+    BadValue {
+        field: String,
+        value: String,
+        expected: &'static str,
+    },
+    #[error("{0}")]
+    Invalid(String),
+    #[error("no actions (end the rule with 'actions=...'; 'actions=drop' drops)")]
+    NoActions,
+    #[error("{0} needs a value")]
+    NoValue(String),
+}
+
+/// Parses a rule (`ferrovs add-flow`).
+pub fn parse_flow(s: &str) -> Result<FlowSpec, ParseError> {
+    let lower = s.to_ascii_lowercase();
+    let at = lower.find("actions=").ok_or(ParseError::NoActions)?;
+    let (mpart, apart) = (&s[..at], &s[at + "actions=".len()..]);
+    let p = parse_match_part(mpart)?;
+    if p.cookie.is_some_and(|(_, m)| m != u64::MAX) {
+        return Err(ParseError::Invalid(
+            "cookie: a mask is for filters (del-flows, dump-flows), not rules".into(),
+        ));
+    }
+    let table = p.table.unwrap_or(0);
+    let mut actions = Vec::new();
+    for a in tokens(apart) {
+        actions.push(parse_action(a.trim(), table, &p.m)?);
+    }
+    if actions.is_empty() {
+        return Err(ParseError::NoActions);
+    }
+    if actions.len() > 1 && actions.contains(&ActionSpec::Drop) {
+        return Err(ParseError::Invalid("drop must be the only action".into()));
+    }
+    let gotos = actions
+        .iter()
+        .filter(|a| matches!(a, ActionSpec::GotoTable(_)))
+        .count();
+    if gotos > 1 || (gotos == 1 && !matches!(actions.last(), Some(ActionSpec::GotoTable(_)))) {
+        return Err(ParseError::Invalid(
+            "goto_table must be the last action, once".into(),
+        ));
+    }
+    Ok(FlowSpec {
+        table,
+        priority: p.priority.unwrap_or(DEFAULT_PRIORITY),
+        cookie: p.cookie.map_or(0, |c| c.0),
+        idle_timeout: p.idle,
+        hard_timeout: p.hard,
+        in_port: p.in_port,
+        m: p.m,
+        actions,
+    })
+}
+
+/// Selects rules (`del-flows`, `dump-flows`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FlowFilter {
+    pub table: Option<u8>,
+    pub priority: Option<u16>,
+    pub in_port: Option<String>,
+    pub m: Match,
+    pub cookie: Option<(u64, u64)>,
+}
+
+/// Parses a filter: the match syntax, no actions; an empty string selects everything.
+pub fn parse_filter(s: &str) -> Result<FlowFilter, ParseError> {
+    if s.to_ascii_lowercase().contains("actions=") {
+        return Err(ParseError::Invalid("a filter has no actions".into()));
+    }
+    let p = parse_match_part(s)?;
+    if p.idle != 0 || p.hard != 0 {
+        return Err(ParseError::Invalid("timeouts do not select rules".into()));
+    }
+    Ok(FlowFilter {
+        table: p.table,
+        priority: p.priority,
+        in_port: p.in_port,
+        m: p.m,
+        cookie: p.cookie,
+    })
+}
+
+impl FlowFilter {
+    /// Non-strict (ovs-ofctl `del-flows`): every rule whose match is at least as specific as
+    /// the filter's. Strict: the same match (and in_port) and priority (default 32768).
+    pub fn selects(&self, f: &FlowSpec, strict: bool) -> bool {
+        if self.table.is_some_and(|t| t != f.table) {
+            return false;
+        }
+        if let Some((c, m)) = self.cookie {
+            if f.cookie & m != c & m {
+                return false;
+            }
+        }
+        if strict {
+            return self.priority.unwrap_or(DEFAULT_PRIORITY) == f.priority
+                && self.in_port == f.in_port
+                && self.m == f.m;
+        }
+        if self.in_port.is_some() && self.in_port != f.in_port {
+            return false;
+        }
+        self.m.covers(&f.m)
+    }
+}
+
+/// Parses a bulk file: one rule per line; blank lines and `#` comments skipped. An error
+/// gives its line (1-based).
+pub fn parse_flows_file(text: &str) -> Result<Vec<FlowSpec>, (usize, ParseError)> {
+    let mut v = Vec::new();
+    for (i, l) in text.lines().enumerate() {
+        let l = l.trim();
+        if l.is_empty() || l.starts_with('#') {
+            continue;
+        }
+        v.push(parse_flow(l).map_err(|e| (i + 1, e))?);
+    }
+    Ok(v)
+}

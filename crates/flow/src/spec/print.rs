@@ -1,0 +1,243 @@
+//! The canonical text of a rule, a filter and an action ([`std::fmt::Display`]): fields in a
+//! fixed order, shorthands where the match is exactly one, masks as prefixes where they are
+//! one; what prints parses back to the same rule.
+
+use std::fmt;
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use crate::key::{
+    Field, ETH_ARP, ETH_IPV4, ETH_IPV6, FRAG_ANY, FRAG_LATER, IP_ICMP, IP_ICMPV6, IP_SCTP, IP_TCP,
+    IP_UDP,
+};
+use crate::matching::Match;
+
+use super::{ActionSpec, FlowFilter, FlowSpec};
+
+fn fmt_mac(v: u128) -> String {
+    let b = (v as u64).to_be_bytes();
+    format!(
+        "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+        b[2], b[3], b[4], b[5], b[6], b[7]
+    )
+}
+
+fn fmt_ipv4(v: u128, m: u128) -> String {
+    let a = Ipv4Addr::from(v as u32);
+    let m = m as u32;
+    if m == u32::MAX {
+        a.to_string()
+    } else if m.leading_ones() + m.trailing_zeros() == 32 {
+        format!("{a}/{}", m.leading_ones())
+    } else {
+        format!("{a}/{}", Ipv4Addr::from(m))
+    }
+}
+
+fn fmt_ipv6(v: u128, m: u128) -> String {
+    let a = Ipv6Addr::from(v);
+    if m == u128::MAX {
+        a.to_string()
+    } else if m.leading_ones() + m.trailing_zeros() == 128 {
+        format!("{a}/{}", m.leading_ones())
+    } else {
+        format!("{a}/{}", Ipv6Addr::from(m))
+    }
+}
+
+fn fmt_num(v: u128, m: u128, full: u128) -> String {
+    if m == full {
+        v.to_string()
+    } else {
+        format!("{v:#x}/{m:#x}")
+    }
+}
+
+/// The match fields in text (shared by rules and filters).
+fn fmt_match(out: &mut Vec<String>, m: &Match) {
+    let (ty, tym) = m.field(Field::EthType);
+    let (pr, prm) = m.field(Field::IpProto);
+    let mut proto_done = false;
+    if tym == 0xffff {
+        let sh = match (ty as u16, (prm == 0xff).then_some(pr as u8)) {
+            (ETH_IPV4, Some(IP_TCP)) => Some("tcp"),
+            (ETH_IPV4, Some(IP_UDP)) => Some("udp"),
+            (ETH_IPV4, Some(IP_SCTP)) => Some("sctp"),
+            (ETH_IPV4, Some(IP_ICMP)) => Some("icmp"),
+            (ETH_IPV6, Some(IP_TCP)) => Some("tcp6"),
+            (ETH_IPV6, Some(IP_UDP)) => Some("udp6"),
+            (ETH_IPV6, Some(IP_SCTP)) => Some("sctp6"),
+            (ETH_IPV6, Some(IP_ICMPV6)) => Some("icmp6"),
+            _ => None,
+        };
+        match sh {
+            Some(s) => {
+                out.push(s.into());
+                proto_done = true;
+            }
+            None => match ty as u16 {
+                ETH_IPV4 => out.push("ip".into()),
+                ETH_IPV6 => out.push("ipv6".into()),
+                ETH_ARP => out.push("arp".into()),
+                t => out.push(format!("dl_type={t:#06x}")),
+            },
+        }
+    } else if tym != 0 {
+        out.push(format!("dl_type={ty:#06x}/{tym:#06x}"));
+    }
+    let mut put = |name: &str, f: Field, s: &dyn Fn(u128, u128) -> String| {
+        let (v, mk) = m.field(f);
+        if mk != 0 {
+            out.push(format!("{name}={}", s(v, mk)));
+        }
+    };
+    if !proto_done {
+        put("nw_proto", Field::IpProto, &|v, mk| fmt_num(v, mk, 0xff));
+    }
+    put("dl_src", Field::EthSrc, &|v, mk| {
+        if mk == Field::EthSrc.full() {
+            fmt_mac(v)
+        } else {
+            format!("{}/{}", fmt_mac(v), fmt_mac(mk))
+        }
+    });
+    put("dl_dst", Field::EthDst, &|v, mk| {
+        if mk == Field::EthDst.full() {
+            fmt_mac(v)
+        } else {
+            format!("{}/{}", fmt_mac(v), fmt_mac(mk))
+        }
+    });
+    put("vlan_tci", Field::VlanTci, &|v, mk| {
+        format!("{v:#06x}/{mk:#06x}")
+    });
+    let arp = tym == 0xffff && ty as u16 == ETH_ARP;
+    put(
+        if arp { "arp_spa" } else { "nw_src" },
+        Field::Ipv4Src,
+        &fmt_ipv4,
+    );
+    put(
+        if arp { "arp_tpa" } else { "nw_dst" },
+        Field::Ipv4Dst,
+        &fmt_ipv4,
+    );
+    put("ipv6_src", Field::Ipv6Src, &fmt_ipv6);
+    put("ipv6_dst", Field::Ipv6Dst, &fmt_ipv6);
+    put("nw_tos", Field::IpTos, &|v, mk| {
+        if mk == 0xfc {
+            v.to_string()
+        } else {
+            format!("{v:#x}/{mk:#x}")
+        }
+    });
+    put("nw_ttl", Field::IpTtl, &|v, mk| fmt_num(v, mk, 0xff));
+    put("ip_frag", Field::IpFrag, &|v, mk| {
+        let (v, mk) = (v as u8, mk as u8);
+        match (v, mk) {
+            (0, FRAG_ANY) => "no".into(),
+            (FRAG_ANY, FRAG_ANY) => "yes".into(),
+            (FRAG_ANY, 3) => "first".into(),
+            (3, 3) => "later".into(),
+            (0, FRAG_LATER) => "not_later".into(),
+            _ => "no".into(),
+        }
+    });
+    let icmp = prm == 0xff && (pr as u8 == IP_ICMP || pr as u8 == IP_ICMPV6);
+    let v6 = ty as u16 == ETH_IPV6;
+    let (s_name, d_name) = match (icmp, v6) {
+        (true, false) => ("icmp_type", "icmp_code"),
+        (true, true) => ("icmpv6_type", "icmpv6_code"),
+        _ => ("tp_src", "tp_dst"),
+    };
+    put(s_name, Field::TpSrc, &|v, mk| fmt_num(v, mk, 0xffff));
+    put(d_name, Field::TpDst, &|v, mk| fmt_num(v, mk, 0xffff));
+    put("arp_op", Field::ArpOp, &|v, mk| fmt_num(v, mk, 0xffff));
+    put("tun_id", Field::TunId, &|v, mk| {
+        if mk == Field::TunId.full() {
+            format!("{v:#x}")
+        } else {
+            format!("{v:#x}/{mk:#x}")
+        }
+    });
+    put("tun_src", Field::TunSrc, &fmt_ipv4);
+    put("tun_dst", Field::TunDst, &fmt_ipv4);
+}
+
+impl fmt::Display for ActionSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ActionSpec::Output(p) => write!(f, "output:{p}"),
+            ActionSpec::Mirror(p) => write!(f, "mirror:{p}"),
+            ActionSpec::InPort => write!(f, "in_port"),
+            ActionSpec::Normal => write!(f, "NORMAL"),
+            ActionSpec::Flood => write!(f, "FLOOD"),
+            ActionSpec::All => write!(f, "ALL"),
+            ActionSpec::Drop => write!(f, "drop"),
+            ActionSpec::SetField(fld, v) => match fld {
+                Field::EthSrc => write!(f, "mod_dl_src:{}", fmt_mac(*v)),
+                Field::EthDst => write!(f, "mod_dl_dst:{}", fmt_mac(*v)),
+                Field::Ipv4Src => write!(f, "mod_nw_src:{}", Ipv4Addr::from(*v as u32)),
+                Field::Ipv4Dst => write!(f, "mod_nw_dst:{}", Ipv4Addr::from(*v as u32)),
+                Field::IpTos => write!(f, "mod_nw_tos:{v}"),
+                Field::TpSrc => write!(f, "mod_tp_src:{v}"),
+                Field::TpDst => write!(f, "mod_tp_dst:{v}"),
+                Field::IpTtl => write!(f, "set_field:{v}->nw_ttl"),
+                Field::Ipv6Src => write!(f, "set_field:{}->ipv6_src", Ipv6Addr::from(*v)),
+                Field::Ipv6Dst => write!(f, "set_field:{}->ipv6_dst", Ipv6Addr::from(*v)),
+                Field::TunDst => write!(f, "set_field:{}->tun_dst", Ipv4Addr::from(*v as u32)),
+                other => write!(f, "set_field:{v}->{other:?}"),
+            },
+            ActionSpec::SetVlanVid(v) => write!(f, "mod_vlan_vid:{v}"),
+            ActionSpec::SetVlanPcp(v) => write!(f, "mod_vlan_pcp:{v}"),
+            ActionSpec::PopVlan => write!(f, "strip_vlan"),
+            ActionSpec::PushVlan(t) => write!(f, "push_vlan:{t:#06x}"),
+            ActionSpec::SetTunnel(t) => write!(f, "set_tunnel:{t:#x}"),
+            ActionSpec::GotoTable(t) => write!(f, "goto_table:{t}"),
+        }
+    }
+}
+
+impl fmt::Display for FlowSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut parts = Vec::new();
+        if self.table != 0 {
+            parts.push(format!("table={}", self.table));
+        }
+        if self.cookie != 0 {
+            parts.push(format!("cookie={:#x}", self.cookie));
+        }
+        if self.idle_timeout != 0 {
+            parts.push(format!("idle_timeout={}", self.idle_timeout));
+        }
+        if self.hard_timeout != 0 {
+            parts.push(format!("hard_timeout={}", self.hard_timeout));
+        }
+        parts.push(format!("priority={}", self.priority));
+        if let Some(p) = &self.in_port {
+            parts.push(format!("in_port={p}"));
+        }
+        fmt_match(&mut parts, &self.m);
+        let actions: Vec<String> = self.actions.iter().map(|a| a.to_string()).collect();
+        write!(f, "{} actions={}", parts.join(","), actions.join(","))
+    }
+}
+
+impl fmt::Display for FlowFilter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut parts = Vec::new();
+        if let Some(t) = self.table {
+            parts.push(format!("table={t}"));
+        }
+        if let Some((c, m)) = self.cookie {
+            parts.push(format!("cookie={c:#x}/{m:#x}"));
+        }
+        if let Some(p) = self.priority {
+            parts.push(format!("priority={p}"));
+        }
+        if let Some(p) = &self.in_port {
+            parts.push(format!("in_port={p}"));
+        }
+        fmt_match(&mut parts, &self.m);
+        write!(f, "{}", parts.join(","))
+    }
+}

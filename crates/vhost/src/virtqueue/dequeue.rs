@@ -1,0 +1,242 @@
+//! Guest TX: [`VirtQueue::dequeue`] moves the chains the guest made available into packet
+//! buffers, one burst at a time, with the offload requests of their virtio-net headers.
+//!
+//! Invariants: every chain taken is returned to the guest in order, one used entry each, with
+//! length 0 (nothing is written to a TX buffer): a broken, oversized, runt or refused chain
+//! leaks no descriptor. A header asking for an offload that was not negotiated, or that does
+//! not fit its packet, drops the packet (counted); a TSO packet goes into a large buffer or is
+//! dropped. Postcopy: a chain whose page has not arrived stays available (the burst stops
+//! before it). The used index is published once per burst, then its entries are marked in the
+//! dirty log and the guest notified (or the notification deferred).
+//!
+//! Thread-safety: runs on the PMD that holds the queue's lock for the burst.
+
+use ferrovs_sys::guest::vring::{SplitRing, VRING_DESC_F_WRITE};
+use ferrovs_sys::kernel::vnet::{self, caps, VnetHdr};
+use ferrovs_sys::pool::{Mbuf, Pool};
+
+use super::chain::{Chain, ChainError};
+use super::dirty_log::{mark_used_entries, Logging, Marker, NoLog};
+use super::prefetch::{prefetch_ahead, prefetch_burst, BURST_PREFETCH_BYTES};
+use super::VirtQueue;
+use crate::stats::{DropReason, QueueStats};
+
+/// What became of one chain the guest sent.
+enum Taken {
+    /// A packet of this many bytes is in the buffer.
+    Packet(usize),
+    /// Larger than the buffer can hold.
+    TooBig,
+    /// Its virtio-net header asks for what was not negotiated or does not fit the packet.
+    BadOffload,
+    /// A TSO packet and no large buffer left.
+    NoLargeBuffer,
+}
+
+impl VirtQueue {
+    /// Guest TX: moves up to `max` packets from the ring into buffers from `pool`, appended
+    /// to `out` (which must have room). Returns how many were added.
+    pub fn dequeue<'p>(
+        &mut self,
+        pool: &'p Pool,
+        out: &mut Vec<Mbuf<'p>>,
+        max: usize,
+        stats: &QueueStats,
+        name: &str,
+    ) -> usize {
+        let Some(ring) = self.ring.take() else {
+            return 0;
+        };
+        let r = if !self.ring_usable(&ring) {
+            0
+        } else if let Some(log) = self.logging().cloned() {
+            let mut m = Logging::new(&log, self.used_log_addr(), Some(stats));
+            self.dequeue_ring(&ring, pool, out, max, stats, name, &mut m)
+        } else {
+            self.dequeue_ring(&ring, pool, out, max, stats, name, &mut NoLog)
+        };
+        self.check_fault(&ring, stats, name);
+        self.ring = Some(ring);
+        r
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn dequeue_ring<'p, M: Marker>(
+        &mut self,
+        ring: &SplitRing,
+        pool: &'p Pool,
+        out: &mut Vec<Mbuf<'p>>,
+        max: usize,
+        stats: &QueueStats,
+        name: &str,
+        marker: &mut M,
+    ) -> usize {
+        if self.broken.is_some() {
+            return 0;
+        }
+        let avail = match self.pending(ring) {
+            Ok(n) => n as usize,
+            Err(e) => {
+                self.mark_broken(e, stats, name);
+                return 0;
+            }
+        };
+        let n = avail.min(max).min(out.capacity() - out.len());
+        let ahead =
+            prefetch_burst(ring, self.state.last_avail, n, false) as u64 > BURST_PREFETCH_BYTES;
+        let old_used = self.state.used_idx;
+        let (mut pkts, mut bytes, mut oversize, mut runts) = (0u64, 0u64, 0u64, 0u64);
+        let (mut bad_offload, mut no_large) = (0u64, 0u64);
+        for _ in 0..n {
+            let Some(mut m) = pool.alloc() else {
+                stats.drop(DropReason::NoMbuf, 1);
+                break;
+            };
+            let head = ring.avail_entry(self.state.last_avail);
+            if ahead {
+                prefetch_ahead(ring, self.state.last_avail.wrapping_add(1), u64::MAX, false);
+            }
+            let res = self.copy_chain_out(ring, head, pool, &mut m);
+            if matches!(res, Err(ChainError::NotArrived)) {
+                // Postcopy: the chain stays available; its page is being fetched.
+                break;
+            }
+            ring.write_used(self.state.used_idx, head, 0);
+            self.state.used_idx = self.state.used_idx.wrapping_add(1);
+            self.state.last_avail = self.state.last_avail.wrapping_add(1);
+            match res {
+                Ok(Taken::Packet(len)) if len >= 14 => {
+                    m.truncate(len);
+                    pkts += 1;
+                    bytes += len as u64;
+                    out.push(m);
+                }
+                Ok(Taken::Packet(_)) => runts += 1,
+                Ok(Taken::TooBig) => oversize += 1,
+                Ok(Taken::BadOffload) => bad_offload += 1,
+                Ok(Taken::NoLargeBuffer) => no_large += 1,
+                Err(e) => {
+                    self.mark_broken(e, stats, name);
+                    break;
+                }
+            }
+        }
+        stats.drop(DropReason::BadOffload, bad_offload);
+        stats.drop(DropReason::NoMbuf, no_large);
+        ring.publish_used(self.state.used_idx);
+        mark_used_entries(marker, ring.size(), old_used, self.state.used_idx);
+        self.notify(ring, old_used, stats);
+        stats.add(pkts, bytes);
+        stats.drop(DropReason::Oversize, oversize);
+        stats.drop(DropReason::Runt, runts);
+        pkts as usize
+    }
+
+    /// Reads the virtio-net header of chain `head` (its first bytes, usually all in the first
+    /// descriptor). Errors are left to the copy that follows, which walks the same chain.
+    #[inline(always)]
+    fn peek_header(&self, ring: &SplitRing, head: u16) -> Option<VnetHdr> {
+        let mem = ring.mem();
+        let mut chain = Chain::new(ring, head, self.indirect_ok());
+        let mut b = [0u8; vnet::HDR_LEN];
+        let mut got = 0;
+        while got < vnet::HDR_LEN {
+            let d = chain.next().ok()??;
+            let n = (d.len as usize).min(vnet::HDR_LEN - got);
+            mem.read(d.addr, &mut b[got..got + n]).ok()?;
+            got += n;
+        }
+        Some(VnetHdr::from_bytes(&b))
+    }
+
+    /// Checks a header the guest sent against what was negotiated: `None` if it asks for
+    /// something else. Flags not negotiated are ignored (a driver may leave stale bits).
+    #[inline(always)]
+    fn accept_header(&self, h: VnetHdr) -> Option<VnetHdr> {
+        let mut h = h;
+        if self.tx_caps & caps::CSUM == 0 {
+            return Some(VnetHdr::default());
+        }
+        h.flags &= vnet::F_NEEDS_CSUM;
+        if h.gso() == vnet::GSO_NONE {
+            h.gso_type = vnet::GSO_NONE;
+            h.gso_size = 0;
+            return Some(h);
+        }
+        // Segmentation needs the partial checksum (the segments' checksums are recomputed).
+        (h.needs_csum() && h.gso_size != 0 && caps::accepts(self.tx_caps, &h)).then_some(h)
+    }
+
+    /// Copies the packet of chain `head` (after the virtio-net header) into `m`, with the
+    /// offload metadata of its header; a TSO packet goes into a large buffer instead.
+    #[inline(always)]
+    fn copy_chain_out<'p>(
+        &self,
+        ring: &SplitRing,
+        head: u16,
+        pool: &'p Pool,
+        m: &mut Mbuf<'p>,
+    ) -> Result<Taken, ChainError> {
+        let mem = ring.mem();
+        let mut hdr = VnetHdr::default();
+        let mut refused = false;
+        if self.tx_caps != 0 {
+            match self.peek_header(ring, head).map(|h| self.accept_header(h)) {
+                Some(Some(h)) => hdr = h,
+                Some(None) => refused = true,
+                None => {}
+            }
+            if hdr.gso() != vnet::GSO_NONE {
+                match pool.alloc_large() {
+                    Some(l) => *m = l,
+                    None => refused = true,
+                }
+            }
+        }
+        let max = m.max_data();
+        let buf = m.fill(max).ok_or(ChainError::BadIndex)?;
+        let mut chain = Chain::new(ring, head, self.indirect_ok());
+        let mut skip = self.hdr_len as u64;
+        let mut len = 0usize;
+        let mut too_big = false;
+        while let Some(d) = chain.next()? {
+            if d.flags & VRING_DESC_F_WRITE != 0 {
+                return Err(ChainError::WrongDirection);
+            }
+            let s = skip.min(d.len as u64);
+            skip -= s;
+            let (addr, dlen) = (d.addr.wrapping_add(s), (d.len as u64 - s) as usize);
+            if dlen == 0 {
+                mem.check_range(d.addr, d.len as u64)?;
+                continue;
+            }
+            if refused || too_big || len + dlen > max {
+                too_big = !refused;
+                mem.check_range(addr, dlen as u64)?;
+                continue;
+            }
+            mem.read(addr, &mut buf[len..len + dlen])?;
+            len += dlen;
+        }
+        if refused {
+            let gso = hdr.gso() != vnet::GSO_NONE;
+            return Ok(
+                if gso && !m.is_large() && self.accept_header(hdr).is_some() {
+                    Taken::NoLargeBuffer
+                } else {
+                    Taken::BadOffload
+                },
+            );
+        }
+        if too_big {
+            return Ok(Taken::TooBig);
+        }
+        if hdr.needs_csum() && usize::from(hdr.csum_start) + usize::from(hdr.csum_offset) + 2 > len
+        {
+            return Ok(Taken::BadOffload);
+        }
+        m.vnet = hdr;
+        Ok(Taken::Packet(len))
+    }
+}

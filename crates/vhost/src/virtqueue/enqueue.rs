@@ -1,0 +1,252 @@
+//! Guest RX: [`VirtQueue::enqueue`] copies packets into the receive buffers the guest made
+//! available: the virtio-net header (offload metadata, `num_buffers`) then the packet, in one
+//! chain, or across several with mergeable buffers.
+//!
+//! Invariants: a packet is placed whole or not at all: when the guest has too few buffers the
+//! burst stops there and nothing of that packet is consumed (`roll_back`); used entries are
+//! published once per burst, marked in the dirty log (also those of a packet rolled back:
+//! they were written), and the guest is notified (or the notification deferred). A packet's
+//! offload metadata must be what the guest accepts (`rx_caps`), else the burst stops there.
+//! Postcopy: a buffer whose page has not arrived ends the burst, the packet refused with
+//! `postcopy_page_pending` ([`VirtQueue::shortfall`]).
+//!
+//! Thread-safety: runs on the PMD that holds the queue's lock for the burst.
+
+use ferrovs_sys::guest::vring::{SplitRing, VRING_DESC_F_WRITE};
+use ferrovs_sys::kernel::vnet::{self, caps, VnetHdr};
+
+use super::chain::{Chain, ChainError};
+use super::dirty_log::{mark_used_entries, Logging, Marker, NoLog};
+use super::prefetch::{prefetch_ahead, prefetch_burst, BURST_PREFETCH_BYTES};
+use super::{VirtQueue, BURST};
+use crate::stats::{DropReason, QueueStats};
+
+impl VirtQueue {
+    /// Why the last enqueue placed fewer packets than given (`guest_no_rx_buffers` unless it
+    /// was something else).
+    pub fn shortfall(&self) -> DropReason {
+        self.shortfall.unwrap_or(DropReason::GuestNoBuffers)
+    }
+
+    /// Guest RX: copies packets into the guest's receive buffers (mergeable when negotiated).
+    /// Returns how many packets were delivered; the caller counts the rest as dropped.
+    ///
+    /// Each packet comes with its offload metadata, which must be what the guest accepts
+    /// ([`VirtQueue::rx_caps`]: the caller did the rest in software); a packet whose metadata
+    /// the guest does not take (its features changed under the caller) stops the burst there
+    /// and is refused, like one for which the guest has no buffers.
+    pub fn enqueue<'a, I>(&mut self, pkts: I, stats: &QueueStats, name: &str) -> usize
+    where
+        I: IntoIterator<Item = (&'a [u8], VnetHdr)>,
+    {
+        self.shortfall = None;
+        let Some(ring) = self.ring.take() else {
+            return 0;
+        };
+        let r = if !self.ring_usable(&ring) {
+            self.shortfall = Some(DropReason::PostcopyPending);
+            0
+        } else if let Some(log) = self.logging().cloned() {
+            let mut m = Logging::new(&log, self.used_log_addr(), Some(stats));
+            self.enqueue_ring(&ring, pkts, stats, name, &mut m)
+        } else {
+            self.enqueue_ring(&ring, pkts, stats, name, &mut NoLog)
+        };
+        self.check_fault(&ring, stats, name);
+        self.ring = Some(ring);
+        r
+    }
+
+    #[inline]
+    fn enqueue_ring<'a, I, M: Marker>(
+        &mut self,
+        ring: &SplitRing,
+        pkts: I,
+        stats: &QueueStats,
+        name: &str,
+        marker: &mut M,
+    ) -> usize
+    where
+        I: IntoIterator<Item = (&'a [u8], VnetHdr)>,
+    {
+        if self.broken.is_some() {
+            return 0;
+        }
+        let old_used = self.state.used_idx;
+        let (mut sent, mut bytes) = (0u64, 0u64);
+        if let Ok(avail) = self.pending(ring) {
+            prefetch_burst(
+                ring,
+                self.state.last_avail,
+                (avail as usize).min(BURST),
+                true,
+            );
+        }
+        let mut pkts = pkts.into_iter().peekable();
+        // Large packets (judged by the first) are prefetched one ahead of their copy.
+        let ahead = pkts
+            .peek()
+            .is_some_and(|(p, _)| (self.hdr_len + p.len()) as u64 > BURST_PREFETCH_BYTES);
+        while let Some((pkt, hdr)) = pkts.next() {
+            if ahead {
+                if let Some((next, _)) = pkts.peek() {
+                    let len = (self.hdr_len + next.len()) as u64;
+                    prefetch_ahead(ring, self.state.last_avail.wrapping_add(1), len, true);
+                }
+            }
+            if hdr.is_offload() && !caps::accepts(self.rx_caps, &hdr) {
+                stats.drop(DropReason::OffloadRefused, 1);
+                break;
+            }
+            match self.enqueue_one(ring, pkt, &hdr, marker) {
+                Ok(true) => {
+                    sent += 1;
+                    bytes += pkt.len() as u64;
+                }
+                Ok(false) => break,
+                Err(ChainError::NotArrived) => {
+                    self.shortfall = Some(DropReason::PostcopyPending);
+                    break;
+                }
+                Err(e) => {
+                    self.mark_broken(e, stats, name);
+                    break;
+                }
+            }
+        }
+        ring.publish_used(self.state.used_idx);
+        mark_used_entries(marker, ring.size(), old_used, self.state.used_idx);
+        self.notify(ring, old_used, stats);
+        stats.add(sent, bytes);
+        sent as usize
+    }
+
+    /// Places one packet; `Ok(false)` when the guest has too few buffers (nothing consumed).
+    #[inline(always)]
+    fn enqueue_one<M: Marker>(
+        &mut self,
+        ring: &SplitRing,
+        pkt: &[u8],
+        vnet: &VnetHdr,
+        marker: &mut M,
+    ) -> Result<bool, ChainError> {
+        let (saved_avail, saved_used) = (self.state.last_avail, self.state.used_idx);
+        let r = self.place_one(ring, pkt, vnet, marker);
+        if matches!(r, Err(ChainError::NotArrived)) {
+            // Postcopy: nothing was handed to the guest; the buffers stay available.
+            self.roll_back(ring, saved_avail, saved_used, marker);
+        }
+        r
+    }
+
+    /// Takes back a packet placed in part: its buffers stay available and `used.idx` never
+    /// covered it. The used entries already written for its first buffers stay in guest
+    /// memory (beyond `used.idx`, unread) and are logged like every other write: the
+    /// destination's copy of the ring must be the same bytes.
+    #[inline]
+    fn roll_back<M: Marker>(
+        &mut self,
+        ring: &SplitRing,
+        saved_avail: u16,
+        saved_used: u16,
+        marker: &mut M,
+    ) {
+        mark_used_entries(marker, ring.size(), saved_used, self.state.used_idx);
+        self.state.last_avail = saved_avail;
+        self.state.used_idx = saved_used;
+    }
+
+    #[inline(always)]
+    fn place_one<M: Marker>(
+        &mut self,
+        ring: &SplitRing,
+        pkt: &[u8],
+        vnet: &VnetHdr,
+        marker: &mut M,
+    ) -> Result<bool, ChainError> {
+        let mem = ring.mem();
+        let mrg = self.mrg();
+        let hdr_len = self.hdr_len;
+        let total = hdr_len + pkt.len();
+        let (saved_avail, saved_used) = (self.state.last_avail, self.state.used_idx);
+        let mut hdr = [0u8; 12];
+        if vnet.is_offload() {
+            hdr[..vnet::HDR_LEN].copy_from_slice(&vnet.to_bytes());
+        }
+        let mut single = false;
+        let mut written = 0usize;
+        let mut nbufs = 0u16;
+        let mut hdr_addr = None;
+        while written < total {
+            if self.pending(ring)? == 0 {
+                self.roll_back(ring, saved_avail, saved_used, marker);
+                return Ok(false);
+            }
+            let head = ring.avail_entry(self.state.last_avail);
+            self.state.last_avail = self.state.last_avail.wrapping_add(1);
+            let mut chain = Chain::new(ring, head, self.indirect_ok());
+            let mut in_buf = 0usize;
+            while let Some(d) = chain.next()? {
+                if d.flags & VRING_DESC_F_WRITE == 0 {
+                    return Err(ChainError::WrongDirection);
+                }
+                let mut addr = d.addr;
+                let mut room = d.len as usize;
+                if hdr_addr.is_none() {
+                    if room < hdr_len {
+                        return Err(ChainError::OutOfMemory);
+                    }
+                    if mrg && room >= total {
+                        // The common case: one buffer; num_buffers = 1 goes out with the header.
+                        hdr[10] = 1;
+                        single = true;
+                    }
+                    hdr_addr = Some(addr);
+                }
+                if written == 0 && room >= total {
+                    // The common case: header and packet in one buffer, one translation.
+                    mem.write_pair(addr, &hdr[..hdr_len], pkt)?;
+                    marker.mark(addr, total as u64);
+                    written = total;
+                    in_buf = total;
+                    room = 0;
+                }
+                while room > 0 && written < total {
+                    let n = if written < hdr_len {
+                        let n = (hdr_len - written).min(room);
+                        mem.write(addr, &hdr[written..written + n])?;
+                        n
+                    } else {
+                        let off = written - hdr_len;
+                        let n = (pkt.len() - off).min(room);
+                        mem.write(addr, &pkt[off..off + n])?;
+                        n
+                    };
+                    marker.mark(addr, n as u64);
+                    written += n;
+                    in_buf += n;
+                    room -= n;
+                    addr += n as u64;
+                }
+                if written == total && mrg {
+                    break;
+                }
+            }
+            if !mrg && written < total {
+                // One chain must hold the whole packet without mergeable buffers.
+                self.roll_back(ring, saved_avail, saved_used, marker);
+                return Ok(false);
+            }
+            ring.write_used(self.state.used_idx, head, in_buf as u32);
+            self.state.used_idx = self.state.used_idx.wrapping_add(1);
+            nbufs += 1;
+        }
+        if mrg && !single {
+            if let Some(a) = hdr_addr {
+                mem.write(a + 10, &nbufs.to_le_bytes())?;
+                marker.mark(a + 10, 2);
+            }
+        }
+        Ok(true)
+    }
+}
