@@ -22,9 +22,9 @@ use std::sync::Mutex;
 use ferrovs_counters::{DropReason, QueueStats};
 use ferrovs_sys::kernel::af_packet::{AfPacket, RingGeometry, RxFrame, RxRing, SendReport};
 use ferrovs_sys::kernel::netdev::TxFail;
-use ferrovs_sys::pool::{Mbuf, Pool};
 use ferrovs_sys::kernel::tap::{Tap, VNET_HDR_LEN};
 use ferrovs_sys::kernel::vnet::{self, caps, VnetHdr};
+use ferrovs_sys::pool::{Mbuf, Pool};
 use ferrovs_vhost::virtqueue::BURST;
 
 use crate::kernel_port::{KernelPort, TxPkts};

@@ -20,8 +20,8 @@ use std::sync::atomic::Ordering;
 
 use ferrovs_counters::DropReason;
 use ferrovs_packet::offload::{self, TcpSegmenter};
-use ferrovs_sys::pool::{Mbuf, Pool};
 use ferrovs_sys::kernel::vnet::{self, caps, VnetHdr};
+use ferrovs_sys::pool::{Mbuf, Pool};
 use ferrovs_vhost::virtqueue::BURST;
 
 use crate::l2::{self, Decision, Edit};

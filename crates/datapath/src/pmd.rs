@@ -22,9 +22,9 @@ use std::thread::JoinHandle;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use ferrovs_counters::DropReason;
+use ferrovs_sys::guest::vring;
 use ferrovs_sys::os;
 use ferrovs_sys::pool::Pool;
-use ferrovs_sys::guest::vring;
 use ferrovs_vhost::virtqueue::BURST;
 
 use crate::flow::input::FlowCtx;

@@ -20,8 +20,8 @@ use std::sync::Arc;
 
 use ferrovs_sys::guest::dirty_log::{DirtyLog, LogError};
 use ferrovs_sys::guest::memory::{GuestMemory, MemoryError, RegionDesc, MAX_REGIONS};
-use ferrovs_sys::os;
 use ferrovs_sys::guest::vring::{RingAddrs, MAX_QUEUE_SIZE};
+use ferrovs_sys::os;
 
 use crate::device::{Device, DeviceError};
 use crate::features::{self, MAX_QUEUE_PAIRS, PROTOCOL_OFFERED};

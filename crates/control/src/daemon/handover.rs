@@ -23,14 +23,14 @@
 
 use std::os::fd::{AsRawFd, OwnedFd};
 
-use ferrovs_sys::kernel::af_xdp::{XskFds, XskStats};
-use ferrovs_vhost::stats::{DropReason, QueueStats, StatsSnapshot};
+use ferrovs_sys::kernel::af_xdp::XskFds;
+use ferrovs_vhost::stats::QueueStats;
 
 use super::*;
 use crate::upgrade::{
     self, BridgeState as BridgeWire, Channel, ConnState, DeviceState, FdList, FdTable, KernelState,
     LinkState, Msg, PortCounters, PortState as PortWire, RecvError, Report, RingPos, State,
-    StateError, StatsState, XdpState, XskPos, MIN_SCHEMA, SCHEMA,
+    StateError, StatsSnapshot, XdpState, XskPos, MIN_SCHEMA, SCHEMA,
 };
 
 /// Why a handover (old side) or a takeover (new side) failed. Either way the old daemon
@@ -176,35 +176,6 @@ fn fail_at(step: &str) {
         }
         std::process::exit(3);
     }
-}
-
-fn stats_wire(s: &StatsSnapshot) -> StatsState {
-    StatsState {
-        packets: s.packets,
-        bytes: s.bytes,
-        calls: s.calls,
-        calls_suppressed: s.calls_suppressed,
-        calls_coalesced: s.calls_coalesced,
-        drops: s.named_drops().map(|(n, v)| (n.to_string(), v)).collect(),
-    }
-}
-
-fn stats_from_wire(s: &StatsState) -> StatsSnapshot {
-    let mut out = StatsSnapshot {
-        packets: s.packets,
-        bytes: s.bytes,
-        calls: s.calls,
-        calls_suppressed: s.calls_suppressed,
-        calls_coalesced: s.calls_coalesced,
-        ..Default::default()
-    };
-    for (name, v) in &s.drops {
-        // A reason this version does not know is dropped from the counters, not fatal.
-        if let Some(r) = DropReason::ALL.iter().find(|r| r.name() == name) {
-            out.drops[*r as usize] += v;
-        }
-    }
-    out
 }
 
 fn link_wire(l: &Link) -> LinkState {
@@ -397,7 +368,7 @@ impl Daemon {
                     .iter()
                     .map(|(n, p)| {
                         let sets = counter_sets(p).into_iter();
-                        (n.clone(), sets.map(|q| stats_wire(&q.snapshot())).collect())
+                        (n.clone(), sets.map(|q| q.snapshot()).collect())
                     })
                     .collect();
                 let ports = self
@@ -405,7 +376,7 @@ impl Daemon {
                     .iter()
                     .map(|(n, p)| {
                         let c = PortCounters {
-                            rx_drops: stats_wire(&p.port.rx_drops.snapshot()),
+                            rx_drops: p.port.rx_drops.snapshot(),
                             tx_not_ready: p.port.tx_not_ready.load(Ordering::Relaxed),
                             offload: p.port.offload.get(),
                         };
@@ -556,7 +527,6 @@ impl Daemon {
                     (None, PortIo::Xdp(x)) => {
                         let [xsk, umem, promisc, map, prog, link] =
                             x.sock.handover_fds().map(|f| fds.push(f.as_raw_fd()));
-                        let seen = *lock(&x.stats_seen);
                         let xdp = XdpState {
                             umem,
                             promisc,
@@ -566,12 +536,7 @@ impl Daemon {
                             ifindex: x.sock.ifindex(),
                             xdp_mode: x.sock.xdp_mode(),
                             geometry: x.sock.geometry(),
-                            stats_seen: [
-                                seen.rx_dropped,
-                                seen.rx_ring_full,
-                                seen.rx_invalid_descs,
-                                seen.tx_invalid_descs,
-                            ],
+                            stats_seen: *lock(&x.stats_seen),
                         };
                         let k = KernelState {
                             fd: xsk,
@@ -877,13 +842,7 @@ impl Daemon {
                 )
                 .map_err(kernel)?;
                 let io = XdpIo::new(sock, rx, tx);
-                let [a, b, c, d] = x.stats_seen;
-                *lock(&io.stats_seen) = XskStats {
-                    rx_dropped: a,
-                    rx_ring_full: b,
-                    rx_invalid_descs: c,
-                    tx_invalid_descs: d,
-                };
+                *lock(&io.stats_seen) = x.stats_seen;
                 PortIo::Xdp(Box::new(io))
             }
             _ => {
@@ -902,17 +861,21 @@ impl Daemon {
     }
 
     /// Carries the old daemon's counters on (as they stood at the freeze).
-    fn restore_stats(&self, stats: &[(String, Vec<StatsState>)], ports: &[(String, PortCounters)]) {
+    fn restore_stats(
+        &self,
+        stats: &[(String, Vec<StatsSnapshot>)],
+        ports: &[(String, PortCounters)],
+    ) {
         for (name, qs) in stats {
             if let Some(p) = self.ports.get(name) {
                 for (q, s) in counter_sets(p).into_iter().zip(qs) {
-                    q.restore(&stats_from_wire(s));
+                    q.restore(s);
                 }
             }
         }
         for (name, c) in ports {
             if let Some(p) = self.ports.get(name) {
-                p.port.rx_drops.restore(&stats_from_wire(&c.rx_drops));
+                p.port.rx_drops.restore(&c.rx_drops);
                 p.port
                     .tx_not_ready
                     .fetch_add(c.tx_not_ready, Ordering::Relaxed);

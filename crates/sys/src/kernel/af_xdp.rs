@@ -783,8 +783,15 @@ impl XskTx {
     }
 }
 
-/// The kernel's AF_XDP counters (`XDP_STATISTICS`), cumulative for the socket's life.
+/// The kernel's AF_XDP counters (`XDP_STATISTICS`), cumulative for the socket's life. A hot
+/// upgrade carries those already counted; on the wire they are the array `[rx_dropped,
+/// rx_ring_full, rx_invalid_descs, tx_invalid_descs]` (that order is the wire format).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(from = "[u64; 4]", into = "[u64; 4]")
+)]
 pub struct XskStats {
     /// Frames dropped on receive (no fill frame, too large for a frame).
     pub rx_dropped: u64,
@@ -792,6 +799,28 @@ pub struct XskStats {
     pub rx_ring_full: u64,
     pub rx_invalid_descs: u64,
     pub tx_invalid_descs: u64,
+}
+
+impl From<XskStats> for [u64; 4] {
+    fn from(s: XskStats) -> [u64; 4] {
+        [
+            s.rx_dropped,
+            s.rx_ring_full,
+            s.rx_invalid_descs,
+            s.tx_invalid_descs,
+        ]
+    }
+}
+
+impl From<[u64; 4]> for XskStats {
+    fn from([rx_dropped, rx_ring_full, rx_invalid_descs, tx_invalid_descs]: [u64; 4]) -> Self {
+        XskStats {
+            rx_dropped,
+            rx_ring_full,
+            rx_invalid_descs,
+            tx_invalid_descs,
+        }
+    }
 }
 
 /// The fds a hot upgrade hands over, in this order.
