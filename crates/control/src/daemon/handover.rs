@@ -124,8 +124,10 @@ pub enum PortError {
     Resume(#[source] ferrovs_vhost::device::DeviceError),
     #[error("no AF_XDP ring positions at the freeze")]
     NoXskPosition,
-    #[error("{0}")]
-    Position(String),
+    #[error("resuming its AF_PACKET ring")]
+    Position(#[source] ferrovs_sys::kernel::af_packet::PositionError),
+    #[error("resuming its AF_XDP rings")]
+    XskPosition(#[source] ferrovs_sys::kernel::af_xdp::ResumeError),
 }
 
 impl HandoverError {
@@ -900,7 +902,7 @@ impl Daemon {
             let resumed = lock(&x.rx_ring)
                 .resume(pos.rx)
                 .and_then(|()| lock(&x.tx_ring).resume(&pos.tx));
-            resumed.map_err(|e| at(PortError::Position(e)))?;
+            resumed.map_err(|e| at(PortError::XskPosition(e)))?;
         }
         for (name, pos) in positions {
             let p = self

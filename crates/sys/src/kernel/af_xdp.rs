@@ -434,21 +434,22 @@ impl XskRx {
 
     /// Continues where the previous reader (another daemon) stopped, checking that the
     /// shared rings say the same and that every receive frame is with the kernel.
-    pub fn resume(&mut self, p: XskRxPosition) -> Result<(), String> {
+    pub fn resume(&mut self, p: XskRxPosition) -> Result<(), ResumeError> {
         let rx_cons = self.rx.consumer().load(Ordering::Acquire);
         let fill_prod = self.fill.producer().load(Ordering::Acquire);
         if (rx_cons, fill_prod) != (p.rx_cons, p.fill_prod) {
-            return Err(format!(
-                "AF_XDP rings at rx {rx_cons}/fill {fill_prod}, handed over at {}/{}",
-                p.rx_cons, p.fill_prod
-            ));
+            return Err(ResumeError::RxIndices {
+                rx_cons,
+                fill_prod,
+                given: p,
+            });
         }
         let posted = fill_prod.wrapping_sub(rx_cons);
         if posted != self.umem.geo.rx_frames {
-            return Err(format!(
-                "{posted} receive frames with the kernel, expected {}",
-                self.umem.geo.rx_frames
-            ));
+            return Err(ResumeError::RxPosted {
+                posted,
+                rx_frames: self.umem.geo.rx_frames,
+            });
         }
         self.cons = rx_cons;
         self.fill_prod = fill_prod;
@@ -682,33 +683,39 @@ impl XskTx {
     /// Continues from another daemon's position: the indices must match the shared rings,
     /// the free frames be transmit frames, each once, and with the outstanding ones account
     /// for every transmit frame.
-    pub fn resume(&mut self, p: &XskTxPosition) -> Result<(), String> {
+    pub fn resume(&mut self, p: &XskTxPosition) -> Result<(), ResumeError> {
         let tx_prod = self.tx.producer().load(Ordering::Acquire);
         let cq_cons = self.cq.consumer().load(Ordering::Acquire);
         if (tx_prod, cq_cons) != (p.tx_prod, p.cq_cons) {
-            return Err(format!(
-                "AF_XDP rings at tx {tx_prod}/completion {cq_cons}, handed over at {}/{}",
-                p.tx_prod, p.cq_cons
-            ));
+            return Err(ResumeError::TxIndices {
+                tx_prod,
+                cq_cons,
+                given_tx_prod: p.tx_prod,
+                given_cq_cons: p.cq_cons,
+            });
         }
         let geo = self.umem.geo;
         let first = self.first();
         let mut is_free = vec![false; geo.tx_frames as usize];
         for &idx in &p.free {
             if idx < first || idx >= first + geo.tx_frames {
-                return Err(format!("free transmit frame {idx} is not a transmit frame"));
+                return Err(ResumeError::NotTxFrame {
+                    frame: idx,
+                    first,
+                    end: first + geo.tx_frames,
+                });
             }
             if std::mem::replace(&mut is_free[(idx - first) as usize], true) {
-                return Err(format!("transmit frame {idx} handed over free twice"));
+                return Err(ResumeError::FreeTwice(idx));
             }
         }
         let outstanding = tx_prod.wrapping_sub(cq_cons);
         if p.free.len() as u64 + outstanding as u64 != geo.tx_frames as u64 {
-            return Err(format!(
-                "{} free + {outstanding} outstanding transmit frames, expected {}",
-                p.free.len(),
-                geo.tx_frames
-            ));
+            return Err(ResumeError::TxFrames {
+                free: p.free.len(),
+                outstanding,
+                tx_frames: geo.tx_frames,
+            });
         }
         self.prod = tx_prod;
         self.cq_cons = cq_cons;
@@ -781,6 +788,44 @@ impl XskTx {
         self.cq_cons = c1;
         exact
     }
+}
+
+/// Why a handed-over AF_XDP position ([`XskRxPosition`], [`XskTxPosition`]) was refused: it
+/// comes from another process (untrusted), and is checked against the rings both share.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResumeError {
+    #[error(
+        "AF_XDP rings at rx {rx_cons}/fill {fill_prod}, handed over at {}/{}",
+        .given.rx_cons,
+        .given.fill_prod
+    )]
+    RxIndices {
+        rx_cons: u32,
+        fill_prod: u32,
+        given: XskRxPosition,
+    },
+    #[error("{posted} receive frames with the kernel, expected {rx_frames}")]
+    RxPosted { posted: u32, rx_frames: u32 },
+    #[error(
+        "AF_XDP rings at tx {tx_prod}/completion {cq_cons}, handed over at \
+         {given_tx_prod}/{given_cq_cons}"
+    )]
+    TxIndices {
+        tx_prod: u32,
+        cq_cons: u32,
+        given_tx_prod: u32,
+        given_cq_cons: u32,
+    },
+    #[error("free transmit frame {frame} is not a transmit frame ({first}..{end})")]
+    NotTxFrame { frame: u32, first: u32, end: u32 },
+    #[error("transmit frame {0} handed over free twice")]
+    FreeTwice(u32),
+    #[error("{free} free + {outstanding} outstanding transmit frames, expected {tx_frames}")]
+    TxFrames {
+        free: usize,
+        outstanding: u32,
+        tx_frames: u32,
+    },
 }
 
 /// The kernel's AF_XDP counters (`XDP_STATISTICS`), cumulative for the socket's life. A hot
@@ -1285,14 +1330,42 @@ mod tests {
         let (sock2, mut rx2, mut tx2) =
             XskSocket::from_fds(fds, XskGeometry::DEFAULT, sock.ifindex(), sock.xdp_mode())
                 .unwrap();
-        rx2.resume(rx.position()).unwrap();
-        // Ring positions that do not match, or a free list that does not add up, are refused.
+        // Ring positions that do not match, or a free list that does not add up, are refused,
+        // each with its own error.
+        let good = rx.position();
+        let bad = XskRxPosition {
+            rx_cons: good.rx_cons.wrapping_add(1),
+            ..good
+        };
+        assert!(matches!(
+            rx2.resume(bad),
+            Err(ResumeError::RxIndices { given, .. }) if given == bad
+        ));
+        rx2.resume(good).unwrap();
         let mut bad = tx.position();
+        bad.tx_prod = bad.tx_prod.wrapping_add(1);
+        assert!(matches!(
+            tx2.resume(&bad),
+            Err(ResumeError::TxIndices { .. })
+        ));
+        let mut bad = tx.position();
+        let lost = bad.free.pop().unwrap();
+        let e = tx2.resume(&bad).unwrap_err();
+        let want = ResumeError::TxFrames {
+            free: bad.free.len(),
+            outstanding: tx.outstanding(),
+            tx_frames: XskGeometry::DEFAULT.tx_frames,
+        };
+        assert_eq!(e, want);
+        bad.free.push(bad.free[0]);
+        assert_eq!(tx2.resume(&bad), Err(ResumeError::FreeTwice(bad.free[0])));
         bad.free.pop();
-        assert!(tx2.resume(&bad).is_err());
-        let mut bad = tx.position();
+        bad.free.push(lost);
         bad.free[0] = 0;
-        assert!(tx2.resume(&bad).is_err());
+        assert!(matches!(
+            tx2.resume(&bad),
+            Err(ResumeError::NotTxFrame { frame: 0, .. })
+        ));
         tx2.resume(&tx.position()).unwrap();
         assert_eq!(
             tx2.free_frames() as u32 + tx2.outstanding(),
