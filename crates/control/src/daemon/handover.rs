@@ -170,7 +170,7 @@ fn resume_timeout() -> Duration {
 /// hang) at STEP: hello, prepare, ready, hang, resumed.
 fn fail_at(step: &str) {
     if std::env::var("FERROVS_UPGRADE_FAIL").is_ok_and(|s| s == step) {
-        eprintln!("ferrovsd: FERROVS_UPGRADE_FAIL={step}: failing on purpose");
+        log::warn!("takeover: FERROVS_UPGRADE_FAIL={step}: failing on purpose");
         if step == "hang" {
             loop {
                 std::thread::sleep(Duration::from_secs(60));
@@ -236,14 +236,14 @@ impl Daemon {
                         self.handed_over = true;
                         return;
                     }
-                    Err(e) => eprintln!(
-                        "ferrovs: upgrade: handover failed, carrying on: {}",
+                    Err(e) => log::error!(
+                        "upgrade: handover failed, carrying on: {}",
                         with_sources(&e)
                     ),
                 },
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) => {
-                    eprintln!("ferrovs: upgrade: accept: {e}");
+                    log::error!("upgrade: accept: {e}");
                     return;
                 }
             }
@@ -296,7 +296,7 @@ impl Daemon {
         }) {
             return Err(refuse(&ch, e));
         }
-        eprintln!("ferrovs: upgrade: handing over to pid {pid} (ferrovsd {version})");
+        log::info!("upgrade: handing over to pid {pid} (ferrovsd {version})");
         let mut fds = FdList::default();
         let mut state = self.export_state(&mut fds);
         state.schema = schema;
@@ -386,7 +386,7 @@ impl Daemon {
                     })
                     .collect();
                 let _ = ch.send(&Msg::Bye { stats, ports }, &[]);
-                eprintln!("ferrovs: upgrade: pid {pid} took over; exiting");
+                log::info!("upgrade: pid {pid} took over; exiting");
                 Ok(())
             }
             other => {
@@ -438,8 +438,8 @@ impl Daemon {
                     let lost = lock(&x.rx_ring).resync();
                     let exact = lock(&x.tx_ring).resync();
                     if lost > 0 || !exact {
-                        eprintln!(
-                            "ferrovs: upgrade: port {}: AF_XDP rings resynchronised \
+                        log::warn!(
+                            "upgrade: port {}: AF_XDP rings resynchronised \
                              ({lost} receive frames lost, transmit frames {})",
                             p.cfg.name,
                             if exact { "exact" } else { "by ring order" }
@@ -449,18 +449,18 @@ impl Daemon {
             }
         }
         self.publish();
-        eprintln!("ferrovs: upgrade: rolled back; forwarding again");
+        log::warn!("upgrade: rolled back; forwarding again");
     }
 
     /// Kills the new daemon and waits until it runs no more code.
     fn fence(&self, pid: i32) {
         if let Err(e) = os::kill_hard(pid) {
-            eprintln!("ferrovs: upgrade: cannot kill pid {pid}: {e}");
+            log::error!("upgrade: cannot kill pid {pid}: {e}");
         }
         let t = Instant::now();
         while !os::process_dead(pid) {
             if t.elapsed() > Duration::from_secs(10) {
-                eprintln!("ferrovs: upgrade: pid {pid} still runs 10 s after SIGKILL");
+                log::error!("upgrade: pid {pid} still runs 10 s after SIGKILL");
                 break;
             }
             std::thread::sleep(Duration::from_millis(1));
@@ -662,13 +662,13 @@ impl Daemon {
             },
             &[],
         ) {
-            eprintln!("ferrovsd: takeover: telling the old daemon we run: {e}");
+            log::warn!("takeover: telling the old daemon we run: {e}");
         }
         match ch.recv(BYE_TIMEOUT) {
             Ok((Msg::Bye { stats, ports }, _)) => d.restore_stats(&stats, &ports),
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {}
-            Ok((m, _)) => eprintln!("ferrovsd: takeover: expected bye, got {m:?}"),
-            Err(e) => eprintln!("ferrovsd: takeover: waiting for bye: {e}"),
+            Ok((m, _)) => log::warn!("takeover: expected bye, got {m:?}"),
+            Err(e) => log::warn!("takeover: waiting for bye: {e}"),
         }
         drop(rt);
         d.upgrades += 1;
@@ -705,7 +705,7 @@ impl Daemon {
             .open(&path)
             .and_then(|mut f| f.write_all(line.as_bytes()));
         if let Err(e) = res {
-            eprintln!("ferrovs: cannot record upgrade in {}: {e}", path.display());
+            log::warn!("upgrade: cannot record it in {}: {e}", path.display());
         }
     }
 
