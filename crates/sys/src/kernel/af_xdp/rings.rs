@@ -21,13 +21,13 @@ use crate::mmap::Mmap;
 /// 4-byte aligned offsets inside it and `desc` is 8-byte aligned; `size` is a power of two.
 #[derive(Debug)]
 pub(super) struct RingMap {
-    pub(super) map: Mmap,
-    pub(super) prod: usize,
-    pub(super) cons: usize,
-    pub(super) flags: usize,
-    pub(super) desc: usize,
-    pub(super) size: u32,
-    pub(super) elem: usize,
+    map: Mmap,
+    prod: usize,
+    cons: usize,
+    flags: usize,
+    desc: usize,
+    size: u32,
+    elem: usize,
 }
 
 impl RingMap {
@@ -60,8 +60,14 @@ impl RingMap {
         })
     }
 
+    /// Slots in the ring (a power of two).
     #[inline]
-    pub(super) fn atomic(&self, at: usize) -> &AtomicU32 {
+    pub(super) fn size(&self) -> u32 {
+        self.size
+    }
+
+    #[inline]
+    fn atomic(&self, at: usize) -> &AtomicU32 {
         // SAFETY: `at` is one of prod/cons/flags: 4-byte aligned and inside the mapping
         // (invariant). The kernel writes it concurrently: atomics are how to share it.
         unsafe { &*(self.map.as_ptr().add(at) as *const AtomicU32) }
@@ -84,7 +90,7 @@ impl RingMap {
 
     /// Pointer to slot `idx` (taken modulo the size).
     #[inline]
-    pub(super) fn slot(&self, idx: u32) -> *mut u8 {
+    fn slot(&self, idx: u32) -> *mut u8 {
         let i = (idx & (self.size - 1)) as usize;
         // SAFETY: `i < size`, so the slot lies inside the mapping (invariant).
         unsafe { self.map.as_ptr().add(self.desc + i * self.elem) }
@@ -129,11 +135,26 @@ impl RingMap {
 #[derive(Debug)]
 pub struct Umem {
     pub(super) fd: OwnedFd,
-    pub(super) map: Mmap,
+    map: Mmap,
     pub(super) geo: XskGeometry,
 }
 
 impl Umem {
+    /// A UMEM of `geo` in `map` (of `fd`); refused if the mapping is smaller.
+    pub(super) fn new(fd: OwnedFd, map: Mmap, geo: XskGeometry) -> io::Result<Umem> {
+        if map.len() < geo.umem_len() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "UMEM mapping of {} bytes, {} needed",
+                    map.len(),
+                    geo.umem_len()
+                ),
+            ));
+        }
+        Ok(Umem { fd, map, geo })
+    }
+
     /// Pointer to the start of frame `idx` (`idx < rx_frames + tx_frames`, checked).
     #[inline]
     pub(super) fn frame(&self, idx: u32) -> *mut u8 {

@@ -54,7 +54,7 @@ impl XskRx {
     #[inline]
     pub fn available(&self) -> u32 {
         let prod = self.rx.producer().load(Ordering::Acquire);
-        ring_entries(prod, self.cons, self.rx.size)
+        ring_entries(prod, self.cons, self.rx.size())
     }
 
     /// Copies frame `k` of those [`XskRx::available`] into `dst` (nothing is consumed).
@@ -95,7 +95,7 @@ impl XskRx {
         }
         let geo = self.umem.geo;
         let fill_cons = self.fill.consumer().load(Ordering::Acquire);
-        let room = ring_free(self.fill_prod, fill_cons, self.fill.size);
+        let room = ring_free(self.fill_prod, fill_cons, self.fill.size());
         let mut posted = 0;
         for k in 0..n {
             let (addr, _) = self.rx.read_desc(self.cons.wrapping_add(k));

@@ -94,11 +94,7 @@ impl XskSocket {
             setopt(fd.as_fd(), libc::SOL_XDP, opt, &(n as libc::c_int))
                 .map_err(setup("size the AF_XDP rings"))?;
         }
-        let umem = Arc::new(Umem {
-            fd: memfd,
-            map,
-            geo,
-        });
+        let umem = Arc::new(Umem::new(memfd, map, geo).map_err(setup("map the UMEM"))?);
         let fd = Arc::new(fd);
         let promisc = Arc::new(promisc);
         let (mut rx, tx) = map_rings(&fd, &umem, &promisc, ifindex, false)
@@ -198,11 +194,7 @@ impl XskSocket {
             .map_err(|e| bad("mapping the UMEM", e))?;
         let prog = XdpProgram::from_fds(fds.map, fds.prog, fds.link, ifindex, mode)
             .map_err(|e| XskError::BadFd(e.to_string()))?;
-        let umem = Arc::new(Umem {
-            fd: fds.umem,
-            map,
-            geo,
-        });
+        let umem = Arc::new(Umem::new(fds.umem, map, geo).map_err(|e| bad("mapping the UMEM", e))?);
         let fd = Arc::new(fds.xsk);
         let promisc = Arc::new(fds.promisc);
         let zc = zero_copy(fd.as_fd());

@@ -54,7 +54,7 @@ pub struct XskTx {
 }
 
 impl XskTx {
-    pub(super) fn first(&self) -> u32 {
+    fn first(&self) -> u32 {
         self.umem.geo.rx_frames
     }
 
@@ -62,7 +62,7 @@ impl XskTx {
     #[inline]
     pub(super) fn reap(&mut self) {
         let prod = self.cq.producer().load(Ordering::Acquire);
-        let n = ring_entries(prod, self.cq_cons, self.cq.size);
+        let n = ring_entries(prod, self.cq_cons, self.cq.size());
         if n == 0 {
             return;
         }
@@ -83,7 +83,7 @@ impl XskTx {
     }
 
     /// Whether the device is up with its carrier on (two ioctls: error paths only).
-    pub(super) fn device_running(&self) -> bool {
+    fn device_running(&self) -> bool {
         netdev::running_by_index(self.ctl.as_fd(), self.ifindex)
     }
 
@@ -106,7 +106,7 @@ impl XskTx {
         let geo = self.umem.geo;
         let max = geo.max_frame();
         let tx_cons = self.tx.consumer().load(Ordering::Acquire);
-        let mut room = ring_free(self.prod, tx_cons, self.tx.size);
+        let mut room = ring_free(self.prod, tx_cons, self.tx.size());
         for p in pkts {
             if p.len() > max {
                 rep.oversize += 1;
@@ -144,7 +144,7 @@ impl XskTx {
 
     /// Tells the kernel to send what is queued (copy mode sends from this call, up to 32
     /// frames each time; zero-copy only wakes the driver).
-    pub(super) fn kick(&mut self, rep: &mut SendReport) {
+    fn kick(&mut self, rep: &mut SendReport) {
         for _ in 0..8 {
             let before = self.tx.consumer().load(Ordering::Acquire);
             // SAFETY: a zero-length, non-blocking sendto with no address.
@@ -198,7 +198,7 @@ impl XskTx {
 
     /// The device is down: what this burst queued will wait (or be dropped one per kick):
     /// count it as lost to the link, and queue nothing until the device runs again.
-    pub(super) fn went_down(&mut self, rep: &mut SendReport) {
+    fn went_down(&mut self, rep: &mut SendReport) {
         self.link_down = true;
         rep.link_down += rep.sent;
         rep.sent = 0;
@@ -294,9 +294,9 @@ impl XskTx {
             .iter()
             .map(|f| if *f { 0 } else { 1 })
             .collect();
-        let mut exact = posted <= self.tx.size
-            && reaped <= self.cq.size
-            && kprod.wrapping_sub(self.cq_cons) <= self.cq.size;
+        let mut exact = posted <= self.tx.size()
+            && reaped <= self.cq.size()
+            && kprod.wrapping_sub(self.cq_cons) <= self.cq.size();
         if exact {
             for k in 0..posted {
                 let (addr, _) = self.tx.read_desc(self.prod.wrapping_add(k));
