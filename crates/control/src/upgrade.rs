@@ -31,7 +31,9 @@
 //!
 //! Each crate owns the plain state of what it runs: a vhost-user device is
 //! [`ferrovs_vhost::state::DeviceState`] (serialised as is, through vhost's `serde` feature),
-//! validated by vhost as untrusted input. [`State::parse`] is the one way in: JSON, schema
+//! validated by vhost as untrusted input; ring positions and geometry are `ferrovs_sys`'s,
+//! counters [`StatsSnapshot`] (`ferrovs_counters`), each serialised through its crate's
+//! `serde` feature. [`State::parse`] is the one way in: JSON, schema
 //! check, typed parse, validation; the takeover and the `upgrade_state` fuzz target use it.
 
 use std::io;
@@ -40,8 +42,9 @@ use std::os::unix::net::UnixStream;
 
 use serde::{Deserialize, Serialize};
 
+pub use ferrovs_counters::StatsSnapshot;
 pub use ferrovs_sys::kernel::af_packet::{RingGeometry as RingState, RingPosition as RingPos};
-use ferrovs_sys::kernel::af_xdp::{XskGeometry, XskRxPosition, XskTxPosition};
+use ferrovs_sys::kernel::af_xdp::{XskGeometry, XskRxPosition, XskStats, XskTxPosition};
 use ferrovs_sys::kernel::bpf::XdpMode;
 use ferrovs_sys::os;
 use ferrovs_vhost::state::FdSource;
@@ -103,7 +106,7 @@ pub enum Msg {
     /// cost nothing in the forwarding gap; the new daemon adds them to its own.
     Bye {
         #[serde(default)]
-        stats: Vec<(String, Vec<StatsState>)>,
+        stats: Vec<(String, Vec<StatsSnapshot>)>,
         /// Per port: counters kept by the switch rather than by a queue (added in schema 1
         /// without a version change: an older peer leaves it out).
         #[serde(default)]
@@ -204,10 +207,10 @@ pub struct XdpState {
     /// `frame_size`, `rx_frames`, `tx_frames`.
     #[serde(flatten)]
     pub geometry: XskGeometry,
-    /// `XDP_STATISTICS` already added to the counters: rx_dropped, rx_ring_full,
-    /// rx_invalid_descs, tx_invalid_descs.
+    /// `XDP_STATISTICS` already added to the counters (on the wire `[rx_dropped,
+    /// rx_ring_full, rx_invalid_descs, tx_invalid_descs]`).
     #[serde(default)]
-    pub stats_seen: [u64; 4],
+    pub stats_seen: XskStats,
 }
 
 /// Where an AF_XDP uplink's PMD stopped: the indices we own in the four rings, and the
@@ -235,26 +238,12 @@ pub enum LinkState {
     Attached,
 }
 
-#[derive(Debug, Default, Serialize, Deserialize)]
-pub struct StatsState {
-    pub packets: u64,
-    pub bytes: u64,
-    pub calls: u64,
-    /// Added within schema 1 (absent in older state: 0).
-    #[serde(default)]
-    pub calls_suppressed: u64,
-    #[serde(default)]
-    pub calls_coalesced: u64,
-    /// Non-zero drop counters by reason name.
-    pub drops: Vec<(String, u64)>,
-}
-
 /// A port's own counters: drops decided by the switch for packets it received, packets that
 /// found no ready queue, and offloads done in software (`[sw_csum, sw_tso, sw_segments]`).
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub struct PortCounters {
     #[serde(default)]
-    pub rx_drops: StatsState,
+    pub rx_drops: StatsSnapshot,
     #[serde(default)]
     pub tx_not_ready: u64,
     #[serde(default)]
@@ -536,6 +525,7 @@ mod tests {
     //! The wire format is what schemas 1 and 2 wrote (old binaries read what we write, we
     //! read what they wrote), and every refusal of `State::parse` is its own error.
     use super::*;
+    use ferrovs_counters::DropReason;
     use ferrovs_vhost::state::StateError as DeviceStateError;
     use ferrovs_vhost::virtqueue::ChainError;
     use serde_json::{json, Value};
@@ -591,6 +581,49 @@ mod tests {
         same::<KernelState>(json!({
             "fd": 3, "ring": {"block_size": 65536, "block_nr": 64, "frame_size": 2048},
         }));
+    }
+
+    #[test]
+    fn counters_keep_their_shape() {
+        let m = same::<Msg>(json!({
+            "msg": "bye",
+            "stats": [["vm1", [
+                {"packets": 4, "bytes": 240, "calls": 2, "calls_suppressed": 1,
+                 "calls_coalesced": 3, "drops": [["runt", 2], ["no_route", 5]]},
+                {"packets": 0, "bytes": 0, "calls": 0, "calls_suppressed": 0,
+                 "calls_coalesced": 0, "drops": []},
+            ]]],
+            "ports": [["vm1", {
+                "rx_drops": {"packets": 0, "bytes": 0, "calls": 0, "calls_suppressed": 0,
+                             "calls_coalesced": 0, "drops": [["vlan_mismatch", 9]]},
+                "tx_not_ready": 6, "offload": [1, 2, 3],
+            }]],
+        }));
+        let Msg::Bye { stats, ports } = m else {
+            panic!("{m:?}")
+        };
+        assert_eq!(stats[0].1[0].drops[DropReason::NoRoute as usize], 5);
+        assert_eq!(ports[0].1.rx_drops.drops[DropReason::Vlan as usize], 9);
+        // An older peer's counters: no call counters besides `calls`, no port counters.
+        let m: Msg = serde_json::from_value(json!({
+            "msg": "bye",
+            "stats": [["vm1", [{"packets": 4, "bytes": 240, "calls": 2, "drops": []}]]],
+        }))
+        .unwrap();
+        let Msg::Bye { stats, ports } = m else {
+            panic!("{m:?}")
+        };
+        assert_eq!(stats[0].1[0].calls_coalesced, 0);
+        assert!(ports.is_empty());
+        let k: KernelState = serde_json::from_value(json!({
+            "fd": 3,
+            "xdp": {"umem": 4, "promisc": 5, "map": 6, "prog": 7, "link": 8, "ifindex": 9,
+                    "xdp_mode": "native", "frame_size": 4096, "rx_frames": 2048,
+                    "tx_frames": 1024, "stats_seen": [1, 2, 3, 4]},
+        }))
+        .unwrap();
+        let seen = k.xdp.unwrap().stats_seen;
+        assert_eq!((seen.rx_dropped, seen.tx_invalid_descs), (1, 4));
     }
 
     #[test]

@@ -7,6 +7,14 @@
 //!
 //! Thread-safety: writers add once per burst (`fetch_add`, relaxed); readers (the control
 //! plane) may see counters of one burst at slightly different moments, never torn values.
+//!
+//! With the `serde` feature (the control plane's; the datapath builds this crate without it)
+//! a [`StatsSnapshot`] is (de)serialisable as the hot-upgrade wire format carries counters
+//! (`docs/upgrade.md`): `packets`, `bytes`, `calls`, `calls_suppressed`, `calls_coalesced`
+//! and `drops`, the non-zero drop counters as `[name, count]` pairs. Its field names are
+//! therefore wire names. `dirty_pages` does not travel (a new daemon counts a migration's
+//! pages afresh), and a drop reason this version does not know is left out of the
+//! counters rather than refused: counters are not worth failing an upgrade for.
 #![forbid(unsafe_code)]
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,9 +26,13 @@ macro_rules! reasons {
         pub enum DropReason { $($name),* }
         impl DropReason {
             pub const ALL: &'static [DropReason] = &[$(DropReason::$name),*];
-            /// Stable name used by the CLI and metrics.
+            /// Stable name used by the CLI, metrics and the hot-upgrade state.
             pub fn name(self) -> &'static str {
                 match self { $(DropReason::$name => $text),* }
+            }
+            /// The reason of that [`name`](Self::name), if this version knows it.
+            pub fn from_name(name: &str) -> Option<DropReason> {
+                match name { $($text => Some(DropReason::$name),)* _ => None }
             }
         }
     };
@@ -128,15 +140,24 @@ impl QueueStats {
     }
 }
 
-/// Counters as plain numbers.
+/// Counters as plain numbers; what a hot upgrade carries (see the crate's docs for the wire
+/// format).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct StatsSnapshot {
     pub packets: u64,
     pub bytes: u64,
     pub calls: u64,
+    /// Added within schema 1 (absent in older state: 0).
+    #[cfg_attr(feature = "serde", serde(default))]
     pub calls_suppressed: u64,
+    #[cfg_attr(feature = "serde", serde(default))]
     pub calls_coalesced: u64,
+    /// Not carried over a hot upgrade.
+    #[cfg_attr(feature = "serde", serde(skip))]
     pub dirty_pages: u64,
+    /// By [`DropReason`] index; on the wire the non-zero ones as `[name, count]` pairs.
+    #[cfg_attr(feature = "serde", serde(with = "wire"))]
     pub drops: [u64; NUM_REASONS],
 }
 
@@ -166,6 +187,35 @@ impl StatsSnapshot {
     }
 }
 
+#[cfg(feature = "serde")]
+mod wire {
+    //! [`StatsSnapshot::drops`] on the wire: the non-zero counters as `[name, count]` pairs in
+    //! [`DropReason::ALL`] order. Reading adds a name given twice (saturating) and leaves out
+    //! a name this version does not know.
+    use super::{DropReason, NUM_REASONS};
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(drops: &[u64; NUM_REASONS], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(
+            DropReason::ALL
+                .iter()
+                .map(|r| (r.name(), drops[*r as usize]))
+                .filter(|(_, n)| *n != 0),
+        )
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<[u64; NUM_REASONS], D::Error> {
+        let mut drops = [0u64; NUM_REASONS];
+        for (name, n) in Vec::<(String, u64)>::deserialize(d)? {
+            if let Some(r) = DropReason::from_name(&name) {
+                let c = &mut drops[r as usize];
+                *c = c.saturating_add(n);
+            }
+        }
+        Ok(drops)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -178,6 +228,10 @@ mod tests {
             assert!(DropReason::ALL[..i].iter().all(|o| o.name() != r.name()));
         }
         assert_eq!(NUM_REASONS, DropReason::ALL.len());
+        for r in DropReason::ALL {
+            assert_eq!(DropReason::from_name(r.name()), Some(*r));
+        }
+        assert_eq!(DropReason::from_name("no_such_reason"), None);
         // Names the CLI, metrics and the upgrade fixtures rely on.
         assert_eq!(DropReason::NoMbuf.name(), "no_mbuf");
         assert_eq!(DropReason::GuestNoBuffers.name(), "guest_no_rx_buffers");
@@ -248,5 +302,37 @@ mod tests {
         let snap = s.snapshot();
         assert_eq!((snap.packets, snap.bytes), (40_000, 40_000 * 64));
         assert_eq!(snap.drops[DropReason::KernelTxFull as usize], 40_000);
+    }
+
+    /// The wire shape of schemas 1 and 2 (written by `StatsState` before the counters had
+    /// their own serde): read, and written back the same.
+    #[cfg(feature = "serde")]
+    #[test]
+    fn wire_format_is_the_old_stats_state() {
+        let old = r#"{"packets":4,"bytes":240,"calls":2,"calls_suppressed":1,"calls_coalesced":3,"drops":[["runt",2],["no_route",5]]}"#;
+        let s: StatsSnapshot = serde_json::from_str(old).unwrap();
+        assert_eq!((s.packets, s.bytes, s.calls), (4, 240, 2));
+        assert_eq!((s.calls_suppressed, s.calls_coalesced), (1, 3));
+        assert_eq!(s.drops[DropReason::Runt as usize], 2);
+        assert_eq!(s.drops[DropReason::NoRoute as usize], 5);
+        assert_eq!(serde_json::to_string(&s).unwrap(), old);
+        // Older state: no call counters besides `calls`; unknown reasons are left out, a name
+        // given twice adds up, saturating.
+        let older = r#"{"packets":1,"bytes":2,"calls":3,"drops":[["from_the_future",9],["runt",1],["runt",18446744073709551615]]}"#;
+        let s: StatsSnapshot = serde_json::from_str(older).unwrap();
+        assert_eq!((s.calls_suppressed, s.calls_coalesced), (0, 0));
+        assert_eq!(s.drops[DropReason::Runt as usize], u64::MAX);
+        assert_eq!(s.total_drops(), u64::MAX);
+        // `dirty_pages` does not travel.
+        let d = StatsSnapshot {
+            dirty_pages: 7,
+            ..StatsSnapshot::default()
+        };
+        let j = serde_json::to_string(&d).unwrap();
+        assert_eq!(
+            j,
+            r#"{"packets":0,"bytes":0,"calls":0,"calls_suppressed":0,"calls_coalesced":0,"drops":[]}"#
+        );
+        assert!(serde_json::from_str::<StatsSnapshot>(r#"{"packets":1,"bytes":2}"#).is_err());
     }
 }

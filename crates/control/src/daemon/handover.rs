@@ -23,14 +23,14 @@
 
 use std::os::fd::{AsRawFd, OwnedFd};
 
-use ferrovs_sys::kernel::af_xdp::{XskFds, XskStats};
-use ferrovs_vhost::stats::{DropReason, QueueStats, StatsSnapshot};
+use ferrovs_sys::kernel::af_xdp::XskFds;
+use ferrovs_vhost::stats::QueueStats;
 
 use super::*;
 use crate::upgrade::{
     self, BridgeState as BridgeWire, Channel, ConnState, DeviceState, FdList, FdTable, KernelState,
     LinkState, Msg, PortCounters, PortState as PortWire, RecvError, Report, RingPos, State,
-    StateError, StatsState, XdpState, XskPos, MIN_SCHEMA, SCHEMA,
+    StateError, StatsSnapshot, XdpState, XskPos, MIN_SCHEMA, SCHEMA,
 };
 
 /// Why a handover (old side) or a takeover (new side) failed. Either way the old daemon
@@ -124,8 +124,10 @@ pub enum PortError {
     Resume(#[source] ferrovs_vhost::device::DeviceError),
     #[error("no AF_XDP ring positions at the freeze")]
     NoXskPosition,
-    #[error("{0}")]
-    Position(String),
+    #[error("resuming its AF_PACKET ring")]
+    Position(#[source] ferrovs_sys::kernel::af_packet::PositionError),
+    #[error("resuming its AF_XDP rings")]
+    XskPosition(#[source] ferrovs_sys::kernel::af_xdp::ResumeError),
 }
 
 impl HandoverError {
@@ -168,7 +170,7 @@ fn resume_timeout() -> Duration {
 /// hang) at STEP: hello, prepare, ready, hang, resumed.
 fn fail_at(step: &str) {
     if std::env::var("FERROVS_UPGRADE_FAIL").is_ok_and(|s| s == step) {
-        eprintln!("ferrovsd: FERROVS_UPGRADE_FAIL={step}: failing on purpose");
+        log::warn!("takeover: FERROVS_UPGRADE_FAIL={step}: failing on purpose");
         if step == "hang" {
             loop {
                 std::thread::sleep(Duration::from_secs(60));
@@ -176,35 +178,6 @@ fn fail_at(step: &str) {
         }
         std::process::exit(3);
     }
-}
-
-fn stats_wire(s: &StatsSnapshot) -> StatsState {
-    StatsState {
-        packets: s.packets,
-        bytes: s.bytes,
-        calls: s.calls,
-        calls_suppressed: s.calls_suppressed,
-        calls_coalesced: s.calls_coalesced,
-        drops: s.named_drops().map(|(n, v)| (n.to_string(), v)).collect(),
-    }
-}
-
-fn stats_from_wire(s: &StatsState) -> StatsSnapshot {
-    let mut out = StatsSnapshot {
-        packets: s.packets,
-        bytes: s.bytes,
-        calls: s.calls,
-        calls_suppressed: s.calls_suppressed,
-        calls_coalesced: s.calls_coalesced,
-        ..Default::default()
-    };
-    for (name, v) in &s.drops {
-        // A reason this version does not know is dropped from the counters, not fatal.
-        if let Some(r) = DropReason::ALL.iter().find(|r| r.name() == name) {
-            out.drops[*r as usize] += v;
-        }
-    }
-    out
 }
 
 fn link_wire(l: &Link) -> LinkState {
@@ -263,14 +236,14 @@ impl Daemon {
                         self.handed_over = true;
                         return;
                     }
-                    Err(e) => eprintln!(
-                        "ferrovs: upgrade: handover failed, carrying on: {}",
+                    Err(e) => log::error!(
+                        "upgrade: handover failed, carrying on: {}",
                         with_sources(&e)
                     ),
                 },
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) => {
-                    eprintln!("ferrovs: upgrade: accept: {e}");
+                    log::error!("upgrade: accept: {e}");
                     return;
                 }
             }
@@ -323,7 +296,7 @@ impl Daemon {
         }) {
             return Err(refuse(&ch, e));
         }
-        eprintln!("ferrovs: upgrade: handing over to pid {pid} (ferrovsd {version})");
+        log::info!("upgrade: handing over to pid {pid} (ferrovsd {version})");
         let mut fds = FdList::default();
         let mut state = self.export_state(&mut fds);
         state.schema = schema;
@@ -397,7 +370,7 @@ impl Daemon {
                     .iter()
                     .map(|(n, p)| {
                         let sets = counter_sets(p).into_iter();
-                        (n.clone(), sets.map(|q| stats_wire(&q.snapshot())).collect())
+                        (n.clone(), sets.map(|q| q.snapshot()).collect())
                     })
                     .collect();
                 let ports = self
@@ -405,7 +378,7 @@ impl Daemon {
                     .iter()
                     .map(|(n, p)| {
                         let c = PortCounters {
-                            rx_drops: stats_wire(&p.port.rx_drops.snapshot()),
+                            rx_drops: p.port.rx_drops.snapshot(),
                             tx_not_ready: p.port.tx_not_ready.load(Ordering::Relaxed),
                             offload: p.port.offload.get(),
                         };
@@ -413,7 +386,7 @@ impl Daemon {
                     })
                     .collect();
                 let _ = ch.send(&Msg::Bye { stats, ports }, &[]);
-                eprintln!("ferrovs: upgrade: pid {pid} took over; exiting");
+                log::info!("upgrade: pid {pid} took over; exiting");
                 Ok(())
             }
             other => {
@@ -465,8 +438,8 @@ impl Daemon {
                     let lost = lock(&x.rx_ring).resync();
                     let exact = lock(&x.tx_ring).resync();
                     if lost > 0 || !exact {
-                        eprintln!(
-                            "ferrovs: upgrade: port {}: AF_XDP rings resynchronised \
+                        log::warn!(
+                            "upgrade: port {}: AF_XDP rings resynchronised \
                              ({lost} receive frames lost, transmit frames {})",
                             p.cfg.name,
                             if exact { "exact" } else { "by ring order" }
@@ -476,18 +449,18 @@ impl Daemon {
             }
         }
         self.publish();
-        eprintln!("ferrovs: upgrade: rolled back; forwarding again");
+        log::warn!("upgrade: rolled back; forwarding again");
     }
 
     /// Kills the new daemon and waits until it runs no more code.
     fn fence(&self, pid: i32) {
         if let Err(e) = os::kill_hard(pid) {
-            eprintln!("ferrovs: upgrade: cannot kill pid {pid}: {e}");
+            log::error!("upgrade: cannot kill pid {pid}: {e}");
         }
         let t = Instant::now();
         while !os::process_dead(pid) {
             if t.elapsed() > Duration::from_secs(10) {
-                eprintln!("ferrovs: upgrade: pid {pid} still runs 10 s after SIGKILL");
+                log::error!("upgrade: pid {pid} still runs 10 s after SIGKILL");
                 break;
             }
             std::thread::sleep(Duration::from_millis(1));
@@ -556,7 +529,6 @@ impl Daemon {
                     (None, PortIo::Xdp(x)) => {
                         let [xsk, umem, promisc, map, prog, link] =
                             x.sock.handover_fds().map(|f| fds.push(f.as_raw_fd()));
-                        let seen = *lock(&x.stats_seen);
                         let xdp = XdpState {
                             umem,
                             promisc,
@@ -566,12 +538,7 @@ impl Daemon {
                             ifindex: x.sock.ifindex(),
                             xdp_mode: x.sock.xdp_mode(),
                             geometry: x.sock.geometry(),
-                            stats_seen: [
-                                seen.rx_dropped,
-                                seen.rx_ring_full,
-                                seen.rx_invalid_descs,
-                                seen.tx_invalid_descs,
-                            ],
+                            stats_seen: *lock(&x.stats_seen),
                         };
                         let k = KernelState {
                             fd: xsk,
@@ -695,13 +662,13 @@ impl Daemon {
             },
             &[],
         ) {
-            eprintln!("ferrovsd: takeover: telling the old daemon we run: {e}");
+            log::warn!("takeover: telling the old daemon we run: {e}");
         }
         match ch.recv(BYE_TIMEOUT) {
             Ok((Msg::Bye { stats, ports }, _)) => d.restore_stats(&stats, &ports),
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {}
-            Ok((m, _)) => eprintln!("ferrovsd: takeover: expected bye, got {m:?}"),
-            Err(e) => eprintln!("ferrovsd: takeover: waiting for bye: {e}"),
+            Ok((m, _)) => log::warn!("takeover: expected bye, got {m:?}"),
+            Err(e) => log::warn!("takeover: waiting for bye: {e}"),
         }
         drop(rt);
         d.upgrades += 1;
@@ -738,7 +705,7 @@ impl Daemon {
             .open(&path)
             .and_then(|mut f| f.write_all(line.as_bytes()));
         if let Err(e) = res {
-            eprintln!("ferrovs: cannot record upgrade in {}: {e}", path.display());
+            log::warn!("upgrade: cannot record it in {}: {e}", path.display());
         }
     }
 
@@ -877,13 +844,7 @@ impl Daemon {
                 )
                 .map_err(kernel)?;
                 let io = XdpIo::new(sock, rx, tx);
-                let [a, b, c, d] = x.stats_seen;
-                *lock(&io.stats_seen) = XskStats {
-                    rx_dropped: a,
-                    rx_ring_full: b,
-                    rx_invalid_descs: c,
-                    tx_invalid_descs: d,
-                };
+                *lock(&io.stats_seen) = x.stats_seen;
                 PortIo::Xdp(Box::new(io))
             }
             _ => {
@@ -902,17 +863,21 @@ impl Daemon {
     }
 
     /// Carries the old daemon's counters on (as they stood at the freeze).
-    fn restore_stats(&self, stats: &[(String, Vec<StatsState>)], ports: &[(String, PortCounters)]) {
+    fn restore_stats(
+        &self,
+        stats: &[(String, Vec<StatsSnapshot>)],
+        ports: &[(String, PortCounters)],
+    ) {
         for (name, qs) in stats {
             if let Some(p) = self.ports.get(name) {
                 for (q, s) in counter_sets(p).into_iter().zip(qs) {
-                    q.restore(&stats_from_wire(s));
+                    q.restore(s);
                 }
             }
         }
         for (name, c) in ports {
             if let Some(p) = self.ports.get(name) {
-                p.port.rx_drops.restore(&stats_from_wire(&c.rx_drops));
+                p.port.rx_drops.restore(&c.rx_drops);
                 p.port
                     .tx_not_ready
                     .fetch_add(c.tx_not_ready, Ordering::Relaxed);
@@ -937,7 +902,7 @@ impl Daemon {
             let resumed = lock(&x.rx_ring)
                 .resume(pos.rx)
                 .and_then(|()| lock(&x.tx_ring).resume(&pos.tx));
-            resumed.map_err(|e| at(PortError::Position(e)))?;
+            resumed.map_err(|e| at(PortError::XskPosition(e)))?;
         }
         for (name, pos) in positions {
             let p = self

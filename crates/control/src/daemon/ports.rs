@@ -29,11 +29,22 @@ pub enum KernelPortError {
     NotKernel(&'static str),
 }
 
+/// A kernel port's side as opened.
+pub(super) struct KernelSide {
+    pub io: PortIo,
+    /// An uplink on AF_PACKET although AF_XDP was not ruled out by `mode=`: why.
+    pub fallback: Option<String>,
+}
+
+impl From<PortIo> for KernelSide {
+    fn from(io: PortIo) -> KernelSide {
+        KernelSide { io, fallback: None }
+    }
+}
+
 /// Opens the kernel side of a TAP or uplink port. An uplink without `mode=` tries AF_XDP
-/// and falls back to AF_PACKET; the second value then says why AF_XDP was not used.
-pub(super) fn open_kernel_port(
-    cfg: &PortConfig,
-) -> Result<(PortIo, Option<String>), KernelPortError> {
+/// and falls back to AF_PACKET, saying why AF_XDP was not used.
+pub(super) fn open_kernel_port(cfg: &PortConfig) -> Result<KernelSide, KernelPortError> {
     let dev = cfg.dev.as_deref().unwrap_or_default();
     let af_packet = || {
         AfPacket::open(dev, RingGeometry::DEFAULT)
@@ -47,16 +58,15 @@ pub(super) fn open_kernel_port(
         (PortType::Vxlan, _) => {
             let (local, remote, vni) = vxlan_endpoints(cfg);
             dp::VxlanIo::open(local, remote, vni)
-                .map(|v| (PortIo::Vxlan(v), None))
+                .map(|v| PortIo::Vxlan(v).into())
                 .map_err(|source| KernelPortError::VxlanBind { local, source })
         }
-        (PortType::Tap, _) => Ok((
-            PortIo::Tap(TapIo::new(ferrovs_sys::kernel::tap::Tap::open(dev)?)),
-            None,
-        )),
-        (PortType::Uplink, Some(UplinkMode::AfPacket)) => Ok((af_packet()?, None)),
+        (PortType::Tap, _) => {
+            Ok(PortIo::Tap(TapIo::new(ferrovs_sys::kernel::tap::Tap::open(dev)?)).into())
+        }
+        (PortType::Uplink, Some(UplinkMode::AfPacket)) => Ok(af_packet()?.into()),
         (PortType::Uplink, Some(UplinkMode::AfXdp)) => af_xdp()
-            .map(|io| (io, None))
+            .map(KernelSide::from)
             .map_err(KernelPortError::ForcedAfXdp),
         (PortType::Uplink, None) if !ferrovs_sys::kernel::netdev::is_physical(dev) => {
             // What comes from this host's own stack (the peer of a veth) may be a partial
@@ -66,10 +76,13 @@ pub(super) fn open_kernel_port(
                 "{dev} is a virtual device: its peer may send partial checksums and GSO \
                  packets, whose metadata only AF_PACKET carries (mode=af_xdp forces AF_XDP)"
             );
-            Ok((af_packet()?, Some(why)))
+            Ok(KernelSide {
+                io: af_packet()?,
+                fallback: Some(why),
+            })
         }
         (PortType::Uplink, None) => match af_xdp() {
-            Ok(io) => Ok((io, None)),
+            Ok(io) => Ok(io.into()),
             // No such device: AF_PACKET would say the same.
             Err(e) if netdev_missing(dev) => Err(e.into()),
             Err(e) => {
@@ -79,7 +92,10 @@ pub(super) fn open_kernel_port(
                     "port {}: AF_XDP unavailable ({why}); using AF_PACKET",
                     cfg.name
                 );
-                Ok((io, Some(why)))
+                Ok(KernelSide {
+                    io,
+                    fallback: Some(why),
+                })
             }
         },
         (PortType::VhostUser | PortType::VhostUserClient, _) => {
@@ -270,7 +286,7 @@ impl Daemon {
                 cfg.name, other.cfg.name
             )));
         }
-        let (io, fallback) = open_kernel_port(&cfg).map_err(|e| {
+        let KernelSide { io, fallback } = open_kernel_port(&cfg).map_err(|e| {
             ConfigError::Invalid(format!("port {}: {}", cfg.name, with_sources(&e)))
         })?;
         let id = alloc_slot(&mut self.port_slots);

@@ -100,6 +100,13 @@ impl RingGeometry {
     }
 }
 
+/// Why a handed-over [`RingPosition`] was refused (it comes from another process: untrusted).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PositionError {
+    #[error("ring position block {block} outside a ring of {blocks} blocks")]
+    BlockOutside { block: u32, blocks: u32 },
+}
+
 /// Where a reader is in the ring: the block it reads and how many frames of it it took.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -536,12 +543,12 @@ impl RxRing {
     }
 
     /// Continues at `p` (from the daemon that read the ring before); refused if outside.
-    pub fn set_position(&mut self, p: RingPosition) -> Result<(), String> {
+    pub fn set_position(&mut self, p: RingPosition) -> Result<(), PositionError> {
         if p.block >= self.geo.block_nr {
-            return Err(format!(
-                "ring position block {} outside a ring of {} blocks",
-                p.block, self.geo.block_nr
-            ));
+            return Err(PositionError::BlockOutside {
+                block: p.block,
+                blocks: self.geo.block_nr,
+            });
         }
         self.block = p.block;
         self.taken = p.taken;
@@ -930,10 +937,13 @@ mod tests {
             .unwrap();
         assert_eq!(r.ring.next(&mut buf), RxFrame::Frame(60));
         assert_eq!(buf[14], 2);
-        assert!(r
-            .ring
-            .set_position(RingPosition { block: 4, taken: 0 })
-            .is_err());
+        assert_eq!(
+            r.ring.set_position(RingPosition { block: 4, taken: 0 }),
+            Err(PositionError::BlockOutside {
+                block: 4,
+                blocks: GEO.block_nr
+            })
+        );
         // Block 3 is the oldest still handed to user space.
         r.ring.resync(None);
         assert_eq!(r.ring.position(), RingPosition { block: 3, taken: 0 });
