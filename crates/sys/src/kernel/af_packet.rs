@@ -245,19 +245,7 @@ impl AfPacket {
         if r < 0 {
             return Err(setup("bind to the device")(io::Error::last_os_error()));
         }
-        let mreq = libc::packet_mreq {
-            mr_ifindex: ifindex as libc::c_int,
-            mr_type: libc::PACKET_MR_PROMISC as libc::c_ushort,
-            mr_alen: 0,
-            mr_address: [0; 8],
-        };
-        setopt(
-            fd.as_fd(),
-            libc::SOL_PACKET,
-            libc::PACKET_ADD_MEMBERSHIP,
-            &mreq,
-        )
-        .map_err(setup("enter promiscuous mode"))?;
+        netdev::join_promiscuous(fd.as_fd(), ifindex).map_err(setup("enter promiscuous mode"))?;
         netdev::set_up(name).map_err(setup("bring the device up"))?;
         let sock = AfPacket {
             fd,

@@ -182,6 +182,19 @@ pub fn is_physical(name: &str) -> bool {
             .exists()
 }
 
+/// Puts device `ifindex` in promiscuous mode for as long as the AF_PACKET socket `fd` stays
+/// open (a per-socket membership: the kernel drops it when the socket closes, so a crashed
+/// switch leaves no device promiscuous).
+pub fn join_promiscuous(fd: BorrowedFd<'_>, ifindex: u32) -> io::Result<()> {
+    let mreq = libc::packet_mreq {
+        mr_ifindex: ifindex as libc::c_int,
+        mr_type: libc::PACKET_MR_PROMISC as libc::c_ushort,
+        mr_alen: 0,
+        mr_address: [0; 8],
+    };
+    crate::os::setopt(fd, libc::SOL_PACKET, libc::PACKET_ADD_MEMBERSHIP, &mreq)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -130,19 +130,8 @@ impl XskSocket {
             name: name.into(),
             source,
         })?;
-        let mreq = libc::packet_mreq {
-            mr_ifindex: ifindex as libc::c_int,
-            mr_type: libc::PACKET_MR_PROMISC as libc::c_ushort,
-            mr_alen: 0,
-            mr_address: [0; 8],
-        };
-        setopt(
-            promisc.as_fd(),
-            libc::SOL_PACKET,
-            libc::PACKET_ADD_MEMBERSHIP,
-            &mreq,
-        )
-        .map_err(setup("enter promiscuous mode"))?;
+        netdev::join_promiscuous(promisc.as_fd(), ifindex)
+            .map_err(setup("enter promiscuous mode"))?;
         netdev::set_up(name).map_err(setup("bring the device up"))?;
         let mut tx = tx;
         tx.free.extend(geo.rx_frames..geo.rx_frames + geo.tx_frames);
