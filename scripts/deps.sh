@@ -8,7 +8,7 @@ set -euo pipefail
 
 packages=(
     qemu-system-x86 dpdk dpdk-dev openvswitch-switch-dpdk busybox-static linux-image-amd64
-    iproute2 iputils-ping ethtool iperf3 tcpdump jq socat cpio kmod
+    iproute2 iputils-ping ethtool iperf3 tcpdump jq socat cpio kmod valgrind
 )
 missing=()
 for p in "${packages[@]}"; do

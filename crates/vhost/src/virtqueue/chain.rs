@@ -127,42 +127,54 @@ impl<'a> Chain<'a> {
         }
     }
 
+    /// The next descriptor of the chain, `None` at its end. A loop, not a recursion, into an
+    /// indirect table: a recursive function is not inlined into the dequeue and enqueue loops
+    /// (measured: two out-of-line calls per packet, ~50 instructions, when it was one).
     #[inline(always)]
     pub(super) fn next(&mut self) -> Result<Option<Descriptor>, ChainError> {
-        let Some(i) = self.next else { return Ok(None) };
-        if self.budget == 0 {
-            return Err(ChainError::Loop);
-        }
-        self.budget -= 1;
-        let d = match self.indirect {
-            None => self.ring.desc(i).ok_or(ChainError::BadIndex)?,
-            Some((table, count)) => {
-                if i as u32 >= count {
-                    return Err(ChainError::BadIndex);
+        loop {
+            let Some(i) = self.next else { return Ok(None) };
+            if self.budget == 0 {
+                return Err(ChainError::Loop);
+            }
+            self.budget -= 1;
+            let d = match self.indirect {
+                None => self.ring.desc(i).ok_or(ChainError::BadIndex)?,
+                Some((table, count)) => {
+                    if i as u32 >= count {
+                        return Err(ChainError::BadIndex);
+                    }
+                    Descriptor::from_bytes(&self.mem.read_obj::<16>(table + 16 * i as u64)?)
                 }
-                Descriptor::from_bytes(&self.mem.read_obj::<16>(table + 16 * i as u64)?)
+            };
+            let first = std::mem::replace(&mut self.first, false);
+            if d.flags & VRING_DESC_F_INDIRECT != 0 {
+                self.enter_indirect(&d, first)?;
+                continue;
             }
-        };
-        let first = std::mem::replace(&mut self.first, false);
-        if d.flags & VRING_DESC_F_INDIRECT != 0 {
-            let count = d.len / 16;
-            if !first
-                || !self.indirect_ok
-                || self.indirect.is_some()
-                || d.flags & VRING_DESC_F_NEXT != 0
-                || d.len % 16 != 0
-                || count == 0
-                || count > 65536
-            {
-                return Err(ChainError::BadIndirect);
-            }
-            self.mem.check_range(d.addr, d.len as u64)?;
-            self.indirect = Some((d.addr, count));
-            self.budget = count;
-            self.next = Some(0);
-            return self.next();
+            self.next = (d.flags & VRING_DESC_F_NEXT != 0).then_some(d.next);
+            return Ok(Some(d));
         }
-        self.next = (d.flags & VRING_DESC_F_NEXT != 0).then_some(d.next);
-        Ok(Some(d))
+    }
+
+    /// The chain's first descriptor points to an indirect table: the walk goes on there.
+    #[inline(never)]
+    fn enter_indirect(&mut self, d: &Descriptor, first: bool) -> Result<(), ChainError> {
+        let count = d.len / 16;
+        if !first
+            || !self.indirect_ok
+            || self.indirect.is_some()
+            || d.flags & VRING_DESC_F_NEXT != 0
+            || d.len % 16 != 0
+            || count == 0
+            || count > 65536
+        {
+            return Err(ChainError::BadIndirect);
+        }
+        self.mem.check_range(d.addr, d.len as u64)?;
+        self.indirect = Some((d.addr, count));
+        self.budget = count;
+        self.next = Some(0);
+        Ok(())
     }
 }
