@@ -253,6 +253,58 @@ pub struct TableFeatureProp {
     pub data: Vec<u8>,
 }
 
+/// `OFPTFPT_*`: table-feature property types (each `_MISS` variant is the next number).
+pub mod tfpt {
+    pub const INSTRUCTIONS: u16 = 0;
+    pub const NEXT_TABLES: u16 = 2;
+    pub const WRITE_ACTIONS: u16 = 4;
+    pub const APPLY_ACTIONS: u16 = 6;
+    pub const MATCH: u16 = 8;
+    pub const WILDCARDS: u16 = 10;
+    pub const WRITE_SETFIELD: u16 = 12;
+    pub const APPLY_SETFIELD: u16 = 14;
+}
+
+impl TableFeatureProp {
+    /// `OFPTFPT_INSTRUCTIONS` (or `_MISS`): the `OFPIT_*` types the table takes.
+    pub fn instructions(type_: u16, instructions: &[u16]) -> TableFeatureProp {
+        let mut data = Vec::new();
+        for &i in instructions {
+            data.put_u16(i);
+            data.put_u16(4);
+        }
+        TableFeatureProp { type_, data }
+    }
+
+    /// `OFPTFPT_NEXT_TABLES` (or `_MISS`): the tables a goto may name.
+    pub fn next_tables(type_: u16, tables: &[u8]) -> TableFeatureProp {
+        TableFeatureProp {
+            type_,
+            data: tables.to_vec(),
+        }
+    }
+
+    /// `OFPTFPT_WRITE_ACTIONS` / `APPLY_ACTIONS` (or `_MISS`): `OFPAT_*` types.
+    pub fn actions(type_: u16, actions: &[u16]) -> TableFeatureProp {
+        Self::instructions(type_, actions)
+    }
+
+    /// `OFPTFPT_MATCH`, `WILDCARDS`, `WRITE_SETFIELD`, `APPLY_SETFIELD` (or `_MISS`): OXM
+    /// headers of `fields` (with the has-mask bit where `masked` and the field allows it).
+    pub fn oxm_ids(type_: u16, fields: &[crate::oxm::Field], masked: bool) -> TableFeatureProp {
+        let mut data = Vec::new();
+        for f in fields {
+            let i = f.info();
+            let m = masked && i.maskable;
+            let len = u32::from(i.len) * if m { 2 } else { 1 };
+            data.put_u32(
+                (u32::from(i.class) << 16) | (u32::from(i.code) << 9) | (u32::from(m) << 8) | len,
+            );
+        }
+        TableFeatureProp { type_, data }
+    }
+}
+
 /// `ofp_table_features`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 #[allow(missing_docs)]
