@@ -26,6 +26,9 @@ pub mod oxm;
 pub mod port;
 mod wire;
 
+#[cfg(test)]
+mod tests;
+
 pub use action::{Action, Instruction};
 pub use error::OfError;
 pub use framer::{FrameError, Framer};

@@ -975,7 +975,8 @@ fn dump_commands() {
         return;
     }
     use MultipartRequestBody as Q;
-    let cases: &[(&str, &[&str], fn(&Q) -> bool)] = &[
+    type Check = fn(&Q) -> bool;
+    let cases: &[(&str, &[&str], Check)] = &[
         (
             "dump-flows",
             &[],
