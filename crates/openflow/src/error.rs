@@ -46,6 +46,12 @@ impl OfError {
         Self::new(et::BAD_MATCH, code, reason)
     }
 
+    /// The code's name as the specification spells it (`"OFPBMC_BAD_PREREQ"`), for logs
+    /// and counters; `None` for a pair this crate never produces.
+    pub fn name(&self) -> Option<&'static str> {
+        name(self.type_, self.code)
+    }
+
     /// Whether this is `type_`/`code` (whatever the reason).
     pub fn is(&self, type_: u16, code: u16) -> bool {
         self.type_ == type_ && self.code == code
@@ -250,4 +256,169 @@ pub mod tffc {
     pub const BAD_LEN: u16 = 3;
     pub const BAD_ARGUMENT: u16 = 4;
     pub const EPERM: u16 = 5;
+}
+
+/// The name of every type/code pair this crate produces.
+pub fn name(type_: u16, code: u16) -> Option<&'static str> {
+    const NAMES: &[(u16, &[&str])] = &[
+        (et::HELLO_FAILED, &["OFPHFC_INCOMPATIBLE", "OFPHFC_EPERM"]),
+        (
+            et::BAD_REQUEST,
+            &[
+                "OFPBRC_BAD_VERSION",
+                "OFPBRC_BAD_TYPE",
+                "OFPBRC_BAD_MULTIPART",
+                "OFPBRC_BAD_EXPERIMENTER",
+                "OFPBRC_BAD_EXP_TYPE",
+                "OFPBRC_EPERM",
+                "OFPBRC_BAD_LEN",
+                "OFPBRC_BUFFER_EMPTY",
+                "OFPBRC_BUFFER_UNKNOWN",
+                "OFPBRC_BAD_TABLE_ID",
+                "OFPBRC_IS_SLAVE",
+                "OFPBRC_BAD_PORT",
+                "OFPBRC_BAD_PACKET",
+                "OFPBRC_MULTIPART_BUFFER_OVERFLOW",
+            ],
+        ),
+        (
+            et::BAD_ACTION,
+            &[
+                "OFPBAC_BAD_TYPE",
+                "OFPBAC_BAD_LEN",
+                "OFPBAC_BAD_EXPERIMENTER",
+                "OFPBAC_BAD_EXP_TYPE",
+                "OFPBAC_BAD_OUT_PORT",
+                "OFPBAC_BAD_ARGUMENT",
+                "OFPBAC_EPERM",
+                "OFPBAC_TOO_MANY",
+                "OFPBAC_BAD_QUEUE",
+                "OFPBAC_BAD_OUT_GROUP",
+                "OFPBAC_MATCH_INCONSISTENT",
+                "OFPBAC_UNSUPPORTED_ORDER",
+                "OFPBAC_BAD_TAG",
+                "OFPBAC_BAD_SET_TYPE",
+                "OFPBAC_BAD_SET_LEN",
+                "OFPBAC_BAD_SET_ARGUMENT",
+            ],
+        ),
+        (
+            et::BAD_INSTRUCTION,
+            &[
+                "OFPBIC_UNKNOWN_INST",
+                "OFPBIC_UNSUP_INST",
+                "OFPBIC_BAD_TABLE_ID",
+                "OFPBIC_UNSUP_METADATA",
+                "OFPBIC_UNSUP_METADATA_MASK",
+                "OFPBIC_BAD_EXPERIMENTER",
+                "OFPBIC_BAD_EXP_TYPE",
+                "OFPBIC_BAD_LEN",
+                "OFPBIC_EPERM",
+            ],
+        ),
+        (
+            et::BAD_MATCH,
+            &[
+                "OFPBMC_BAD_TYPE",
+                "OFPBMC_BAD_LEN",
+                "OFPBMC_BAD_TAG",
+                "OFPBMC_BAD_DL_ADDR_MASK",
+                "OFPBMC_BAD_NW_ADDR_MASK",
+                "OFPBMC_BAD_WILDCARDS",
+                "OFPBMC_BAD_FIELD",
+                "OFPBMC_BAD_VALUE",
+                "OFPBMC_BAD_MASK",
+                "OFPBMC_BAD_PREREQ",
+                "OFPBMC_DUP_FIELD",
+                "OFPBMC_EPERM",
+            ],
+        ),
+        (
+            et::FLOW_MOD_FAILED,
+            &[
+                "OFPFMFC_UNKNOWN",
+                "OFPFMFC_TABLE_FULL",
+                "OFPFMFC_BAD_TABLE_ID",
+                "OFPFMFC_OVERLAP",
+                "OFPFMFC_EPERM",
+                "OFPFMFC_BAD_TIMEOUT",
+                "OFPFMFC_BAD_COMMAND",
+                "OFPFMFC_BAD_FLAGS",
+            ],
+        ),
+        (
+            et::GROUP_MOD_FAILED,
+            &[
+                "OFPGMFC_GROUP_EXISTS",
+                "OFPGMFC_INVALID_GROUP",
+                "OFPGMFC_WEIGHT_UNSUPPORTED",
+                "OFPGMFC_OUT_OF_GROUPS",
+                "OFPGMFC_OUT_OF_BUCKETS",
+                "OFPGMFC_CHAINING_UNSUPPORTED",
+                "OFPGMFC_WATCH_UNSUPPORTED",
+                "OFPGMFC_LOOP",
+                "OFPGMFC_UNKNOWN_GROUP",
+                "OFPGMFC_CHAINED_GROUP",
+                "OFPGMFC_BAD_TYPE",
+                "OFPGMFC_BAD_COMMAND",
+                "OFPGMFC_BAD_BUCKET",
+                "OFPGMFC_BAD_WATCH",
+                "OFPGMFC_EPERM",
+            ],
+        ),
+        (
+            et::PORT_MOD_FAILED,
+            &[
+                "OFPPMFC_BAD_PORT",
+                "OFPPMFC_BAD_HW_ADDR",
+                "OFPPMFC_BAD_CONFIG",
+                "OFPPMFC_BAD_ADVERTISE",
+                "OFPPMFC_EPERM",
+            ],
+        ),
+        (
+            et::TABLE_MOD_FAILED,
+            &["OFPTMFC_BAD_TABLE", "OFPTMFC_BAD_CONFIG", "OFPTMFC_EPERM"],
+        ),
+        (
+            et::SWITCH_CONFIG_FAILED,
+            &["OFPSCFC_BAD_FLAGS", "OFPSCFC_BAD_LEN", "OFPSCFC_EPERM"],
+        ),
+        (
+            et::ROLE_REQUEST_FAILED,
+            &["OFPRRFC_STALE", "OFPRRFC_UNSUP", "OFPRRFC_BAD_ROLE"],
+        ),
+        (
+            et::METER_MOD_FAILED,
+            &[
+                "OFPMMFC_UNKNOWN",
+                "OFPMMFC_METER_EXISTS",
+                "OFPMMFC_INVALID_METER",
+                "OFPMMFC_UNKNOWN_METER",
+                "OFPMMFC_BAD_COMMAND",
+                "OFPMMFC_BAD_FLAGS",
+                "OFPMMFC_BAD_RATE",
+                "OFPMMFC_BAD_BURST",
+                "OFPMMFC_BAD_BAND",
+                "OFPMMFC_BAD_BAND_VALUE",
+                "OFPMMFC_OUT_OF_METERS",
+                "OFPMMFC_OUT_OF_BANDS",
+            ],
+        ),
+        (
+            et::TABLE_FEATURES_FAILED,
+            &[
+                "OFPTFFC_BAD_TABLE",
+                "OFPTFFC_BAD_METADATA",
+                "OFPTFFC_BAD_TYPE",
+                "OFPTFFC_BAD_LEN",
+                "OFPTFFC_BAD_ARGUMENT",
+                "OFPTFFC_EPERM",
+            ],
+        ),
+    ];
+    NAMES
+        .iter()
+        .find(|(t, _)| *t == type_)
+        .and_then(|(_, codes)| codes.get(usize::from(code)).copied())
 }

@@ -95,7 +95,8 @@ pub struct FieldInfo {
     pub bits: u8,
     /// Whether SET_FIELD may write it.
     pub settable: bool,
-    /// ovs-fields' name, for logs.
+    /// The specification's name in lower case, without `OXM_OF_` (Nicira's with `nx_`),
+    /// for logs.
     pub name: &'static str,
 }
 
@@ -204,23 +205,23 @@ impl Field {
             ArpTha => fi(B, 25, 6, true, 48, true, "arp_tha"),
             Ipv6Src => fi(B, 26, 16, true, 128, true, "ipv6_src"),
             Ipv6Dst => fi(B, 27, 16, true, 128, true, "ipv6_dst"),
-            Ipv6Flabel => fi(B, 28, 4, true, 20, true, "ipv6_label"),
+            Ipv6Flabel => fi(B, 28, 4, true, 20, true, "ipv6_flabel"),
             Icmpv6Type => fi(B, 29, 1, false, 8, true, "icmpv6_type"),
             Icmpv6Code => fi(B, 30, 1, false, 8, true, "icmpv6_code"),
-            Ipv6NdTarget => fi(B, 31, 16, false, 128, true, "nd_target"),
-            Ipv6NdSll => fi(B, 32, 6, false, 48, true, "nd_sll"),
-            Ipv6NdTll => fi(B, 33, 6, false, 48, true, "nd_tll"),
+            Ipv6NdTarget => fi(B, 31, 16, false, 128, true, "ipv6_nd_target"),
+            Ipv6NdSll => fi(B, 32, 6, false, 48, true, "ipv6_nd_sll"),
+            Ipv6NdTll => fi(B, 33, 6, false, 48, true, "ipv6_nd_tll"),
             MplsLabel => fi(B, 34, 4, false, 20, true, "mpls_label"),
             MplsTc => fi(B, 35, 1, false, 3, true, "mpls_tc"),
             MplsBos => fi(B, 36, 1, false, 1, false, "mpls_bos"),
             PbbIsid => fi(B, 37, 3, true, 24, true, "pbb_isid"),
             TunnelId => fi(B, 38, 8, true, 64, true, "tunnel_id"),
             Ipv6Exthdr => fi(B, 39, 2, true, 9, false, "ipv6_exthdr"),
-            TunIpv4Src => fi(N, 31, 4, true, 32, true, "tun_src"),
-            TunIpv4Dst => fi(N, 32, 4, true, 32, true, "tun_dst"),
-            CtState => fi(N, 105, 4, true, 32, false, "ct_state"),
-            CtZone => fi(N, 106, 2, false, 16, false, "ct_zone"),
-            CtMark => fi(N, 107, 4, true, 32, false, "ct_mark"),
+            TunIpv4Src => fi(N, 31, 4, true, 32, true, "nx_tun_ipv4_src"),
+            TunIpv4Dst => fi(N, 32, 4, true, 32, true, "nx_tun_ipv4_dst"),
+            CtState => fi(N, 105, 4, true, 32, false, "nx_ct_state"),
+            CtZone => fi(N, 106, 2, false, 16, false, "nx_ct_zone"),
+            CtMark => fi(N, 107, 4, true, 32, false, "nx_ct_mark"),
         }
     }
 

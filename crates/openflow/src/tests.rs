@@ -681,6 +681,8 @@ fn match_refusals() {
     for (tlvs, code) in cases {
         assert_eq!(err(&raw_match(&tlvs)), (et::BAD_MATCH, code), "{tlvs:02x?}");
     }
+    let e = decode(&raw_match(&tlv(b, 13, false, &[0, 80]))).unwrap_err();
+    assert_eq!(e.name(), Some("OFPBMC_BAD_PREREQ"));
     // Order does not matter for prerequisites.
     let ok = raw_match(&[tlv(b, 13, false, &[0, 80]), tlv(b, 10, false, &[6]), eth_ip].concat());
     assert!(decode(&ok).is_ok());

@@ -1021,3 +1021,42 @@ fn dump_commands() {
         assert!(check(&r.body), "{cmd} {args:?}: {r:?}");
     }
 }
+
+/// Every type/code constant of the crate, as an ERROR message, is the error ovs-ofctl
+/// names the same way.
+#[test]
+fn error_codes_match_ovs_names() {
+    if !have_ovs_ofctl() {
+        return;
+    }
+    let req = encode(&Message::BarrierRequest, 3);
+    let mut n = 0;
+    for type_ in 0..14u16 {
+        for code in 0..16u16 {
+            let Some(name) = error::name(type_, code) else {
+                continue;
+            };
+            let s = ofp_print(&OfError::new(type_, code, "t").encode_reply(&req));
+            let first = s.lines().next().unwrap_or("");
+            // OVS keeps its older names for a few codes (same numbers).
+            let ovs = match name {
+                "OFPBRC_BAD_MULTIPART" => "OFPBRC_BAD_STAT",
+                "OFPBRC_BAD_EXPERIMENTER" => "OFPBRC_BAD_VENDOR",
+                "OFPBRC_BAD_EXP_TYPE" => "OFPBRC_BAD_SUBTYPE",
+                "OFPBRC_IS_SLAVE" => "OFPBRC_IS_SECONDARY",
+                "OFPBAC_BAD_EXPERIMENTER" => "OFPBAC_BAD_VENDOR",
+                "OFPBAC_BAD_EXP_TYPE" => "OFPBAC_BAD_VENDOR_TYPE",
+                "OFPTFFC_BAD_TYPE" => "OFPBPC_BAD_TYPE",
+                "OFPTFFC_BAD_LEN" => "OFPBPC_BAD_LEN",
+                "OFPTFFC_BAD_ARGUMENT" => "OFPBPC_BAD_VALUE",
+                n => n,
+            };
+            assert!(
+                first.ends_with(&format!(": {ovs}")),
+                "{type_}/{code} {name}: {first}"
+            );
+            n += 1;
+        }
+    }
+    assert!(n > 100, "{n}");
+}
