@@ -12,6 +12,7 @@
 //! 16-bit length field cannot exceed 65535.) Before negotiation (no version set) any
 //! version passes: the first message is a HELLO of the peer's version.
 
+use crate::error::{brc, et, OfError};
 use crate::message::Header;
 use crate::HEADER_LEN;
 
@@ -30,6 +31,23 @@ pub enum FrameError {
         /// The whole message.
         message: Vec<u8>,
     },
+}
+
+impl FrameError {
+    /// The OpenFlow error to answer with: `OFPBRC_BAD_LEN` (then close) or
+    /// `OFPBRC_BAD_VERSION` (with [`FrameError::BadVersion`]'s message as the request).
+    pub fn of_error(&self) -> OfError {
+        match self {
+            FrameError::BadLength(_) => {
+                OfError::new(et::BAD_REQUEST, brc::BAD_LEN, "header length below 8")
+            }
+            FrameError::BadVersion { .. } => OfError::new(
+                et::BAD_REQUEST,
+                brc::BAD_VERSION,
+                "message of a version this connection did not negotiate",
+            ),
+        }
+    }
 }
 
 /// The receive side of one connection.

@@ -12,6 +12,43 @@
 //!   [`negotiate`]d), but message bodies are 1.3's only.
 //! * A multipart reply longer than one message is split by [`encode_multipart_reply`].
 //!
+//! A connection's receive loop:
+//!
+//! ```
+//! use ferrovs_openflow::{decode, encode, negotiate, FrameError, Framer, Message};
+//!
+//! let ours = [ferrovs_openflow::VERSION_1_3];
+//! let mut framer = Framer::new();
+//! let mut replies = Vec::new();
+//! // What the peer wrote, in any split.
+//! framer.push(&encode(&Message::Hello { versions: vec![1, 4] }, 1));
+//! framer.push(&encode(&Message::BarrierRequest, 2));
+//! framer.push(&[4, 99, 0, 8, 0, 0, 0, 3]); // an unknown type
+//! loop {
+//!     match framer.next_message() {
+//!         Ok(Some(bytes)) => match decode(&bytes) {
+//!             Ok((h, Message::Hello { versions })) => {
+//!                 let v = negotiate(&ours, h.version, &versions).expect("a common version");
+//!                 framer.set_version(v);
+//!             }
+//!             Ok((h, Message::BarrierRequest)) => {
+//!                 replies.push(encode(&Message::BarrierReply, h.xid))
+//!             }
+//!             Ok(_) => {}
+//!             // OFPBRC_BAD_TYPE, carrying the request's first 64 bytes.
+//!             Err(e) => replies.push(e.encode_reply(&bytes)),
+//!         },
+//!         Ok(None) => break, // read more
+//!         Err(e @ FrameError::BadVersion { .. }) => {
+//!             let FrameError::BadVersion { message, .. } = &e else { unreachable!() };
+//!             replies.push(e.of_error().encode_reply(message));
+//!         }
+//!         Err(FrameError::BadLength(_)) => break, // answer OFPBRC_BAD_LEN and close
+//!     }
+//! }
+//! assert_eq!(replies.len(), 2);
+//! ```
+//!
 //! No I/O, no allocation beyond the messages themselves, no panics on any input (a fuzz
 //! target holds it to that). It depends on nothing else of ferrovs: the daemon maps these
 //! types onto `ferrovs_flow`'s rules. `docs/openflow.md` lists what is decoded and refused.

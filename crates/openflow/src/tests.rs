@@ -1179,6 +1179,9 @@ fn framing_refusals() {
     f.push(&[4, 0, 0, 7, 0, 0, 0, 0]);
     assert_eq!(f.next_message(), Err(FrameError::BadLength(7)));
     assert_eq!(f.next_message(), Err(FrameError::BadLength(7)));
+    assert!(FrameError::BadLength(7)
+        .of_error()
+        .is(et::BAD_REQUEST, brc::BAD_LEN));
     // A message of another version is consumed and handed back; the next one is fine.
     let mut f = Framer::new();
     f.set_version(4);
@@ -1193,6 +1196,19 @@ fn framing_refusals() {
         })
     );
     assert_eq!(f.next_message().unwrap().unwrap()[1], ty::BARRIER_REQUEST);
+    let e = FrameError::BadVersion {
+        version: 1,
+        message: other.to_vec(),
+    };
+    let reply = e.of_error().encode_reply(&other);
+    assert_eq!(
+        decode(&reply).unwrap().1,
+        Message::Error(ErrorMsg {
+            type_: et::BAD_REQUEST,
+            code: brc::BAD_VERSION,
+            data: other.to_vec()
+        })
+    );
     assert_eq!(f.next_message(), Ok(None));
 }
 
