@@ -165,7 +165,7 @@ impl<'a> Chain<'a> {
             || !self.indirect_ok
             || self.indirect.is_some()
             || d.flags & VRING_DESC_F_NEXT != 0
-            || d.len % 16 != 0
+            || !d.len.is_multiple_of(16)
             || count == 0
             || count > 65536
         {

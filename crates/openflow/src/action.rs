@@ -1,0 +1,459 @@
+//! Actions (`ofp_action_*`) and instructions (`ofp_instruction_*`) of OpenFlow 1.3.
+//!
+//! Each is a TLV whose length is a multiple of 8 and at least 8; a length that breaks this,
+//! runs past its list or differs from the type's fixed size is `OFPBAC_BAD_LEN` /
+//! `OFPBIC_BAD_LEN`. Experimenter actions and instructions (Nicira's `resubmit`, `ct`,
+//! `learn`, `note`, register moves and loads, …) are refused as `OFPBAC_BAD_EXPERIMENTER`
+//! / `OFPBIC_BAD_EXPERIMENTER`. Checks that need the flow's context (an output to
+//! `OFPP_TABLE` outside PACKET_OUT, a goto to an earlier table) are made by the message
+//! that carries the list.
+
+use crate::error::{bac, bic, bmc, OfError};
+use crate::oxm::Oxm;
+use crate::port;
+use crate::wire::{pad8, Put, Reader};
+
+/// `OFPG_MAX`: the highest ordinary group number.
+pub const OFPG_MAX: u32 = 0xffff_ff00;
+/// `OFPG_ALL`: every group (GROUP_MOD delete, stats requests).
+pub const OFPG_ALL: u32 = 0xffff_fffc;
+/// `OFPG_ANY`: no group (a flow-mod's or flow-stats request's wildcard).
+pub const OFPG_ANY: u32 = 0xffff_ffff;
+/// `OFPCML_NO_BUFFER`: send the whole packet to the controller.
+pub const OFPCML_NO_BUFFER: u16 = 0xffff;
+
+/// An OpenFlow 1.3 action.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// `OFPAT_OUTPUT`; `max_len` matters for `OFPP_CONTROLLER` only.
+    Output {
+        /// Output port (a port number or a reserved `OFPP_*`).
+        port: u32,
+        /// Bytes of the packet sent to the controller.
+        max_len: u16,
+    },
+    /// `OFPAT_COPY_TTL_OUT`.
+    CopyTtlOut,
+    /// `OFPAT_COPY_TTL_IN`.
+    CopyTtlIn,
+    /// `OFPAT_SET_MPLS_TTL`.
+    SetMplsTtl(u8),
+    /// `OFPAT_DEC_MPLS_TTL`.
+    DecMplsTtl,
+    /// `OFPAT_PUSH_VLAN` with its ethertype (0x8100 or 0x88a8).
+    PushVlan(u16),
+    /// `OFPAT_POP_VLAN`.
+    PopVlan,
+    /// `OFPAT_PUSH_MPLS` with its ethertype (0x8847 or 0x8848).
+    PushMpls(u16),
+    /// `OFPAT_POP_MPLS` with the ethertype of what follows.
+    PopMpls(u16),
+    /// `OFPAT_SET_QUEUE`.
+    SetQueue(u32),
+    /// `OFPAT_GROUP`.
+    Group(u32),
+    /// `OFPAT_SET_NW_TTL`.
+    SetNwTtl(u8),
+    /// `OFPAT_DEC_NW_TTL`.
+    DecNwTtl,
+    /// `OFPAT_SET_FIELD`: one unmasked OXM.
+    SetField(Oxm),
+    /// `OFPAT_PUSH_PBB` with its ethertype (0x88e7).
+    PushPbb(u16),
+    /// `OFPAT_POP_PBB`.
+    PopPbb,
+}
+
+/// `OFPAT_*` numbers.
+pub mod at {
+    pub const OUTPUT: u16 = 0;
+    pub const COPY_TTL_OUT: u16 = 11;
+    pub const COPY_TTL_IN: u16 = 12;
+    pub const SET_MPLS_TTL: u16 = 15;
+    pub const DEC_MPLS_TTL: u16 = 16;
+    pub const PUSH_VLAN: u16 = 17;
+    pub const POP_VLAN: u16 = 18;
+    pub const PUSH_MPLS: u16 = 19;
+    pub const POP_MPLS: u16 = 20;
+    pub const SET_QUEUE: u16 = 21;
+    pub const GROUP: u16 = 22;
+    pub const SET_NW_TTL: u16 = 23;
+    pub const DEC_NW_TTL: u16 = 24;
+    pub const SET_FIELD: u16 = 25;
+    pub const PUSH_PBB: u16 = 26;
+    pub const POP_PBB: u16 = 27;
+    pub const EXPERIMENTER: u16 = 0xffff;
+}
+
+const fn bad(code: u16, reason: &'static str) -> OfError {
+    OfError::action(code, reason)
+}
+
+impl Action {
+    /// The `OFPAT_*` number.
+    pub fn type_(&self) -> u16 {
+        match self {
+            Action::Output { .. } => at::OUTPUT,
+            Action::CopyTtlOut => at::COPY_TTL_OUT,
+            Action::CopyTtlIn => at::COPY_TTL_IN,
+            Action::SetMplsTtl(_) => at::SET_MPLS_TTL,
+            Action::DecMplsTtl => at::DEC_MPLS_TTL,
+            Action::PushVlan(_) => at::PUSH_VLAN,
+            Action::PopVlan => at::POP_VLAN,
+            Action::PushMpls(_) => at::PUSH_MPLS,
+            Action::PopMpls(_) => at::POP_MPLS,
+            Action::SetQueue(_) => at::SET_QUEUE,
+            Action::Group(_) => at::GROUP,
+            Action::SetNwTtl(_) => at::SET_NW_TTL,
+            Action::DecNwTtl => at::DEC_NW_TTL,
+            Action::SetField(_) => at::SET_FIELD,
+            Action::PushPbb(_) => at::PUSH_PBB,
+            Action::PopPbb => at::POP_PBB,
+        }
+    }
+
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
+        let start = out.len();
+        out.put_u16(self.type_());
+        out.put_u16(0);
+        match self {
+            Action::Output { port, max_len } => {
+                out.put_u32(*port);
+                out.put_u16(*max_len);
+                out.put_zeros(6);
+            }
+            Action::CopyTtlOut
+            | Action::CopyTtlIn
+            | Action::DecMplsTtl
+            | Action::PopVlan
+            | Action::DecNwTtl
+            | Action::PopPbb => out.put_zeros(4),
+            Action::SetMplsTtl(t) | Action::SetNwTtl(t) => {
+                out.put_u8(*t);
+                out.put_zeros(3);
+            }
+            Action::PushVlan(e) | Action::PushMpls(e) | Action::PopMpls(e) | Action::PushPbb(e) => {
+                out.put_u16(*e);
+                out.put_zeros(2);
+            }
+            Action::SetQueue(v) | Action::Group(v) => out.put_u32(*v),
+            Action::SetField(oxm) => {
+                oxm.encode(out);
+                out.pad8_from(start);
+            }
+        }
+        let len = (out.len() - start) as u16;
+        out.patch_u16(start + 2, len);
+    }
+
+    /// Decodes one action from the start of `buf` (its length already checked to be a
+    /// multiple of 8, at least 8 and within `buf`).
+    fn decode_one(type_: u16, body: &[u8]) -> Result<Action, OfError> {
+        let len = body.len() + 4;
+        let fixed = |n: usize| {
+            if len == n {
+                Ok(())
+            } else {
+                Err(bad(bac::BAD_LEN, "action length wrong for its type"))
+            }
+        };
+        let mut r = Reader::new(body, bad(bac::BAD_LEN, "action too short"));
+        let a = match type_ {
+            at::OUTPUT => {
+                fixed(16)?;
+                let port = r.u32()?;
+                let max_len = r.u16()?;
+                if !port::is_valid_output(port) {
+                    return Err(bad(bac::BAD_OUT_PORT, "output to an invalid port"));
+                }
+                Action::Output { port, max_len }
+            }
+            at::COPY_TTL_OUT => fixed(8).map(|_| Action::CopyTtlOut)?,
+            at::COPY_TTL_IN => fixed(8).map(|_| Action::CopyTtlIn)?,
+            at::DEC_MPLS_TTL => fixed(8).map(|_| Action::DecMplsTtl)?,
+            at::POP_VLAN => fixed(8).map(|_| Action::PopVlan)?,
+            at::DEC_NW_TTL => fixed(8).map(|_| Action::DecNwTtl)?,
+            at::POP_PBB => fixed(8).map(|_| Action::PopPbb)?,
+            at::SET_MPLS_TTL => {
+                fixed(8)?;
+                Action::SetMplsTtl(r.u8()?)
+            }
+            at::SET_NW_TTL => {
+                fixed(8)?;
+                Action::SetNwTtl(r.u8()?)
+            }
+            at::PUSH_VLAN => {
+                fixed(8)?;
+                let e = r.u16()?;
+                if e != 0x8100 && e != 0x88a8 {
+                    return Err(bad(bac::BAD_ARGUMENT, "push_vlan of a non-VLAN ethertype"));
+                }
+                Action::PushVlan(e)
+            }
+            at::PUSH_MPLS => {
+                fixed(8)?;
+                let e = r.u16()?;
+                if e != 0x8847 && e != 0x8848 {
+                    return Err(bad(bac::BAD_ARGUMENT, "push_mpls of a non-MPLS ethertype"));
+                }
+                Action::PushMpls(e)
+            }
+            at::POP_MPLS => {
+                fixed(8)?;
+                Action::PopMpls(r.u16()?)
+            }
+            at::PUSH_PBB => {
+                fixed(8)?;
+                let e = r.u16()?;
+                if e != 0x88e7 {
+                    return Err(bad(bac::BAD_ARGUMENT, "push_pbb of a non-PBB ethertype"));
+                }
+                Action::PushPbb(e)
+            }
+            at::SET_QUEUE => {
+                fixed(8)?;
+                Action::SetQueue(r.u32()?)
+            }
+            at::GROUP => {
+                fixed(8)?;
+                let g = r.u32()?;
+                if g > OFPG_MAX {
+                    return Err(bad(bac::BAD_OUT_GROUP, "group action to a reserved group"));
+                }
+                Action::Group(g)
+            }
+            at::SET_FIELD => Action::SetField(decode_set_field(body)?),
+            at::EXPERIMENTER => {
+                return Err(bad(
+                    bac::BAD_EXPERIMENTER,
+                    "experimenter actions are not supported",
+                ))
+            }
+            _ => return Err(bad(bac::BAD_TYPE, "unknown action type")),
+        };
+        Ok(a)
+    }
+}
+
+fn decode_set_field(body: &[u8]) -> Result<Oxm, OfError> {
+    if body.len() < 4 {
+        return Err(bad(bac::BAD_SET_LEN, "set_field without an OXM header"));
+    }
+    let header = u32::from_be_bytes([body[0], body[1], body[2], body[3]]);
+    let oxm_len = 4 + (header & 0xff) as usize;
+    if pad8(4 + oxm_len) != body.len() + 4 {
+        return Err(bad(
+            bac::BAD_SET_LEN,
+            "set_field length does not fit its OXM",
+        ));
+    }
+    let (oxm, _) = Oxm::decode(body).map_err(|e| match e.code {
+        bmc::BAD_FIELD => bad(bac::BAD_SET_TYPE, "set_field of an unknown field"),
+        bmc::BAD_LEN => bad(bac::BAD_SET_LEN, "set_field OXM length wrong for its field"),
+        _ => bad(bac::BAD_SET_ARGUMENT, "set_field value out of range"),
+    })?;
+    if oxm.mask.is_some() {
+        return Err(bad(bac::BAD_SET_ARGUMENT, "set_field with a mask"));
+    }
+    if !oxm.field.info().settable {
+        return Err(bad(bac::BAD_SET_TYPE, "set_field of a read-only field"));
+    }
+    Ok(oxm)
+}
+
+/// Decodes an action list that fills `buf` exactly.
+pub(crate) fn decode_actions(mut buf: &[u8]) -> Result<Vec<Action>, OfError> {
+    let mut out = Vec::new();
+    while !buf.is_empty() {
+        let mut r = Reader::new(buf, bad(bac::BAD_LEN, "action header runs past its list"));
+        let type_ = r.u16()?;
+        let len = usize::from(r.u16()?);
+        if len < 8 || len % 8 != 0 || len > buf.len() {
+            return Err(bad(
+                bac::BAD_LEN,
+                "action length not a multiple of 8 within its list",
+            ));
+        }
+        out.push(Action::decode_one(type_, &buf[4..len])?);
+        buf = &buf[len..];
+    }
+    Ok(out)
+}
+
+pub(crate) fn encode_actions(actions: &[Action], out: &mut Vec<u8>) {
+    for a in actions {
+        a.encode(out);
+    }
+}
+
+/// The encoded length of an action list.
+pub fn actions_len(actions: &[Action]) -> usize {
+    let mut v = Vec::new();
+    encode_actions(actions, &mut v);
+    v.len()
+}
+
+/// An OpenFlow 1.3 instruction.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Instruction {
+    /// `OFPIT_GOTO_TABLE`.
+    GotoTable(u8),
+    /// `OFPIT_WRITE_METADATA`.
+    WriteMetadata {
+        /// Bits to write.
+        metadata: u64,
+        /// Which bits.
+        mask: u64,
+    },
+    /// `OFPIT_WRITE_ACTIONS`: merged into the action set.
+    WriteActions(Vec<Action>),
+    /// `OFPIT_APPLY_ACTIONS`: run at once.
+    ApplyActions(Vec<Action>),
+    /// `OFPIT_CLEAR_ACTIONS`.
+    ClearActions,
+    /// `OFPIT_METER`.
+    Meter(u32),
+}
+
+/// `OFPIT_*` numbers.
+pub mod it {
+    pub const GOTO_TABLE: u16 = 1;
+    pub const WRITE_METADATA: u16 = 2;
+    pub const WRITE_ACTIONS: u16 = 3;
+    pub const APPLY_ACTIONS: u16 = 4;
+    pub const CLEAR_ACTIONS: u16 = 5;
+    pub const METER: u16 = 6;
+    pub const EXPERIMENTER: u16 = 0xffff;
+}
+
+impl Instruction {
+    /// The `OFPIT_*` number.
+    pub fn type_(&self) -> u16 {
+        match self {
+            Instruction::GotoTable(_) => it::GOTO_TABLE,
+            Instruction::WriteMetadata { .. } => it::WRITE_METADATA,
+            Instruction::WriteActions(_) => it::WRITE_ACTIONS,
+            Instruction::ApplyActions(_) => it::APPLY_ACTIONS,
+            Instruction::ClearActions => it::CLEAR_ACTIONS,
+            Instruction::Meter(_) => it::METER,
+        }
+    }
+
+    /// The actions it carries (write or apply), if any.
+    pub fn actions(&self) -> &[Action] {
+        match self {
+            Instruction::WriteActions(a) | Instruction::ApplyActions(a) => a,
+            _ => &[],
+        }
+    }
+
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
+        let start = out.len();
+        out.put_u16(self.type_());
+        out.put_u16(0);
+        match self {
+            Instruction::GotoTable(t) => {
+                out.put_u8(*t);
+                out.put_zeros(3);
+            }
+            Instruction::WriteMetadata { metadata, mask } => {
+                out.put_zeros(4);
+                out.put_u64(*metadata);
+                out.put_u64(*mask);
+            }
+            Instruction::WriteActions(a) | Instruction::ApplyActions(a) => {
+                out.put_zeros(4);
+                encode_actions(a, out);
+            }
+            Instruction::ClearActions => out.put_zeros(4),
+            Instruction::Meter(m) => out.put_u32(*m),
+        }
+        let len = crate::wire::len16(out.len() - start, "instruction");
+        out.patch_u16(start + 2, len);
+    }
+}
+
+const fn ibad(code: u16, reason: &'static str) -> OfError {
+    OfError::instruction(code, reason)
+}
+
+/// Decodes an instruction list that fills `buf` exactly. An instruction type twice is
+/// `OFPBIC_UNSUP_INST` (OpenFlow 1.3 has no `DUP_INST` code).
+pub(crate) fn decode_instructions(mut buf: &[u8]) -> Result<Vec<Instruction>, OfError> {
+    let mut out: Vec<Instruction> = Vec::new();
+    while !buf.is_empty() {
+        let mut r = Reader::new(
+            buf,
+            ibad(bic::BAD_LEN, "instruction header runs past its list"),
+        );
+        let type_ = r.u16()?;
+        let len = usize::from(r.u16()?);
+        if len < 8 || len % 8 != 0 || len > buf.len() {
+            return Err(ibad(
+                bic::BAD_LEN,
+                "instruction length not a multiple of 8 within its list",
+            ));
+        }
+        let fixed = |n: usize| {
+            if len == n {
+                Ok(())
+            } else {
+                Err(ibad(bic::BAD_LEN, "instruction length wrong for its type"))
+            }
+        };
+        let mut r = Reader::new(&buf[4..len], ibad(bic::BAD_LEN, "instruction too short"));
+        let i = match type_ {
+            it::GOTO_TABLE => {
+                fixed(8)?;
+                let t = r.u8()?;
+                if t == 0xff {
+                    return Err(ibad(bic::BAD_TABLE_ID, "goto_table to OFPTT_ALL"));
+                }
+                Instruction::GotoTable(t)
+            }
+            it::WRITE_METADATA => {
+                fixed(24)?;
+                r.skip(4)?;
+                let metadata = r.u64()?;
+                let mask = r.u64()?;
+                Instruction::WriteMetadata { metadata, mask }
+            }
+            it::WRITE_ACTIONS | it::APPLY_ACTIONS => {
+                r.skip(4)?;
+                let a = decode_actions(r.rest())?;
+                if type_ == it::WRITE_ACTIONS {
+                    Instruction::WriteActions(a)
+                } else {
+                    Instruction::ApplyActions(a)
+                }
+            }
+            it::CLEAR_ACTIONS => {
+                fixed(8)?;
+                Instruction::ClearActions
+            }
+            it::METER => {
+                fixed(8)?;
+                Instruction::Meter(r.u32()?)
+            }
+            it::EXPERIMENTER => {
+                return Err(ibad(
+                    bic::BAD_EXPERIMENTER,
+                    "experimenter instructions are not supported",
+                ))
+            }
+            _ => return Err(ibad(bic::UNKNOWN_INST, "unknown instruction type")),
+        };
+        if out.iter().any(|o| o.type_() == i.type_()) {
+            return Err(ibad(bic::UNSUP_INST, "an instruction type appears twice"));
+        }
+        out.push(i);
+        buf = &buf[len..];
+    }
+    Ok(out)
+}
+
+pub(crate) fn encode_instructions(insts: &[Instruction], out: &mut Vec<u8>) {
+    for i in insts {
+        i.encode(out);
+    }
+}
