@@ -146,6 +146,9 @@ pub struct BridgeState {
 #[derive(Debug, Serialize, Deserialize)]
 pub struct PortState {
     pub id: u32,
+    /// OpenFlow port number (absent in what older daemons wrote: the new daemon picks one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ofport: Option<u16>,
     pub bridge: String,
     pub cfg: PortConfig,
     pub link: LinkState,

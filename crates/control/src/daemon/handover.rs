@@ -551,6 +551,7 @@ impl Daemon {
                 };
                 PortWire {
                     id: p.id,
+                    ofport: Some(p.ofport),
                     bridge: p.bridge.clone(),
                     cfg: p.cfg.clone(),
                     link: link_wire(&p.link),
@@ -804,7 +805,16 @@ impl Daemon {
         let io = PortIo::Vhost {
             queues: dev.queues().to_vec(),
         };
-        self.insert_port(&p.bridge, p.cfg, p.id, io, Some(dev), listener, conn, link)?;
+        self.insert_port(
+            &p.bridge,
+            p.cfg,
+            (p.id, p.ofport),
+            io,
+            Some(dev),
+            listener,
+            conn,
+            link,
+        )?;
         if let Some(st) = self.ports.get_mut(&name) {
             st.connects = p.connects;
             st.disconnects = p.disconnects;
@@ -854,7 +864,16 @@ impl Daemon {
             }
         };
         claim_slot(&mut self.port_slots, p.id)?;
-        self.insert_port(&p.bridge, p.cfg, p.id, io, None, None, None, Link::Attached)?;
+        self.insert_port(
+            &p.bridge,
+            p.cfg,
+            (p.id, p.ofport),
+            io,
+            None,
+            None,
+            None,
+            Link::Attached,
+        )?;
         if let Some(st) = self.ports.get_mut(&name) {
             st.last_error = p.last_error;
             st.fallback = p.fallback;

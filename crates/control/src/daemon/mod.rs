@@ -80,6 +80,9 @@ pub struct DaemonOptions {
     pub run_dir: PathBuf,
     pub config: Option<PathBuf>,
     pub pmd_cores: Option<Vec<usize>>,
+    /// Configured through this OVSDB server (`unix:PATH` or `tcp:IP:PORT`) instead of the
+    /// saved configuration.
+    pub ovsdb: Option<String>,
 }
 
 impl DaemonOptions {
@@ -89,6 +92,7 @@ impl DaemonOptions {
             run_dir: run_dir.into(),
             config: None,
             pmd_cores: None,
+            ovsdb: None,
         }
     }
 }
@@ -152,6 +156,8 @@ enum Link {
 #[derive(Debug)]
 struct PortState {
     id: u32,
+    /// OpenFlow port number on its bridge (see `Daemon::pick_ofport`).
+    ofport: u16,
     bridge: String,
     cfg: PortConfig,
     /// The vhost-user device; `None` for kernel ports (their I/O is `port.io`).
