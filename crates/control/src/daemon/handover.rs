@@ -581,6 +581,10 @@ impl Daemon {
             bridges,
             ports,
             upgrades: self.upgrades,
+            ovsdb: self.ovsdb.as_ref().map(|o| upgrade::OvsdbState {
+                remote: o.remote.clone(),
+                settings: self.db_settings.iter().cloned().collect(),
+            }),
         }
     }
 
@@ -745,6 +749,13 @@ impl Daemon {
         d.datapath.set_standby(true);
         d.start_pmds().map_err(HandoverError::Pmds)?;
         d.upgrades = state.upgrades;
+        let remote = opts
+            .ovsdb
+            .clone()
+            .or_else(|| state.ovsdb.as_ref().map(|o| o.remote.clone()));
+        if let Some(o) = &state.ovsdb {
+            d.db_settings = o.settings.iter().cloned().collect();
+        }
         for b in &state.bridges {
             let flows = state
                 .config
@@ -763,6 +774,7 @@ impl Daemon {
             d.restore_port(p, &mut fds)
                 .map_err(HandoverError::port(&name))?;
         }
+        d.ovsdb = remote.map(|r| Box::new(ovsdb::OvsdbLink::new(r)));
         Ok(d)
     }
 

@@ -51,6 +51,7 @@ use ferrovs_proto::{Request, Response, MAX_REQUEST};
 mod ctl;
 mod flows;
 mod handover;
+mod ovsdb;
 mod pmds;
 mod ports;
 mod report;
@@ -224,6 +225,13 @@ pub struct Daemon {
     last_revalidate: Instant,
     /// Log lines that may repeat (per port and reason) go through here.
     logs: LogLimiter,
+    /// The OpenFlow number a port being added had last time (OVSDB's `ofport`), taken when
+    /// the port asks for none and it is free.
+    ofport_hint: Option<u16>,
+    /// The OVSDB connection (`--ovsdb`): the database is the configuration.
+    ovsdb: Option<Box<ovsdb::OvsdbLink>>,
+    /// Settings the OVSDB database set (they go back to their defaults when it drops them).
+    db_settings: std::collections::BTreeSet<String>,
 }
 
 /// Takes slot `id` (a takeover restores the old daemon's ids).
@@ -331,6 +339,11 @@ impl Daemon {
         )))?;
         let saved = opts.run_dir.join(SAVED_CONFIG);
         let mut config = match &opts.config {
+            // The database is the configuration: start with nothing, it says the rest.
+            _ if opts.ovsdb.is_some() => Config {
+                bridges: vec![],
+                ..Config::default_for(&opts.run_dir)
+            },
             Some(p) => Config::load(p)?,
             None if saved.exists() => Config::load(&saved)?,
             None => Config::default_for(&opts.run_dir),
@@ -359,6 +372,10 @@ impl Daemon {
                     log::error!("{e}");
                 }
             }
+        }
+        if let Some(remote) = &opts.ovsdb {
+            log::info!("configured through OVSDB at {remote}");
+            d.ovsdb = Some(Box::new(ovsdb::OvsdbLink::new(remote.clone())));
         }
         d.save();
         Ok(d)
@@ -400,6 +417,9 @@ impl Daemon {
             bad_requests: 0,
             last_revalidate: Instant::now(),
             logs: LogLimiter::default(),
+            ofport_hint: None,
+            ovsdb: None,
+            db_settings: Default::default(),
         };
         let t = d.token(Source::CtlListener, "");
         d.epoll
@@ -430,6 +450,10 @@ impl Daemon {
     }
 
     fn save(&mut self) {
+        if self.ovsdb.is_some() {
+            // The database keeps the configuration; the saved file stays what it was.
+            return;
+        }
         if let Err(e) = self.config.save(&self.run_dir.join(SAVED_CONFIG)) {
             limited!(
                 self.logs,

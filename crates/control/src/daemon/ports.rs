@@ -312,8 +312,8 @@ impl Daemon {
 
     /// The OpenFlow port number for a new port `cfg` of `bridge`: `OFPP_LOCAL` for the
     /// bridge's own port (a TAP named as the bridge), else `want` (a takeover's old number)
-    /// or the number the port asks for when no port of the bridge has it, else the lowest
-    /// free one from 1 (as OVS does).
+    /// or the number the port asks for when no port of the bridge has it, else the one it
+    /// had before (OVSDB's `ofport`, as OVS keeps it), else the lowest free one from 1.
     pub(super) fn pick_ofport(&self, bridge: &str, cfg: &PortConfig, want: Option<u16>) -> u16 {
         if cfg.kind == PortType::Tap && cfg.name == bridge {
             return config::OFPP_LOCAL;
@@ -327,6 +327,7 @@ impl Daemon {
         let free = |n: &u16| (1..=config::OFPORT_MAX).contains(n) && !used.contains(n);
         want.filter(free)
             .or(cfg.ofport.filter(free))
+            .or(self.ofport_hint.filter(free))
             .or_else(|| (1..=config::OFPORT_MAX).find(free))
             .unwrap_or(0)
     }

@@ -74,7 +74,7 @@ impl Daemon {
                 .pmds
                 .iter()
                 .all(|p| p.stats.hugepages.load(Ordering::Relaxed)),
-            ovsdb: None,
+            ovsdb: self.ovsdb.as_ref().map(|o| o.status()),
             pid: std::process::id(),
             pmd_cores: self.pmd_cores(),
             run_dir: self.run_dir.display().to_string(),
