@@ -719,7 +719,7 @@ mod tests {
         assert_eq!(o.remote, "unix:/run/openvswitch/db.sock");
         assert_eq!(o.settings, vec!["pmd-sleep-max-us".to_string()]);
         assert_eq!(st.ports[0].ofport, Some(5));
-        assert_eq!(serde_json::to_value(&st).unwrap(), v);
+        assert_eq!(serde_json::to_value(Msg::State(Box::new(st))).unwrap(), v);
         v["ovsdb"] = json!({"remote": 7});
         assert!(matches!(State::from_json(v), Err(StateError::Malformed(_))));
     }
