@@ -129,6 +129,7 @@ enum Source {
     VhostListener,
     VhostConn,
     UpgradeListener,
+    Ovsdb,
 }
 
 #[derive(Debug)]
@@ -484,6 +485,7 @@ impl Daemon {
         for n in due {
             self.try_connect(&n);
         }
+        self.ovsdb_tick();
     }
 
     /// Runs the control loop until `stop` is set.
@@ -509,6 +511,7 @@ impl Daemon {
                     Source::VhostListener => self.on_vhost_listener(&name),
                     Source::VhostConn => self.on_vhost_conn(&name, ev),
                     Source::UpgradeListener => self.on_upgrade_listener(),
+                    Source::Ovsdb => self.on_ovsdb(ev),
                 }
                 if self.handed_over {
                     return;

@@ -19,7 +19,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::vswitchdb::{self, Desired};
+use ferrovs_ovsdb::{ops, Atom, Datum, Event, Monitor, Remote, Row, Session, Stream, Uuid};
+
+use crate::vswitchdb::{self, Desired, Tables};
 
 use super::*;
 
@@ -40,48 +42,639 @@ pub(super) fn ovs_version() -> String {
     format!("3.1.0+ferrovs.{}", env!("CARGO_PKG_VERSION"))
 }
 
+/// How often what ferrovs writes back (link state...) is compared with the replica.
+const WRITEBACK_EVERY: Duration = Duration::from_millis(500);
+/// A TCP connect waits at most this long (the control thread must not stall on it).
+const TCP_CONNECT_TIMEOUT: Duration = Duration::from_millis(200);
+const DB: &str = "Open_vSwitch";
+
+/// The tables and columns ferrovs reads: what it maps, and what it writes (to write only
+/// what differs). `statistics` is written, not read (its updates would come back to us
+/// every few seconds for nothing).
+fn monitor() -> Monitor {
+    Monitor::new()
+        .table(
+            "Open_vSwitch",
+            &[
+                "next_cfg",
+                "cur_cfg",
+                "other_config",
+                "bridges",
+                "ovs_version",
+                "datapath_types",
+                "iface_types",
+            ],
+        )
+        .table(
+            "Bridge",
+            &["name", "datapath_type", "other_config", "ports", "datapath_id"],
+        )
+        .table("Port", &["name", "tag", "trunks", "vlan_mode", "interfaces"])
+        .table(
+            "Interface",
+            &[
+                "name",
+                "type",
+                "options",
+                "ofport_request",
+                "ofport",
+                "error",
+                "admin_state",
+                "link_state",
+                "mac_in_use",
+                "status",
+            ],
+        )
+}
+
 /// The database connection and what the daemon knows of the database.
 #[derive(Debug)]
 pub(super) struct OvsdbLink {
-    /// `unix:PATH` or `tcp:IP:PORT`.
+    /// `unix:PATH` or `tcp:IP:PORT`, as given.
     pub remote: String,
+    target: Result<Remote, String>,
+    session: Session,
+    stream: Option<(Stream, u64)>,
+    /// Next reconnect delay, and when the next attempt is due (while not connected).
+    backoff: Duration,
+    next_attempt: Instant,
+    last_rx: Instant,
+    probe_sent: bool,
+    /// The replica changed since the last apply.
+    dirty: bool,
+    /// The write-back in flight, and whether another is due after it.
+    txn: Option<u64>,
+    writeback_due: Option<Instant>,
+    last_writeback: Instant,
+    last_stats: Instant,
+    /// `next_cfg` of the last apply (written back as `cur_cfg`).
+    applied_cfg: Option<i64>,
+    /// The last mapping and the ports it could not add.
+    desired: Desired,
+    add_errors: BTreeMap<String, String>,
+    /// Statistics last written, per interface row.
+    stats_written: HashMap<Uuid, Datum>,
+    /// Errors and warnings already logged (each is logged when it appears).
+    logged: std::collections::BTreeSet<String>,
     pub connects: u64,
     pub last_error: Option<String>,
     pub refused_inputs: u64,
-    pub refused_interfaces: u64,
     pub txn_failures: u64,
-    pub cur_cfg: i64,
 }
 
 impl OvsdbLink {
     pub fn new(remote: String) -> OvsdbLink {
+        let now = Instant::now();
         OvsdbLink {
+            target: remote.parse::<Remote>().map_err(|e| e.to_string()),
             remote,
+            session: Session::new(DB, monitor()),
+            stream: None,
+            backoff: BACKOFF_MIN,
+            next_attempt: now,
+            last_rx: now,
+            probe_sent: false,
+            dirty: false,
+            txn: None,
+            writeback_due: None,
+            last_writeback: now,
+            last_stats: now,
+            applied_cfg: None,
+            desired: Desired::default(),
+            add_errors: BTreeMap::new(),
+            stats_written: HashMap::new(),
+            logged: Default::default(),
             connects: 0,
             last_error: None,
             refused_inputs: 0,
-            refused_interfaces: 0,
             txn_failures: 0,
-            cur_cfg: 0,
         }
     }
 
     /// `show`'s view.
     pub fn status(&self) -> ferrovs_proto::reply::OvsdbStatus {
+        let state = match (&self.stream, self.session.is_synced()) {
+            (None, _) => "backoff",
+            (Some(_), true) => "synced",
+            (Some(_), false) => "syncing",
+        };
         ferrovs_proto::reply::OvsdbStatus {
-            cur_cfg: self.cur_cfg,
+            cur_cfg: self.applied_cfg.unwrap_or(0),
             connects: self.connects,
             last_error: self.last_error.clone(),
-            refused_interfaces: self.refused_interfaces,
+            refused_interfaces: self.desired.errors.len() as u64,
             refused_inputs: self.refused_inputs,
             remote: self.remote.clone(),
-            state: "connecting".into(),
+            state: state.into(),
             txn_failures: self.txn_failures,
         }
     }
+
+    /// Logs `line` at `level` unless it was logged already (a row's error is said once,
+    /// not at every reconfiguration); forgets lines that no longer hold.
+    fn log_new(&mut self, level: log::Level, lines: &[String]) {
+        let now: std::collections::BTreeSet<String> = lines.iter().cloned().collect();
+        for l in now.difference(&self.logged) {
+            log::log!(level, "ovsdb: {l}");
+        }
+        self.logged = now;
+    }
 }
 
-/// What ferrovs writes to one `Interface` row.
+/// Connects to `remote` (a TCP connect bounded by [`TCP_CONNECT_TIMEOUT`]).
+fn connect(remote: &Remote) -> io::Result<Stream> {
+    match remote {
+        Remote::Tcp(a) => {
+            let t = std::net::TcpStream::connect_timeout(a, TCP_CONNECT_TIMEOUT)?;
+            t.set_nodelay(true)?;
+            t.set_nonblocking(true)?;
+            Ok(Stream::Tcp(t))
+        }
+        Remote::Unix(_) => Stream::connect(remote),
+    }
+}
+
+/// The rows ferrovs maps, from the replica. Types are the schema's (the session checked
+/// every value against it), so a missing value is an absent optional one.
+fn tables(s: &Session) -> Tables {
+    let r = s.replica();
+    let text = |row: &Row, c: &str| row.get(c).and_then(Datum::as_str).unwrap_or("").to_string();
+    let smap = |row: &Row, c: &str| -> BTreeMap<String, String> {
+        row.get(c)
+            .map(|d| {
+                d.str_map()
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let uuids = |row: &Row, c: &str| -> Vec<String> {
+        row.get(c)
+            .map(|d| d.uuids().iter().map(Uuid::to_string).collect())
+            .unwrap_or_default()
+    };
+    let int = |row: &Row, c: &str| row.get(c).and_then(Datum::as_i64);
+    let mut t = Tables {
+        root: r.rows("Open_vSwitch").next().map(|(u, row)| {
+            (
+                u.to_string(),
+                vswitchdb::RootRow {
+                    next_cfg: int(row, "next_cfg").unwrap_or(0),
+                    other_config: smap(row, "other_config"),
+                    bridges: uuids(row, "bridges"),
+                },
+            )
+        }),
+        ..Default::default()
+    };
+    for (u, row) in r.rows("Bridge") {
+        t.bridges.insert(
+            u.to_string(),
+            vswitchdb::BridgeRow {
+                name: text(row, "name"),
+                datapath_type: text(row, "datapath_type"),
+                other_config: smap(row, "other_config"),
+                ports: uuids(row, "ports"),
+            },
+        );
+    }
+    for (u, row) in r.rows("Port") {
+        t.ports.insert(
+            u.to_string(),
+            vswitchdb::PortRow {
+                name: text(row, "name"),
+                tag: int(row, "tag"),
+                trunks: row.get("trunks").map(Datum::integers).unwrap_or_default(),
+                vlan_mode: row.get("vlan_mode").and_then(Datum::as_str).map(String::from),
+                interfaces: uuids(row, "interfaces"),
+            },
+        );
+    }
+    for (u, row) in r.rows("Interface") {
+        t.interfaces.insert(
+            u.to_string(),
+            vswitchdb::InterfaceRow {
+                name: text(row, "name"),
+                kind: text(row, "type"),
+                options: smap(row, "options"),
+                ofport_request: int(row, "ofport_request"),
+                ofport: int(row, "ofport"),
+            },
+        );
+    }
+    t
+}
+
+fn string_set<'a>(items: impl IntoIterator<Item = &'a str>) -> Datum {
+    Datum::set(items.into_iter().map(|s| Atom::String(s.into())))
+}
+
+fn opt_string(s: Option<&str>) -> Datum {
+    s.map_or_else(Datum::empty, Datum::string)
+}
+
+fn string_map(m: &BTreeMap<String, String>) -> Datum {
+    Datum::map(
+        m.iter()
+            .map(|(k, v)| (Atom::String(k.clone()), Atom::String(v.clone()))),
+    )
+}
+
+/// Puts `value` in `row` under `col` when the replica's `current` row differs.
+fn set_if_changed(row: &mut Row, current: &Row, col: &str, value: Datum) {
+    if current.get(col) != Some(&value) {
+        row.insert(col.to_string(), value);
+    }
+}
+
+impl Daemon {
+    fn link(&mut self) -> Option<&mut OvsdbLink> {
+        self.ovsdb.as_deref_mut()
+    }
+
+    /// The tick's share: connect when due, probe an idle server, write back what changed,
+    /// statistics every [`STATS_EVERY`].
+    pub(super) fn ovsdb_tick(&mut self) {
+        let now = Instant::now();
+        let Some(l) = self.link() else { return };
+        if l.stream.is_none() {
+            if now >= l.next_attempt {
+                self.ovsdb_connect();
+            }
+            return;
+        }
+        let idle = l.last_rx.elapsed();
+        if idle >= PROBE_IDLE * 2 {
+            self.ovsdb_drop(format!(
+                "no answer from the server for {} s",
+                idle.as_secs()
+            ));
+            return;
+        }
+        if idle >= PROBE_IDLE && !l.probe_sent {
+            l.probe_sent = true;
+            l.session.echo();
+        }
+        let synced = l.session.is_synced();
+        let due = l.writeback_due.is_some_and(|t| t <= now)
+            || l.last_writeback.elapsed() >= WRITEBACK_EVERY;
+        let stats = l.last_stats.elapsed() >= STATS_EVERY;
+        if synced && due {
+            self.ovsdb_writeback();
+        }
+        if synced && stats {
+            self.ovsdb_statistics();
+        }
+        self.ovsdb_flush();
+    }
+
+    fn ovsdb_connect(&mut self) {
+        let Some(l) = self.ovsdb.as_deref_mut() else {
+            return;
+        };
+        let res = match &l.target {
+            Ok(r) => connect(r).map_err(|e| format!("cannot connect to {}: {e}", l.remote)),
+            Err(e) => Err(e.clone()),
+        };
+        let stream = match res {
+            Ok(s) => s,
+            Err(e) => {
+                limited!(self.logs, Warn, "-", "ovsdb-connect", "ovsdb: {e}; retrying");
+                let l = self.ovsdb.as_deref_mut().expect("checked above");
+                l.last_error = Some(e);
+                l.next_attempt = Instant::now() + l.backoff;
+                l.backoff = (l.backoff * 2).min(BACKOFF_MAX);
+                return;
+            }
+        };
+        let t = self.token(Source::Ovsdb, "");
+        if let Err(e) = self.epoll.add(stream.as_fd(), t, true) {
+            self.tokens.remove(&t);
+            log::error!("ovsdb: epoll: {e}");
+            return;
+        }
+        let l = self.ovsdb.as_deref_mut().expect("checked above");
+        log::info!("ovsdb: connected to {}", l.remote);
+        l.stream = Some((stream, t));
+        l.connects += 1;
+        l.last_rx = Instant::now();
+        l.probe_sent = false;
+        l.txn = None;
+        l.stats_written.clear();
+        l.session.connected();
+        self.ovsdb_flush();
+    }
+
+    /// Drops the connection (the daemon goes on as configured) and schedules a reconnect.
+    fn ovsdb_drop(&mut self, why: String) {
+        let Some(l) = self.ovsdb.as_deref_mut() else {
+            return;
+        };
+        if let Some((s, t)) = l.stream.take() {
+            let _ = self.epoll.delete(s.as_fd());
+            self.tokens.remove(&t);
+        }
+        log::warn!("ovsdb: connection to {} lost: {why}", l.remote);
+        l.session.disconnected();
+        l.last_error = Some(why);
+        l.txn = None;
+        l.next_attempt = Instant::now() + l.backoff;
+        l.backoff = (l.backoff * 2).min(BACKOFF_MAX);
+        // The transactions failed by the disconnect: nothing to retry on this connection.
+        while l.session.poll_event().is_some() {}
+    }
+
+    /// Writes what the session has queued; waits for writability when the socket is full.
+    fn ovsdb_flush(&mut self) {
+        let Some(l) = self.ovsdb.as_deref_mut() else {
+            return;
+        };
+        let Some((s, t)) = l.stream.as_mut() else {
+            return;
+        };
+        let token = *t;
+        let mut failed = None;
+        while !l.session.pending_output().is_empty() {
+            match s.write(l.session.pending_output()) {
+                Ok(0) => {
+                    failed = Some("the server closed the connection".to_string());
+                    break;
+                }
+                Ok(n) => l.session.consume_output(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    failed = Some(format!("write: {e}"));
+                    break;
+                }
+            }
+        }
+        if let Some(why) = failed {
+            self.ovsdb_drop(why);
+            return;
+        }
+        let want_write = !l.session.pending_output().is_empty();
+        if let Some((s, _)) = l.stream.as_ref() {
+            let _ = self.epoll.modify(s.as_fd(), token, want_write);
+        }
+    }
+
+    /// The connection is readable or writable.
+    pub(super) fn on_ovsdb(&mut self, ev: &EpollEvent) {
+        let Some(l) = self.ovsdb.as_deref_mut() else {
+            return;
+        };
+        let Some((s, _)) = l.stream.as_mut() else {
+            return;
+        };
+        let mut failed = None;
+        if ev.readable || ev.hangup {
+            let mut buf = [0u8; 65536];
+            // Bounded per wake-up: a server flooding us delays nobody else.
+            for _ in 0..64 {
+                match s.read(&mut buf) {
+                    Ok(0) => {
+                        failed = Some("the server closed the connection".to_string());
+                        break;
+                    }
+                    Ok(n) => {
+                        l.last_rx = Instant::now();
+                        l.probe_sent = false;
+                        if let Err(e) = l.session.feed(&buf[..n]) {
+                            l.refused_inputs += 1;
+                            failed = Some(format!(
+                                "malformed input from the server: {}",
+                                with_sources(&e)
+                            ));
+                            break;
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        failed = Some(format!("read: {e}"));
+                        break;
+                    }
+                }
+            }
+        }
+        self.ovsdb_events();
+        if let Some(why) = failed {
+            self.ovsdb_drop(why);
+            return;
+        }
+        self.ovsdb_flush();
+    }
+
+    /// Handles what the session reports; reconfigures once for all the changes.
+    fn ovsdb_events(&mut self) {
+        let mut written = false;
+        loop {
+            let Some(l) = self.ovsdb.as_deref_mut() else {
+                return;
+            };
+            let Some(ev) = l.session.poll_event() else {
+                break;
+            };
+            match ev {
+                Event::Synced => {
+                    log::info!("ovsdb: synchronised with {}", l.remote);
+                    l.dirty = true;
+                    l.backoff = BACKOFF_MIN;
+                    l.last_error = None;
+                }
+                Event::Changed(_) => l.dirty = true,
+                Event::TxnReply { id, result } => {
+                    if l.txn == Some(id) {
+                        l.txn = None;
+                        written = true;
+                    }
+                    if let Err(e) = result {
+                        l.txn_failures += 1;
+                        l.writeback_due = Some(Instant::now() + RETRY);
+                        limited!(
+                            self.logs,
+                            Warn,
+                            "-",
+                            "ovsdb-txn",
+                            "ovsdb: write-back transaction failed: {e}; retrying"
+                        );
+                    }
+                }
+                Event::ServerError { id, error } => {
+                    l.refused_inputs += 1;
+                    limited!(
+                        self.logs,
+                        Warn,
+                        "-",
+                        "ovsdb-error",
+                        "ovsdb: the server refused request {id}: {error}"
+                    );
+                }
+            }
+        }
+        let Some(l) = self.ovsdb.as_deref_mut() else {
+            return;
+        };
+        if l.dirty && l.session.is_synced() {
+            l.dirty = false;
+            self.ovsdb_reconfigure();
+        } else if written && l.writeback_due.is_some_and(|t| t <= Instant::now()) {
+            self.ovsdb_writeback();
+        }
+    }
+
+    /// Maps the replica, applies it, writes back.
+    fn ovsdb_reconfigure(&mut self) {
+        let Some(l) = self.ovsdb.as_deref_mut() else {
+            return;
+        };
+        let t = tables(&l.session);
+        let next_cfg = t.root.as_ref().map(|(_, r)| r.next_cfg);
+        let d = vswitchdb::desired(&t, &self.run_dir);
+        let failed = self.apply_desired(&d);
+        let Some(l) = self.ovsdb.as_deref_mut() else {
+            return;
+        };
+        let mut problems: Vec<String> = d.warnings.clone();
+        for (u, e) in &d.errors {
+            let name = t.interfaces.get(u).map_or("?", |i| i.name.as_str());
+            problems.push(format!("interface {name}: {e}"));
+        }
+        for (p, e) in &failed {
+            problems.push(format!("interface {p}: {e}"));
+        }
+        l.log_new(log::Level::Error, &problems);
+        l.desired = d;
+        l.add_errors = failed;
+        l.applied_cfg = next_cfg;
+        l.writeback_due = Some(Instant::now());
+        self.ovsdb_writeback();
+    }
+
+    /// One transaction with every column ferrovs writes whose value differs from the
+    /// replica: `cur_cfg` and the switch's identity, each interface's state, each bridge's
+    /// `datapath_id`. One at a time: another change waits for its reply.
+    fn ovsdb_writeback(&mut self) {
+        let Some(l) = self.ovsdb.as_deref() else {
+            return;
+        };
+        if l.txn.is_some() || !l.session.is_synced() {
+            return;
+        }
+        let r = l.session.replica();
+        let mut txn = Vec::new();
+        if let Some((u, cur)) = r.rows("Open_vSwitch").next() {
+            let mut row = Row::new();
+            if let Some(c) = l.applied_cfg {
+                set_if_changed(&mut row, cur, "cur_cfg", Datum::integer(c));
+            }
+            set_if_changed(&mut row, cur, "ovs_version", Datum::string(ovs_version()));
+            set_if_changed(
+                &mut row,
+                cur,
+                "datapath_types",
+                string_set([vswitchdb::DATAPATH_TYPE]),
+            );
+            set_if_changed(
+                &mut row,
+                cur,
+                "iface_types",
+                string_set(vswitchdb::IFACE_TYPES.iter().copied()),
+            );
+            if !row.is_empty() {
+                txn.push(ops::update("Open_vSwitch", *u, &row));
+            }
+        }
+        for (u, cur) in r.rows("Interface") {
+            let key = u.to_string();
+            let report = match (l.desired.errors.get(&key), l.desired.placed.get(&key)) {
+                (Some(e), _) => IfaceReport::failed(e.clone()),
+                (None, Some(p)) => self.iface_report(&p.port, l.add_errors.get(&p.port)),
+                // Not on a bridge the root row names: nobody runs it.
+                (None, None) => continue,
+            };
+            let mut row = Row::new();
+            set_if_changed(&mut row, cur, "ofport", Datum::integer(report.ofport));
+            set_if_changed(&mut row, cur, "error", opt_string(report.error.as_deref()));
+            set_if_changed(&mut row, cur, "admin_state", opt_string(report.admin_state));
+            set_if_changed(&mut row, cur, "link_state", opt_string(report.link_state));
+            set_if_changed(
+                &mut row,
+                cur,
+                "mac_in_use",
+                opt_string(report.mac_in_use.as_deref()),
+            );
+            set_if_changed(&mut row, cur, "status", string_map(&report.status));
+            if !row.is_empty() {
+                txn.push(ops::update("Interface", *u, &row));
+            }
+        }
+        for (name, (u, configured)) in &l.desired.bridge_rows {
+            let Ok(uuid) = u.parse::<Uuid>() else { continue };
+            let Some(cur) = r.row("Bridge", &uuid) else {
+                continue;
+            };
+            let id = self.bridge_datapath_id(name, configured.as_deref());
+            let mut row = Row::new();
+            set_if_changed(&mut row, cur, "datapath_id", Datum::string(id));
+            if !row.is_empty() {
+                txn.push(ops::update("Bridge", uuid, &row));
+            }
+        }
+        let Some(l) = self.ovsdb.as_deref_mut() else {
+            return;
+        };
+        l.last_writeback = Instant::now();
+        l.writeback_due = None;
+        if txn.is_empty() {
+            return;
+        }
+        l.txn = Some(l.session.transact(txn));
+        self.ovsdb_flush();
+    }
+
+    /// `Interface.statistics` of every running interface whose counters moved (a
+    /// transaction of its own, not retried: the next one comes in [`STATS_EVERY`]).
+    fn ovsdb_statistics(&mut self) {
+        let Some(l) = self.ovsdb.as_deref() else {
+            return;
+        };
+        let mut txn = Vec::new();
+        let mut written = Vec::new();
+        for (key, p) in &l.desired.placed {
+            let Ok(u) = key.parse::<Uuid>() else { continue };
+            if l.session.replica().row("Interface", &u).is_none() {
+                continue;
+            }
+            let Some(stats) = self.iface_statistics(&p.port) else {
+                continue;
+            };
+            let d = Datum::map(
+                stats
+                    .into_iter()
+                    .map(|(k, v)| (Atom::String(k), Atom::Integer(v))),
+            );
+            if l.stats_written.get(&u) == Some(&d) {
+                continue;
+            }
+            let mut row = Row::new();
+            row.insert("statistics".into(), d.clone());
+            txn.push(ops::update("Interface", u, &row));
+            written.push((u, d));
+        }
+        let Some(l) = self.ovsdb.as_deref_mut() else {
+            return;
+        };
+        l.last_stats = Instant::now();
+        if txn.is_empty() {
+            return;
+        }
+        l.stats_written.extend(written);
+        l.session.transact(txn);
+    }
+
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(super) struct IfaceReport {
     /// `-1` for an interface that does not run.
