@@ -11,7 +11,7 @@
 //! What each column means and what is not supported: `docs/ovsdb.md`.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
 use crate::config::{self, BridgeConfig, Config, PortConfig, PortType, OFPORT_MAX};
@@ -29,25 +29,16 @@ pub const IFACE_TYPES: &[&str] = &[
 /// The only `Bridge.datapath_type` ferrovs runs (written to `Open_vSwitch.datapath_types`).
 pub const DATAPATH_TYPE: &str = "netdev";
 
-/// Checks an `--ovsdb` remote: `unix:PATH` or `tcp:IP:PORT` (an active connection, as
+/// Checks an `--ovsdb` remote: `unix:PATH` or `tcp:IP[:PORT]` (an active connection, as
 /// ovs-vswitchd's database argument).
 pub fn check_remote(s: &str) -> Result<(), String> {
-    if let Some(path) = s.strip_prefix("unix:") {
-        if path.is_empty() {
-            return Err(format!("remote '{s}': unix: needs a socket path"));
-        }
-        return Ok(());
-    }
-    if let Some(addr) = s.strip_prefix("tcp:") {
-        return addr
-            .parse::<SocketAddr>()
-            .map(|_| ())
-            .map_err(|_| format!("remote '{s}': tcp: needs IP:PORT (e.g. tcp:127.0.0.1:6640)"));
-    }
-    Err(format!(
-        "remote '{s}' is not unix:PATH or tcp:IP:PORT (ferrovs connects to the server; \
-         punix: and ptcp: are the server's side)"
-    ))
+    s.parse::<ferrovs_ovsdb::Remote>()
+        .map(|_| ())
+        .map_err(|e| {
+            format!(
+                "{e} (ferrovs connects to the server; punix: and ptcp: are the server's side)"
+            )
+        })
 }
 
 /// The root row's columns ferrovs reads.
@@ -791,7 +782,8 @@ mod tests {
         assert!(check_remote("unix:/run/openvswitch/db.sock").is_ok());
         assert!(check_remote("tcp:127.0.0.1:6640").is_ok());
         assert!(check_remote("tcp:[::1]:6640").is_ok());
-        for bad in ["unix:", "tcp:1.2.3.4", "punix:/x", "/x", "ssl:1.2.3.4:6640"] {
+        assert!(check_remote("tcp:127.0.0.1").is_ok());
+        for bad in ["unix:", "tcp:1.2.3", "punix:/x", "/x", "ssl:1.2.3.4:6640"] {
             assert!(check_remote(bad).is_err(), "{bad}");
         }
     }

@@ -674,7 +674,9 @@ impl Daemon {
         l.stats_written.extend(written);
         l.session.transact(txn);
     }
+}
 
+/// What ferrovs writes to one `Interface` row.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(super) struct IfaceReport {
     /// `-1` for an interface that does not run.
