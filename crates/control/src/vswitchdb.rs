@@ -222,7 +222,7 @@ fn map_interface(
         "patch" => return Err("patch ports are not supported".into()),
         other => {
             return Err(format!(
-                "interface type \"{other}\" is not supported (ferrovs runs {})",
+                "interface type {other} is not supported (ferrovs runs {})",
                 IFACE_TYPES.join(", ")
             ))
         }
@@ -633,7 +633,7 @@ mod tests {
         let d = desired(&t, Path::new("/run"));
         let e = |i: usize| d.errors.get(&format!("i{i}")).cloned().unwrap_or_default();
         assert!(
-            e(1).contains("interface type \"gre\" is not supported"),
+            e(1).contains("interface type gre is not supported"),
             "{}",
             e(1)
         );
