@@ -329,6 +329,56 @@ fn hot_upgrade_in_ovsdb_mode_under_traffic() {
     assert_eq!(s["ovsdb"]["state"], "synced", "{s}");
 }
 
+/// A hostile or broken server: one that never answers is dropped after the inactivity
+/// probe, one that sends garbage or a reply that is not a schema is dropped at once with a
+/// counted, logged refusal; the daemon answers its control socket throughout and keeps
+/// reconnecting.
+#[test]
+fn a_silent_or_garbage_server_costs_the_connection_only() {
+    use std::io::{Read, Write};
+    let dir = run_dir("ovsdb-hostile");
+    let sock = dir.join("fake.sock");
+    let l = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    let server = std::thread::spawn(move || {
+        let mut held = Vec::new();
+        let replies: [&[u8]; 3] = [
+            b"",
+            b"{\"id\":0,\"result\":]]]\n",
+            b"{\"id\":0,\"result\":42,\"error\":null}",
+        ];
+        for r in replies {
+            let (mut s, _) = l.accept().unwrap();
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf);
+            if !r.is_empty() {
+                s.write_all(r).unwrap();
+            }
+            held.push(s);
+        }
+        held
+    });
+    let (pmd, _) = cores();
+    let remote = format!("unix:{}", sock.display());
+    let _sw = start_switch(&dir, pmd, &["--ovsdb", &remote]);
+    let t = std::time::Instant::now();
+    wait_until("three connections", 30, || {
+        let t0 = std::time::Instant::now();
+        let s = cli_json(&dir, &["show"]);
+        assert!(t0.elapsed() < Duration::from_secs(1), "the control socket stalled");
+        s["ovsdb"]["connects"].as_u64().unwrap() >= 3
+            && s["ovsdb"]["refused_inputs"].as_u64().unwrap() >= 2
+    });
+    // The first connection only went after the probe went unanswered (2 x 5 s).
+    assert!(t.elapsed() >= Duration::from_secs(9), "{:?}", t.elapsed());
+    let s = cli_json(&dir, &["show"]);
+    let e = s["ovsdb"]["last_error"].as_str().unwrap_or_default().to_string();
+    assert!(e.contains("malformed input from the server"), "{s}");
+    assert!(s["bridges"].as_array().unwrap().is_empty());
+    drop(server.join().unwrap());
+    let log = std::fs::read_to_string(dir.join("ferrovsd.err")).unwrap();
+    assert!(log.contains("no answer from the server for 10 s"), "{log}");
+}
+
 /// The harness itself: a fresh database, ovs-vsctl against it, a restart keeps the data.
 #[test]
 fn the_database_harness_works() {
