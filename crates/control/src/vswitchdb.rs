@@ -32,13 +32,9 @@ pub const DATAPATH_TYPE: &str = "netdev";
 /// Checks an `--ovsdb` remote: `unix:PATH` or `tcp:IP[:PORT]` (an active connection, as
 /// ovs-vswitchd's database argument).
 pub fn check_remote(s: &str) -> Result<(), String> {
-    s.parse::<ferrovs_ovsdb::Remote>()
-        .map(|_| ())
-        .map_err(|e| {
-            format!(
-                "{e} (ferrovs connects to the server; punix: and ptcp: are the server's side)"
-            )
-        })
+    s.parse::<ferrovs_ovsdb::Remote>().map(|_| ()).map_err(|e| {
+        format!("{e} (ferrovs connects to the server; punix: and ptcp: are the server's side)")
+    })
 }
 
 /// The root row's columns ferrovs reads.
@@ -532,7 +528,10 @@ mod tests {
     }
 
     /// A database with bridge `br0` (netdev) holding one port per interface given.
-    fn db(ifaces: &[(&str, &str, &[(&str, &str)])]) -> Tables {
+    /// (name, type, options) of one interface.
+    type Iface<'a> = (&'a str, &'a str, &'a [(&'a str, &'a str)]);
+
+    fn db(ifaces: &[Iface]) -> Tables {
         let mut t = Tables::default();
         let mut bridge = BridgeRow {
             name: "br0".into(),

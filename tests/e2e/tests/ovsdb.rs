@@ -18,7 +18,10 @@ fn ready() -> bool {
     require(
         available(),
         "ovsdb-server, ovsdb-tool, ovs-vsctl and vswitch.ovsschema",
-    ) && require(is_root(), "root (TAP devices for the bridges' internal ports)")
+    ) && require(
+        is_root(),
+        "root (TAP devices for the bridges' internal ports)",
+    )
 }
 
 /// A database and a ferrovsd configured through it, in a fresh run directory.
@@ -71,8 +74,20 @@ fn stream(dir: &Path, from: &Path, to: &Path, count: u64, rate: u64, during: imp
         dir,
         "tx",
         &[
-            "--socket", &f, "--sink", &t, "--ring", "1024", "--rate", &r, "--count", &c,
-            "--quiet", "--duration", "60", "txonly",
+            "--socket",
+            &f,
+            "--sink",
+            &t,
+            "--ring",
+            "1024",
+            "--rate",
+            &r,
+            "--count",
+            &c,
+            "--quiet",
+            "--duration",
+            "60",
+            "txonly",
         ],
     );
     std::thread::sleep(Duration::from_millis(500));
@@ -80,7 +95,11 @@ fn stream(dir: &Path, from: &Path, to: &Path, count: u64, rate: u64, during: imp
     let res = tx.wait_json(dir, Duration::from_secs(90));
     assert_eq!(res["sent"].as_u64().unwrap(), count, "{res}");
     assert_eq!(res["corrupt"], 0, "{res}");
-    assert_eq!(res["received"].as_u64().unwrap(), count, "nothing lost: {res}");
+    assert_eq!(
+        res["received"].as_u64().unwrap(),
+        count,
+        "nothing lost: {res}"
+    );
 }
 
 /// OVS-DPDK's documentation, command by command: a netdev bridge, a vhost-user client port
@@ -91,8 +110,16 @@ fn the_ovs_dpdk_documentation_sequence() {
         return;
     }
     let (dir, db, _sw) = setup("ovsdb-doc");
-    db.vsctl(&["add-br", "br0", "--", "set", "bridge", "br0", "datapath_type=netdev"])
-        .unwrap();
+    db.vsctl(&[
+        "add-br",
+        "br0",
+        "--",
+        "set",
+        "bridge",
+        "br0",
+        "datapath_type=netdev",
+    ])
+    .unwrap();
     assert_eq!(bridges(&dir), vec!["br0"]);
     assert_eq!(db.get("Interface", "br0", "ofport").unwrap(), "65534");
     assert_eq!(port(&dir, "br0").unwrap()["type"], "tap");
@@ -103,8 +130,19 @@ fn the_ovs_dpdk_documentation_sequence() {
         &dir,
         "sink",
         &[
-            "--socket", &path, "--server", "--ring", "1024", "--src", "02:00:00:00:00:02",
-            "--quiet", "--duration", "60", "--idle", "5", "rxonly",
+            "--socket",
+            &path,
+            "--server",
+            "--ring",
+            "1024",
+            "--src",
+            "02:00:00:00:00:02",
+            "--quiet",
+            "--duration",
+            "60",
+            "--idle",
+            "5",
+            "rxonly",
         ],
     );
     db.vsctl(&[
@@ -144,15 +182,28 @@ fn the_ovs_dpdk_documentation_sequence() {
         "client"
     );
     assert_eq!(db.get("Interface", "vhu0", "error").unwrap(), "[]");
-    assert_eq!(db.get("Interface", "dpdkvhostuser0", "link_state").unwrap(), "down");
+    assert_eq!(
+        db.get("Interface", "dpdkvhostuser0", "link_state").unwrap(),
+        "down"
+    );
     // Traffic: dpdkvhostuser0 → vhu0.
     let s = server_sock.display().to_string();
     let tx = gen(
         &dir,
         "tx",
         &[
-            "--socket", &s, "--ring", "1024", "--rate", "10000", "--count", "20000",
-            "--quiet", "--duration", "30", "txonly",
+            "--socket",
+            &s,
+            "--ring",
+            "1024",
+            "--rate",
+            "10000",
+            "--count",
+            "20000",
+            "--quiet",
+            "--duration",
+            "30",
+            "txonly",
         ],
     );
     let sent = tx.wait_json(&dir, Duration::from_secs(60));
@@ -160,7 +211,11 @@ fn the_ovs_dpdk_documentation_sequence() {
     assert_eq!(sent["sent"], 20000, "{sent}");
     let drops = path_drops(&dir, "dpdkvhostuser0", "vhu0");
     assert_eq!(got["corrupt"], 0, "{got}");
-    assert_eq!(got["received"].as_u64().unwrap() + drops, 20000, "{got}, drops {drops}");
+    assert_eq!(
+        got["received"].as_u64().unwrap() + drops,
+        20000,
+        "{got}, drops {drops}"
+    );
     // What ovs-vswitchd would show and list.
     let show = db.vsctl(&["show"]).unwrap();
     for want in [
@@ -177,7 +232,9 @@ fn the_ovs_dpdk_documentation_sequence() {
     }
     let list = db.vsctl(&["list", "Interface", "vhu0"]).unwrap();
     assert!(list.contains("ofport              : 5"), "{list}");
-    assert!(list.contains("link_state          : down") || list.contains("link_state          : up"));
+    assert!(
+        list.contains("link_state          : down") || list.contains("link_state          : up")
+    );
     // (The bridge's TAP adds what the host stack sends: IPv6 neighbour discovery...)
     wait_until("statistics written", 15, || {
         db.get("Interface", "vhu0", "statistics:tx_packets")
@@ -193,7 +250,10 @@ fn the_ovs_dpdk_documentation_sequence() {
     assert_eq!(rx, 20000);
     let dp = db.get("Bridge", "br0", "datapath_id").unwrap();
     assert_eq!(dp.len(), 16, "{dp}");
-    assert_eq!(db.get("Open_vSwitch", ".", "datapath_types").unwrap(), "[netdev]");
+    assert_eq!(
+        db.get("Open_vSwitch", ".", "datapath_types").unwrap(),
+        "[netdev]"
+    );
     // Removal.
     db.vsctl(&["del-port", "br0", "dpdkvhostuser0"]).unwrap();
     assert!(port(&dir, "dpdkvhostuser0").is_none());
@@ -214,8 +274,16 @@ fn bad_configuration_lands_in_interface_error() {
         return;
     }
     let (dir, db, _sw) = setup("ovsdb-bad");
-    db.vsctl(&["add-br", "br0", "--", "set", "bridge", "br0", "datapath_type=netdev"])
-        .unwrap();
+    db.vsctl(&[
+        "add-br",
+        "br0",
+        "--",
+        "set",
+        "bridge",
+        "br0",
+        "datapath_type=netdev",
+    ])
+    .unwrap();
     let add = |name: &str, settings: &[&str]| {
         let mut a = vec!["add-port", "br0", name, "--", "set", "Interface", name];
         a.extend_from_slice(settings);
@@ -229,17 +297,37 @@ fn bad_configuration_lands_in_interface_error() {
     add("dup7", &["type=dpdkvhostuser", "ofport_request=7"]);
     add("vx", &["type=vxlan", "options:key=5"]);
     add("pp", &["type=patch", "options:peer=x"]);
-    db.vsctl(&["add-br", "brs", "--", "set", "bridge", "brs", "datapath_type=system"])
-        .unwrap();
-    db.vsctl(&["add-port", "brs", "sysp", "--", "set", "Interface", "sysp", "type=dpdkvhostuser"])
-        .unwrap();
+    db.vsctl(&[
+        "add-br",
+        "brs",
+        "--",
+        "set",
+        "bridge",
+        "brs",
+        "datapath_type=system",
+    ])
+    .unwrap();
+    db.vsctl(&[
+        "add-port",
+        "brs",
+        "sysp",
+        "--",
+        "set",
+        "Interface",
+        "sysp",
+        "type=dpdkvhostuser",
+    ])
+    .unwrap();
     let cases = [
         ("weird", "interface type gre0 is not supported"),
         (
             "nopath",
             "options:vhost-server-path is required for dpdkvhostuserclient interfaces",
         ),
-        ("dup7", "ofport_request=7 is already requested by another interface"),
+        (
+            "dup7",
+            "ofport_request=7 is already requested by another interface",
+        ),
         ("vx", "options:remote_ip is required for vxlan interfaces"),
         ("pp", "patch ports are not supported"),
         ("sysp", "datapath_type system is not supported"),
@@ -256,11 +344,24 @@ fn bad_configuration_lands_in_interface_error() {
     assert_eq!(db.get("Interface", "good1", "error").unwrap(), "[]");
     let s = cli_json(&dir, &["show"]);
     assert_eq!(s["ovsdb"]["refused_interfaces"], 7, "{s}");
-    stream(&dir, &dir.join("good1"), &dir.join("good2"), 10_000, 10_000, || {});
+    stream(
+        &dir,
+        &dir.join("good1"),
+        &dir.join("good2"),
+        10_000,
+        10_000,
+        || {},
+    );
     // Fixing a row brings its port up; the others are not touched.
     let connects = port(&dir, "good1").unwrap()["connects"].clone();
-    db.vsctl(&["set", "Interface", "vx", "options:remote_ip=127.0.0.9", "options:local_ip=127.0.0.1"])
-        .unwrap();
+    db.vsctl(&[
+        "set",
+        "Interface",
+        "vx",
+        "options:remote_ip=127.0.0.9",
+        "options:local_ip=127.0.0.1",
+    ])
+    .unwrap();
     assert_eq!(db.get("Interface", "vx", "error").unwrap(), "[]");
     assert!(port(&dir, "vx").is_some());
     assert_eq!(port(&dir, "good1").unwrap()["connects"], connects);
@@ -274,20 +375,53 @@ fn ovsdb_server_restart_under_traffic() {
         return;
     }
     let (dir, mut db, _sw) = setup("ovsdb-restart");
-    db.vsctl(&["add-br", "br0", "--", "set", "bridge", "br0", "datapath_type=netdev"])
-        .unwrap();
+    db.vsctl(&[
+        "add-br",
+        "br0",
+        "--",
+        "set",
+        "bridge",
+        "br0",
+        "datapath_type=netdev",
+    ])
+    .unwrap();
     for p in ["p1", "p2"] {
-        db.vsctl(&["add-port", "br0", p, "--", "set", "Interface", p, "type=dpdkvhostuser"])
-            .unwrap();
-    }
-    stream(&dir, &dir.join("p1"), &dir.join("p2"), 40_000, 10_000, || {
-        db.kill();
-        std::thread::sleep(Duration::from_millis(1500));
-        assert_eq!(cli_json(&dir, &["show"])["ovsdb"]["state"], "backoff");
-        db.run();
-    });
-    db.vsctl(&["add-port", "br0", "p3", "--", "set", "Interface", "p3", "type=dpdkvhostuser"])
+        db.vsctl(&[
+            "add-port",
+            "br0",
+            p,
+            "--",
+            "set",
+            "Interface",
+            p,
+            "type=dpdkvhostuser",
+        ])
         .unwrap();
+    }
+    stream(
+        &dir,
+        &dir.join("p1"),
+        &dir.join("p2"),
+        40_000,
+        10_000,
+        || {
+            db.kill();
+            std::thread::sleep(Duration::from_millis(1500));
+            assert_eq!(cli_json(&dir, &["show"])["ovsdb"]["state"], "backoff");
+            db.run();
+        },
+    );
+    db.vsctl(&[
+        "add-port",
+        "br0",
+        "p3",
+        "--",
+        "set",
+        "Interface",
+        "p3",
+        "type=dpdkvhostuser",
+    ])
+    .unwrap();
     assert!(port(&dir, "p3").is_some());
     assert_eq!(db.get("Interface", "p3", "error").unwrap(), "[]");
     let s = cli_json(&dir, &["show"]);
@@ -303,26 +437,60 @@ fn hot_upgrade_in_ovsdb_mode_under_traffic() {
     }
     let (dir, db, _sw) = setup("ovsdb-upgrade");
     let _stop = StopCurrent(dir.clone());
-    db.vsctl(&["add-br", "br0", "--", "set", "bridge", "br0", "datapath_type=netdev"])
-        .unwrap();
+    db.vsctl(&[
+        "add-br",
+        "br0",
+        "--",
+        "set",
+        "bridge",
+        "br0",
+        "datapath_type=netdev",
+    ])
+    .unwrap();
     for p in ["p1", "p2"] {
-        db.vsctl(&["add-port", "br0", p, "--", "set", "Interface", p, "type=dpdkvhostuser"])
-            .unwrap();
+        db.vsctl(&[
+            "add-port",
+            "br0",
+            p,
+            "--",
+            "set",
+            "Interface",
+            p,
+            "type=dpdkvhostuser",
+        ])
+        .unwrap();
     }
-    db.vsctl(&["set", "Interface", "p2", "ofport_request=9"]).unwrap();
+    db.vsctl(&["set", "Interface", "p2", "ofport_request=9"])
+        .unwrap();
     let old = daemon_pid(&dir);
-    stream(&dir, &dir.join("p1"), &dir.join("p2"), 30_000, 10_000, || {
-        let r = upgrade(&dir, &[]).expect("upgrade");
-        assert_eq!(r["ok"], true, "{r}");
-    });
+    stream(
+        &dir,
+        &dir.join("p1"),
+        &dir.join("p2"),
+        30_000,
+        10_000,
+        || {
+            let r = upgrade(&dir, &[]).expect("upgrade");
+            assert_eq!(r["ok"], true, "{r}");
+        },
+    );
     assert_ne!(daemon_pid(&dir), old);
     for p in ["p1", "p2"] {
         let st = port(&dir, p).unwrap();
         assert_eq!(st["connects"], 1, "{p} was not reconfigured: {st}");
     }
     assert_eq!(port(&dir, "p2").unwrap()["ofport"], 9);
-    db.vsctl(&["add-port", "br0", "p3", "--", "set", "Interface", "p3", "type=dpdkvhostuser"])
-        .unwrap();
+    db.vsctl(&[
+        "add-port",
+        "br0",
+        "p3",
+        "--",
+        "set",
+        "Interface",
+        "p3",
+        "type=dpdkvhostuser",
+    ])
+    .unwrap();
     assert!(port(&dir, "p3").is_some());
     assert_eq!(db.get("Interface", "p2", "ofport").unwrap(), "9");
     let s = cli_json(&dir, &["show"]);
@@ -364,14 +532,20 @@ fn a_silent_or_garbage_server_costs_the_connection_only() {
     wait_until("three connections", 30, || {
         let t0 = std::time::Instant::now();
         let s = cli_json(&dir, &["show"]);
-        assert!(t0.elapsed() < Duration::from_secs(1), "the control socket stalled");
+        assert!(
+            t0.elapsed() < Duration::from_secs(1),
+            "the control socket stalled"
+        );
         s["ovsdb"]["connects"].as_u64().unwrap() >= 3
             && s["ovsdb"]["refused_inputs"].as_u64().unwrap() >= 2
     });
     // The first connection only went after the probe went unanswered (2 x 5 s).
     assert!(t.elapsed() >= Duration::from_secs(9), "{:?}", t.elapsed());
     let s = cli_json(&dir, &["show"]);
-    let e = s["ovsdb"]["last_error"].as_str().unwrap_or_default().to_string();
+    let e = s["ovsdb"]["last_error"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     assert!(e.contains("malformed input from the server"), "{s}");
     assert!(s["bridges"].as_array().unwrap().is_empty());
     drop(server.join().unwrap());
@@ -390,8 +564,16 @@ fn the_database_harness_works() {
     }
     let dir = run_dir("ovsdb-harness");
     let mut db = OvsdbServer::start(&dir);
-    db.vsctl_no_wait(&["add-br", "br0", "--", "set", "bridge", "br0", "datapath_type=netdev"])
-        .unwrap();
+    db.vsctl_no_wait(&[
+        "add-br",
+        "br0",
+        "--",
+        "set",
+        "bridge",
+        "br0",
+        "datapath_type=netdev",
+    ])
+    .unwrap();
     assert_eq!(db.get("Bridge", "br0", "datapath_type").unwrap(), "netdev");
     db.kill();
     assert!(db.vsctl_no_wait(&["show"]).is_err());

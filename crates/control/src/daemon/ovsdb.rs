@@ -67,9 +67,18 @@ fn monitor() -> Monitor {
         )
         .table(
             "Bridge",
-            &["name", "datapath_type", "other_config", "ports", "datapath_id"],
+            &[
+                "name",
+                "datapath_type",
+                "other_config",
+                "ports",
+                "datapath_id",
+            ],
         )
-        .table("Port", &["name", "tag", "trunks", "vlan_mode", "interfaces"])
+        .table(
+            "Port",
+            &["name", "tag", "trunks", "vlan_mode", "interfaces"],
+        )
         .table(
             "Interface",
             &[
@@ -246,7 +255,10 @@ fn tables(s: &Session) -> Tables {
                 name: text(row, "name"),
                 tag: int(row, "tag"),
                 trunks: row.get("trunks").map(Datum::integers).unwrap_or_default(),
-                vlan_mode: row.get("vlan_mode").and_then(Datum::as_str).map(String::from),
+                vlan_mode: row
+                    .get("vlan_mode")
+                    .and_then(Datum::as_str)
+                    .map(String::from),
                 interfaces: uuids(row, "interfaces"),
             },
         );
@@ -340,7 +352,13 @@ impl Daemon {
         let stream = match res {
             Ok(s) => s,
             Err(e) => {
-                limited!(self.logs, Warn, "-", "ovsdb-connect", "ovsdb: {e}; retrying");
+                limited!(
+                    self.logs,
+                    Warn,
+                    "-",
+                    "ovsdb-connect",
+                    "ovsdb: {e}; retrying"
+                );
                 let l = self.ovsdb.as_deref_mut().expect("checked above");
                 l.last_error = Some(e);
                 l.next_attempt = Instant::now() + l.backoff;
@@ -612,7 +630,9 @@ impl Daemon {
             }
         }
         for (name, (u, configured)) in &l.desired.bridge_rows {
-            let Ok(uuid) = u.parse::<Uuid>() else { continue };
+            let Ok(uuid) = u.parse::<Uuid>() else {
+                continue;
+            };
             let Some(cur) = r.row("Bridge", &uuid) else {
                 continue;
             };
