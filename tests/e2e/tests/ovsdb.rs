@@ -580,3 +580,72 @@ fn the_database_harness_works() {
     db.run();
     assert_eq!(db.vsctl_no_wait(&["list-br"]).unwrap().trim(), "br0");
 }
+
+/// Two QEMU guests on dpdkvhostuserclient ports made by ovs-vsctl (each QEMU listens, as
+/// OVS-DPDK's documentation sets them up) ping each other through ferrovs.
+#[test]
+fn two_guests_on_ovs_vsctl_client_ports_ping() {
+    use ferrovs_e2e::guest::*;
+    if !ready() || !guests_available() {
+        return;
+    }
+    let img = guest_image();
+    let (dir, db, _sw) = setup("ovsdb-guests");
+    db.vsctl(&[
+        "add-br",
+        "br0",
+        "--",
+        "set",
+        "bridge",
+        "br0",
+        "datapath_type=netdev",
+    ])
+    .unwrap();
+    let mut guests = Vec::new();
+    for (name, mac, append) in [
+        (
+            "b",
+            "52:54:00:00:00:02",
+            "ferrovs.ip=10.0.0.2/24 ferrovs.cmd=idle",
+        ),
+        (
+            "a",
+            "52:54:00:00:00:01",
+            "ferrovs.ip=10.0.0.1/24 ferrovs.cmd=ping ferrovs.peer=10.0.0.2 ferrovs.count=5",
+        ),
+    ] {
+        let sock = dir.join(format!("vhu-{name}.sock")).display().to_string();
+        guests.push(start_guest(
+            &dir,
+            &img,
+            name,
+            &format!("socket,id=c0,path={sock},server=on,wait=off"),
+            mac,
+            append,
+        ));
+        wait_until("guest socket", 20, || Path::new(&sock).exists());
+        let iface = format!("vhu{name}");
+        db.vsctl(&[
+            "add-port",
+            "br0",
+            &iface,
+            "--",
+            "set",
+            "Interface",
+            &iface,
+            "type=dpdkvhostuserclient",
+            &format!("options:vhost-server-path={sock}"),
+        ])
+        .unwrap();
+    }
+    wait_console(&dir, "b", &["FERROVS-GUEST-READY 52:54:00:00:00:02"], 90);
+    let verdict = wait_console(&dir, "a", &["FERROVS-PING-OK", "FERROVS-PING-FAIL"], 120);
+    let st = cli_json(&dir, &["port-stats"]);
+    assert_eq!(verdict, "FERROVS-PING-OK", "port stats: {st}");
+    for iface in ["vhua", "vhub"] {
+        db.vsctl(&["wait-until", "Interface", iface, "link_state=up"])
+            .unwrap();
+        let f = db.get("Interface", iface, "status:features").unwrap();
+        assert!(f.starts_with("0x"), "{f}");
+    }
+}

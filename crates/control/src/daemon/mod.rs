@@ -1,8 +1,8 @@
 //! The control thread of ferrovsd.
 //!
 //! One thread runs one epoll loop over: the control socket and its clients, every
-//! vhost-user listener and connection, and a 100 ms tick (clock for MAC aging, client-mode
-//! reconnects). Kernel ports (TAP, AF_XDP or AF_PACKET uplinks) are opened here and then belong to
+//! vhost-user listener and connection, the OVSDB connection (`--ovsdb`), and a 100 ms tick
+//! (clock for MAC aging, client-mode reconnects, the OVSDB probe and write-back). Kernel ports (TAP, AF_XDP or AF_PACKET uplinks) are opened here and then belong to
 //! the datapath alone: the control thread never reads or writes their fds. Every socket is non-blocking and every peer has its own buffers, so a client
 //! or frontend that sends half a message, floods, or never reads its replies delays nobody
 //! else. Configuration changes build a new datapath [`Snapshot`] and publish it; PMD threads
@@ -11,7 +11,9 @@
 //! The [`Daemon`] is one struct; its methods are grouped by role, one file each: `ports`
 //! (bridges, ports, kernel ports), `sessions` (vhost-user connections), `ctl` (control-socket
 //! clients and request dispatch), `report` (the read-only replies), `flows` (rules, megaflows,
-//! revalidator), `pmds` (PMD threads and snapshot publication) and `handover` (hot upgrade).
+//! revalidator), `pmds` (PMD threads and snapshot publication), `handover` (hot upgrade)
+//! and `ovsdb` (`--ovsdb`: the database connection, its changes applied as a diff, and
+//! what ferrovs writes back).
 //! This file holds the state, start-up, the event loop and its tick.
 
 use std::collections::{BTreeMap, HashMap};

@@ -687,6 +687,9 @@ impl Daemon {
         let Some(l) = self.ovsdb.as_deref_mut() else {
             return;
         };
+        let placed = &l.desired.placed;
+        l.stats_written
+            .retain(|u, _| placed.contains_key(&u.to_string()));
         l.last_stats = Instant::now();
         if txn.is_empty() {
             return;
