@@ -1009,3 +1009,127 @@ impl Daemon {
         vswitchdb::datapath_id(configured, mac, bridge)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const ROOT: &str = "00000000-0000-0000-0000-000000000001";
+    const BR: &str = "00000000-0000-0000-0000-000000000002";
+    const PORT: &str = "00000000-0000-0000-0000-000000000003";
+    const IFACE: &str = "00000000-0000-0000-0000-000000000004";
+
+    /// The columns ferrovs monitors, typed as `vswitch.ovsschema` types them.
+    fn schema() -> Value {
+        let s = |t: &str| json!({"type": t});
+        let opt = |t: &str| json!({"type": {"key": t, "min": 0, "max": 1}});
+        let set = |t: &str| json!({"type": {"key": t, "min": 0, "max": "unlimited"}});
+        let refs = |t: &str| json!({"type": {"key": {"type": "uuid", "refTable": t}, "min": 0, "max": "unlimited"}});
+        let smap =
+            || json!({"type": {"key": "string", "value": "string", "min": 0, "max": "unlimited"}});
+        json!({"name": "Open_vSwitch", "version": "8.3.1", "tables": {
+            "Open_vSwitch": {"columns": {
+                "next_cfg": s("integer"), "cur_cfg": s("integer"), "other_config": smap(),
+                "bridges": refs("Bridge"), "ovs_version": opt("string"),
+                "datapath_types": set("string"), "iface_types": set("string")}},
+            "Bridge": {"columns": {
+                "name": s("string"), "datapath_type": s("string"), "other_config": smap(),
+                "ports": refs("Port"), "datapath_id": opt("string")}},
+            "Port": {"columns": {
+                "name": s("string"), "tag": opt("integer"), "trunks": set("integer"),
+                "vlan_mode": opt("string"), "interfaces": refs("Interface")}},
+            "Interface": {"columns": {
+                "name": s("string"), "type": s("string"), "options": smap(),
+                "ofport_request": opt("integer"), "ofport": opt("integer"),
+                "error": opt("string"), "admin_state": opt("string"),
+                "link_state": opt("string"), "mac_in_use": opt("string"),
+                "status": smap()}},
+        }})
+    }
+
+    /// A session synced with one bridge, port and interface, as ovs-vsctl leaves them.
+    fn synced() -> Session {
+        let mut s = Session::new(DB, monitor());
+        s.connected();
+        let take = |s: &mut Session| {
+            let out = s.pending_output().to_vec();
+            s.consume_output(out.len());
+            serde_json::from_slice::<Value>(&out).unwrap()
+        };
+        let req = take(&mut s);
+        let reply = json!({"id": req["id"], "result": schema(), "error": null});
+        s.feed(reply.to_string().as_bytes()).unwrap();
+        let req = take(&mut s);
+        let uuid = |u: &str| json!(["uuid", u]);
+        let initial = json!({
+            "Open_vSwitch": {ROOT: {"initial": {
+                "next_cfg": 3, "bridges": uuid(BR),
+                "other_config": ["map", [["pmd-cpu-mask", "0x2"], ["dpdk-init", "true"]]]}}},
+            "Bridge": {BR: {"initial": {
+                "name": "br0", "datapath_type": "netdev", "ports": uuid(PORT)}}},
+            "Port": {PORT: {"initial": {
+                "name": "vhu0", "tag": 10, "interfaces": uuid(IFACE)}}},
+            "Interface": {IFACE: {"initial": {
+                "name": "vhu0", "type": "dpdkvhostuserclient", "ofport_request": 5,
+                "options": ["map", [["vhost-server-path", "/tmp/vhu0.sock"]]]}}},
+        });
+        let reply = json!({"id": req["id"], "result": initial, "error": null});
+        s.feed(reply.to_string().as_bytes()).unwrap();
+        assert_eq!(s.poll_event(), Some(Event::Synced));
+        s
+    }
+
+    #[test]
+    fn the_replica_becomes_the_rows_vswitchdb_maps() {
+        let s = synced();
+        let t = tables(&s);
+        let (root, r) = t.root.as_ref().unwrap();
+        assert_eq!(root, ROOT);
+        assert_eq!(r.next_cfg, 3);
+        assert_eq!(r.bridges, vec![BR.to_string()]);
+        assert_eq!(r.other_config["pmd-cpu-mask"], "0x2");
+        assert_eq!(t.bridges[BR].datapath_type, "netdev");
+        assert_eq!(t.ports[PORT].tag, Some(10));
+        assert!(t.ports[PORT].trunks.is_empty() && t.ports[PORT].vlan_mode.is_none());
+        let i = &t.interfaces[IFACE];
+        assert_eq!(
+            (i.kind.as_str(), i.ofport_request, i.ofport),
+            ("dpdkvhostuserclient", Some(5), None)
+        );
+        let d = vswitchdb::desired(&t, Path::new("/run"));
+        assert!(d.errors.is_empty(), "{:?}", d.errors);
+        let p = &d.bridges[0].ports[0];
+        assert_eq!(
+            (p.kind, p.tag, p.ofport),
+            (PortType::VhostUserClient, Some(10), Some(5))
+        );
+        assert_eq!(d.pmd_cores, Some(vec![1]));
+        assert_eq!(d.placed[IFACE].port, "vhu0");
+    }
+
+    #[test]
+    fn only_what_differs_is_written() {
+        let s = synced();
+        let u: Uuid = IFACE.parse().unwrap();
+        let cur = s.replica().row("Interface", &u).unwrap();
+        let mut row = Row::new();
+        // Absent optional values and empty maps as the replica holds them: nothing to write.
+        set_if_changed(&mut row, cur, "error", opt_string(None));
+        set_if_changed(&mut row, cur, "status", string_map(&BTreeMap::new()));
+        assert!(row.is_empty(), "{row:?}");
+        set_if_changed(&mut row, cur, "ofport", Datum::integer(5));
+        set_if_changed(&mut row, cur, "error", opt_string(Some("no")));
+        assert_eq!(row.len(), 2);
+        let op = ops::update("Interface", u, &row);
+        assert_eq!(op["row"]["ofport"], json!(5));
+    }
+
+    #[test]
+    fn netdev_helpers() {
+        assert_eq!(mac_text([0x52, 0x54, 0, 0xab, 1, 2]), "52:54:00:ab:01:02");
+        assert_eq!(netdev_mac("lo"), Some([0; 6]));
+        assert_eq!(netdev_mac("no-such-dev0"), None);
+        assert!(ovs_version().starts_with("3.1.0+ferrovs."));
+    }
+}
