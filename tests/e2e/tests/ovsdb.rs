@@ -693,7 +693,7 @@ fn ovsdb_mode_hands_over_schema_3_only() {
     let pid = daemon_pid(&dir);
     let hello = |min: u32, max: u32| {
         let path = dir.join("ferrovs.upgrade");
-        let mut ch = Channel::new(ferrovs_sys::os::seqpacket_connect(&path).unwrap()).unwrap();
+        let ch = Channel::new(ferrovs_sys::os::seqpacket_connect(&path).unwrap()).unwrap();
         let version = "0.0.1".to_string();
         let m = Msg::Hello {
             schema_min: min,
