@@ -25,7 +25,7 @@ mod session;
 mod uuid;
 
 pub use datum::{Atom, Datum, DatumError, Row};
-pub use remote::{Remote, RemoteError, Stream, DEFAULT_PORT};
+pub use remote::{Remote, RemoteError, Stream, CONNECT_TIMEOUT, DEFAULT_PORT};
 pub use session::{
     Changes, Event, Monitor, Replica, Session, SessionError, TxnError, CONNECTION_LOST,
     MAX_MESSAGE, MONITOR_ID,

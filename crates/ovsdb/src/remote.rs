@@ -10,9 +10,14 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::str::FromStr;
+use std::time::Duration;
 
 /// OVSDB's default TCP port, used when `tcp:IP` names none.
 pub const DEFAULT_PORT: u16 = 6640;
+
+/// How long [`Stream::connect`] waits for a TCP connection: a peer that does not answer
+/// must not hold the caller's thread for the kernel's minutes of SYN retries.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// An OVSDB server's address, in ovs-vsctl's `--db` syntax.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -68,13 +73,14 @@ pub enum Stream {
 }
 
 impl Stream {
-    /// Connects (blocking: a local socket or a LAN peer answers at once, and the caller may
-    /// retry with backoff), then makes the socket non-blocking.
+    /// Connects (blocking: a local socket answers at once; a TCP peer gets at most
+    /// [`CONNECT_TIMEOUT`], and the caller retries with backoff), then makes the socket
+    /// non-blocking.
     pub fn connect(remote: &Remote) -> io::Result<Stream> {
         let s = match remote {
             Remote::Unix(p) => Stream::Unix(UnixStream::connect(p)?),
             Remote::Tcp(a) => {
-                let t = TcpStream::connect(a)?;
+                let t = TcpStream::connect_timeout(a, CONNECT_TIMEOUT)?;
                 t.set_nodelay(true)?;
                 Stream::Tcp(t)
             }
@@ -180,5 +186,19 @@ mod tests {
         assert_eq!(s.read(&mut buf).unwrap(), 2);
         assert!(s.as_raw_fd() >= 0);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn connect_tcp() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let remote = Remote::Tcp(l.local_addr().unwrap());
+        let mut s = Stream::connect(&remote).unwrap();
+        let (mut peer, _) = l.accept().unwrap();
+        peer.write_all(b"{}").unwrap();
+        s.set_nonblocking(false).unwrap();
+        let mut buf = [0u8; 4];
+        assert_eq!(s.read(&mut buf).unwrap(), 2);
+        s.write_all(b"{}").unwrap();
+        assert_eq!(peer.read(&mut buf).unwrap(), 2);
     }
 }

@@ -292,6 +292,12 @@ pub enum SessionError {
         /// The row.
         uuid: Uuid,
     },
+    /// The server keeps sending requests but does not read our replies.
+    #[error("{bytes} bytes of replies wait for the server to read them")]
+    OutputBacklog {
+        /// The unsent bytes.
+        bytes: usize,
+    },
     /// A modify or delete of a row that does not exist.
     #[error("{op} of {table} row {uuid}, which does not exist")]
     NoSuchRow {
@@ -358,6 +364,7 @@ pub struct Session {
     phase: Phase,
     replica: Replica,
     splitter: Splitter,
+    max_message: usize,
     out: Vec<u8>,
     pending: HashMap<u64, Pending>,
     next_id: u64,
@@ -375,6 +382,7 @@ impl Session {
             phase: Phase::Idle,
             replica: Replica::default(),
             splitter: Splitter::new(MAX_MESSAGE),
+            max_message: MAX_MESSAGE,
             out: Vec::new(),
             pending: HashMap::new(),
             next_id: 1,
@@ -382,9 +390,11 @@ impl Session {
         }
     }
 
-    /// Limits one message's size (default [`MAX_MESSAGE`]).
+    /// Limits one message's size (default [`MAX_MESSAGE`]), and the unsent replies to the
+    /// server's own requests (a server that sends echo requests but never reads).
     pub fn set_max_message(&mut self, bytes: usize) {
         self.splitter = Splitter::new(bytes);
+        self.max_message = bytes;
     }
 
     /// The database this session works on.
@@ -573,6 +583,11 @@ impl Session {
             match o.remove("id") {
                 None | Some(Value::Null) => self.notification(method, params),
                 Some(id) => {
+                    if self.out.len() > self.max_message {
+                        return Err(SessionError::OutputBacklog {
+                            bytes: self.out.len(),
+                        });
+                    }
                     self.server_request(&method, params, id);
                     Ok(())
                 }

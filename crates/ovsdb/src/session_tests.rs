@@ -632,6 +632,26 @@ fn message_size_cap() {
     ));
 }
 
+#[test]
+fn server_that_never_reads() {
+    let mut s = synced();
+    s.set_max_message(4096);
+    let echo = json!({"method": "echo", "params": ["x".repeat(1000)], "id": 1}).to_string();
+    let mut n = 0;
+    let e = loop {
+        match s.feed(echo.as_bytes()) {
+            Ok(()) => n += 1,
+            Err(e) => break e,
+        }
+        assert!(n < 10, "no backlog limit");
+    };
+    assert!(matches!(e, SessionError::OutputBacklog { .. }), "{e}");
+    // Written out, the replies make room again.
+    let all = s.pending_output().len();
+    s.consume_output(all);
+    s.feed(echo.as_bytes()).unwrap();
+}
+
 /// A deterministic pseudo-random generator for the chunking tests.
 struct Lcg(u64);
 

@@ -23,8 +23,20 @@ fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
 }
 
-fn have(bin: &str) -> bool {
-    Command::new(bin)
+/// `bin` on the PATH, else in /usr/sbin or /usr/bin (ovsdb-server is in /usr/sbin, which a
+/// non-root PATH may lack).
+fn bin(name: &str) -> PathBuf {
+    let on_path = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .chain(["/usr/sbin".into(), "/usr/bin".into()])
+        .map(|d| d.join(name))
+        .find(|p| p.is_file());
+    on_path.unwrap_or_else(|| name.into())
+}
+
+fn have(name: &str) -> bool {
+    Command::new(bin(name))
         .arg("--version")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -53,21 +65,31 @@ fn require_ovs() -> bool {
 struct Server {
     dir: PathBuf,
     child: Option<Child>,
+    /// A TCP port on 127.0.0.1 the server also listens on.
+    tcp: Option<u16>,
 }
 
 impl Server {
     fn new(name: &str) -> Server {
+        Server::with_tcp(name, None)
+    }
+
+    fn with_tcp(name: &str, tcp: Option<u16>) -> Server {
         let dir = std::env::temp_dir().join(format!("ferrovs-ovsdb-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let st = Command::new("ovsdb-tool")
+        let st = Command::new(bin("ovsdb-tool"))
             .arg("create")
             .arg(dir.join("conf.db"))
             .arg(SCHEMA)
             .status()
             .unwrap();
         assert!(st.success(), "ovsdb-tool create: {st}");
-        let mut s = Server { dir, child: None };
+        let mut s = Server {
+            dir,
+            child: None,
+            tcp,
+        };
         s.start();
         s
     }
@@ -78,8 +100,9 @@ impl Server {
 
     fn start(&mut self) {
         let d = &self.dir;
-        let child = Command::new("ovsdb-server")
+        let child = Command::new(bin("ovsdb-server"))
             .arg(format!("--remote=punix:{}", self.sock().display()))
+            .args(self.tcp.map(|p| format!("--remote=ptcp:{p}:127.0.0.1")))
             .arg(format!(
                 "--pidfile={}",
                 d.join("ovsdb-server.pid").display()
@@ -119,7 +142,7 @@ impl Server {
 
     /// Runs `ovs-vsctl --no-wait` with `args`; returns its output, trimmed.
     fn vsctl(&self, args: &[&str]) -> String {
-        let out = Command::new("ovs-vsctl")
+        let out = Command::new(bin("ovs-vsctl"))
             .arg(format!("--db=unix:{}", self.sock().display()))
             .args(["--no-wait", "--timeout=10"])
             .args(args)
@@ -181,7 +204,11 @@ fn monitor() -> Monitor {
 
 impl Client {
     fn connect(server: &Server) -> Client {
-        let stream = Stream::connect(&server.remote()).unwrap();
+        Client::connect_to(&server.remote())
+    }
+
+    fn connect_to(remote: &Remote) -> Client {
+        let stream = Stream::connect(remote).unwrap();
         stream.set_nonblocking(false).unwrap();
         match &stream {
             Stream::Unix(s) => s.set_read_timeout(Some(Duration::from_millis(50))).unwrap(),
@@ -537,6 +564,44 @@ fn ovs_dpdk_command_sequence_against_ovsdb_server() {
     });
     c2.wait_replica("c2 sees the same", |r| r.len("Bridge") == 0);
     assert_eq!(c2.session.replica(), c.session.replica());
+}
+
+#[test]
+fn over_tcp() {
+    if !require_ovs() {
+        return;
+    }
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let server = Server::with_tcp("tcp", Some(port));
+    server.vsctl(&["init"]);
+    server.vsctl(&[
+        "add-br",
+        "br0",
+        "--",
+        "set",
+        "bridge",
+        "br0",
+        "datapath_type=netdev",
+    ]);
+    let remote: Remote = format!("tcp:127.0.0.1:{port}").parse().unwrap();
+    let deadline = Instant::now() + TIMEOUT;
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "ovsdb-server did not listen on TCP"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let c = Client::connect_to(&remote);
+    let r = c.session.replica();
+    assert_eq!(r.len("Bridge"), 1);
+    assert_eq!(
+        named(r, "Bridge", "br0").unwrap().1["datapath_type"].as_str(),
+        Some("netdev")
+    );
 }
 
 #[test]
