@@ -553,6 +553,45 @@ fn a_silent_or_garbage_server_costs_the_connection_only() {
     assert!(log.contains("no answer from the server for 10 s"), "{log}");
 }
 
+/// The same over TCP (`--ovsdb tcp:IP:PORT`), as a remote database is reached.
+#[test]
+fn configured_over_tcp() {
+    if !ready() {
+        return;
+    }
+    let dir = run_dir("ovsdb-tcp");
+    let db = OvsdbServer::start(&dir);
+    let remote = db.add_tcp_remote();
+    let (pmd, _) = cores();
+    let _sw = start_switch(&dir, pmd, &["--ovsdb", &remote]);
+    db.vsctl(&[
+        "add-br",
+        "br0",
+        "--",
+        "set",
+        "bridge",
+        "br0",
+        "datapath_type=netdev",
+    ])
+    .unwrap();
+    db.vsctl(&[
+        "add-port",
+        "br0",
+        "p1",
+        "--",
+        "set",
+        "Interface",
+        "p1",
+        "type=dpdkvhostuser",
+    ])
+    .unwrap();
+    assert!(port(&dir, "p1").is_some());
+    assert_eq!(db.get("Interface", "p1", "ofport").unwrap(), "1");
+    let s = cli_json(&dir, &["show"]);
+    assert_eq!(s["ovsdb"]["remote"], remote.as_str());
+    assert_eq!(s["ovsdb"]["state"], "synced");
+}
+
 /// The harness itself: a fresh database, ovs-vsctl against it, a restart keeps the data.
 #[test]
 fn the_database_harness_works() {
