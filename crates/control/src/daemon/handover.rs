@@ -55,16 +55,20 @@ pub enum HandoverError {
         "this ferrovsd ({ours}) hands over schema {schema}{why}; the new one ({theirs}) \
          restores schemas {min} to {max}",
         ours = env!("CARGO_PKG_VERSION"),
-        why = match .migrating {
-            Some(port) => format!(
+        why = match (.migrating, .ovsdb) {
+            (_, true) => " (it is configured through OVSDB: the database section needs \
+                           schema 3)"
+                .to_string(),
+            (Some(port), false) => format!(
                 " (port {port} is being live-migrated: its dirty log needs schema 2)"
             ),
-            None => String::new(),
+            (None, false) => String::new(),
         }
     )]
     Schema {
         schema: u32,
         migrating: Option<String>,
+        ovsdb: bool,
         theirs: String,
         min: u32,
         max: u32,
@@ -267,15 +271,22 @@ impl Daemon {
                 got: format!("{hello:?}"),
             });
         };
-        // Schema 2 only when a port's VM is being migrated (its dirty log travels too).
+        // Schema 2 when a port's VM is being migrated (its dirty log travels too).
         let logging = self
             .ports
             .iter()
             .find_map(|(name, p)| p.device.as_ref()?.log().map(|_| name.clone()));
-        let schema = if logging.is_some() { 2 } else { 1 };
+        // Schema 3 only in OVSDB mode: a daemon that cannot restore it must not take over
+        // and run on without the database.
+        let schema = match (&self.ovsdb, &logging) {
+            (Some(_), _) => 3,
+            (None, Some(_)) => 2,
+            (None, None) => 1,
+        };
         if !(schema_min..=schema_max).contains(&schema) {
             let e = HandoverError::Schema {
                 schema,
+                ovsdb: self.ovsdb.is_some(),
                 migrating: logging,
                 theirs: version,
                 min: schema_min,
@@ -551,6 +562,7 @@ impl Daemon {
                 };
                 PortWire {
                     id: p.id,
+                    ofport: Some(p.ofport),
                     bridge: p.bridge.clone(),
                     cfg: p.cfg.clone(),
                     link: link_wire(&p.link),
@@ -580,6 +592,10 @@ impl Daemon {
             bridges,
             ports,
             upgrades: self.upgrades,
+            ovsdb: self.ovsdb.as_ref().map(|o| upgrade::OvsdbState {
+                remote: o.remote.clone(),
+                settings: self.db_settings.iter().cloned().collect(),
+            }),
         }
     }
 
@@ -744,6 +760,13 @@ impl Daemon {
         d.datapath.set_standby(true);
         d.start_pmds().map_err(HandoverError::Pmds)?;
         d.upgrades = state.upgrades;
+        let remote = opts
+            .ovsdb
+            .clone()
+            .or_else(|| state.ovsdb.as_ref().map(|o| o.remote.clone()));
+        if let Some(o) = &state.ovsdb {
+            d.db_settings = o.settings.iter().cloned().collect();
+        }
         for b in &state.bridges {
             let flows = state
                 .config
@@ -762,6 +785,7 @@ impl Daemon {
             d.restore_port(p, &mut fds)
                 .map_err(HandoverError::port(&name))?;
         }
+        d.ovsdb = remote.map(|r| Box::new(ovsdb::OvsdbLink::new(r)));
         Ok(d)
     }
 
@@ -804,7 +828,16 @@ impl Daemon {
         let io = PortIo::Vhost {
             queues: dev.queues().to_vec(),
         };
-        self.insert_port(&p.bridge, p.cfg, p.id, io, Some(dev), listener, conn, link)?;
+        self.insert_port(
+            &p.bridge,
+            p.cfg,
+            (p.id, p.ofport),
+            io,
+            Some(dev),
+            listener,
+            conn,
+            link,
+        )?;
         if let Some(st) = self.ports.get_mut(&name) {
             st.connects = p.connects;
             st.disconnects = p.disconnects;
@@ -854,7 +887,16 @@ impl Daemon {
             }
         };
         claim_slot(&mut self.port_slots, p.id)?;
-        self.insert_port(&p.bridge, p.cfg, p.id, io, None, None, None, Link::Attached)?;
+        self.insert_port(
+            &p.bridge,
+            p.cfg,
+            (p.id, p.ofport),
+            io,
+            None,
+            None,
+            None,
+            Link::Attached,
+        )?;
         if let Some(st) = self.ports.get_mut(&name) {
             st.last_error = p.last_error;
             st.fallback = p.fallback;
