@@ -95,7 +95,18 @@ pub struct PortConfig {
     /// Tunnels: the UDP port, local and remote (absent: 4789).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dst_port: Option<u16>,
+    /// The OpenFlow port number asked for (1..=65279, as OVS's `ofport_request`); the bridge
+    /// gives it when no other port of the bridge has it, else the lowest free number.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ofport: Option<u16>,
 }
+
+/// Highest OpenFlow port number a port may ask for (OpenFlow's `OFPP_MAX`, 0xff00, is the
+/// first reserved one).
+pub const OFPORT_MAX: u16 = 0xfeff;
+/// OpenFlow's `OFPP_LOCAL`: the number of a bridge's own port (a TAP named as the bridge,
+/// as OVS numbers the bridge's internal interface).
+pub const OFPP_LOCAL: u16 = 0xfffe;
 
 /// Most microseconds a guest notification may be deferred.
 pub const MAX_COALESCE_USECS: u32 = 10_000;
@@ -120,6 +131,7 @@ impl PortConfig {
             local_ip: None,
             key: None,
             dst_port: None,
+            ofport: None,
         }
     }
 
@@ -408,6 +420,9 @@ pub fn validate_port(p: &PortConfig) -> Result<(), ConfigError> {
         if !p.trunks.is_empty() {
             return bad("tag and trunks are exclusive".into());
         }
+    }
+    if let Some(n) = p.ofport.filter(|n| *n == 0 || *n > OFPORT_MAX) {
+        return bad(format!("ofport={n} out of range 1..={OFPORT_MAX}"));
     }
     if let Some(t) = p.trunks.iter().find(|t| **t == 0 || **t > 4094) {
         return bad(format!("trunk VLAN {t} out of range 1..=4094"));

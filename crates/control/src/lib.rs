@@ -11,6 +11,8 @@
 //!   timeouts), built into the datapath's pipeline on every change.
 //! * [`ratelimit`]: at most a few log lines per port and reason per interval.
 //! * [`upgrade`]: the hot-upgrade handover protocol and its versioned state.
+//! * [`vswitchdb`]: the `Open_vSwitch` database (as ovs-vsctl writes it) mapped onto the
+//!   configuration, for `ferrovsd --ovsdb`.
 #![forbid(unsafe_code)]
 
 pub mod config;
@@ -19,6 +21,7 @@ pub mod flows;
 pub mod options;
 pub mod ratelimit;
 pub mod upgrade;
+pub mod vswitchdb;
 
 pub use config::{Config, PortConfig, PortType};
 pub use daemon::{Daemon, DaemonOptions};

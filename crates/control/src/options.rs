@@ -83,10 +83,11 @@ pub fn port_from_options(name: &str, opts: &[String]) -> Result<PortConfig, Conf
                 )
             }
             "dst_port" => p.dst_port = Some(num(v)?),
+            "ofport" => p.ofport = Some(num(v)?),
             _ => {
                 return Err(bad(format!(
                     "unknown option '{k}' (known: type, path, dev, queues, tag, trunks, mode, \
-                     coalesce-usecs, coalesce-frames, remote_ip, local_ip, key, dst_port)"
+                     coalesce-usecs, coalesce-frames, remote_ip, local_ip, key, dst_port, ofport)"
                 )))
             }
         }

@@ -133,6 +133,22 @@ pub struct State {
     pub ports: Vec<PortState>,
     /// Upgrades so far (carried on; the history file has them all).
     pub upgrades: u64,
+    /// A daemon configured through OVSDB (`--ovsdb`): the new daemon connects to the same
+    /// server and finds every port already as the database asks (absent: not in OVSDB mode,
+    /// and in what daemons older than the field wrote).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ovsdb: Option<OvsdbState>,
+}
+
+/// The OVSDB side of a daemon, as plain data (the connection itself is not handed over: the
+/// new daemon makes its own and resynchronises; nothing that runs depends on it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OvsdbState {
+    /// `unix:PATH` or `tcp:IP:PORT`.
+    pub remote: String,
+    /// Our settings the database set (they go back to their defaults when it drops them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub settings: Vec<String>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -146,6 +162,9 @@ pub struct BridgeState {
 #[derive(Debug, Serialize, Deserialize)]
 pub struct PortState {
     pub id: u32,
+    /// OpenFlow port number (absent in what older daemons wrote: the new daemon picks one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ofport: Option<u16>,
     pub bridge: String,
     pub cfg: PortConfig,
     pub link: LinkState,
@@ -685,6 +704,24 @@ mod tests {
             ),
             "{e}"
         );
+    }
+
+    #[test]
+    fn the_ovsdb_section_is_optional_and_round_trips() {
+        let st = State::from_json(v1()).unwrap();
+        assert_eq!(st.ovsdb, None);
+        let mut v = v1();
+        v["ovsdb"] = json!({"remote": "unix:/run/openvswitch/db.sock",
+                            "settings": ["pmd-sleep-max-us"]});
+        v["ports"][0]["ofport"] = json!(5);
+        let st = State::from_json(v.clone()).unwrap();
+        let o = st.ovsdb.as_ref().unwrap();
+        assert_eq!(o.remote, "unix:/run/openvswitch/db.sock");
+        assert_eq!(o.settings, vec!["pmd-sleep-max-us".to_string()]);
+        assert_eq!(st.ports[0].ofport, Some(5));
+        assert_eq!(serde_json::to_value(Msg::State(Box::new(st))).unwrap(), v);
+        v["ovsdb"] = json!({"remote": 7});
+        assert!(matches!(State::from_json(v), Err(StateError::Malformed(_))));
     }
 
     #[test]

@@ -789,6 +789,7 @@ fn restart_restores_saved_configuration() {
         run_dir: dir.clone(),
         config: None,
         pmd_cores: Some(vec![0]),
+        ovsdb: None,
     })
     .unwrap();
     let show = d.handle(Request::Show);
@@ -1592,4 +1593,58 @@ fn bulk_rules_go_through_the_control_socket_whole() {
     let mut a = attach(&sw.sock("vm1"), 0x0200_0000_0001, FrontendConfig::default());
     let mut b = attach(&sw.sock("vm2"), 0x0200_0000_0002, FrontendConfig::default());
     assert_eq!(exchange(&mut a, &mut b, 100, 100).len(), 100);
+}
+
+/// Every port has an OpenFlow number on its bridge: the one it asks for when free, else the
+/// lowest free one; the bridge's own TAP (named as the bridge) is OFPP_LOCAL.
+#[test]
+fn ports_get_openflow_numbers() {
+    let sw = Switch::start("ofport");
+    let ofports = || -> Vec<(String, u64)> {
+        let s = sw.req(Request::Show).unwrap();
+        s["bridges"][0]["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                (
+                    p["name"].as_str().unwrap().to_string(),
+                    p["ofport"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(ofports(), vec![("vm1".into(), 1), ("vm2".into(), 2)]);
+    sw.add_port("a", &["ofport=7"]);
+    sw.add_port("b", &["ofport=7"]);
+    sw.add_port("c", &[]);
+    let got = ofports();
+    let of = |n: &str| got.iter().find(|p| p.0 == n).unwrap().1;
+    assert_eq!((of("a"), of("b"), of("c")), (7, 3, 4));
+    let e = sw
+        .req(Request::AddPort {
+            bridge: "br0".into(),
+            port: "d".into(),
+            options: vec![
+                "type=vhost-user".into(),
+                format!("path={}", sw.sock("d").display()),
+                "ofport=65280".into(),
+            ],
+        })
+        .unwrap_err();
+    assert!(e.contains("ofport=65280 out of range 1..=65279"), "{e}");
+    if !std::path::Path::new("/dev/net/tun").exists() {
+        return;
+    }
+    sw.req(Request::AddPort {
+        bridge: "br0".into(),
+        port: "br0".into(),
+        options: vec![
+            "type=tap".into(),
+            format!("dev=fvloc{}", std::process::id() % 100_000),
+        ],
+    })
+    .unwrap();
+    let got = ofports();
+    assert_eq!(got.iter().find(|p| p.0 == "br0").unwrap().1, 65534);
 }

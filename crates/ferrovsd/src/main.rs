@@ -36,6 +36,11 @@ struct Cli {
     /// Cores for PMD threads, e.g. 1 or 2,3 or 2-5 [default: the last core].
     #[arg(long, value_name = "LIST", value_parser = cores)]
     pmd_cores: Option<Cores>,
+    /// Configured through the Open_vSwitch database of this OVSDB server, as ovs-vswitchd
+    /// is (`unix:PATH` or `tcp:IP:PORT`): ovs-vsctl, libvirt, OpenStack and OVN configure
+    /// ferrovs; nothing is read from or saved to DIR's configuration.
+    #[arg(long, value_name = "REMOTE", conflicts_with = "config", value_parser = remote)]
+    ovsdb: Option<String>,
     /// Hot upgrade: take every port over from the ferrovsd running in DIR (no guest
     /// reconnects); prints the handover's phases as one JSON line on stdout, then runs.
     /// `ferrovs upgrade` starts this for you.
@@ -52,6 +57,11 @@ type Cores = Vec<usize>;
 /// `--pmd-cores`: a core list as the configuration takes it.
 fn cores(s: &str) -> Result<Cores, String> {
     parse_cores(s).map_err(|e| e.to_string())
+}
+
+/// `--ovsdb`: a remote as ovs-vswitchd takes it (active connections only).
+fn remote(s: &str) -> Result<String, String> {
+    ferrovs_control::vswitchdb::check_remote(s).map(|()| s.to_string())
 }
 
 /// `--log-level`: a level by name, the names listed in the help.
@@ -85,6 +95,7 @@ fn main() -> ExitCode {
         run_dir: cli.run_dir,
         config: cli.config,
         pmd_cores: cli.pmd_cores,
+        ovsdb: cli.ovsdb,
     };
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
@@ -165,6 +176,18 @@ mod tests {
         assert_eq!(c.pmd_cores, Some(vec![2, 3]));
         assert!(c.takeover);
         assert_eq!(c.log_level, Some(log::LevelFilter::Debug));
+        assert_eq!(c.ovsdb, None);
+        let c = Cli::try_parse_from(["ferrovsd", "--ovsdb", "unix:/run/db.sock"]).unwrap();
+        assert_eq!(c.ovsdb.as_deref(), Some("unix:/run/db.sock"));
+        let c = Cli::try_parse_from(["ferrovsd", "--ovsdb", "tcp:127.0.0.1:6640"]).unwrap();
+        assert_eq!(c.ovsdb.as_deref(), Some("tcp:127.0.0.1:6640"));
+        for bad in ["punix:/x", "tcp:1.2.3", "/run/db.sock", "unix:"] {
+            let e = Cli::try_parse_from(["ferrovsd", "--ovsdb", bad]).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{bad}");
+        }
+        let e = Cli::try_parse_from(["ferrovsd", "--ovsdb", "unix:/x", "--config", "c.json"])
+            .unwrap_err();
+        assert_eq!(e.exit_code(), 2);
         let e = Cli::try_parse_from(["ferrovsd", "--pmd-cores", "3-1"]).unwrap_err();
         assert_eq!(e.exit_code(), 2);
         assert!(e.to_string().contains("core list '3-1' is invalid"), "{e}");

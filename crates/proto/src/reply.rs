@@ -36,12 +36,37 @@ pub struct Show {
     pub bridges: Vec<ShowBridge>,
     /// Every PMD's packet buffers are on huge pages.
     pub hugepages: bool,
+    /// The OVSDB connection (`ferrovsd --ovsdb`; absent otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ovsdb: Option<OvsdbStatus>,
     pub pid: u32,
     pub pmd_cores: Vec<usize>,
     pub run_dir: String,
     /// Hot upgrades this daemon's line has gone through.
     pub upgrades: u64,
     pub version: String,
+}
+
+/// The OVSDB connection of a daemon configured through the database.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct OvsdbStatus {
+    /// `cur_cfg` written back: the last `next_cfg` applied.
+    pub cur_cfg: i64,
+    /// Connections made (the first one and every reconnect).
+    pub connects: u64,
+    /// Why the connection last failed or was dropped.
+    pub last_error: Option<String>,
+    /// Interfaces refused because their rows are not a configuration ferrovs can run (each
+    /// has its `error` column set), at the last apply.
+    pub refused_interfaces: u64,
+    /// Messages or rows from the server that were malformed (each logged).
+    pub refused_inputs: u64,
+    /// `unix:PATH` or `tcp:IP:PORT`.
+    pub remote: String,
+    /// `connecting`, `syncing`, `synced` or `backoff`.
+    pub state: String,
+    /// Write-back transactions that failed (each retried).
+    pub txn_failures: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -69,6 +94,9 @@ pub struct ShowPort {
     pub mode_fallback_reason: Option<String>,
     pub name: String,
     pub offloads: Offloads,
+    /// OpenFlow port number on its bridge (0 from a daemon older than the field).
+    #[serde(default)]
+    pub ofport: u16,
     /// The vhost-user socket.
     pub path: Option<String>,
     pub queues: u16,

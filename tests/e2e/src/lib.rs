@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 pub mod guest;
+pub mod ovsdb;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

@@ -158,6 +158,22 @@ impl Daemon {
                 | Request::AddFlows { .. }
                 | Request::DelFlows { .. }
         );
+        if let (Some(o), true) = (&self.ovsdb, changed) {
+            let managed = matches!(
+                req,
+                Request::AddBridge { .. }
+                    | Request::DelBridge { .. }
+                    | Request::AddPort { .. }
+                    | Request::DelPort { .. }
+                    | Request::SetPort { .. }
+            );
+            if managed {
+                return Response::err(format!(
+                    "bridges and ports are configured through OVSDB ({}): use ovs-vsctl",
+                    o.remote
+                ));
+            }
+        }
         let r = match req {
             Request::Show => Ok(Reply::Show(Box::new(self.show()))),
             Request::Version => Ok(Reply::Version(reply::Version {

@@ -551,6 +551,7 @@ impl Daemon {
                 };
                 PortWire {
                     id: p.id,
+                    ofport: Some(p.ofport),
                     bridge: p.bridge.clone(),
                     cfg: p.cfg.clone(),
                     link: link_wire(&p.link),
@@ -580,6 +581,10 @@ impl Daemon {
             bridges,
             ports,
             upgrades: self.upgrades,
+            ovsdb: self.ovsdb.as_ref().map(|o| upgrade::OvsdbState {
+                remote: o.remote.clone(),
+                settings: self.db_settings.iter().cloned().collect(),
+            }),
         }
     }
 
@@ -744,6 +749,13 @@ impl Daemon {
         d.datapath.set_standby(true);
         d.start_pmds().map_err(HandoverError::Pmds)?;
         d.upgrades = state.upgrades;
+        let remote = opts
+            .ovsdb
+            .clone()
+            .or_else(|| state.ovsdb.as_ref().map(|o| o.remote.clone()));
+        if let Some(o) = &state.ovsdb {
+            d.db_settings = o.settings.iter().cloned().collect();
+        }
         for b in &state.bridges {
             let flows = state
                 .config
@@ -762,6 +774,7 @@ impl Daemon {
             d.restore_port(p, &mut fds)
                 .map_err(HandoverError::port(&name))?;
         }
+        d.ovsdb = remote.map(|r| Box::new(ovsdb::OvsdbLink::new(r)));
         Ok(d)
     }
 
@@ -804,7 +817,16 @@ impl Daemon {
         let io = PortIo::Vhost {
             queues: dev.queues().to_vec(),
         };
-        self.insert_port(&p.bridge, p.cfg, p.id, io, Some(dev), listener, conn, link)?;
+        self.insert_port(
+            &p.bridge,
+            p.cfg,
+            (p.id, p.ofport),
+            io,
+            Some(dev),
+            listener,
+            conn,
+            link,
+        )?;
         if let Some(st) = self.ports.get_mut(&name) {
             st.connects = p.connects;
             st.disconnects = p.disconnects;
@@ -854,7 +876,16 @@ impl Daemon {
             }
         };
         claim_slot(&mut self.port_slots, p.id)?;
-        self.insert_port(&p.bridge, p.cfg, p.id, io, None, None, None, Link::Attached)?;
+        self.insert_port(
+            &p.bridge,
+            p.cfg,
+            (p.id, p.ofport),
+            io,
+            None,
+            None,
+            None,
+            Link::Attached,
+        )?;
         if let Some(st) = self.ports.get_mut(&name) {
             st.last_error = p.last_error;
             st.fallback = p.fallback;

@@ -1,8 +1,8 @@
 //! The control thread of ferrovsd.
 //!
 //! One thread runs one epoll loop over: the control socket and its clients, every
-//! vhost-user listener and connection, and a 100 ms tick (clock for MAC aging, client-mode
-//! reconnects). Kernel ports (TAP, AF_XDP or AF_PACKET uplinks) are opened here and then belong to
+//! vhost-user listener and connection, the OVSDB connection (`--ovsdb`), and a 100 ms tick
+//! (clock for MAC aging, client-mode reconnects, the OVSDB probe and write-back). Kernel ports (TAP, AF_XDP or AF_PACKET uplinks) are opened here and then belong to
 //! the datapath alone: the control thread never reads or writes their fds. Every socket is non-blocking and every peer has its own buffers, so a client
 //! or frontend that sends half a message, floods, or never reads its replies delays nobody
 //! else. Configuration changes build a new datapath [`Snapshot`] and publish it; PMD threads
@@ -11,7 +11,9 @@
 //! The [`Daemon`] is one struct; its methods are grouped by role, one file each: `ports`
 //! (bridges, ports, kernel ports), `sessions` (vhost-user connections), `ctl` (control-socket
 //! clients and request dispatch), `report` (the read-only replies), `flows` (rules, megaflows,
-//! revalidator), `pmds` (PMD threads and snapshot publication) and `handover` (hot upgrade).
+//! revalidator), `pmds` (PMD threads and snapshot publication), `handover` (hot upgrade)
+//! and `ovsdb` (`--ovsdb`: the database connection, its changes applied as a diff, and
+//! what ferrovs writes back).
 //! This file holds the state, start-up, the event loop and its tick.
 
 use std::collections::{BTreeMap, HashMap};
@@ -51,6 +53,7 @@ use ferrovs_proto::{Request, Response, MAX_REQUEST};
 mod ctl;
 mod flows;
 mod handover;
+mod ovsdb;
 mod pmds;
 mod ports;
 mod report;
@@ -80,6 +83,9 @@ pub struct DaemonOptions {
     pub run_dir: PathBuf,
     pub config: Option<PathBuf>,
     pub pmd_cores: Option<Vec<usize>>,
+    /// Configured through this OVSDB server (`unix:PATH` or `tcp:IP:PORT`) instead of the
+    /// saved configuration.
+    pub ovsdb: Option<String>,
 }
 
 impl DaemonOptions {
@@ -89,6 +95,7 @@ impl DaemonOptions {
             run_dir: run_dir.into(),
             config: None,
             pmd_cores: None,
+            ovsdb: None,
         }
     }
 }
@@ -124,6 +131,7 @@ enum Source {
     VhostListener,
     VhostConn,
     UpgradeListener,
+    Ovsdb,
 }
 
 #[derive(Debug)]
@@ -152,6 +160,8 @@ enum Link {
 #[derive(Debug)]
 struct PortState {
     id: u32,
+    /// OpenFlow port number on its bridge (see `Daemon::pick_ofport`).
+    ofport: u16,
     bridge: String,
     cfg: PortConfig,
     /// The vhost-user device; `None` for kernel ports (their I/O is `port.io`).
@@ -218,6 +228,13 @@ pub struct Daemon {
     last_revalidate: Instant,
     /// Log lines that may repeat (per port and reason) go through here.
     logs: LogLimiter,
+    /// The OpenFlow number a port being added had last time (OVSDB's `ofport`), taken when
+    /// the port asks for none and it is free.
+    ofport_hint: Option<u16>,
+    /// The OVSDB connection (`--ovsdb`): the database is the configuration.
+    ovsdb: Option<Box<ovsdb::OvsdbLink>>,
+    /// Settings the OVSDB database set (they go back to their defaults when it drops them).
+    db_settings: std::collections::BTreeSet<String>,
 }
 
 /// Takes slot `id` (a takeover restores the old daemon's ids).
@@ -325,6 +342,11 @@ impl Daemon {
         )))?;
         let saved = opts.run_dir.join(SAVED_CONFIG);
         let mut config = match &opts.config {
+            // The database is the configuration: start with nothing, it says the rest.
+            _ if opts.ovsdb.is_some() => Config {
+                bridges: vec![],
+                ..Config::default_for(&opts.run_dir)
+            },
             Some(p) => Config::load(p)?,
             None if saved.exists() => Config::load(&saved)?,
             None => Config::default_for(&opts.run_dir),
@@ -353,6 +375,10 @@ impl Daemon {
                     log::error!("{e}");
                 }
             }
+        }
+        if let Some(remote) = &opts.ovsdb {
+            log::info!("configured through OVSDB at {remote}");
+            d.ovsdb = Some(Box::new(ovsdb::OvsdbLink::new(remote.clone())));
         }
         d.save();
         Ok(d)
@@ -394,6 +420,9 @@ impl Daemon {
             bad_requests: 0,
             last_revalidate: Instant::now(),
             logs: LogLimiter::default(),
+            ofport_hint: None,
+            ovsdb: None,
+            db_settings: Default::default(),
         };
         let t = d.token(Source::CtlListener, "");
         d.epoll
@@ -424,6 +453,10 @@ impl Daemon {
     }
 
     fn save(&mut self) {
+        if self.ovsdb.is_some() {
+            // The database keeps the configuration; the saved file stays what it was.
+            return;
+        }
         if let Err(e) = self.config.save(&self.run_dir.join(SAVED_CONFIG)) {
             limited!(
                 self.logs,
@@ -454,6 +487,7 @@ impl Daemon {
         for n in due {
             self.try_connect(&n);
         }
+        self.ovsdb_tick();
     }
 
     /// Runs the control loop until `stop` is set.
@@ -479,6 +513,7 @@ impl Daemon {
                     Source::VhostListener => self.on_vhost_listener(&name),
                     Source::VhostConn => self.on_vhost_conn(&name, ev),
                     Source::UpgradeListener => self.on_upgrade_listener(),
+                    Source::Ovsdb => self.on_ovsdb(ev),
                 }
                 if self.handed_over {
                     return;

@@ -252,7 +252,7 @@ impl Daemon {
         let res = self.insert_port(
             bridge,
             cfg.clone(),
-            id,
+            (id, None),
             io,
             Some(device),
             listener,
@@ -291,7 +291,16 @@ impl Daemon {
         })?;
         let id = alloc_slot(&mut self.port_slots);
         let name = cfg.name.clone();
-        let res = self.insert_port(bridge, cfg, id, io, None, None, None, Link::Attached);
+        let res = self.insert_port(
+            bridge,
+            cfg,
+            (id, None),
+            io,
+            None,
+            None,
+            None,
+            Link::Attached,
+        );
         if res.is_err() {
             self.port_slots[id as usize] = false;
         }
@@ -301,13 +310,36 @@ impl Daemon {
         res
     }
 
-    /// Wires a port into the daemon and the datapath (new, or handed over by a takeover).
+    /// The OpenFlow port number for a new port `cfg` of `bridge`: `OFPP_LOCAL` for the
+    /// bridge's own port (a TAP named as the bridge), else `want` (a takeover's old number)
+    /// or the number the port asks for when no port of the bridge has it, else the one it
+    /// had before (OVSDB's `ofport`, as OVS keeps it), else the lowest free one from 1.
+    pub(super) fn pick_ofport(&self, bridge: &str, cfg: &PortConfig, want: Option<u16>) -> u16 {
+        if cfg.kind == PortType::Tap && cfg.name == bridge {
+            return config::OFPP_LOCAL;
+        }
+        let used: std::collections::HashSet<u16> = self
+            .ports
+            .values()
+            .filter(|p| p.bridge == bridge)
+            .map(|p| p.ofport)
+            .collect();
+        let free = |n: &u16| (1..=config::OFPORT_MAX).contains(n) && !used.contains(n);
+        want.filter(free)
+            .or(cfg.ofport.filter(free))
+            .or(self.ofport_hint.filter(free))
+            .or_else(|| (1..=config::OFPORT_MAX).find(free))
+            .unwrap_or(0)
+    }
+
+    /// Wires a port into the daemon and the datapath (new, or handed over by a takeover
+    /// with its old OpenFlow port number in `(id, ofport)`).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn insert_port(
         &mut self,
         bridge: &str,
         cfg: PortConfig,
-        id: u32,
+        (id, ofport): (u32, Option<u16>),
         io: PortIo,
         device: Option<Device>,
         listener: Option<UnixListener>,
@@ -358,8 +390,10 @@ impl Daemon {
             }
             None => None,
         };
+        let ofport = self.pick_ofport(bridge, &cfg, ofport);
         let st = PortState {
             id,
+            ofport,
             bridge: bridge.into(),
             cfg: cfg.clone(),
             device,

@@ -74,6 +74,7 @@ impl Daemon {
                 .pmds
                 .iter()
                 .all(|p| p.stats.hugepages.load(Ordering::Relaxed)),
+            ovsdb: self.ovsdb.as_ref().map(|o| o.status()),
             pid: std::process::id(),
             pmd_cores: self.pmd_cores(),
             run_dir: self.run_dir.display().to_string(),
@@ -238,6 +239,7 @@ fn show_port(p: &PortState) -> ShowPort {
         mode_fallback_reason: p.fallback.clone(),
         name: p.cfg.name.clone(),
         offloads: offloads_info(p),
+        ofport: p.ofport,
         path: p.cfg.path.as_ref().map(|p| p.display().to_string()),
         queues: p.cfg.queues,
         ready_queues: ready,

@@ -35,6 +35,7 @@ impl Switch {
             run_dir: dir.clone(),
             config: None,
             pmd_cores: Some(vec![pmd]),
+            ovsdb: None,
         })
         .expect("daemon starts");
         let stop = Arc::new(AtomicBool::new(false));

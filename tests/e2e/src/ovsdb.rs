@@ -1,0 +1,159 @@
+//! A real `ovsdb-server` with the stock `vswitch.ovsschema` for one test, and `ovs-vsctl`
+//! against it: what operators and their tools (libvirt, OpenStack, OVN) run in front of
+//! ovs-vswitchd, here in front of `ferrovsd --ovsdb`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use crate::{bin, have, start_switch, wait_until, Proc};
+
+/// The schema Debian's openvswitch-common ships.
+pub const SCHEMA: &str = "/usr/share/openvswitch/vswitch.ovsschema";
+
+/// Whether ovsdb-server, ovsdb-tool, ovs-vsctl and the schema are installed.
+pub fn available() -> bool {
+    have("ovsdb-server") && have("ovsdb-tool") && have("ovs-vsctl") && Path::new(SCHEMA).exists()
+}
+
+/// An `ovsdb-server` serving a fresh `Open_vSwitch` database in `dir` on a unix socket,
+/// killed on drop. Stopping and starting it again keeps the database file.
+#[derive(Debug)]
+pub struct OvsdbServer {
+    pub dir: PathBuf,
+    pub db: PathBuf,
+    pub sock: PathBuf,
+    proc: Option<Proc>,
+}
+
+impl OvsdbServer {
+    /// Creates the database (`ovsdb-tool create`), starts the server and initialises the
+    /// root row (`ovs-vsctl --no-wait init`).
+    pub fn start(dir: &Path) -> OvsdbServer {
+        let db = dir.join("conf.db");
+        let _ = std::fs::remove_file(&db);
+        let o = Command::new("ovsdb-tool")
+            .arg("create")
+            .arg(&db)
+            .arg(SCHEMA)
+            .output()
+            .expect("ovsdb-tool runs");
+        assert!(
+            o.status.success(),
+            "ovsdb-tool create: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let mut s = OvsdbServer {
+            dir: dir.to_path_buf(),
+            db,
+            sock: dir.join("db.sock"),
+            proc: None,
+        };
+        s.run();
+        s.vsctl_no_wait(&["init"]).expect("ovs-vsctl init");
+        s
+    }
+
+    /// Starts the server process on the existing database; waits for its socket.
+    pub fn run(&mut self) {
+        assert!(self.proc.is_none(), "ovsdb-server already runs");
+        let _ = std::fs::remove_file(&self.sock);
+        let arg = |k: &str, p: &Path| format!("--{k}={}", p.display());
+        let args = [
+            self.db.display().to_string(),
+            format!("--remote=punix:{}", self.sock.display()),
+            arg("pidfile", &self.dir.join("ovsdb-server.pid")),
+            arg("unixctl", &self.dir.join("ovsdb-server.ctl")),
+            arg("log-file", &self.dir.join("ovsdb-server.log")),
+        ];
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        self.proc = Some(Proc::spawn(
+            "ovsdb-server",
+            &self.dir,
+            Path::new("/usr/sbin/ovsdb-server"),
+            &args,
+        ));
+        let sock = self.sock.clone();
+        wait_until("ovsdb-server socket", 10, || {
+            std::os::unix::net::UnixStream::connect(&sock).is_ok()
+        });
+    }
+
+    /// Kills the server (SIGKILL: as a crash); the database file stays.
+    pub fn kill(&mut self) {
+        if let Some(mut p) = self.proc.take() {
+            let _ = p.child.kill();
+            let _ = p.child.wait();
+        }
+    }
+
+    /// `unix:SOCK`, as `ferrovsd --ovsdb` and `ovs-vsctl --db` take it.
+    pub fn remote(&self) -> String {
+        format!("unix:{}", self.sock.display())
+    }
+
+    /// Runs `ovs-vsctl --db=unix:SOCK --timeout=20 ARGS` (so a test never hangs); stdout, or
+    /// stderr with the exit status.
+    pub fn vsctl(&self, args: &[&str]) -> Result<String, String> {
+        self.vsctl_with(&["--timeout=20"], args)
+    }
+
+    /// `ovs-vsctl --no-wait`: does not wait for the switch to apply the change.
+    pub fn vsctl_no_wait(&self, args: &[&str]) -> Result<String, String> {
+        self.vsctl_with(&["--timeout=20", "--no-wait"], args)
+    }
+
+    fn vsctl_with(&self, opts: &[&str], args: &[&str]) -> Result<String, String> {
+        let o = Command::new("ovs-vsctl")
+            .arg(format!("--db={}", self.remote()))
+            .args(opts)
+            .args(args)
+            .output()
+            .map_err(|e| format!("cannot run ovs-vsctl: {e}"))?;
+        if o.status.success() {
+            Ok(String::from_utf8_lossy(&o.stdout).into_owned())
+        } else {
+            Err(format!(
+                "ovs-vsctl {}: {}: {}",
+                args.join(" "),
+                o.status,
+                String::from_utf8_lossy(&o.stderr)
+            ))
+        }
+    }
+
+    /// `ovs-vsctl get TABLE RECORD COLUMN`, trimmed (strings lose their quotes).
+    pub fn get(&self, table: &str, record: &str, column: &str) -> Result<String, String> {
+        self.vsctl_no_wait(&["get", table, record, column])
+            .map(|s| s.trim().trim_matches('"').to_string())
+    }
+
+    /// Waits until `get TABLE RECORD COLUMN` is `want`.
+    pub fn wait_get(&self, table: &str, record: &str, column: &str, want: &str, secs: u64) {
+        let what = format!("{table} {record} {column}={want}");
+        let mut last = String::new();
+        let t = std::time::Instant::now();
+        while t.elapsed() < Duration::from_secs(secs) {
+            match self.get(table, record, column) {
+                Ok(v) if v == want => return,
+                Ok(v) => last = v,
+                Err(e) => last = e,
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("timed out waiting for {what} (last: {last})");
+    }
+}
+
+impl Drop for OvsdbServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Starts `ferrovsd --ovsdb` (PMD on `core`) in `dir`, configured through `db`.
+pub fn start_switch_ovsdb(dir: &Path, core: usize, db: &OvsdbServer) -> Proc {
+    let _ = bin("ferrovsd");
+    let remote = db.remote();
+    start_switch(dir, core, &["--ovsdb", &remote])
+}
