@@ -176,6 +176,7 @@ impl Daemon {
         }
         self.sync_flows_config(name);
         self.publish();
+        self.of_listen(name);
         Ok(())
     }
 
@@ -196,6 +197,7 @@ impl Daemon {
         if let Some(b) = self.bridges.remove(name) {
             b.cache.flush();
         }
+        self.of_unlisten(name);
         self.bridge_slots[id as usize] = false;
         self.config.bridges.retain(|b| b.name != name);
         self.publish();
