@@ -55,8 +55,10 @@ use crate::config::{Config, PortConfig};
 /// Newest schema this daemon writes. Schema 2 adds the dirty log of a port whose VM is being
 /// live-migrated ([`DeviceState::log`], [`QueueState::log_addr`]); a daemon writes schema 1
 /// when no port logs, so that a daemon that restores only schema 1 can still take over then
-/// (and is refused, with the reason, while a migration logs).
-pub const SCHEMA: u32 = 2;
+/// (and is refused, with the reason, while a migration logs). Schema 3 adds the OVSDB
+/// section ([`State::ovsdb`]) and is written only by a daemon configured through OVSDB: a
+/// daemon that knows nothing of OVSDB refuses it instead of running on without the database.
+pub const SCHEMA: u32 = 3;
 /// Oldest schema this daemon restores.
 pub const MIN_SCHEMA: u32 = 1;
 /// Name of the upgrade socket in the run directory.

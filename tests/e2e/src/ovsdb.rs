@@ -87,6 +87,31 @@ impl OvsdbServer {
         }
     }
 
+    /// Makes the server also listen on TCP (localhost, a free port); returns `tcp:IP:PORT`.
+    pub fn add_tcp_remote(&self) -> String {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap()
+            .port();
+        let o = Command::new("ovs-appctl")
+            .arg("-t")
+            .arg(self.dir.join("ovsdb-server.ctl"))
+            .arg("ovsdb-server/add-remote")
+            .arg(format!("ptcp:{port}:127.0.0.1"))
+            .output()
+            .expect("ovs-appctl runs");
+        assert!(
+            o.status.success(),
+            "ovsdb-server/add-remote: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let addr = format!("127.0.0.1:{port}");
+        wait_until("ovsdb-server TCP remote", 10, || {
+            std::net::TcpStream::connect(&addr).is_ok()
+        });
+        format!("tcp:{addr}")
+    }
+
     /// `unix:SOCK`, as `ferrovsd --ovsdb` and `ovs-vsctl --db` take it.
     pub fn remote(&self) -> String {
         format!("unix:{}", self.sock.display())

@@ -553,6 +553,45 @@ fn a_silent_or_garbage_server_costs_the_connection_only() {
     assert!(log.contains("no answer from the server for 10 s"), "{log}");
 }
 
+/// The same over TCP (`--ovsdb tcp:IP:PORT`), as a remote database is reached.
+#[test]
+fn configured_over_tcp() {
+    if !ready() {
+        return;
+    }
+    let dir = run_dir("ovsdb-tcp");
+    let db = OvsdbServer::start(&dir);
+    let remote = db.add_tcp_remote();
+    let (pmd, _) = cores();
+    let _sw = start_switch(&dir, pmd, &["--ovsdb", &remote]);
+    db.vsctl(&[
+        "add-br",
+        "br0",
+        "--",
+        "set",
+        "bridge",
+        "br0",
+        "datapath_type=netdev",
+    ])
+    .unwrap();
+    db.vsctl(&[
+        "add-port",
+        "br0",
+        "p1",
+        "--",
+        "set",
+        "Interface",
+        "p1",
+        "type=dpdkvhostuser",
+    ])
+    .unwrap();
+    assert!(port(&dir, "p1").is_some());
+    assert_eq!(db.get("Interface", "p1", "ofport").unwrap(), "1");
+    let s = cli_json(&dir, &["show"]);
+    assert_eq!(s["ovsdb"]["remote"], remote.as_str());
+    assert_eq!(s["ovsdb"]["state"], "synced");
+}
+
 /// The harness itself: a fresh database, ovs-vsctl against it, a restart keeps the data.
 #[test]
 fn the_database_harness_works() {
@@ -648,4 +687,83 @@ fn two_guests_on_ovs_vsctl_client_ports_ping() {
         let f = db.get("Interface", iface, "status:features").unwrap();
         assert!(f.starts_with("0x"), "{f}");
     }
+}
+
+/// In OVSDB mode the daemon hands over schema 3 only: a new daemon that restores only older
+/// schemas (one that knows nothing of OVSDB and would run on without the database) is
+/// refused, saying why, and the old one goes on. `FERROVS_WRITE_FIXTURE=1` captures schema
+/// 3's fixture (`tests/e2e/fixtures/upgrade-state-v3.json`) from this daemon.
+#[test]
+fn ovsdb_mode_hands_over_schema_3_only() {
+    use ferrovs_control::upgrade::{Channel, Msg};
+    if !ready() {
+        return;
+    }
+    let (dir, db, _sw) = setup("ovsdb-schema");
+    db.vsctl(&[
+        "add-br",
+        "br0",
+        "--",
+        "set",
+        "bridge",
+        "br0",
+        "datapath_type=netdev",
+    ])
+    .unwrap();
+    for p in ["p1", "p2"] {
+        db.vsctl(&[
+            "add-port",
+            "br0",
+            p,
+            "--",
+            "set",
+            "Interface",
+            p,
+            "type=dpdkvhostuser",
+        ])
+        .unwrap();
+    }
+    db.vsctl(&["set", "Interface", "p2", "ofport_request=9"])
+        .unwrap();
+    let p1 = dir.join("p1").display().to_string();
+    let _frontend = gen(&dir, "idle", &["--socket", &p1, "--duration", "30", "idle"]);
+    db.vsctl(&["wait-until", "Interface", "p1", "link_state=up"])
+        .unwrap();
+    let pid = daemon_pid(&dir);
+    let hello = |min: u32, max: u32| {
+        let path = dir.join("ferrovs.upgrade");
+        let ch = Channel::new(ferrovs_sys::os::seqpacket_connect(&path).unwrap()).unwrap();
+        let version = "0.0.1".to_string();
+        let m = Msg::Hello {
+            schema_min: min,
+            schema_max: max,
+            version,
+        };
+        ch.send(&m, &[]).unwrap();
+        ch
+    };
+    let mut ch = hello(1, 2);
+    match ch.recv(Duration::from_secs(5)).unwrap().0 {
+        Msg::Fail { error } => assert!(
+            error.contains("configured through OVSDB") && error.contains("schema 3"),
+            "{error}"
+        ),
+        m => panic!("expected a refusal, got {m:?}"),
+    }
+    if std::env::var_os("FERROVS_WRITE_FIXTURE").is_some() {
+        let mut ch = hello(3, 3);
+        let (st, _fds) = ch.recv_state(Duration::from_secs(5)).unwrap();
+        assert_eq!(st.schema, 3);
+        let fail = Msg::Fail {
+            error: "capturing a fixture".into(),
+        };
+        ch.send(&fail, &[]).unwrap();
+        let text = serde_json::to_string_pretty(&Msg::State(Box::new(st))).unwrap();
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/upgrade-state-v3.json");
+        std::fs::write(path, text).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(daemon_pid(&dir), pid);
+    assert_eq!(port(&dir, "p1").unwrap()["state"], "connected");
+    assert_eq!(cli_json(&dir, &["show"])["ovsdb"]["state"], "synced");
 }

@@ -382,14 +382,17 @@ fn capture_fixture() {
             .unwrap();
     ch.send(
         &Msg::Hello {
-            schema_min: SCHEMA,
+            schema_min: MIN_SCHEMA,
             schema_max: SCHEMA,
             version: "fixture".into(),
         },
         &[],
     )
     .unwrap();
+    // Schema 2 (a port logs); schema 3's fixture comes from a daemon configured through
+    // OVSDB (tests/ovsdb.rs).
     let (st, _fds) = ch.recv_state(Duration::from_secs(5)).unwrap();
+    let schema = st.schema;
     ch.send(
         &Msg::Fail {
             error: "capturing a fixture".into(),
@@ -400,7 +403,7 @@ fn capture_fixture() {
     std::fs::create_dir_all(fixtures()).unwrap();
     let text = serde_json::to_string_pretty(&Msg::State(Box::new(st))).unwrap();
     std::fs::write(
-        fixtures().join(format!("upgrade-state-v{SCHEMA}.json")),
+        fixtures().join(format!("upgrade-state-v{schema}.json")),
         text,
     )
     .unwrap();

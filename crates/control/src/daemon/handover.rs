@@ -55,16 +55,20 @@ pub enum HandoverError {
         "this ferrovsd ({ours}) hands over schema {schema}{why}; the new one ({theirs}) \
          restores schemas {min} to {max}",
         ours = env!("CARGO_PKG_VERSION"),
-        why = match .migrating {
-            Some(port) => format!(
+        why = match (.migrating, .ovsdb) {
+            (_, true) => " (it is configured through OVSDB: the database section needs \
+                           schema 3)"
+                .to_string(),
+            (Some(port), false) => format!(
                 " (port {port} is being live-migrated: its dirty log needs schema 2)"
             ),
-            None => String::new(),
+            (None, false) => String::new(),
         }
     )]
     Schema {
         schema: u32,
         migrating: Option<String>,
+        ovsdb: bool,
         theirs: String,
         min: u32,
         max: u32,
@@ -267,15 +271,22 @@ impl Daemon {
                 got: format!("{hello:?}"),
             });
         };
-        // Schema 2 only when a port's VM is being migrated (its dirty log travels too).
+        // Schema 2 when a port's VM is being migrated (its dirty log travels too).
         let logging = self
             .ports
             .iter()
             .find_map(|(name, p)| p.device.as_ref()?.log().map(|_| name.clone()));
-        let schema = if logging.is_some() { 2 } else { 1 };
+        // Schema 3 only in OVSDB mode: a daemon that cannot restore it must not take over
+        // and run on without the database.
+        let schema = match (&self.ovsdb, &logging) {
+            (Some(_), _) => 3,
+            (None, Some(_)) => 2,
+            (None, None) => 1,
+        };
         if !(schema_min..=schema_max).contains(&schema) {
             let e = HandoverError::Schema {
                 schema,
+                ovsdb: self.ovsdb.is_some(),
                 migrating: logging,
                 theirs: version,
                 min: schema_min,
