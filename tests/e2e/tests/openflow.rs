@@ -5,7 +5,7 @@
 //! same. Then rules added by ovs-ofctl steer and drop real packets between two namespaces
 //! (TAP ports) and count them, while hostile connections come and go.
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -289,6 +289,10 @@ fn ovs_ofctl_programs_ferrovs_as_it_programs_ovs() {
     assert_eq!(flows(&sock), after);
 }
 
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
 fn privileged() -> bool {
     require(
         is_root() && have("ip") && have("ping") && Path::new("/dev/net/tun").exists(),
@@ -346,6 +350,10 @@ fn rules_from_ovs_ofctl_steer_real_packets_and_hostile_peers_change_nothing() {
     let _sw = start_switch(&dir, pmd, &["--config", &c]);
     let sock = dir.join("br0.mgmt");
     wait_until("br0.mgmt", 10, || UnixStream::connect(&sock).is_ok());
+    // A peer past HELLO sees the ports come (PORT_STATUS, type 12).
+    let mut peer = UnixStream::connect(&sock).unwrap();
+    peer.write_all(&[4, 0, 0, 8, 0, 0, 0, 1]).unwrap();
+    peer.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let mut net = Net::new();
     let (ns1, ns2) = (Net::name("of1-"), Net::name("of2-"));
     let (t1, t2) = (Net::name("ta"), Net::name("tb"));
@@ -365,6 +373,18 @@ fn rules_from_ovs_ofctl_steer_real_packets_and_hostile_peers_change_nothing() {
     }
     let desc = ofctl_ok(&sock, "dump-ports-desc", &[]);
     assert!(desc.contains("1(t1)") && desc.contains("2(t2)"), "{desc}");
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !(contains(&got, b"t1") && contains(&got, b"t2")) {
+        let n = peer.read(&mut buf).expect("PORT_STATUS of t1 and t2");
+        assert!(n > 0, "the switch closed the connection");
+        got.extend_from_slice(&buf[..n]);
+    }
+    // HELLO (16 bytes, with its version bitmap), then PORT_STATUS (80 bytes, reason ADD).
+    assert_eq!(&got[..4], &[4, 0, 0, 16]);
+    assert_eq!(&got[16..20], &[4, 12, 0, 80], "{got:?}");
+    assert_eq!(got[24], 0, "reason OFPPR_ADD");
+    drop(peer);
 
     // Steer by port; ICMP counted by its own rule.
     ofctl_ok(&sock, "del-flows", &[]);

@@ -569,18 +569,7 @@ impl Daemon {
                 self.ports
                     .values()
                     .filter(|p| p.bridge == bridge)
-                    .filter_map(|p| {
-                        let no = ports.number(&p.cfg.name)?;
-                        let up = matches!(p.link, Link::Connected | Link::Attached);
-                        Some(ferrovs_openflow::Port {
-                            port_no: no,
-                            hw_addr: port_mac(&p.cfg.name),
-                            name: p.cfg.name.clone(),
-                            config: 0,
-                            state: if up { pstate::LIVE } else { pstate::LINK_DOWN },
-                            ..Default::default()
-                        })
-                    })
+                    .filter_map(|p| port_desc(p, &ports))
                     .collect(),
             ),
             Q::TableFeatures => A::TableFeatures(
@@ -611,6 +600,57 @@ impl Daemon {
     }
 }
 
+impl Daemon {
+    /// The description of port `name` as its bridge's OpenFlow peers know it.
+    pub(super) fn of_port_desc(&self, name: &str) -> Option<(String, ferrovs_openflow::Port)> {
+        let p = self.ports.get(name)?;
+        let d = port_desc(p, &self.of_ports(&p.bridge))?;
+        Some((p.bridge.clone(), d))
+    }
+
+    /// PORT_STATUS (`reason`: `OFPPR_ADD`, `_DELETE`, `_MODIFY`) to every peer of `bridge`
+    /// past HELLO.
+    pub(super) fn of_port_status(
+        &mut self,
+        bridge: &str,
+        port: ferrovs_openflow::Port,
+        reason: u8,
+    ) {
+        let msg = encode(&Message::PortStatus { reason, port }, 0);
+        let tokens: Vec<u64> = self
+            .openflow
+            .conns
+            .iter()
+            .filter(|(_, c)| c.bridge == bridge && c.negotiated && !c.closing)
+            .map(|(t, _)| *t)
+            .collect();
+        for t in tokens {
+            if let Some(c) = self.openflow.conns.get_mut(&t) {
+                if c.out.len() < OUT_MAX {
+                    c.out.extend_from_slice(&msg);
+                }
+                let _ = flush(c);
+            }
+            self.of_rearm(t);
+        }
+    }
+}
+
+/// A port's `ofp_port`: a stable local MAC (ports have no MAC of their own: the guest's or
+/// the kernel's is on the other side), state `LIVE` or `LINK_DOWN`.
+fn port_desc(p: &PortState, ports: &PortMap) -> Option<ferrovs_openflow::Port> {
+    let no = ports.number(&p.cfg.name)?;
+    let up = matches!(p.link, Link::Connected | Link::Attached);
+    Some(ferrovs_openflow::Port {
+        port_no: no,
+        hw_addr: port_mac(&p.cfg.name),
+        name: p.cfg.name.clone(),
+        config: 0,
+        state: if up { pstate::LIVE } else { pstate::LINK_DOWN },
+        ..Default::default()
+    })
+}
+
 /// Writes what it can; false when the peer is gone.
 fn flush(c: &mut OfConn) -> bool {
     while !c.out.is_empty() {
@@ -626,8 +666,7 @@ fn flush(c: &mut OfConn) -> bool {
     true
 }
 
-/// A stable, locally administered MAC for a port's description (ports have no MAC of their
-/// own: the guest's or the kernel's is on the other side).
+/// A stable, locally administered MAC for a port's description.
 fn port_mac(name: &str) -> [u8; 6] {
     let h = name
         .bytes()

@@ -416,6 +416,9 @@ impl Daemon {
             }
         }
         self.publish();
+        if let Some((b, d)) = self.of_port_desc(&cfg.name) {
+            self.of_port_status(&b, d, 0);
+        }
         Ok(())
     }
 
@@ -431,6 +434,7 @@ impl Daemon {
             Some(_) => {}
         }
         self.disconnect(name, None);
+        let desc = self.of_port_desc(name);
         let Some(mut p) = self.ports.remove(name) else {
             return Ok(());
         };
@@ -449,6 +453,9 @@ impl Daemon {
             b.ports.retain(|x| x.name != name);
         }
         self.publish();
+        if let Some((b, d)) = desc {
+            self.of_port_status(&b, d, 1);
+        }
         Ok(())
     }
 
