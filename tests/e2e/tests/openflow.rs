@@ -424,7 +424,7 @@ fn rules_from_ovs_ofctl_steer_real_packets_and_hostile_peers_change_nothing() {
     );
 
     // Hostile peers while a ping runs: garbage, a truncated header, a 64 KiB message,
-    // a wrong version, 100 connections opened and abandoned.
+    // a wrong version, a peer that never reads, 100 connections opened and abandoned.
     let pinger = std::thread::spawn({
         let ns1 = ns1.clone();
         move || ping(&ns1, "10.8.0.2", 60)
@@ -444,6 +444,21 @@ fn rules_from_ovs_ofctl_steer_real_packets_and_hostile_peers_change_nothing() {
     drop(s);
     let mut s = UnixStream::connect(&sock).unwrap();
     let _ = s.write_all(&[1, 0, 0, 8, 0, 0, 0, 1]);
+    drop(s);
+    // A peer that sends 9 MB of ECHO_REQUESTs and never reads a reply: dropped.
+    let mut s = UnixStream::connect(&sock).unwrap();
+    s.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
+    let _ = s.write_all(&[4, 0, 0, 8, 0, 0, 0, 1]);
+    let mut echo = vec![4u8, 2, 0xea, 0x68, 0, 0, 0, 3];
+    echo.resize(60008, 0x55);
+    let mut refused = false;
+    for _ in 0..150 {
+        if s.write_all(&echo).is_err() {
+            refused = true;
+            break;
+        }
+    }
+    assert!(refused, "a peer that never reads was not dropped");
     drop(s);
     let abandoned: Vec<UnixStream> = (0..100)
         .map(|_| UnixStream::connect(&sock).unwrap())

@@ -5,9 +5,10 @@
 //! * Every socket is non-blocking and lives in the daemon's one epoll loop. A connection's
 //!   input is the codec's [`Framer`] (one message at most 64 KiB, the 16-bit length field's
 //!   limit); it is read at most [`READ_BUDGET`] bytes per event (the loop is level-triggered,
-//!   so the rest waits for the next turn) and not read at all while [`OUT_BACKLOG`] bytes of
-//!   replies wait unread; past [`OUT_MAX`] the peer is dropped. No input stalls the loop or
-//!   the datapath: the PMDs only ever see the published pipeline.
+//!   so the rest waits for the next turn); while [`OUT_BACKLOG`] bytes of replies wait
+//!   unread, messages wait in the framer, and a peer with more than [`IN_MAX`] waiting input
+//!   or [`OUT_MAX`] unread replies is dropped. No input stalls the loop or the datapath: the
+//!   PMDs only ever see the published pipeline.
 //! * A malformed message gets the codec's ERROR reply ([`OfError::encode_reply`]) and the
 //!   connection goes on; a stream whose framing is lost (`length < 8`) or whose HELLO
 //!   offers no common version gets its ERROR and is closed. Each is counted
@@ -42,6 +43,8 @@ const READ_BUDGET: usize = 256 << 10;
 const OUT_BACKLOG: usize = 1 << 20;
 /// Replies waiting unread past which the peer is dropped (a dump of ~100 000 rules fits).
 const OUT_MAX: usize = 64 << 20;
+/// Input waiting (behind unread replies) past which the peer is dropped.
+const IN_MAX: usize = 4 << 20;
 
 /// What the management sockets saw, for the log and tests.
 #[derive(Debug, Default, Clone, Copy)]
@@ -205,7 +208,10 @@ impl Daemon {
             return;
         };
         let mut eof = false;
-        if (ev.readable || ev.hangup) && !c.closing && c.out.len() < OUT_BACKLOG {
+        if ev.readable || ev.hangup {
+            // Always read what is there (the loop is level-triggered: unread input would
+            // wake it again and again); while replies wait, the messages wait whole in the
+            // framer, up to IN_MAX.
             let mut buf = [0u8; 65536];
             let mut read = 0;
             while read < READ_BUDGET {
@@ -216,9 +222,22 @@ impl Daemon {
                     }
                     Ok(n) => {
                         read += n;
+                        if c.closing {
+                            // Closing: what the peer still sends is not read any more.
+                            continue;
+                        }
                         c.framer.push(&buf[..n]);
                         self.of_handle(&mut c);
-                        if c.closing || c.out.len() >= OUT_BACKLOG {
+                        if c.framer.pending() > IN_MAX {
+                            self.openflow.counters.dropped += 1;
+                            limited!(
+                                self.logs,
+                                Warn,
+                                &c.bridge,
+                                "mgmt",
+                                "OpenFlow peer sends without reading its replies: dropped"
+                            );
+                            eof = true;
                             break;
                         }
                     }
@@ -229,7 +248,8 @@ impl Daemon {
                     }
                 }
             }
-        } else if !c.closing && c.out.len() < OUT_BACKLOG {
+        }
+        if !c.closing && c.out.len() < OUT_BACKLOG {
             // Writable again: messages that waited for the backlog to drain.
             self.of_handle(&mut c);
         }
