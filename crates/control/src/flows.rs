@@ -98,6 +98,11 @@ impl BridgeRules {
         &self.rules
     }
 
+    /// The rules to change in place (OpenFlow's modify and delete, `crate::openflow`).
+    pub fn rules_mut(&mut self) -> &mut Vec<StoredRule> {
+        &mut self.rules
+    }
+
     pub fn len(&self) -> usize {
         self.rules.len()
     }

@@ -9,6 +9,8 @@
 //!   threads' configuration, published to them RCU-style.
 //! * [`flows`]: the OpenFlow-style rules of each bridge as installed (specs, counters,
 //!   timeouts), built into the datapath's pipeline on every change.
+//! * [`openflow`]: OpenFlow 1.3 FLOW_MOD and flow statistics mapped onto those rules, with
+//!   the precise OpenFlow error for what the pipeline cannot do.
 //! * [`ratelimit`]: at most a few log lines per port and reason per interval.
 //! * [`upgrade`]: the hot-upgrade handover protocol and its versioned state.
 //! * [`vswitchdb`]: the `Open_vSwitch` database (as ovs-vsctl writes it) mapped onto the
@@ -18,6 +20,7 @@
 pub mod config;
 pub mod daemon;
 pub mod flows;
+pub mod openflow;
 pub mod options;
 pub mod ratelimit;
 pub mod upgrade;

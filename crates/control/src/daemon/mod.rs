@@ -53,6 +53,7 @@ use ferrovs_proto::{Request, Response, MAX_REQUEST};
 mod ctl;
 mod flows;
 mod handover;
+mod openflow;
 mod ovsdb;
 mod pmds;
 mod ports;
@@ -132,6 +133,9 @@ enum Source {
     VhostConn,
     UpgradeListener,
     Ovsdb,
+    /// A bridge's OpenFlow management socket (the name is the bridge's).
+    OfListener,
+    OfConn,
 }
 
 #[derive(Debug)]
@@ -235,6 +239,8 @@ pub struct Daemon {
     ovsdb: Option<Box<ovsdb::OvsdbLink>>,
     /// Settings the OVSDB database set (they go back to their defaults when it drops them).
     db_settings: std::collections::BTreeSet<String>,
+    /// The bridges' OpenFlow management sockets and their connections.
+    openflow: openflow::OfState,
 }
 
 /// Takes slot `id` (a takeover restores the old daemon's ids).
@@ -423,6 +429,7 @@ impl Daemon {
             ofport_hint: None,
             ovsdb: None,
             db_settings: Default::default(),
+            openflow: Default::default(),
         };
         let t = d.token(Source::CtlListener, "");
         d.epoll
@@ -488,6 +495,7 @@ impl Daemon {
             self.try_connect(&n);
         }
         self.ovsdb_tick();
+        self.of_tick();
     }
 
     /// Runs the control loop until `stop` is set.
@@ -514,6 +522,8 @@ impl Daemon {
                     Source::VhostConn => self.on_vhost_conn(&name, ev),
                     Source::UpgradeListener => self.on_upgrade_listener(),
                     Source::Ovsdb => self.on_ovsdb(ev),
+                    Source::OfListener => self.on_of_listener(&name),
+                    Source::OfConn => self.on_of_conn(ev.token, ev),
                 }
                 if self.handed_over {
                     return;
@@ -542,6 +552,7 @@ impl Daemon {
                 }
             }
         }
+        self.of_shutdown();
         let _ = std::fs::remove_file(&self.ctl_path);
     }
 }

@@ -176,6 +176,7 @@ impl Daemon {
         }
         self.sync_flows_config(name);
         self.publish();
+        self.of_listen(name);
         Ok(())
     }
 
@@ -196,6 +197,7 @@ impl Daemon {
         if let Some(b) = self.bridges.remove(name) {
             b.cache.flush();
         }
+        self.of_unlisten(name);
         self.bridge_slots[id as usize] = false;
         self.config.bridges.retain(|b| b.name != name);
         self.publish();
@@ -414,6 +416,9 @@ impl Daemon {
             }
         }
         self.publish();
+        if let Some((b, d)) = self.of_port_desc(&cfg.name) {
+            self.of_port_status(&b, d, 0);
+        }
         Ok(())
     }
 
@@ -429,6 +434,7 @@ impl Daemon {
             Some(_) => {}
         }
         self.disconnect(name, None);
+        let desc = self.of_port_desc(name);
         let Some(mut p) = self.ports.remove(name) else {
             return Ok(());
         };
@@ -447,6 +453,9 @@ impl Daemon {
             b.ports.retain(|x| x.name != name);
         }
         self.publish();
+        if let Some((b, d)) = desc {
+            self.of_port_status(&b, d, 1);
+        }
         Ok(())
     }
 

@@ -1,0 +1,747 @@
+//! OpenFlow 1.3 flow programming mapped onto a bridge's rules ([`BridgeRules`]): a
+//! FLOW_MOD becomes the same [`FlowSpec`]s `ferrovs add-flow` installs, and a rule becomes
+//! an `ofp_flow_stats` entry. Pure functions over plain data; the daemon's OpenFlow
+//! connections (`daemon/openflow.rs`) call them and publish the result.
+//!
+//! Invariants:
+//! * A FLOW_MOD either applies completely or changes nothing and returns the [`OfError`]
+//!   the peer gets; what the pipeline cannot do (a field the flow key lacks, an action it
+//!   has no equivalent for, groups, meters, write-actions, metadata) is refused with the
+//!   precise `OFPET_*`/code, never accepted and ignored.
+//! * A rule built from a FLOW_MOD prints to ovs-ofctl text that parses back to the same rule
+//!   (checked on every add), so what OpenFlow installs is saved, restored and handed over
+//!   exactly as what the CLI installs.
+//! * Ports are named in rules; OpenFlow numbers go through [`PortMap`] (each port's
+//!   `ofport`; `OFPP_LOCAL` is the port named as the bridge, when there is one).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use ferrovs_flow::key::{ETH_ARP, ETH_IPV4, ETH_IPV6, IP_ICMP, IP_ICMPV6, IP_SCTP, IP_TCP, IP_UDP};
+use ferrovs_flow::{ActionSpec, Field, FlowFilter, FlowSpec, Match, RuleStats};
+use ferrovs_openflow::error::{bac, bic, bmc, brc, et, fmfc, mmfc};
+use ferrovs_openflow::message::{fc, ff, OFPTT_ALL, OFP_NO_BUFFER};
+use ferrovs_openflow::multipart::{AggregateStats, FlowStats, FlowStatsRequest};
+use ferrovs_openflow::oxm::{Field as Of, OFPVID_PRESENT};
+use ferrovs_openflow::port::{
+    OFPP_ALL, OFPP_ANY, OFPP_CONTROLLER, OFPP_FLOOD, OFPP_IN_PORT, OFPP_LOCAL, OFPP_NORMAL,
+};
+use ferrovs_openflow::{Action, FlowMod, Instruction, OfError, Oxm};
+
+use crate::flows::{BridgeRules, StoredRule};
+
+/// `OFPG_ANY`: no group filter.
+pub const OFPG_ANY: u32 = 0xffff_ffff;
+/// Tables the pipeline has (0..=253, as OVS; 254 and 255 are OpenFlow's reserved ids).
+pub const N_TABLES: u8 = 254;
+
+/// A bridge's OpenFlow port numbers and names.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PortMap {
+    by_no: BTreeMap<u32, String>,
+}
+
+impl PortMap {
+    /// From `(ofport, name)` pairs; a port named `bridge` is also `OFPP_LOCAL`.
+    pub fn new<'a>(bridge: &str, ports: impl IntoIterator<Item = (u16, &'a str)>) -> PortMap {
+        let mut by_no = BTreeMap::new();
+        for (no, name) in ports {
+            if name == bridge {
+                by_no.insert(OFPP_LOCAL, name.to_string());
+            } else {
+                by_no.insert(u32::from(no), name.to_string());
+            }
+        }
+        PortMap { by_no }
+    }
+
+    /// The name of port `no`.
+    pub fn name(&self, no: u32) -> Option<&str> {
+        self.by_no.get(&no).map(String::as_str)
+    }
+
+    /// The number of port `name`.
+    pub fn number(&self, name: &str) -> Option<u32> {
+        self.by_no.iter().find(|(_, n)| *n == name).map(|(k, _)| *k)
+    }
+}
+
+const fn err(type_: u16, code: u16, reason: &'static str) -> OfError {
+    OfError::new(type_, code, reason)
+}
+
+/// An OpenFlow match as the flow key's match and the input port's name.
+pub fn match_from_of(
+    m: &ferrovs_openflow::Match,
+    ports: &PortMap,
+) -> Result<(Match, Option<String>), OfError> {
+    let mut out = Match::catchall();
+    let mut in_port = None;
+    for o in &m.fields {
+        let (v, mask) = (o.value_u128(), o.mask_u128());
+        let f = match o.field {
+            Of::InPort => {
+                let name = ports.name(v as u32).ok_or(err(
+                    et::BAD_MATCH,
+                    bmc::BAD_VALUE,
+                    "in_port is no port of this bridge",
+                ))?;
+                in_port = Some(name.to_string());
+                continue;
+            }
+            Of::EthDst => Field::EthDst,
+            Of::EthSrc => Field::EthSrc,
+            Of::EthType => Field::EthType,
+            Of::VlanVid => {
+                out.set(Field::VlanTci, v & 0x1fff, mask & 0x1fff);
+                continue;
+            }
+            Of::VlanPcp => {
+                out.set(Field::VlanTci, v << 13, 0xe000);
+                continue;
+            }
+            Of::IpDscp => {
+                out.set(Field::IpTos, v << 2, 0xfc);
+                continue;
+            }
+            Of::IpProto => Field::IpProto,
+            Of::Ipv4Src | Of::ArpSpa => Field::Ipv4Src,
+            Of::Ipv4Dst | Of::ArpTpa => Field::Ipv4Dst,
+            Of::TcpSrc | Of::UdpSrc | Of::SctpSrc => Field::TpSrc,
+            Of::TcpDst | Of::UdpDst | Of::SctpDst => Field::TpDst,
+            // ICMP type and code are the key's transport ports (as OVS), matched whole.
+            Of::Icmpv4Type | Of::Icmpv6Type => {
+                out.set(Field::TpSrc, v, 0xffff);
+                continue;
+            }
+            Of::Icmpv4Code | Of::Icmpv6Code => {
+                out.set(Field::TpDst, v, 0xffff);
+                continue;
+            }
+            Of::ArpOp => Field::ArpOp,
+            Of::Ipv6Src => Field::Ipv6Src,
+            Of::Ipv6Dst => Field::Ipv6Dst,
+            Of::TunnelId => Field::TunId,
+            Of::TunIpv4Src => Field::TunSrc,
+            Of::TunIpv4Dst => Field::TunDst,
+            // The flow key has no such field.
+            _ => {
+                return Err(err(
+                    et::BAD_MATCH,
+                    bmc::BAD_FIELD,
+                    "a match field the pipeline does not have",
+                ))
+            }
+        };
+        out.set(f, v, mask);
+    }
+    Ok((out, in_port))
+}
+
+/// The OpenFlow match of a rule (its input port by number). Fields OpenFlow 1.3 has no
+/// basic OXM for (`nw_ttl`, `ip_frag`, which only the CLI can set) are left out.
+pub fn match_to_of(m: &Match, in_port: Option<&str>, ports: &PortMap) -> ferrovs_openflow::Match {
+    let mut fields = Vec::new();
+    let oxm = |f: Of, v: u128, mask: u128, full: u128| {
+        if mask == full {
+            Oxm::exact(f, v)
+        } else {
+            Oxm::masked(f, v, mask)
+        }
+    };
+    if let Some(no) = in_port.and_then(|n| ports.number(n)) {
+        fields.push(Oxm::exact(Of::InPort, u128::from(no)));
+    }
+    let (ty, tym) = m.field(Field::EthType);
+    let ty = (tym != 0).then_some(ty as u16);
+    let (pr, prm) = m.field(Field::IpProto);
+    let proto = (prm != 0).then_some(pr as u8);
+    for f in [Field::EthDst, Field::EthSrc] {
+        let (v, mk) = m.field(f);
+        if mk != 0 {
+            let of = if f == Field::EthDst {
+                Of::EthDst
+            } else {
+                Of::EthSrc
+            };
+            fields.push(oxm(of, v, mk, f.full()));
+        }
+    }
+    if let Some(t) = ty {
+        fields.push(Oxm::exact(Of::EthType, u128::from(t)));
+    }
+    let (tci, tcim) = m.field(Field::VlanTci);
+    if tcim & 0x1fff != 0 {
+        fields.push(oxm(Of::VlanVid, tci & 0x1fff, tcim & 0x1fff, 0x1fff));
+    }
+    if tcim & 0xe000 == 0xe000 && tci & u128::from(OFPVID_PRESENT) != 0 {
+        fields.push(Oxm::exact(Of::VlanPcp, tci >> 13));
+    }
+    let (tos, tosm) = m.field(Field::IpTos);
+    if tosm & 0xfc == 0xfc {
+        fields.push(Oxm::exact(Of::IpDscp, tos >> 2));
+    }
+    if let Some(p) = proto {
+        fields.push(Oxm::exact(Of::IpProto, u128::from(p)));
+    }
+    let arp = ty == Some(ETH_ARP);
+    for (f, ip, a) in [
+        (Field::Ipv4Src, Of::Ipv4Src, Of::ArpSpa),
+        (Field::Ipv4Dst, Of::Ipv4Dst, Of::ArpTpa),
+    ] {
+        let (v, mk) = m.field(f);
+        if mk != 0 {
+            fields.push(oxm(if arp { a } else { ip }, v, mk, f.full()));
+        }
+    }
+    for (f, of) in [(Field::Ipv6Src, Of::Ipv6Src), (Field::Ipv6Dst, Of::Ipv6Dst)] {
+        let (v, mk) = m.field(f);
+        if mk != 0 {
+            fields.push(oxm(of, v, mk, f.full()));
+        }
+    }
+    let ports_of = match proto {
+        Some(IP_TCP) => Some((Of::TcpSrc, Of::TcpDst)),
+        Some(IP_UDP) => Some((Of::UdpSrc, Of::UdpDst)),
+        Some(IP_SCTP) => Some((Of::SctpSrc, Of::SctpDst)),
+        Some(IP_ICMP) if ty == Some(ETH_IPV4) => Some((Of::Icmpv4Type, Of::Icmpv4Code)),
+        Some(IP_ICMPV6) if ty == Some(ETH_IPV6) => Some((Of::Icmpv6Type, Of::Icmpv6Code)),
+        _ => None,
+    };
+    if let Some((s, d)) = ports_of {
+        for (f, of) in [(Field::TpSrc, s), (Field::TpDst, d)] {
+            let (v, mk) = m.field(f);
+            if mk != 0 {
+                let full = if matches!(
+                    of,
+                    Of::Icmpv4Type | Of::Icmpv4Code | Of::Icmpv6Type | Of::Icmpv6Code
+                ) {
+                    0xff
+                } else {
+                    0xffff
+                };
+                fields.push(oxm(of, v & full, mk & full, full));
+            }
+        }
+    }
+    let (op, opm) = m.field(Field::ArpOp);
+    if opm != 0 {
+        fields.push(Oxm::exact(Of::ArpOp, op));
+    }
+    for (f, of) in [
+        (Field::TunId, Of::TunnelId),
+        (Field::TunSrc, Of::TunIpv4Src),
+        (Field::TunDst, Of::TunIpv4Dst),
+    ] {
+        let (v, mk) = m.field(f);
+        if mk != 0 {
+            fields.push(oxm(of, v, mk, f.full()));
+        }
+    }
+    ferrovs_openflow::Match { fields }
+}
+
+fn action_from_of(a: &Action, ports: &PortMap) -> Result<ActionSpec, OfError> {
+    let bad_type = || {
+        err(
+            et::BAD_ACTION,
+            bac::BAD_TYPE,
+            "an action the pipeline does not have",
+        )
+    };
+    Ok(match a {
+        Action::Output { port, .. } => match *port {
+            OFPP_IN_PORT => ActionSpec::InPort,
+            OFPP_NORMAL => ActionSpec::Normal,
+            OFPP_FLOOD => ActionSpec::Flood,
+            OFPP_ALL => ActionSpec::All,
+            OFPP_CONTROLLER => {
+                return Err(err(
+                    et::BAD_ACTION,
+                    bac::BAD_OUT_PORT,
+                    "output to the controller is not supported yet",
+                ))
+            }
+            p => ActionSpec::Output(
+                ports
+                    .name(p)
+                    .ok_or(err(
+                        et::BAD_ACTION,
+                        bac::BAD_OUT_PORT,
+                        "output to a port this bridge does not have",
+                    ))?
+                    .to_string(),
+            ),
+        },
+        Action::PushVlan(0x8100) => ActionSpec::PushVlan(0x8100),
+        Action::PushVlan(_) => {
+            return Err(err(
+                et::BAD_ACTION,
+                bac::BAD_ARGUMENT,
+                "push_vlan: only 0x8100 (802.1Q) is supported",
+            ))
+        }
+        Action::PopVlan => ActionSpec::PopVlan,
+        Action::SetNwTtl(t) => ActionSpec::SetField(Field::IpTtl, u128::from(*t)),
+        Action::SetQueue(_) => {
+            return Err(err(
+                et::BAD_ACTION,
+                bac::BAD_QUEUE,
+                "the switch has no queues",
+            ))
+        }
+        Action::Group(_) => {
+            return Err(err(
+                et::BAD_ACTION,
+                bac::BAD_OUT_GROUP,
+                "groups are not supported yet (the group table is empty)",
+            ))
+        }
+        Action::SetField(o) => {
+            let v = o.value_u128();
+            match o.field {
+                Of::EthSrc => ActionSpec::SetField(Field::EthSrc, v),
+                Of::EthDst => ActionSpec::SetField(Field::EthDst, v),
+                Of::Ipv4Src => ActionSpec::SetField(Field::Ipv4Src, v),
+                Of::Ipv4Dst => ActionSpec::SetField(Field::Ipv4Dst, v),
+                Of::Ipv6Src => ActionSpec::SetField(Field::Ipv6Src, v),
+                Of::Ipv6Dst => ActionSpec::SetField(Field::Ipv6Dst, v),
+                Of::IpDscp => ActionSpec::SetField(Field::IpTos, v << 2),
+                Of::TcpSrc | Of::UdpSrc => ActionSpec::SetField(Field::TpSrc, v),
+                Of::TcpDst | Of::UdpDst => ActionSpec::SetField(Field::TpDst, v),
+                Of::VlanVid => ActionSpec::SetVlanVid((v & 0xfff) as u16),
+                Of::VlanPcp => ActionSpec::SetVlanPcp(v as u8),
+                Of::TunnelId => ActionSpec::SetTunnel(v as u64),
+                Of::TunIpv4Dst => ActionSpec::SetField(Field::TunDst, v),
+                _ => {
+                    return Err(err(
+                        et::BAD_ACTION,
+                        bac::BAD_SET_TYPE,
+                        "set_field of a field the pipeline cannot rewrite",
+                    ))
+                }
+            }
+        }
+        _ => return Err(bad_type()),
+    })
+}
+
+/// The actions and goto of a FLOW_MOD's instructions, as the rule's action list.
+pub fn actions_from_of(
+    instructions: &[Instruction],
+    ports: &PortMap,
+) -> Result<Vec<ActionSpec>, OfError> {
+    let mut actions = Vec::new();
+    let mut goto = None;
+    for i in instructions {
+        match i {
+            Instruction::ApplyActions(list) => {
+                for a in list {
+                    actions.push(action_from_of(a, ports)?);
+                }
+            }
+            Instruction::GotoTable(t) => {
+                if *t >= N_TABLES {
+                    return Err(err(
+                        et::BAD_INSTRUCTION,
+                        bic::BAD_TABLE_ID,
+                        "goto_table beyond the last table",
+                    ));
+                }
+                goto = Some(*t)
+            }
+            Instruction::Meter(_) => {
+                return Err(err(
+                    et::METER_MOD_FAILED,
+                    mmfc::UNKNOWN_METER,
+                    "meters are not supported yet (the meter table is empty)",
+                ))
+            }
+            Instruction::WriteActions(_) | Instruction::ClearActions => {
+                return Err(err(
+                    et::BAD_INSTRUCTION,
+                    bic::UNSUP_INST,
+                    "the pipeline has no action set (write/clear actions)",
+                ))
+            }
+            Instruction::WriteMetadata { .. } => {
+                return Err(err(
+                    et::BAD_INSTRUCTION,
+                    bic::UNSUP_INST,
+                    "the pipeline has no metadata",
+                ))
+            }
+        }
+    }
+    if let Some(t) = goto {
+        actions.push(ActionSpec::GotoTable(t));
+    }
+    if actions.is_empty() {
+        actions.push(ActionSpec::Drop);
+    }
+    Ok(actions)
+}
+
+/// A rule's actions as OpenFlow instructions (apply-actions, then goto-table).
+pub fn instructions_to_of(spec: &FlowSpec, ports: &PortMap) -> Vec<Instruction> {
+    let (pr, prm) = spec.m.field(Field::IpProto);
+    let proto = (prm != 0).then_some(pr as u8);
+    let mut apply = Vec::new();
+    let mut goto = None;
+    for a in &spec.actions {
+        let out = |p: u32| Action::Output {
+            port: p,
+            max_len: 0,
+        };
+        let set = |f: Of, v: u128| Action::SetField(Oxm::exact(f, v));
+        match a {
+            ActionSpec::Output(n) | ActionSpec::Mirror(n) => {
+                // A port that does not exist (yet) has no number to show.
+                if let Some(no) = ports.number(n) {
+                    apply.push(out(no));
+                }
+            }
+            ActionSpec::InPort => apply.push(out(OFPP_IN_PORT)),
+            ActionSpec::Normal => apply.push(out(OFPP_NORMAL)),
+            ActionSpec::Flood => apply.push(out(OFPP_FLOOD)),
+            ActionSpec::All => apply.push(out(OFPP_ALL)),
+            ActionSpec::Drop => {}
+            ActionSpec::SetField(f, v) => apply.push(match f {
+                Field::EthSrc => set(Of::EthSrc, *v),
+                Field::EthDst => set(Of::EthDst, *v),
+                Field::Ipv4Src => set(Of::Ipv4Src, *v),
+                Field::Ipv4Dst => set(Of::Ipv4Dst, *v),
+                Field::Ipv6Src => set(Of::Ipv6Src, *v),
+                Field::Ipv6Dst => set(Of::Ipv6Dst, *v),
+                Field::IpTos => set(Of::IpDscp, *v >> 2),
+                Field::IpTtl => Action::SetNwTtl(*v as u8),
+                Field::TpSrc if proto == Some(IP_UDP) => set(Of::UdpSrc, *v),
+                Field::TpDst if proto == Some(IP_UDP) => set(Of::UdpDst, *v),
+                Field::TpSrc => set(Of::TcpSrc, *v),
+                Field::TpDst => set(Of::TcpDst, *v),
+                Field::TunDst => set(Of::TunIpv4Dst, *v),
+                // The CLI sets no other field.
+                other => {
+                    log::warn!("rule rewrites {other:?}, which has no OpenFlow form");
+                    continue;
+                }
+            }),
+            ActionSpec::SetVlanVid(v) => {
+                apply.push(set(Of::VlanVid, u128::from(*v | OFPVID_PRESENT)))
+            }
+            ActionSpec::SetVlanPcp(p) => apply.push(set(Of::VlanPcp, u128::from(*p))),
+            ActionSpec::PopVlan => apply.push(Action::PopVlan),
+            ActionSpec::PushVlan(t) => apply.push(Action::PushVlan(*t)),
+            ActionSpec::SetTunnel(id) => apply.push(set(Of::TunnelId, u128::from(*id))),
+            ActionSpec::GotoTable(t) => goto = Some(*t),
+        }
+    }
+    let mut v = Vec::new();
+    if !apply.is_empty() {
+        v.push(Instruction::ApplyActions(apply));
+    }
+    if let Some(t) = goto {
+        v.push(Instruction::GotoTable(t));
+    }
+    v
+}
+
+/// The rule a FLOW_MOD add (or a modify that adds) installs.
+pub fn rule_from_flow_mod(fm: &FlowMod, ports: &PortMap) -> Result<FlowSpec, OfError> {
+    if fm.table_id >= N_TABLES {
+        return Err(err(
+            et::FLOW_MOD_FAILED,
+            fmfc::BAD_TABLE_ID,
+            "table beyond the last table",
+        ));
+    }
+    let (m, in_port) = match_from_of(&fm.match_, ports)?;
+    let actions = actions_from_of(&fm.instructions, ports)?;
+    let spec = FlowSpec {
+        table: fm.table_id,
+        priority: fm.priority,
+        cookie: fm.cookie,
+        idle_timeout: fm.idle_timeout,
+        hard_timeout: fm.hard_timeout,
+        in_port,
+        m,
+        actions,
+    };
+    // The rule must be one the CLI syntax holds (saved configuration, handover) and pass
+    // its checks (a rewrite needs the match's protocol: OFPBAC_MATCH_INCONSISTENT).
+    match ferrovs_flow::parse_flow(&spec.to_string()) {
+        Ok(back) if back == spec => Ok(spec),
+        Ok(_) => Err(err(
+            et::FLOW_MOD_FAILED,
+            fmfc::UNKNOWN,
+            "the rule has no exact text form",
+        )),
+        Err(e) => {
+            log::debug!("OpenFlow rule {spec} refused: {e}");
+            Err(err(
+                et::BAD_ACTION,
+                bac::MATCH_INCONSISTENT,
+                "an action inconsistent with the match",
+            ))
+        }
+    }
+}
+
+/// Which rules a FLOW_MOD modify/delete or a flow-statistics request selects.
+#[derive(Debug, Clone)]
+pub struct Selector {
+    filter: FlowFilter,
+    /// Only rules with an output to this port (`None`: any).
+    out_port: Option<Option<String>>,
+    /// A group filter: no rule has a group, so none is selected.
+    out_group: bool,
+    strict: bool,
+}
+
+impl Selector {
+    /// From the fields FLOW_MOD and `ofp_flow_stats_request` share.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        table_id: u8,
+        priority: Option<u16>,
+        cookie: u64,
+        cookie_mask: u64,
+        out_port: u32,
+        out_group: u32,
+        m: &ferrovs_openflow::Match,
+        strict: bool,
+        ports: &PortMap,
+    ) -> Result<Selector, OfError> {
+        let (mm, in_port) = match m.fields.iter().any(|o| o.field == Of::InPort) {
+            // A filter on a port the bridge lacks selects nothing (not an error).
+            true if m
+                .get(Of::InPort)
+                .is_some_and(|o| ports.name(o.value_u128() as u32).is_none()) =>
+            {
+                let rest = ferrovs_openflow::Match {
+                    fields: m
+                        .fields
+                        .iter()
+                        .filter(|o| o.field != Of::InPort)
+                        .cloned()
+                        .collect(),
+                };
+                let (mm, _) = match_from_of(&rest, ports)?;
+                (mm, Some("\0none".to_string()))
+            }
+            _ => match_from_of(m, ports)?,
+        };
+        let out_port = (out_port != OFPP_ANY).then(|| ports.name(out_port).map(str::to_string));
+        Ok(Selector {
+            filter: FlowFilter {
+                table: (table_id != OFPTT_ALL).then_some(table_id),
+                priority,
+                in_port,
+                m: mm,
+                cookie: (cookie_mask != 0).then_some((cookie, cookie_mask)),
+            },
+            out_port,
+            out_group: out_group != OFPG_ANY,
+            strict,
+        })
+    }
+
+    /// For a flow-statistics or aggregate request.
+    pub fn from_stats_request(r: &FlowStatsRequest, ports: &PortMap) -> Result<Selector, OfError> {
+        Selector::new(
+            r.table_id,
+            None,
+            r.cookie,
+            r.cookie_mask,
+            r.out_port,
+            r.out_group,
+            &r.match_,
+            false,
+            ports,
+        )
+    }
+
+    /// Whether the rule is selected.
+    pub fn selects(&self, spec: &FlowSpec) -> bool {
+        if self.out_group {
+            return false;
+        }
+        if let Some(p) = &self.out_port {
+            let Some(p) = p else { return false };
+            let outputs = spec
+                .actions
+                .iter()
+                .any(|a| matches!(a, ActionSpec::Output(n) if n == p));
+            if !outputs {
+                return false;
+            }
+        }
+        self.filter.selects(spec, self.strict)
+    }
+}
+
+/// What a FLOW_MOD did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applied {
+    Added,
+    Modified(usize),
+    Deleted(usize),
+}
+
+/// Applies a FLOW_MOD to `rules`: all or nothing.
+pub fn apply_flow_mod(
+    rules: &mut BridgeRules,
+    fm: &FlowMod,
+    ports: &PortMap,
+) -> Result<Applied, OfError> {
+    if fm.buffer_id != OFP_NO_BUFFER {
+        return Err(err(
+            et::BAD_REQUEST,
+            brc::BUFFER_UNKNOWN,
+            "the switch buffers no packets",
+        ));
+    }
+    if fm.flags & ff::SEND_FLOW_REM != 0 {
+        return Err(err(
+            et::FLOW_MOD_FAILED,
+            fmfc::BAD_FLAGS,
+            "flow-removed messages are not sent yet",
+        ));
+    }
+    match fm.command {
+        fc::ADD => {
+            let spec = rule_from_flow_mod(fm, ports)?;
+            if fm.flags & ff::CHECK_OVERLAP != 0 && overlaps(rules, &spec) {
+                return Err(err(
+                    et::FLOW_MOD_FAILED,
+                    fmfc::OVERLAP,
+                    "overlaps a rule of the same priority",
+                ));
+            }
+            rules.add(vec![spec]);
+            Ok(Applied::Added)
+        }
+        fc::MODIFY | fc::MODIFY_STRICT => {
+            let strict = fm.command == fc::MODIFY_STRICT;
+            let spec = rule_from_flow_mod(fm, ports)?;
+            let sel = Selector::new(
+                fm.table_id,
+                strict.then_some(fm.priority),
+                fm.cookie,
+                fm.cookie_mask,
+                OFPP_ANY,
+                OFPG_ANY,
+                &fm.match_,
+                strict,
+                ports,
+            )?;
+            // The new actions must be valid for each rule's own match (a rewrite needs
+            // the protocol): check all before changing any.
+            let mut hits = Vec::new();
+            for (i, r) in rules.rules().iter().enumerate() {
+                if sel.selects(&r.spec) {
+                    let mut s = r.spec.clone();
+                    s.actions = spec.actions.clone();
+                    if ferrovs_flow::parse_flow(&s.to_string()).ok() != Some(s.clone()) {
+                        return Err(err(
+                            et::BAD_ACTION,
+                            bac::MATCH_INCONSISTENT,
+                            "an action inconsistent with a selected rule's match",
+                        ));
+                    }
+                    hits.push(i);
+                }
+            }
+            let reset = fm.flags & ff::RESET_COUNTS != 0;
+            let all = rules.rules_mut();
+            for &i in &hits {
+                all[i].spec.actions = spec.actions.clone();
+                if reset {
+                    all[i].stats = Arc::new(RuleStats::default());
+                    all[i].installed = Instant::now();
+                }
+            }
+            Ok(Applied::Modified(hits.len()))
+        }
+        fc::DELETE | fc::DELETE_STRICT => {
+            let strict = fm.command == fc::DELETE_STRICT;
+            let sel = Selector::new(
+                fm.table_id,
+                strict.then_some(fm.priority),
+                fm.cookie,
+                fm.cookie_mask,
+                fm.out_port,
+                fm.out_group,
+                &fm.match_,
+                strict,
+                ports,
+            )?;
+            let all = rules.rules_mut();
+            let before = all.len();
+            all.retain(|r| !sel.selects(&r.spec));
+            Ok(Applied::Deleted(before - all.len()))
+        }
+        _ => Err(err(
+            et::FLOW_MOD_FAILED,
+            fmfc::BAD_COMMAND,
+            "unknown flow-mod command",
+        )),
+    }
+}
+
+/// Whether a packet could match both `spec` and a rule of the same table and priority.
+fn overlaps(rules: &BridgeRules, spec: &FlowSpec) -> bool {
+    rules.rules().iter().any(|r| {
+        let s = &r.spec;
+        if s.table != spec.table || s.priority != spec.priority {
+            return false;
+        }
+        if s.in_port.is_some() && spec.in_port.is_some() && s.in_port != spec.in_port {
+            return false;
+        }
+        // Both care about a bit and disagree on it: disjoint.
+        s.m.mask
+            .0
+            .iter()
+            .zip(&spec.m.mask.0)
+            .zip(s.m.key.0.iter().zip(&spec.m.key.0))
+            .all(|((ma, mb), (ka, kb))| (ka ^ kb) & ma & mb == 0)
+    })
+}
+
+/// A rule as an `ofp_flow_stats` entry (counters as of now).
+pub fn flow_stats(r: &StoredRule, ports: &PortMap) -> FlowStats {
+    use std::sync::atomic::Ordering::Relaxed;
+    let d = r.installed.elapsed();
+    let s = &r.spec;
+    FlowStats {
+        table_id: s.table,
+        duration_sec: d.as_secs() as u32,
+        duration_nsec: d.subsec_nanos(),
+        priority: s.priority,
+        idle_timeout: s.idle_timeout,
+        hard_timeout: s.hard_timeout,
+        flags: 0,
+        cookie: s.cookie,
+        packet_count: r.stats.packets.load(Relaxed),
+        byte_count: r.stats.bytes.load(Relaxed),
+        match_: match_to_of(&s.m, s.in_port.as_deref(), ports),
+        instructions: instructions_to_of(s, ports),
+    }
+}
+
+/// The sums of an aggregate request over the selected rules.
+pub fn aggregate(rules: &BridgeRules, sel: &Selector) -> AggregateStats {
+    use std::sync::atomic::Ordering::Relaxed;
+    let mut a = AggregateStats::default();
+    for r in rules.rules().iter().filter(|r| sel.selects(&r.spec)) {
+        a.packet_count += r.stats.packets.load(Relaxed);
+        a.byte_count += r.stats.bytes.load(Relaxed);
+        a.flow_count += 1;
+    }
+    a
+}
+
+#[cfg(test)]
+mod tests;

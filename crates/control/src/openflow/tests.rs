@@ -1,0 +1,551 @@
+//! The FLOW_MOD ⇄ rule mapping: every supported field and action both ways, every refusal
+//! with its OpenFlow type and code, and add/modify/delete semantics.
+
+use super::*;
+use ferrovs_openflow::error::{gmfc, mmfc};
+use ferrovs_openflow::Match as OfMatch;
+
+fn ports() -> PortMap {
+    PortMap::new("br0", [(1, "vm1"), (2, "vm2"), (3, "br0")])
+}
+
+fn fm(command: u8, table: u8, priority: u16, m: Vec<Oxm>, apply: Vec<Action>) -> FlowMod {
+    FlowMod {
+        cookie: 0,
+        cookie_mask: 0,
+        table_id: table,
+        command,
+        idle_timeout: 0,
+        hard_timeout: 0,
+        priority,
+        buffer_id: OFP_NO_BUFFER,
+        out_port: OFPP_ANY,
+        out_group: OFPG_ANY,
+        flags: 0,
+        match_: OfMatch { fields: m },
+        instructions: vec![Instruction::ApplyActions(apply)],
+    }
+}
+
+fn out(p: u32) -> Action {
+    Action::Output {
+        port: p,
+        max_len: 0,
+    }
+}
+
+fn x(f: Of, v: u128) -> Oxm {
+    Oxm::exact(f, v)
+}
+
+fn refusal(f: &FlowMod) -> (u16, u16) {
+    let e = rule_from_flow_mod(f, &ports()).unwrap_err();
+    (e.type_, e.code)
+}
+
+/// A rule from OpenFlow is the CLI's rule: same text, same spec.
+fn same_as_cli(f: &FlowMod, cli: &str) {
+    let spec = rule_from_flow_mod(f, &ports()).unwrap();
+    assert_eq!(spec, ferrovs_flow::parse_flow(cli).unwrap(), "{spec}");
+    // And back to OpenFlow: the same match and instructions (fields in our order).
+    let back = match_to_of(&spec.m, spec.in_port.as_deref(), &ports());
+    let (m2, p2) = match_from_of(&back, &ports()).unwrap();
+    assert_eq!((m2, p2), (spec.m, spec.in_port.clone()));
+    let acts = actions_from_of(&instructions_to_of(&spec, &ports()), &ports()).unwrap();
+    assert_eq!(acts, spec.actions);
+}
+
+#[test]
+fn every_supported_field_maps_to_the_cli_rule_and_back() {
+    let ip = x(Of::EthType, 0x0800);
+    let cases: Vec<(Vec<Oxm>, &str)> = vec![
+        (vec![x(Of::InPort, 1)], "in_port=vm1"),
+        (vec![x(Of::InPort, u128::from(OFPP_LOCAL))], "in_port=br0"),
+        (
+            vec![x(Of::EthDst, 0x0200_0000_0001)],
+            "dl_dst=02:00:00:00:00:01",
+        ),
+        (
+            vec![Oxm::masked(Of::EthSrc, 0x0100_0000_0000, 0x0100_0000_0000)],
+            "dl_src=01:00:00:00:00:00/01:00:00:00:00:00",
+        ),
+        (vec![x(Of::EthType, 0x88cc)], "dl_type=0x88cc"),
+        (vec![x(Of::VlanVid, 0x1000 | 10)], "dl_vlan=10"),
+        (
+            vec![x(Of::VlanVid, 0x1000 | 10), x(Of::VlanPcp, 5)],
+            "dl_vlan=10,dl_vlan_pcp=5",
+        ),
+        (vec![ip.clone()], "ip"),
+        (vec![ip.clone(), x(Of::IpDscp, 8)], "ip,nw_tos=32"),
+        (
+            vec![
+                ip.clone(),
+                Oxm::masked(Of::Ipv4Src, 0x0a00_0000, 0xff00_0000),
+            ],
+            "ip,nw_src=10.0.0.0/8",
+        ),
+        (
+            vec![ip.clone(), x(Of::Ipv4Dst, 0x0a00_0001)],
+            "ip,nw_dst=10.0.0.1",
+        ),
+        (
+            vec![
+                ip.clone(),
+                x(Of::IpProto, 6),
+                x(Of::TcpDst, 80),
+                x(Of::TcpSrc, 1234),
+            ],
+            "tcp,tp_dst=80,tp_src=1234",
+        ),
+        (
+            vec![ip.clone(), x(Of::IpProto, 17), x(Of::UdpDst, 53)],
+            "udp,udp_dst=53",
+        ),
+        (
+            vec![ip.clone(), x(Of::IpProto, 132), x(Of::SctpSrc, 9)],
+            "sctp,sctp_src=9",
+        ),
+        (
+            vec![
+                ip.clone(),
+                x(Of::IpProto, 1),
+                x(Of::Icmpv4Type, 8),
+                x(Of::Icmpv4Code, 0),
+            ],
+            "icmp,icmp_type=8,icmp_code=0",
+        ),
+        (
+            vec![
+                x(Of::EthType, 0x86dd),
+                x(Of::IpProto, 58),
+                x(Of::Icmpv6Type, 135),
+            ],
+            "icmp6,icmpv6_type=135",
+        ),
+        (
+            vec![
+                x(Of::EthType, 0x86dd),
+                Oxm::masked(Of::Ipv6Src, 0x2001_0db8 << 96, u128::MAX << 96),
+            ],
+            "ipv6,ipv6_src=2001:db8::/32",
+        ),
+        (
+            vec![x(Of::EthType, 0x86dd), x(Of::Ipv6Dst, 1)],
+            "ipv6,ipv6_dst=::1",
+        ),
+        (
+            vec![
+                x(Of::EthType, 0x0806),
+                x(Of::ArpOp, 1),
+                x(Of::ArpTpa, 0x0a00_0001),
+            ],
+            "arp,arp_op=1,arp_tpa=10.0.0.1",
+        ),
+        (
+            vec![x(Of::EthType, 0x0806), x(Of::ArpSpa, 0x0a00_0002)],
+            "arp,arp_spa=10.0.0.2",
+        ),
+        (vec![x(Of::TunnelId, 42)], "tun_id=42"),
+        (vec![x(Of::TunIpv4Src, 0x0a00_0001)], "tun_src=10.0.0.1"),
+        (vec![x(Of::TunIpv4Dst, 0x0a00_0002)], "tun_dst=10.0.0.2"),
+    ];
+    for (m, cli) in cases {
+        let f = fm(fc::ADD, 0, 100, m, vec![out(2)]);
+        same_as_cli(&f, &format!("priority=100,{cli} actions=output:vm2"));
+    }
+}
+
+#[test]
+fn every_supported_action_maps_to_the_cli_rule_and_back() {
+    let tcp = vec![x(Of::EthType, 0x0800), x(Of::IpProto, 6)];
+    let udp6 = vec![x(Of::EthType, 0x86dd), x(Of::IpProto, 17)];
+    let set = |f: Of, v: u128| Action::SetField(x(f, v));
+    let cases: Vec<(Vec<Oxm>, Vec<Action>, &str)> = vec![
+        (
+            vec![],
+            vec![out(1), out(2)],
+            "actions=output:vm1,output:vm2",
+        ),
+        (
+            vec![],
+            vec![out(u128::from(OFPP_LOCAL) as u32)],
+            "actions=output:br0",
+        ),
+        (vec![], vec![out(OFPP_IN_PORT)], "actions=in_port"),
+        (vec![], vec![out(OFPP_NORMAL)], "actions=normal"),
+        (vec![], vec![out(OFPP_FLOOD)], "actions=flood"),
+        (vec![], vec![out(OFPP_ALL)], "actions=all"),
+        (vec![], vec![], "actions=drop"),
+        (
+            vec![],
+            vec![set(Of::EthSrc, 0x0200_0000_0009), out(1)],
+            "actions=mod_dl_src:02:00:00:00:00:09,output:vm1",
+        ),
+        (
+            vec![],
+            vec![set(Of::EthDst, 0x0200_0000_0009)],
+            "actions=mod_dl_dst:02:00:00:00:00:09",
+        ),
+        (
+            tcp.clone(),
+            vec![set(Of::Ipv4Src, 0x0a00_0009)],
+            "tcp actions=mod_nw_src:10.0.0.9",
+        ),
+        (
+            tcp.clone(),
+            vec![set(Of::Ipv4Dst, 0x0a00_0009)],
+            "tcp actions=mod_nw_dst:10.0.0.9",
+        ),
+        (
+            tcp.clone(),
+            vec![set(Of::IpDscp, 2)],
+            "tcp actions=mod_nw_tos:8",
+        ),
+        (
+            tcp.clone(),
+            vec![Action::SetNwTtl(9)],
+            "tcp actions=set_field:9->nw_ttl",
+        ),
+        (
+            tcp.clone(),
+            vec![set(Of::TcpDst, 8080)],
+            "tcp actions=mod_tp_dst:8080",
+        ),
+        (
+            tcp.clone(),
+            vec![set(Of::TcpSrc, 99)],
+            "tcp actions=mod_tp_src:99",
+        ),
+        (
+            udp6.clone(),
+            vec![set(Of::UdpDst, 53)],
+            "udp6 actions=mod_tp_dst:53",
+        ),
+        (
+            udp6.clone(),
+            vec![set(Of::Ipv6Dst, 1)],
+            "udp6 actions=set_field:::1->ipv6_dst",
+        ),
+        (
+            vec![],
+            vec![set(Of::VlanVid, 0x1000 | 7)],
+            "actions=mod_vlan_vid:7",
+        ),
+        (vec![], vec![set(Of::VlanPcp, 3)], "actions=mod_vlan_pcp:3"),
+        (
+            vec![],
+            vec![Action::PushVlan(0x8100), Action::PopVlan],
+            "actions=push_vlan:0x8100,pop_vlan",
+        ),
+        (vec![], vec![set(Of::TunnelId, 5)], "actions=set_tunnel:5"),
+        (
+            vec![],
+            vec![set(Of::TunIpv4Dst, 0x0a00_0001)],
+            "actions=set_field:10.0.0.1->tun_dst",
+        ),
+    ];
+    for (m, a, cli) in cases {
+        let f = fm(fc::ADD, 0, 7, m, a);
+        let (mp, ap) = cli.split_once("actions=").unwrap();
+        let cli = format!("priority=7,{mp}actions={ap}").replace(", actions", " actions");
+        same_as_cli(&f, cli.trim());
+    }
+    // goto_table comes last, as the CLI writes it.
+    let mut f = fm(fc::ADD, 1, 7, vec![], vec![out(1)]);
+    f.instructions.push(Instruction::GotoTable(3));
+    same_as_cli(&f, "table=1,priority=7 actions=output:vm1,goto_table:3");
+    let mut f = fm(fc::ADD, 0, 7, vec![], vec![]);
+    f.instructions = vec![Instruction::GotoTable(2)];
+    same_as_cli(&f, "priority=7 actions=goto_table:2");
+    // Timeouts and cookie.
+    let mut f = fm(fc::ADD, 0, 7, vec![], vec![out(1)]);
+    f.cookie = 0x2a;
+    f.idle_timeout = 30;
+    f.hard_timeout = 60;
+    same_as_cli(
+        &f,
+        "priority=7,cookie=0x2a,idle_timeout=30,hard_timeout=60 actions=output:vm1",
+    );
+}
+
+#[test]
+fn what_the_pipeline_lacks_is_refused_with_its_code() {
+    let ip = x(Of::EthType, 0x0800);
+    let v6 = x(Of::EthType, 0x86dd);
+    let fields = [
+        vec![Oxm::masked(Of::Metadata, 1, 1)],
+        vec![x(Of::InPhyPort, 1), x(Of::InPort, 1)],
+        vec![ip.clone(), x(Of::IpEcn, 1)],
+        vec![x(Of::EthType, 0x0806), x(Of::ArpSha, 1)],
+        vec![x(Of::EthType, 0x0806), x(Of::ArpTha, 1)],
+        vec![v6.clone(), x(Of::Ipv6Flabel, 1)],
+        vec![x(Of::EthType, 0x8847), x(Of::MplsLabel, 1)],
+        vec![x(Of::CtState, 1)],
+    ];
+    for m in fields {
+        let f = fm(fc::ADD, 0, 1, m.clone(), vec![out(1)]);
+        assert_eq!(refusal(&f), (et::BAD_MATCH, bmc::BAD_FIELD), "{m:?}");
+    }
+    // A port the bridge does not have.
+    let f = fm(fc::ADD, 0, 1, vec![x(Of::InPort, 9)], vec![out(1)]);
+    assert_eq!(refusal(&f), (et::BAD_MATCH, bmc::BAD_VALUE));
+    let f = fm(fc::ADD, 0, 1, vec![], vec![out(9)]);
+    assert_eq!(refusal(&f), (et::BAD_ACTION, bac::BAD_OUT_PORT));
+    let f = fm(fc::ADD, 0, 1, vec![], vec![out(OFPP_CONTROLLER)]);
+    assert_eq!(refusal(&f), (et::BAD_ACTION, bac::BAD_OUT_PORT));
+    for a in [
+        Action::DecNwTtl,
+        Action::CopyTtlIn,
+        Action::CopyTtlOut,
+        Action::SetMplsTtl(3),
+        Action::DecMplsTtl,
+        Action::PushMpls(0x8847),
+        Action::PopMpls(0x0800),
+        Action::PushPbb(0x88e7),
+        Action::PopPbb,
+    ] {
+        let f = fm(fc::ADD, 0, 1, vec![], vec![a.clone()]);
+        assert_eq!(refusal(&f), (et::BAD_ACTION, bac::BAD_TYPE), "{a:?}");
+    }
+    let f = fm(fc::ADD, 0, 1, vec![], vec![Action::SetQueue(1)]);
+    assert_eq!(refusal(&f), (et::BAD_ACTION, bac::BAD_QUEUE));
+    let f = fm(fc::ADD, 0, 1, vec![], vec![Action::Group(1)]);
+    assert_eq!(refusal(&f), (et::BAD_ACTION, bac::BAD_OUT_GROUP));
+    let f = fm(fc::ADD, 0, 1, vec![], vec![Action::PushVlan(0x88a8)]);
+    assert_eq!(refusal(&f), (et::BAD_ACTION, bac::BAD_ARGUMENT));
+    let f = fm(
+        fc::ADD,
+        0,
+        1,
+        vec![x(Of::EthType, 0x0806)],
+        vec![Action::SetField(x(Of::ArpOp, 2))],
+    );
+    assert_eq!(refusal(&f), (et::BAD_ACTION, bac::BAD_SET_TYPE));
+    // A rewrite the match's protocol does not carry.
+    let f = fm(
+        fc::ADD,
+        0,
+        1,
+        vec![],
+        vec![Action::SetField(x(Of::Ipv4Dst, 1))],
+    );
+    assert_eq!(refusal(&f), (et::BAD_ACTION, bac::MATCH_INCONSISTENT));
+    // Instructions.
+    for (i, want) in [
+        (
+            Instruction::WriteActions(vec![out(1)]),
+            (et::BAD_INSTRUCTION, bic::UNSUP_INST),
+        ),
+        (
+            Instruction::ClearActions,
+            (et::BAD_INSTRUCTION, bic::UNSUP_INST),
+        ),
+        (
+            Instruction::WriteMetadata {
+                metadata: 1,
+                mask: 1,
+            },
+            (et::BAD_INSTRUCTION, bic::UNSUP_INST),
+        ),
+        (
+            Instruction::Meter(1),
+            (et::METER_MOD_FAILED, mmfc::UNKNOWN_METER),
+        ),
+        (
+            Instruction::GotoTable(254),
+            (et::BAD_INSTRUCTION, bic::BAD_TABLE_ID),
+        ),
+    ] {
+        let mut f = fm(fc::ADD, 0, 1, vec![], vec![]);
+        f.instructions = vec![i.clone()];
+        assert_eq!(refusal(&f), want, "{i:?}");
+    }
+    let f = fm(fc::ADD, 254, 1, vec![], vec![]);
+    assert_eq!(refusal(&f), (et::FLOW_MOD_FAILED, fmfc::BAD_TABLE_ID));
+    let _ = gmfc::OUT_OF_GROUPS;
+}
+
+#[test]
+fn flags_and_buffers_not_honoured_are_refused() {
+    let mut r = BridgeRules::new();
+    let mut f = fm(fc::ADD, 0, 1, vec![], vec![out(1)]);
+    f.flags = ff::SEND_FLOW_REM;
+    let e = apply_flow_mod(&mut r, &f, &ports()).unwrap_err();
+    assert_eq!((e.type_, e.code), (et::FLOW_MOD_FAILED, fmfc::BAD_FLAGS));
+    f.flags = 0;
+    f.buffer_id = 7;
+    let e = apply_flow_mod(&mut r, &f, &ports()).unwrap_err();
+    assert_eq!((e.type_, e.code), (et::BAD_REQUEST, brc::BUFFER_UNKNOWN));
+    assert_eq!(r.len(), 1, "nothing changed");
+}
+
+fn texts(r: &BridgeRules) -> Vec<String> {
+    r.rules().iter().map(|r| r.spec.to_string()).collect()
+}
+
+#[test]
+fn add_modify_and_delete_follow_openflow() {
+    let p = ports();
+    let mut r = BridgeRules::new();
+    let ip = || x(Of::EthType, 0x0800);
+    let tcp80 = || vec![ip(), x(Of::IpProto, 6), x(Of::TcpDst, 80)];
+    apply_flow_mod(&mut r, &fm(fc::ADD, 0, 10, tcp80(), vec![out(1)]), &p).unwrap();
+    apply_flow_mod(&mut r, &fm(fc::ADD, 0, 20, vec![ip()], vec![out(2)]), &p).unwrap();
+    let mut c = fm(fc::ADD, 1, 5, vec![x(Of::InPort, 1)], vec![out(2)]);
+    c.cookie = 0x10;
+    apply_flow_mod(&mut r, &c, &p).unwrap();
+    assert_eq!(r.len(), 4);
+
+    // CHECK_OVERLAP: same priority, overlapping match.
+    let mut o = fm(fc::ADD, 0, 20, vec![ip(), x(Of::Ipv4Dst, 1)], vec![out(1)]);
+    o.flags = ff::CHECK_OVERLAP;
+    let e = apply_flow_mod(&mut r, &o, &p).unwrap_err();
+    assert_eq!((e.type_, e.code), (et::FLOW_MOD_FAILED, fmfc::OVERLAP));
+    // Disjoint (arp vs ip) is fine.
+    let mut o = fm(fc::ADD, 0, 20, vec![x(Of::EthType, 0x0806)], vec![out(1)]);
+    o.flags = ff::CHECK_OVERLAP;
+    apply_flow_mod(&mut r, &o, &p).unwrap();
+    assert_eq!(r.len(), 5);
+
+    // Counters survive a modify unless RESET_COUNTS.
+    use std::sync::atomic::Ordering::Relaxed;
+    for x in r.rules() {
+        x.stats.packets.store(3, Relaxed);
+    }
+    let m = apply_flow_mod(
+        &mut r,
+        &fm(fc::MODIFY, 0, 0, vec![ip()], vec![out(OFPP_FLOOD)]),
+        &p,
+    )
+    .unwrap();
+    assert_eq!(m, Applied::Modified(2), "{:?}", texts(&r));
+    assert!(
+        texts(&r).contains(&"priority=10,tcp,tp_dst=80 actions=FLOOD".to_string()),
+        "{:?}",
+        texts(&r)
+    );
+    assert!(r.rules().iter().all(|x| x.stats.packets.load(Relaxed) == 3));
+    let mut ms = fm(fc::MODIFY_STRICT, 0, 20, vec![ip()], vec![out(1)]);
+    ms.flags = ff::RESET_COUNTS;
+    assert_eq!(
+        apply_flow_mod(&mut r, &ms, &p).unwrap(),
+        Applied::Modified(1)
+    );
+    let z: Vec<_> = r
+        .rules()
+        .iter()
+        .map(|x| x.stats.packets.load(Relaxed))
+        .collect();
+    assert_eq!(z.iter().filter(|&&n| n == 0).count(), 1);
+    // A modify that matches nothing adds nothing (1.3).
+    let n = r.len();
+    let none = fm(fc::MODIFY_STRICT, 0, 99, vec![ip()], vec![out(1)]);
+    assert_eq!(
+        apply_flow_mod(&mut r, &none, &p).unwrap(),
+        Applied::Modified(0)
+    );
+    assert_eq!(r.len(), n);
+    // A modify whose rewrite a selected rule's match cannot carry changes nothing.
+    let bad = fm(
+        fc::MODIFY,
+        0,
+        0,
+        vec![],
+        vec![Action::SetField(x(Of::TcpDst, 1))],
+    );
+    let e = apply_flow_mod(&mut r, &bad, &p).unwrap_err();
+    assert_eq!((e.type_, e.code), (et::BAD_ACTION, bac::MATCH_INCONSISTENT));
+
+    // Delete by cookie under a mask, in every table.
+    let mut d = fm(fc::DELETE, OFPTT_ALL, 0, vec![], vec![]);
+    d.cookie = 0x10;
+    d.cookie_mask = 0xff;
+    assert_eq!(apply_flow_mod(&mut r, &d, &p).unwrap(), Applied::Deleted(1));
+    // Delete by out_port.
+    let mut d = fm(fc::DELETE, OFPTT_ALL, 0, vec![], vec![]);
+    d.out_port = 1;
+    assert_eq!(
+        apply_flow_mod(&mut r, &d, &p).unwrap(),
+        Applied::Deleted(2),
+        "{:?}",
+        texts(&r)
+    );
+    // A group filter selects nothing (no rule has groups).
+    let mut d = fm(fc::DELETE, OFPTT_ALL, 0, vec![], vec![]);
+    d.out_group = 1;
+    assert_eq!(apply_flow_mod(&mut r, &d, &p).unwrap(), Applied::Deleted(0));
+    // Strict delete needs the priority.
+    let ds = fm(fc::DELETE_STRICT, 0, 11, tcp80(), vec![]);
+    assert_eq!(
+        apply_flow_mod(&mut r, &ds, &p).unwrap(),
+        Applied::Deleted(0)
+    );
+    let ds = fm(fc::DELETE_STRICT, 0, 10, tcp80(), vec![]);
+    assert_eq!(
+        apply_flow_mod(&mut r, &ds, &p).unwrap(),
+        Applied::Deleted(1)
+    );
+    // A filter on a port the bridge lacks selects nothing.
+    let d = fm(fc::DELETE, OFPTT_ALL, 0, vec![x(Of::InPort, 77)], vec![]);
+    assert_eq!(apply_flow_mod(&mut r, &d, &p).unwrap(), Applied::Deleted(0));
+    // Delete everything.
+    let d = fm(fc::DELETE, OFPTT_ALL, 0, vec![], vec![]);
+    assert_eq!(apply_flow_mod(&mut r, &d, &p).unwrap(), Applied::Deleted(1));
+    assert!(r.is_empty());
+}
+
+#[test]
+fn flow_stats_and_aggregate() {
+    let p = ports();
+    let mut r = BridgeRules::from_texts(&[
+        "priority=5,in_port=vm1,tcp,tp_dst=22 actions=mod_vlan_vid:3,output:vm2".into(),
+        "table=2,priority=1,cookie=0x7 actions=drop".into(),
+    ])
+    .unwrap();
+    r.rules()[0]
+        .stats
+        .packets
+        .store(4, std::sync::atomic::Ordering::Relaxed);
+    r.rules()[0]
+        .stats
+        .bytes
+        .store(400, std::sync::atomic::Ordering::Relaxed);
+    let s = flow_stats(&r.rules()[0], &p);
+    assert_eq!((s.priority, s.packet_count, s.byte_count), (5, 4, 400));
+    assert_eq!(
+        s.match_.fields,
+        vec![
+            x(Of::InPort, 1),
+            x(Of::EthType, 0x0800),
+            x(Of::IpProto, 6),
+            x(Of::TcpDst, 22)
+        ]
+    );
+    assert_eq!(
+        s.instructions,
+        vec![Instruction::ApplyActions(vec![
+            Action::SetField(x(Of::VlanVid, 0x1003)),
+            out(2)
+        ])]
+    );
+    let s = flow_stats(&r.rules()[1], &p);
+    assert_eq!((s.table_id, s.cookie), (2, 7));
+    assert!(s.instructions.is_empty(), "drop has no instructions");
+    let all = FlowStatsRequest {
+        table_id: OFPTT_ALL,
+        out_port: OFPP_ANY,
+        out_group: OFPG_ANY,
+        cookie: 0,
+        cookie_mask: 0,
+        match_: OfMatch::new(),
+    };
+    let a = aggregate(&r, &Selector::from_stats_request(&all, &p).unwrap());
+    assert_eq!((a.flow_count, a.packet_count, a.byte_count), (2, 4, 400));
+    let t2 = FlowStatsRequest {
+        table_id: 2,
+        ..all.clone()
+    };
+    let a = aggregate(&r, &Selector::from_stats_request(&t2, &p).unwrap());
+    assert_eq!(a.flow_count, 1);
+    let _ = &mut r;
+}

@@ -1,0 +1,476 @@
+//! OpenFlow over the bridge's management socket, as operators use it: `ovs-ofctl -O
+//! OpenFlow13 … unix:RUN_DIR/br0.mgmt` against ferrovsd, and the same sequence against real
+//! OVS (Debian's ovs-vswitchd with a `datapath_type=netdev` bridge and dummy ports, its own
+//! ovsdb-server and run directory): `dump-flows` of both, without statistics, must be the
+//! same. Then rules added by ovs-ofctl steer and drop real packets between two namespaces
+//! (TAP ports) and count them, while hostile connections come and go.
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use ferrovs_e2e::*;
+
+/// `ovs-ofctl -O OpenFlow13 CMD unix:SOCK ARGS…`: (success, stdout, stderr).
+fn ofctl(sock: &Path, cmd: &str, args: &[&str]) -> (bool, String, String) {
+    let mut c = Command::new("ovs-ofctl");
+    c.args(["-O", "OpenFlow13", "--timeout=10"]);
+    let (flags, rest): (Vec<&str>, Vec<&str>) = args.iter().partition(|a| a.starts_with("--"));
+    c.args(&flags)
+        .arg(cmd)
+        .arg(format!("unix:{}", sock.display()))
+        .args(&rest);
+    let o = c.output().expect("ovs-ofctl runs");
+    (
+        o.status.success(),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+fn ofctl_ok(sock: &Path, cmd: &str, args: &[&str]) -> String {
+    let (ok, out, err) = ofctl(sock, cmd, args);
+    assert!(ok, "ovs-ofctl {cmd} {args:?} on {}: {err}", sock.display());
+    out
+}
+
+/// `dump-flows --no-stats`, one rule a line, sorted (the two switches list in their own
+/// order).
+fn flows(sock: &Path) -> Vec<String> {
+    let out = ofctl_ok(sock, "dump-flows", &["--no-stats"]);
+    let mut v: Vec<String> = out
+        .lines()
+        .filter(|l| !l.starts_with("OFPST_FLOW"))
+        .map(|l| l.trim().to_string())
+        .collect();
+    v.sort();
+    v
+}
+
+/// A rule table both switches support (ports 1 and 2).
+const RULES: &[&str] = &[
+    "priority=100,ip,nw_dst=10.0.0.1,actions=output:2",
+    "priority=90,ip,nw_src=10.1.0.0/16,actions=output:1",
+    "priority=80,tcp,tp_dst=80,actions=mod_nw_tos:8,goto_table:1",
+    "priority=80,udp,tp_src=53,actions=output:1,output:2",
+    "priority=70,dl_dst=02:00:00:00:00:02,actions=output:2",
+    "priority=70,dl_src=02:00:00:00:00:01,actions=mod_dl_src:02:00:00:00:00:99,output:2",
+    "priority=60,dl_vlan=10,actions=pop_vlan,output:1",
+    "priority=60,dl_vlan=20,dl_vlan_pcp=3,actions=set_field:4126->vlan_vid,output:2",
+    "priority=50,arp,arp_tpa=10.0.0.1,actions=flood",
+    "priority=50,arp,arp_op=2,actions=all",
+    "priority=40,ipv6,ipv6_dst=2001:db8::1,actions=output:2",
+    "priority=40,icmp,icmp_type=8,actions=in_port",
+    "priority=40,icmp6,icmpv6_type=135,actions=normal",
+    "priority=30,in_port=1,actions=output:2",
+    "priority=30,in_port=2,actions=push_vlan:0x8100,set_field:4101->vlan_vid,output:1",
+    "priority=20,tcp,nw_dst=10.0.0.0/8,tp_src=22,actions=mod_tp_dst:2222,output:2",
+    "priority=20,cookie=0x10,udp,actions=mod_nw_dst:10.0.0.9,output:1",
+    "table=1,priority=10,actions=output:2",
+    "table=1,priority=5,in_port=1,actions=drop",
+    "priority=10,tun_id=0x5,actions=output:1",
+    "priority=10,idle_timeout=600,hard_timeout=900,ip,nw_tos=32,actions=drop",
+    "priority=5,ipv6,ipv6_src=2001:db8::/32,actions=set_field:2001:db8::9->ipv6_src,output:2",
+];
+
+/// The sequence both switches go through; returns each step's `dump-flows`.
+fn sequence(sock: &Path) -> Vec<(String, Vec<String>)> {
+    let mut steps = Vec::new();
+    for r in RULES {
+        ofctl_ok(sock, "add-flow", &[r]);
+    }
+    steps.push(("add-flow".to_string(), flows(sock)));
+    ofctl_ok(sock, "mod-flows", &["ip,actions=output:1"]);
+    steps.push(("mod-flows".to_string(), flows(sock)));
+    ofctl_ok(
+        sock,
+        "mod-flows",
+        &["--strict", "priority=30,in_port=1,actions=drop"],
+    );
+    steps.push(("mod-flows --strict".to_string(), flows(sock)));
+    ofctl_ok(sock, "del-flows", &["--strict", "priority=50,arp,arp_op=2"]);
+    steps.push(("del-flows --strict".to_string(), flows(sock)));
+    ofctl_ok(sock, "del-flows", &["tcp"]);
+    steps.push(("del-flows tcp".to_string(), flows(sock)));
+    ofctl_ok(sock, "del-flows", &["cookie=0x10/-1"]);
+    steps.push(("del-flows cookie".to_string(), flows(sock)));
+    ofctl_ok(sock, "del-flows", &["table=1"]);
+    steps.push(("del-flows table=1".to_string(), flows(sock)));
+    steps
+}
+
+/// Debian's ovs-vswitchd with bridge br0 (`datapath_type=netdev`) and dummy ports vm1/vm2
+/// as OpenFlow ports 1 and 2, everything in `dir`; killed on drop.
+/// ovs-vswitchd runs in a network namespace of its own (its netdev datapath creates a TAP
+/// named `ovs-netdev`, which another OVS on the host may hold).
+struct Ovs {
+    _vswitchd: Proc,
+    _db: ferrovs_e2e::ovsdb::OvsdbServer,
+    _net: Net,
+    mgmt: PathBuf,
+}
+
+fn start_ovs(dir: &Path) -> Ovs {
+    let mut net = Net::new();
+    let ns = Net::name("ovs");
+    net.netns(&ns);
+    let db = ferrovs_e2e::ovsdb::OvsdbServer::start(dir);
+    let d = dir.display().to_string();
+    let args = [
+        "netns".to_string(),
+        "exec".to_string(),
+        ns.clone(),
+        "/usr/bin/env".to_string(),
+        format!("OVS_RUNDIR={d}"),
+        format!("OVS_LOGDIR={d}"),
+        format!("OVS_DBDIR={d}"),
+        "/usr/sbin/ovs-vswitchd".to_string(),
+        db.remote(),
+        "--enable-dummy".to_string(),
+        format!("--unixctl={d}/ovs-vswitchd.ctl"),
+        format!("--pidfile={d}/ovs-vswitchd.pid"),
+        format!("--log-file={d}/ovs-vswitchd.log"),
+    ];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let vswitchd = Proc::spawn("ovs-vswitchd", dir, Path::new("/usr/sbin/ip"), &args);
+    db.vsctl(&[
+        "add-br",
+        "br0",
+        "--",
+        "set",
+        "bridge",
+        "br0",
+        "datapath_type=netdev",
+    ])
+    .expect("add-br");
+    for (p, n) in [("vm1", "1"), ("vm2", "2")] {
+        db.vsctl(&[
+            "add-port",
+            "br0",
+            p,
+            "--",
+            "set",
+            "Interface",
+            p,
+            "type=dummy",
+            &format!("ofport_request={n}"),
+        ])
+        .expect("add-port");
+    }
+    let mgmt = dir.join("br0.mgmt");
+    wait_until("OVS's br0.mgmt", 10, || UnixStream::connect(&mgmt).is_ok());
+    Ovs {
+        _vswitchd: vswitchd,
+        _db: db,
+        _net: net,
+        mgmt,
+    }
+}
+
+fn tools() -> bool {
+    require(
+        is_root()
+            && have("ip")
+            && have("ovs-ofctl")
+            && Path::new("/usr/sbin/ovs-vswitchd").exists()
+            && ovsdb::available(),
+        "ovs-ofctl, ovs-vswitchd, ovsdb-server and ovs-vsctl (Debian's openvswitch-switch)",
+    )
+}
+
+#[test]
+fn ovs_ofctl_programs_ferrovs_as_it_programs_ovs() {
+    if !tools() {
+        return;
+    }
+    let dir = run_dir("openflow");
+    let (pmd, _) = cores();
+    let _sw = start_switch(&dir, pmd, &[]);
+    let sock = dir.join("br0.mgmt");
+    wait_until("br0.mgmt", 10, || UnixStream::connect(&sock).is_ok());
+
+    // show, port descriptions, tables.
+    let show = ofctl_ok(&sock, "show", &[]);
+    assert!(show.contains("n_tables:254"), "{show}");
+    assert!(show.contains(" 1(vm1): addr:"), "{show}");
+    assert!(show.contains(" 2(vm2): addr:"), "{show}");
+    let desc = ofctl_ok(&sock, "dump-ports-desc", &[]);
+    assert!(desc.contains("state:      LINK_DOWN"), "{desc}");
+    let tables = ofctl_ok(&sock, "dump-tables", &[]);
+    assert!(tables.contains("table 0:"), "{tables}");
+    let ports = ofctl_ok(&sock, "dump-ports", &[]);
+    assert!(ports.contains("port  1: rx pkts=0"), "{ports}");
+    let d = ofctl_ok(&sock, "dump-desc", &[]);
+    assert!(d.contains("Manufacturer: ferrovs"), "{d}");
+
+    // The same sequence against OVS and ferrovs: the same rules at every step.
+    let ovs_dir = dir.join("ovs");
+    std::fs::create_dir_all(&ovs_dir).unwrap();
+    let ovs = start_ovs(&ovs_dir);
+    let want = sequence(&ovs.mgmt);
+    let got = sequence(&sock);
+    for ((step, w), (_, g)) in want.iter().zip(&got) {
+        assert_eq!(g, w, "after {step}: ferrovs (left) and OVS (right) differ");
+    }
+    assert!(want[0].1.len() >= 20, "{:?}", want[0]);
+
+    // Rules added over OpenFlow are the CLI's rules, saved with the configuration.
+    ofctl_ok(
+        &sock,
+        "add-flow",
+        &["priority=77,udp,tp_dst=9,actions=output:2"],
+    );
+    let cli_dump = cli_json(&dir, &["dump-flows", "br0"]);
+    assert!(
+        cli_dump
+            .to_string()
+            .contains("priority=77,udp,tp_dst=9 actions=output:vm2"),
+        "{cli_dump}"
+    );
+    let saved = std::fs::read_to_string(dir.join("ferrovs.conf.json")).unwrap();
+    assert!(saved.contains("priority=77,udp,tp_dst=9"), "{saved}");
+    // And survive a hot upgrade (the new daemon takes the socket over).
+    let _stop = StopCurrent(dir.clone());
+    upgrade(&dir, &[]).expect("upgrade");
+    wait_until("br0.mgmt after the upgrade", 10, || {
+        ofctl(&sock, "show", &[]).0
+    });
+    let after = flows(&sock);
+    assert!(
+        after
+            .iter()
+            .any(|l| l.contains("priority=77,udp,tp_dst=9 actions=output:2")),
+        "{after:?}"
+    );
+
+    // Refusals: ovs-ofctl prints the OpenFlow error (the same as OVS's where OVS refuses).
+    for (rule, err) in [
+        ("priority=1,actions=group:1", "OFPBAC_BAD_OUT_GROUP"),
+        ("priority=1,actions=output:9", "OFPBAC_BAD_OUT_PORT"),
+        ("priority=1,actions=controller", "OFPBAC_BAD_OUT_PORT"),
+        (
+            "priority=1,actions=set_queue:1,output:1",
+            "OFPBAC_BAD_QUEUE",
+        ),
+        ("priority=1,ip,actions=dec_ttl", "OFPBAC_BAD_TYPE"),
+        (
+            "priority=1,actions=meter:1,output:1",
+            "OFPMMFC_UNKNOWN_METER",
+        ),
+        (
+            "priority=1,actions=write_actions(output:1)",
+            "OFPBIC_UNSUP_INST",
+        ),
+        ("priority=1,metadata=1,actions=output:1", "OFPBMC_BAD_FIELD"),
+        (
+            "priority=1,arp,arp_sha=02:00:00:00:00:01,actions=output:1",
+            "OFPBMC_BAD_FIELD",
+        ),
+        (
+            "priority=1,ipv6,ipv6_label=5,actions=output:1",
+            "OFPBMC_BAD_FIELD",
+        ),
+    ] {
+        let (ok, _, e) = ofctl(&sock, "add-flow", &[rule]);
+        assert!(!ok, "{rule} was accepted");
+        assert!(e.contains(err), "{rule}: {e}");
+    }
+    let (ok, _, e) = ofctl(&sock, "add-group", &["group_id=1,type=all,bucket=output:1"]);
+    assert!(!ok && e.contains("OFPGMFC_OUT_OF_GROUPS"), "{e}");
+    let (ok, _, e) = ofctl(
+        &sock,
+        "add-meter",
+        &["meter=1,kbps,band=type=drop,rate=1000"],
+    );
+    assert!(!ok && e.contains("OFPMMFC_OUT_OF_METERS"), "{e}");
+    // The refusals changed nothing.
+    assert_eq!(flows(&sock), after);
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+fn privileged() -> bool {
+    require(
+        is_root() && have("ip") && have("ping") && Path::new("/dev/net/tun").exists(),
+        "root, iproute2, ping and /dev/net/tun (network namespaces, TAP)",
+    )
+}
+
+/// `n_packets` of the rule whose `dump-flows` line contains `what`.
+fn n_packets(sock: &Path, what: &str) -> u64 {
+    let out = ofctl_ok(sock, "dump-flows", &[]);
+    let line = out
+        .lines()
+        .find(|l| l.contains(what))
+        .unwrap_or_else(|| panic!("no rule {what} in {out}"));
+    let v = line.split("n_packets=").nth(1).unwrap();
+    v[..v.find(',').unwrap()].parse().unwrap()
+}
+
+fn ping(ns: &str, to: &str, count: u32) -> (u64, u64) {
+    let c = count.to_string();
+    let o = Net::exec(ns, &["ping", "-c", &c, "-i", "0.05", "-W", "1", to]);
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let line = out
+        .lines()
+        .find(|l| l.contains("packets transmitted"))
+        .unwrap_or_else(|| panic!("no ping summary: {out}"));
+    let num = |i: usize| -> u64 {
+        line.split(", ")
+            .nth(i)
+            .unwrap()
+            .split(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    (num(0), num(1))
+}
+
+#[test]
+fn rules_from_ovs_ofctl_steer_real_packets_and_hostile_peers_change_nothing() {
+    if !(privileged() && require(have("ovs-ofctl"), "ovs-ofctl")) {
+        return;
+    }
+    let dir = run_dir("openflow-traffic");
+    let (pmd, _) = cores();
+    // A bridge with nothing but two TAP ports (no vhost-user ports).
+    let conf = dir.join("conf.json");
+    std::fs::write(
+        &conf,
+        r#"{"version":1,"bridges":[{"name":"br0","ports":[]}],"pmd_cores":[0],"other":{}}"#,
+    )
+    .unwrap();
+    let c = conf.display().to_string();
+    let _sw = start_switch(&dir, pmd, &["--config", &c]);
+    let sock = dir.join("br0.mgmt");
+    wait_until("br0.mgmt", 10, || UnixStream::connect(&sock).is_ok());
+    // A peer past HELLO sees the ports come (PORT_STATUS, type 12).
+    let mut peer = UnixStream::connect(&sock).unwrap();
+    peer.write_all(&[4, 0, 0, 8, 0, 0, 0, 1]).unwrap();
+    peer.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut net = Net::new();
+    let (ns1, ns2) = (Net::name("of1-"), Net::name("of2-"));
+    let (t1, t2) = (Net::name("ta"), Net::name("tb"));
+    net.netns(&ns1);
+    net.netns(&ns2);
+    for (p, t, ns, a) in [
+        ("t1", &t1, &ns1, "10.8.0.1/24"),
+        ("t2", &t2, &ns2, "10.8.0.2/24"),
+    ] {
+        net.track_link(t);
+        let o = cli(
+            &dir,
+            &["add-port", "br0", p, "type=tap", &format!("dev={t}")],
+        );
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        net.move_into(t, ns, a);
+    }
+    let desc = ofctl_ok(&sock, "dump-ports-desc", &[]);
+    assert!(desc.contains("1(t1)") && desc.contains("2(t2)"), "{desc}");
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !(contains(&got, b"t1") && contains(&got, b"t2")) {
+        let n = peer.read(&mut buf).expect("PORT_STATUS of t1 and t2");
+        assert!(n > 0, "the switch closed the connection");
+        got.extend_from_slice(&buf[..n]);
+    }
+    // HELLO (16 bytes, with its version bitmap), then PORT_STATUS (80 bytes, reason ADD).
+    assert_eq!(&got[..4], &[4, 0, 0, 16]);
+    assert_eq!(&got[16..20], &[4, 12, 0, 80], "{got:?}");
+    assert_eq!(got[24], 0, "reason OFPPR_ADD");
+    drop(peer);
+
+    // Steer by port; ICMP counted by its own rule.
+    ofctl_ok(&sock, "del-flows", &[]);
+    ofctl_ok(
+        &sock,
+        "add-flow",
+        &["priority=10,in_port=1,actions=output:2"],
+    );
+    ofctl_ok(
+        &sock,
+        "add-flow",
+        &["priority=10,in_port=2,actions=output:1"],
+    );
+    ofctl_ok(
+        &sock,
+        "add-flow",
+        &["priority=20,icmp,in_port=1,actions=output:2"],
+    );
+    let (tx, rx) = ping(&ns1, "10.8.0.2", 20);
+    assert_eq!((tx, rx), (20, 20));
+    assert!(n_packets(&sock, "icmp,in_port=1") >= 20);
+    assert!(n_packets(&sock, "priority=10,in_port=2") >= 20);
+
+    // Drop ICMP from t1: pings fail, the drop rule counts them.
+    ofctl_ok(
+        &sock,
+        "add-flow",
+        &["priority=30,icmp,in_port=1,actions=drop"],
+    );
+    let (tx, rx) = ping(&ns1, "10.8.0.2", 10);
+    assert_eq!((tx, rx), (10, 0));
+    assert!(n_packets(&sock, "priority=30") >= 10);
+    ofctl_ok(
+        &sock,
+        "del-flows",
+        &["--strict", "priority=30,icmp,in_port=1"],
+    );
+
+    // Hostile peers while a ping runs: garbage, a truncated header, a 64 KiB message,
+    // a wrong version, a peer that never reads, 100 connections opened and abandoned.
+    let pinger = std::thread::spawn({
+        let ns1 = ns1.clone();
+        move || ping(&ns1, "10.8.0.2", 60)
+    });
+    let mut s = UnixStream::connect(&sock).unwrap();
+    let _ = s.write_all(&[0xde; 4096]);
+    drop(s);
+    let mut s = UnixStream::connect(&sock).unwrap();
+    let _ = s.write_all(&[4, 0, 0]);
+    drop(s);
+    let mut s = UnixStream::connect(&sock).unwrap();
+    let mut hello = vec![4u8, 0, 0, 8, 0, 0, 0, 1];
+    let mut big = vec![4u8, 14, 0xff, 0xff, 0, 0, 0, 2];
+    big.resize(65535, 0xab);
+    hello.extend_from_slice(&big);
+    let _ = s.write_all(&hello);
+    drop(s);
+    let mut s = UnixStream::connect(&sock).unwrap();
+    let _ = s.write_all(&[1, 0, 0, 8, 0, 0, 0, 1]);
+    drop(s);
+    // A peer that sends 9 MB of ECHO_REQUESTs and never reads a reply: dropped.
+    let mut s = UnixStream::connect(&sock).unwrap();
+    s.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
+    let _ = s.write_all(&[4, 0, 0, 8, 0, 0, 0, 1]);
+    let mut echo = vec![4u8, 2, 0xea, 0x68, 0, 0, 0, 3];
+    echo.resize(60008, 0x55);
+    let mut refused = false;
+    for _ in 0..150 {
+        if s.write_all(&echo).is_err() {
+            refused = true;
+            break;
+        }
+    }
+    assert!(refused, "a peer that never reads was not dropped");
+    drop(s);
+    let abandoned: Vec<UnixStream> = (0..100)
+        .map(|_| UnixStream::connect(&sock).unwrap())
+        .collect();
+    // The next ovs-ofctl works while they hang.
+    ofctl_ok(&sock, "show", &[]);
+    drop(abandoned);
+    let (tx, rx) = pinger.join().unwrap();
+    assert_eq!(tx, 60);
+    assert!(rx >= 59, "the switch forwarded throughout: {rx}/60");
+    ofctl_ok(&sock, "dump-flows", &[]);
+    let stats = ofctl_ok(&sock, "dump-ports", &["1"]);
+    assert!(!stats.contains("rx pkts=0,"), "{stats}");
+    std::thread::sleep(Duration::from_millis(100));
+}
