@@ -25,17 +25,21 @@
 # per-port the median and p99 round trip (ms); ratios ferrovs/OVS (below 1: ferrovs faster).
 # A cell that hits its timeout (--timeout S, per cell) says so and keeps what it measured.
 #
+# --raw FILE keeps every round's line (with each command's round trip, rtt_ms) in FILE.
+#
 #   bench/ovsdb.sh [--rounds 3] [--ports "1 100 1000"] [--peers "ferrovs ovs"] [--timeout 300]
+#                  [--raw FILE]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-rounds=3 ports="1 100 1000" who_list="ferrovs ovs" cell_timeout=300
+rounds=3 ports="1 100 1000" who_list="ferrovs ovs" cell_timeout=300 raw=
 while [ $# -gt 0 ]; do
     case $1 in
         --rounds) rounds=$2; shift 2 ;;
         --ports) ports=$2; shift 2 ;;
         --peers) who_list=$2; shift 2 ;;
         --timeout) cell_timeout=$2; shift 2 ;;
+        --raw) raw=$2; shift 2 ;;
         *) echo "unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -181,6 +185,7 @@ for round in $(seq "$rounds"); do
                 log "round $round $who N=$n $mode: $(jq -c 'del(.rtt_ms)' <<<"$r")"
                 jq -c --arg who "$who" --arg mode "$mode" --argjson n "$n" --argjson round "$round" \
                     '. + {who: $who, mode: $mode, ports: $n, round: $round}' <<<"$r" >>"$results"
+                [ -z "$raw" ] || tail -1 "$results" >>"$raw"
             done
         done
         stop_switch
@@ -189,12 +194,17 @@ done
 
 jq -s --argjson rounds "$rounds" --argjson timeout "$cell_timeout" --argjson core "$pmd" '
   def median: map(select(. != null)) | sort | if length == 0 then null else .[(length - 1) / 2 | floor] end;
+  # A round that timed out took longer than every round that did not: it counts as infinite,
+  # and a median that is one is null (the cell then says at_least_s: the timeout).
+  def median_t: map(. // 1e12) | sort | if length == 0 then null else .[(length - 1) / 2 | floor] end
+      | if . == null or . >= 1e12 then null else . end;
   def pct($p): sort | if length == 0 then null else .[((length * $p) | ceil) - 1] end;
   def r3: if . == null then null else (. * 1000 | round / 1000) end;
   def ratio($a; $b): if $a and $b and $b > 0 then (($a / $b) * 1000 | round / 1000) else null end;
   def summary: {
-      vsctl_s: (map(.vsctl_s) | median | r3), datapath_s: (map(.datapath_s) | median | r3),
-      sockets_s: (map(.sockets_s) | median | r3), del_br_s: (map(.del_br_s) | median | r3),
+      vsctl_s: (map(.vsctl_s) | median_t | r3), datapath_s: (map(.datapath_s) | median_t | r3),
+      sockets_s: (map(.sockets_s) | median_t | r3), del_br_s: (map(.del_br_s) | median | r3),
+      at_least_s: (if (map(.vsctl_s) | median_t) == null and any(.[]; .timed_out) then $timeout else null end),
       rtt_median_ms: (map(.rtt_ms // empty | median) | median | r3),
       rtt_p99_ms: (map(.rtt_ms // empty | pct(0.99)) | median | r3),
       commands: (map(.commands // empty) | median),
@@ -206,7 +216,11 @@ jq -s --argjson rounds "$rounds" --argjson timeout "$cell_timeout" --argjson cor
     | (group_by(.who) | map({key: .[0].who, value: summary}) | from_entries) as $by
     | {ports: $c.ports, mode: $c.mode, results: $by,
        ratio_ferrovs_to_ovs: (["vsctl_s", "datapath_s", "sockets_s", "del_br_s", "rtt_median_ms", "rtt_p99_ms"]
-         | map({key: ., value: ratio($by.ferrovs[.]; $by.ovs[.])}) | from_entries)})
+         | map({key: ., value: ratio($by.ferrovs[.]; $by.ovs[.])}) | from_entries)}
+       + (if $by.ovs.at_least_s and $by.ferrovs.vsctl_s then
+            {ratio_ferrovs_to_ovs_at_most: {vsctl_s: ratio($by.ferrovs.vsctl_s; $by.ovs.at_least_s),
+                                            datapath_s: ratio($by.ferrovs.datapath_s; $by.ovs.at_least_s)}}
+          else {} end))
   | {bench: "ovsdb",
      source: "ovs-vsctl (openvswitch 3.1) against ovsdb-server; ferrovsd --ovsdb vs ovs-vswitchd-dpdk",
      commands: {bridge: "ovs-vsctl add-br br0 -- set bridge br0 datapath_type=netdev",
