@@ -10,6 +10,8 @@
 #   ovs_start DIR CORE client SOCK1 SOCK2   # dpdkvhostuserclient ports: OVS connects to the
 #                                           # guests' sockets (QEMU server=on), reconnects
 #   ovs_restart_vswitchd DIR CORE           # stop and start ovs-vswitchd, database kept
+#   ovs_start_bare DIR CORE     # ovsdb-server and ovs-vswitchd only: no bridge, no port
+#                               # (vhost-sock-dir is DIR; the database at unix:DIR/db.sock)
 #   ovs_pmd_clear DIR; ovs_cycles_per_packet DIR; ovs_total_cycles_per_packet DIR; ovs_stop
 
 OVS_VSWITCHD=/usr/lib/openvswitch-switch-dpdk/ovs-vswitchd-dpdk
@@ -20,7 +22,7 @@ ovs_appctl() { ovs-appctl -t "$_ovs_dir/ovs-vswitchd.ctl" "$@"; }
 
 ovs_port_path() { echo "$1/vhu$2"; }
 
-ovs_start() {
+ovs_start_bare() {
     local dir=$1 core=$2
     _ovs_dir=$dir
     # Everything OVS puts in its run directory (vhost sockets, bridge mgmt sockets) goes here.
@@ -38,6 +40,10 @@ ovs_start() {
         other_config:dpdk-lcore-mask="$(printf '0x%x' $((1 << core)))" \
         other_config:vhost-sock-dir=.
     _ovs_vswitchd "$dir" || return 1
+}
+
+ovs_start() {
+    ovs_start_bare "$1" "$2" || return 1
     _ovs_ctl add-br br0 -- set bridge br0 datapath_type=netdev
     if [ "${3:-}" = client ]; then
         _ovs_ctl add-port br0 vhu1 -- set Interface vhu1 type=dpdkvhostuserclient \
