@@ -650,7 +650,7 @@ fn two_guests_on_ovs_vsctl_client_ports_ping() {
         (
             "a",
             "52:54:00:00:00:01",
-            "ferrovs.ip=10.0.0.1/24 ferrovs.cmd=ping ferrovs.peer=10.0.0.2 ferrovs.count=5",
+            "ferrovs.ip=10.0.0.1/24 ferrovs.cmd=ping ferrovs.peer=10.0.0.2 ferrovs.count=20",
         ),
     ] {
         let sock = dir.join(format!("vhu-{name}.sock")).display().to_string();
@@ -678,15 +678,18 @@ fn two_guests_on_ovs_vsctl_client_ports_ping() {
         .unwrap();
     }
     wait_console(&dir, "b", &["FERROVS-GUEST-READY 52:54:00:00:00:02"], 90);
-    let verdict = wait_console(&dir, "a", &["FERROVS-PING-OK", "FERROVS-PING-FAIL"], 120);
-    let st = cli_json(&dir, &["port-stats"]);
-    assert_eq!(verdict, "FERROVS-PING-OK", "port stats: {st}");
+    wait_console(&dir, "a", &["FERROVS-GUEST-READY 52:54:00:00:00:01"], 90);
+    // While both drivers run: guest a powers off once its 20 pings (1 s apart) are done, and
+    // its link goes down with it.
     for iface in ["vhua", "vhub"] {
         db.vsctl(&["wait-until", "Interface", iface, "link_state=up"])
             .unwrap();
         let f = db.get("Interface", iface, "status:features").unwrap();
         assert!(f.starts_with("0x"), "{f}");
     }
+    let verdict = wait_console(&dir, "a", &["FERROVS-PING-OK", "FERROVS-PING-FAIL"], 120);
+    let st = cli_json(&dir, &["port-stats"]);
+    assert_eq!(verdict, "FERROVS-PING-OK", "port stats: {st}");
 }
 
 /// In OVSDB mode the daemon hands over schema 3 only: a new daemon that restores only older
