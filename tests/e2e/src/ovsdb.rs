@@ -123,6 +123,14 @@ impl OvsdbServer {
         self.vsctl_with(&["--timeout=20"], args)
     }
 
+    /// `ovs-vsctl add-port BRIDGE NAME -- set Interface NAME SETTINGS...` (waits for the
+    /// switch, as `vsctl`).
+    pub fn add_port(&self, bridge: &str, name: &str, settings: &[&str]) -> Result<String, String> {
+        let mut a = vec!["add-port", bridge, name, "--", "set", "Interface", name];
+        a.extend_from_slice(settings);
+        self.vsctl(&a)
+    }
+
     /// `ovs-vsctl --no-wait`: does not wait for the switch to apply the change.
     pub fn vsctl_no_wait(&self, args: &[&str]) -> Result<String, String> {
         self.vsctl_with(&["--timeout=20", "--no-wait"], args)

@@ -146,18 +146,8 @@ fn start_ovs(dir: &Path) -> Ovs {
     ])
     .expect("add-br");
     for (p, n) in [("vm1", "1"), ("vm2", "2")] {
-        db.vsctl(&[
-            "add-port",
-            "br0",
-            p,
-            "--",
-            "set",
-            "Interface",
-            p,
-            "type=dummy",
-            &format!("ofport_request={n}"),
-        ])
-        .expect("add-port");
+        db.add_port("br0", p, &["type=dummy", &format!("ofport_request={n}")])
+            .expect("add-port");
     }
     let mgmt = dir.join("br0.mgmt");
     wait_until("OVS's br0.mgmt", 10, || UnixStream::connect(&mgmt).is_ok());

@@ -145,29 +145,17 @@ fn the_ovs_dpdk_documentation_sequence() {
             "rxonly",
         ],
     );
-    db.vsctl(&[
-        "add-port",
+    db.add_port(
         "br0",
         "vhu0",
-        "--",
-        "set",
-        "Interface",
-        "vhu0",
-        "type=dpdkvhostuserclient",
-        &format!("options:vhost-server-path={path}"),
-    ])
+        &[
+            "type=dpdkvhostuserclient",
+            &format!("options:vhost-server-path={path}"),
+        ],
+    )
     .unwrap();
-    db.vsctl(&[
-        "add-port",
-        "br0",
-        "dpdkvhostuser0",
-        "--",
-        "set",
-        "Interface",
-        "dpdkvhostuser0",
-        "type=dpdkvhostuser",
-    ])
-    .unwrap();
+    db.add_port("br0", "dpdkvhostuser0", &["type=dpdkvhostuser"])
+        .unwrap();
     // ferrovs listens at vhost-sock-dir (by default its run directory)/NAME.
     let server_sock = dir.join("dpdkvhostuser0");
     assert!(server_sock.exists());
@@ -284,11 +272,9 @@ fn bad_configuration_lands_in_interface_error() {
         "datapath_type=netdev",
     ])
     .unwrap();
+    // ovs-vsctl returns (cur_cfg) and warns about the interface's error.
     let add = |name: &str, settings: &[&str]| {
-        let mut a = vec!["add-port", "br0", name, "--", "set", "Interface", name];
-        a.extend_from_slice(settings);
-        // ovs-vsctl returns (cur_cfg) and warns about the interface's error.
-        db.vsctl(&a).unwrap();
+        db.add_port("br0", name, settings).unwrap();
     };
     add("good1", &["type=dpdkvhostuser", "ofport_request=7"]);
     add("good2", &["type=dpdkvhostuser"]);
@@ -307,17 +293,7 @@ fn bad_configuration_lands_in_interface_error() {
         "datapath_type=system",
     ])
     .unwrap();
-    db.vsctl(&[
-        "add-port",
-        "brs",
-        "sysp",
-        "--",
-        "set",
-        "Interface",
-        "sysp",
-        "type=dpdkvhostuser",
-    ])
-    .unwrap();
+    db.add_port("brs", "sysp", &["type=dpdkvhostuser"]).unwrap();
     let cases = [
         ("weird", "interface type gre0 is not supported"),
         (
@@ -386,17 +362,7 @@ fn ovsdb_server_restart_under_traffic() {
     ])
     .unwrap();
     for p in ["p1", "p2"] {
-        db.vsctl(&[
-            "add-port",
-            "br0",
-            p,
-            "--",
-            "set",
-            "Interface",
-            p,
-            "type=dpdkvhostuser",
-        ])
-        .unwrap();
+        db.add_port("br0", p, &["type=dpdkvhostuser"]).unwrap();
     }
     stream(
         &dir,
@@ -411,17 +377,7 @@ fn ovsdb_server_restart_under_traffic() {
             db.run();
         },
     );
-    db.vsctl(&[
-        "add-port",
-        "br0",
-        "p3",
-        "--",
-        "set",
-        "Interface",
-        "p3",
-        "type=dpdkvhostuser",
-    ])
-    .unwrap();
+    db.add_port("br0", "p3", &["type=dpdkvhostuser"]).unwrap();
     assert!(port(&dir, "p3").is_some());
     assert_eq!(db.get("Interface", "p3", "error").unwrap(), "[]");
     let s = cli_json(&dir, &["show"]);
@@ -448,17 +404,7 @@ fn hot_upgrade_in_ovsdb_mode_under_traffic() {
     ])
     .unwrap();
     for p in ["p1", "p2"] {
-        db.vsctl(&[
-            "add-port",
-            "br0",
-            p,
-            "--",
-            "set",
-            "Interface",
-            p,
-            "type=dpdkvhostuser",
-        ])
-        .unwrap();
+        db.add_port("br0", p, &["type=dpdkvhostuser"]).unwrap();
     }
     db.vsctl(&["set", "Interface", "p2", "ofport_request=9"])
         .unwrap();
@@ -480,17 +426,7 @@ fn hot_upgrade_in_ovsdb_mode_under_traffic() {
         assert_eq!(st["connects"], 1, "{p} was not reconfigured: {st}");
     }
     assert_eq!(port(&dir, "p2").unwrap()["ofport"], 9);
-    db.vsctl(&[
-        "add-port",
-        "br0",
-        "p3",
-        "--",
-        "set",
-        "Interface",
-        "p3",
-        "type=dpdkvhostuser",
-    ])
-    .unwrap();
+    db.add_port("br0", "p3", &["type=dpdkvhostuser"]).unwrap();
     assert!(port(&dir, "p3").is_some());
     assert_eq!(db.get("Interface", "p2", "ofport").unwrap(), "9");
     let s = cli_json(&dir, &["show"]);
@@ -574,17 +510,7 @@ fn configured_over_tcp() {
         "datapath_type=netdev",
     ])
     .unwrap();
-    db.vsctl(&[
-        "add-port",
-        "br0",
-        "p1",
-        "--",
-        "set",
-        "Interface",
-        "p1",
-        "type=dpdkvhostuser",
-    ])
-    .unwrap();
+    db.add_port("br0", "p1", &["type=dpdkvhostuser"]).unwrap();
     assert!(port(&dir, "p1").is_some());
     assert_eq!(db.get("Interface", "p1", "ofport").unwrap(), "1");
     let s = cli_json(&dir, &["show"]);
@@ -664,17 +590,14 @@ fn two_guests_on_ovs_vsctl_client_ports_ping() {
         ));
         wait_until("guest socket", 20, || Path::new(&sock).exists());
         let iface = format!("vhu{name}");
-        db.vsctl(&[
-            "add-port",
+        db.add_port(
             "br0",
             &iface,
-            "--",
-            "set",
-            "Interface",
-            &iface,
-            "type=dpdkvhostuserclient",
-            &format!("options:vhost-server-path={sock}"),
-        ])
+            &[
+                "type=dpdkvhostuserclient",
+                &format!("options:vhost-server-path={sock}"),
+            ],
+        )
         .unwrap();
     }
     wait_console(&dir, "b", &["FERROVS-GUEST-READY 52:54:00:00:00:02"], 90);
@@ -714,17 +637,7 @@ fn ovsdb_mode_hands_over_schema_3_only() {
     ])
     .unwrap();
     for p in ["p1", "p2"] {
-        db.vsctl(&[
-            "add-port",
-            "br0",
-            p,
-            "--",
-            "set",
-            "Interface",
-            p,
-            "type=dpdkvhostuser",
-        ])
-        .unwrap();
+        db.add_port("br0", p, &["type=dpdkvhostuser"]).unwrap();
     }
     db.vsctl(&["set", "Interface", "p2", "ofport_request=9"])
         .unwrap();
