@@ -308,6 +308,8 @@ impl Daemon {
             return Err(refuse(&ch, e));
         }
         log::info!("upgrade: handing over to pid {pid} (ferrovsd {version})");
+        // Rules OpenFlow changed since the last tick go into the configuration handed over.
+        self.of_save(true);
         let mut fds = FdList::default();
         let mut state = self.export_state(&mut fds);
         state.schema = schema;

@@ -21,6 +21,8 @@
 //!   once the old one is gone (connections are not handed over: ovs-ofctl reconnects per
 //!   command).
 
+use std::collections::BTreeSet;
+
 use ferrovs_openflow::error::{et, gmfc, hfc, mmfc, pmfc, rrfc};
 use ferrovs_openflow::message::{capabilities, role};
 use ferrovs_openflow::multipart::{
@@ -76,6 +78,14 @@ pub(super) struct OfState {
     listeners: HashMap<String, (UnixListener, u64)>,
     conns: HashMap<u64, OfConn>,
     pub counters: OfCounters,
+    /// Bridges whose rules changed in the messages being handled: published once they are
+    /// all handled (or at a barrier), not once per FLOW_MOD.
+    unpublished: BTreeSet<String>,
+    /// Bridges whose rules changed since the configuration was last written (on the tick).
+    unsaved: BTreeSet<String>,
+    /// No write before this (a write of n rules costs O(n): at most a tenth of the time goes
+    /// to them while FLOW_MODs keep coming).
+    save_after: Option<Instant>,
 }
 
 /// The management socket's path of `bridge`.
@@ -138,8 +148,41 @@ impl Daemon {
         }
     }
 
+    /// Publishes the rule changes of the messages handled so far (one pipeline build per
+    /// bridge for a whole batch of FLOW_MODs). Called once the messages a connection sent
+    /// are handled, and before a BARRIER_REPLY promises they are in effect.
+    pub(super) fn of_publish(&mut self) {
+        if self.openflow.unpublished.is_empty() {
+            return;
+        }
+        for b in std::mem::take(&mut self.openflow.unpublished) {
+            if let Some(b) = self.bridges.get_mut(&b) {
+                b.dirty = true;
+            }
+        }
+        self.publish();
+    }
+
+    /// Copies OpenFlow's rule changes into the configuration and writes it: on the tick (a
+    /// flood of FLOW_MODs rewrites the file now and then, not once per message: see
+    /// [`OfState::save_after`]) and, with `now`, before a handover or shutdown.
+    pub(super) fn of_save(&mut self, now: bool) {
+        if self.openflow.unsaved.is_empty()
+            || (!now && self.openflow.save_after.is_some_and(|t| Instant::now() < t))
+        {
+            return;
+        }
+        let t0 = Instant::now();
+        for b in std::mem::take(&mut self.openflow.unsaved) {
+            self.sync_flows_config(&b);
+        }
+        self.save();
+        self.openflow.save_after = Some(Instant::now() + t0.elapsed() * 9);
+    }
+
     /// The tick: binds the sockets of bridges that have none yet (after a takeover).
     pub(super) fn of_tick(&mut self) {
+        self.of_save(false);
         let missing: Vec<String> = self
             .bridges
             .keys()
@@ -153,6 +196,7 @@ impl Daemon {
 
     /// Removes every management socket (shutdown).
     pub(super) fn of_shutdown(&mut self) {
+        self.of_save(true);
         let names: Vec<String> = self.openflow.listeners.keys().cloned().collect();
         for b in names {
             self.of_unlisten(&b);
@@ -253,6 +297,7 @@ impl Daemon {
             // Writable again: messages that waited for the backlog to drain.
             self.of_handle(&mut c);
         }
+        self.of_publish();
         if !flush(&mut c) {
             eof = true;
         }
@@ -387,7 +432,11 @@ impl Daemon {
             ),
             // Fragments are treated normally, and nothing goes to a controller yet.
             Message::SetConfig(_) => {}
-            Message::BarrierRequest => reply(c, &Message::BarrierReply),
+            Message::BarrierRequest => {
+                // What came before the barrier is in effect when it is answered.
+                self.of_publish();
+                reply(c, &Message::BarrierReply)
+            }
             Message::RoleRequest(r) => {
                 // One management connection at a time has no one to compete with: equal
                 // and master are granted as asked; slave would refuse every change, which
@@ -512,10 +561,8 @@ impl Daemon {
             ofmap::Applied::Modified(n) | ofmap::Applied::Deleted(n) => n > 0,
         };
         if changed {
-            b.dirty = true;
-            self.sync_flows_config(bridge);
-            self.publish();
-            self.save();
+            self.openflow.unpublished.insert(bridge.to_string());
+            self.openflow.unsaved.insert(bridge.to_string());
         }
         Ok(())
     }
