@@ -31,10 +31,33 @@ pub enum Expiry {
     Hard,
 }
 
+/// What identifies a rule for OpenFlow's add (same table, priority and match: replace).
+type RuleKey = (u8, u16, Option<String>, Match);
+
+fn rule_key(s: &FlowSpec) -> RuleKey {
+    (s.table, s.priority, s.in_port.clone(), s.m)
+}
+
+/// A change of the rules since the pipeline was last published, to apply to a copy of it
+/// ([`ferrovs_flow::Pipeline::insert`], [`ferrovs_flow::Pipeline::remove`]).
+#[derive(Debug, Clone)]
+pub enum RuleChange {
+    /// Added, or replaced one of the same table, match and priority.
+    Upsert(FlowSpec, Arc<RuleStats>),
+    Removed(FlowSpec),
+}
+
 /// The rules of one bridge.
 #[derive(Debug, Clone)]
 pub struct BridgeRules {
     rules: Vec<StoredRule>,
+    /// Each rule's position by its key, kept across adds so that rules added one at a time
+    /// (OpenFlow, one FLOW_MOD each) cost O(1) each; dropped by anything that removes or may
+    /// reorder rules, and built again by the next add.
+    index: Option<HashMap<RuleKey, usize>>,
+    /// What changed since [`BridgeRules::take_changes`]; `None`: more than a log is worth
+    /// (or a change made through [`BridgeRules::rules_mut`]): build the pipeline anew.
+    changes: Option<Vec<RuleChange>>,
 }
 
 impl Default for BridgeRules {
@@ -70,7 +93,11 @@ pub struct BadRule {
 impl BridgeRules {
     /// A bridge's rules when created: the default NORMAL rule.
     pub fn new() -> BridgeRules {
-        let mut r = BridgeRules { rules: vec![] };
+        let mut r = BridgeRules {
+            rules: vec![],
+            index: None,
+            changes: None,
+        };
         r.add(vec![default_rule()]);
         r
     }
@@ -84,7 +111,11 @@ impl BridgeRules {
                 source,
             })?);
         }
-        let mut r = BridgeRules { rules: vec![] };
+        let mut r = BridgeRules {
+            rules: vec![],
+            index: None,
+            changes: None,
+        };
         r.add(specs);
         Ok(r)
     }
@@ -100,6 +131,8 @@ impl BridgeRules {
 
     /// The rules to change in place (OpenFlow's modify and delete, `crate::openflow`).
     pub fn rules_mut(&mut self) -> &mut Vec<StoredRule> {
+        self.index = None;
+        self.changes = None;
         &mut self.rules
     }
 
@@ -114,29 +147,24 @@ impl BridgeRules {
     /// Adds rules in order; a rule with the same table, priority and match as an installed
     /// one replaces it (its counters start again), as OpenFlow's add.
     pub fn add(&mut self, specs: Vec<FlowSpec>) {
-        // Bulk loads replace by index: hash the (table, priority, match) of what is there.
-        let mut index: std::collections::HashMap<(u8, u16, Option<String>, Match), usize> = self
-            .rules
-            .iter()
-            .enumerate()
-            .map(|(i, r)| {
-                (
-                    (
-                        r.spec.table,
-                        r.spec.priority,
-                        r.spec.in_port.clone(),
-                        r.spec.m,
-                    ),
-                    i,
-                )
-            })
-            .collect();
+        let rules = &self.rules;
+        let index = self.index.get_or_insert_with(|| {
+            rules
+                .iter()
+                .enumerate()
+                .map(|(i, r)| (rule_key(&r.spec), i))
+                .collect()
+        });
         let now = Instant::now();
         for spec in specs {
-            let k = (spec.table, spec.priority, spec.in_port.clone(), spec.m);
+            let k = rule_key(&spec);
+            let stats = Arc::new(RuleStats::default());
+            if let Some(log) = &mut self.changes {
+                log.push(RuleChange::Upsert(spec.clone(), stats.clone()));
+            }
             let rule = StoredRule {
                 spec,
-                stats: Arc::new(RuleStats::default()),
+                stats,
                 installed: now,
             };
             match index.get(&k) {
@@ -147,12 +175,43 @@ impl BridgeRules {
                 }
             }
         }
+        self.bound_log();
+    }
+
+    /// The changes since the last call (`None`: build the pipeline from all rules), and a
+    /// fresh log from here on.
+    pub fn take_changes(&mut self) -> Option<Vec<RuleChange>> {
+        self.changes.replace(Vec::new())
+    }
+
+    /// A log longer than the rules is not worth applying one by one.
+    fn bound_log(&mut self) {
+        if self
+            .changes
+            .as_ref()
+            .is_some_and(|l| l.len() > self.rules.len().max(64))
+        {
+            self.changes = None;
+        }
     }
 
     /// Removes the rules `filter` selects (strict: same match and priority); how many.
     pub fn delete(&mut self, filter: &FlowFilter, strict: bool) -> usize {
         let before = self.rules.len();
-        self.rules.retain(|r| !filter.selects(&r.spec, strict));
+        let log = &mut self.changes;
+        self.rules.retain(|r| {
+            let keep = !filter.selects(&r.spec, strict);
+            if !keep {
+                if let Some(log) = log {
+                    log.push(RuleChange::Removed(r.spec.clone()));
+                }
+            }
+            keep
+        });
+        if self.rules.len() != before {
+            self.index = None;
+        }
+        self.bound_log();
         before - self.rules.len()
     }
 
@@ -178,6 +237,13 @@ impl BridgeRules {
             }
             true
         });
+        if !gone.is_empty() {
+            self.index = None;
+            if let Some(log) = &mut self.changes {
+                log.extend(gone.iter().map(|(s, _)| RuleChange::Removed(s.clone())));
+            }
+            self.bound_log();
+        }
         gone
     }
 
@@ -204,6 +270,29 @@ impl BridgeRules {
             self.rules.iter().map(|r| (&r.spec, r.stats.clone())),
             resolve,
         )
+    }
+
+    /// The pipeline after the changes since the last call: `current` (the one published,
+    /// built with the same `resolve`) with the logged changes applied — O(changes · log n) —
+    /// or, without a usable log or `current`, built from every rule.
+    pub fn rebuild(
+        &mut self,
+        current: Option<&Pipeline>,
+        resolve: &dyn Fn(&str) -> Option<u32>,
+    ) -> Pipeline {
+        match (self.take_changes(), current) {
+            (Some(log), Some(cur)) => {
+                let mut p = cur.clone();
+                for c in log {
+                    match c {
+                        RuleChange::Upsert(spec, stats) => p.insert(&spec, stats, resolve),
+                        RuleChange::Removed(spec) => p.remove(&spec, resolve),
+                    }
+                }
+                p
+            }
+            _ => self.build(resolve),
+        }
     }
 }
 
@@ -341,6 +430,70 @@ mod tests {
         let f = ferrovs_flow::parse_filter("in_port=vm1").unwrap();
         assert_eq!(r.delete(&f, false), 1);
         assert!(r.is_plain_normal());
+    }
+
+    /// The rules of `r` as (table, priority, text) in a canonical order, from a pipeline.
+    fn pipeline_rules(p: &Pipeline) -> Vec<(usize, u16, String)> {
+        let mut v: Vec<(usize, u16, String)> = (0..p.tables())
+            .flat_map(|t| {
+                p.table_rules(t)
+                    .into_iter()
+                    .map(move |(m, prio, rule)| (t, prio, format!("{m:?} {:?}", rule.actions)))
+            })
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn the_change_log_rebuilds_the_pipeline_a_full_build_would() {
+        let resolve = |n: &str| n.strip_prefix("vm").and_then(|x| x.parse().ok());
+        let mut r = BridgeRules::new();
+        r.add(specs(&[
+            "priority=10,in_port=vm1 actions=output:vm2",
+            "priority=20,ip,nw_dst=10.0.0.1 actions=drop",
+        ]));
+        // No log yet: built from every rule.
+        let mut p = r.rebuild(None, &resolve);
+        assert_eq!(pipeline_rules(&p), pipeline_rules(&r.build(&resolve)));
+        let steps: [&dyn Fn(&mut BridgeRules); 4] = [
+            &|r| {
+                r.add(specs(&[
+                    "priority=20,ip,nw_dst=10.0.0.1 actions=output:vm1",
+                ]))
+            },
+            &|r| {
+                r.add(specs(&[
+                    "table=1,priority=5,ip actions=normal",
+                    "priority=1 actions=drop",
+                ]))
+            },
+            &|r| {
+                let f = ferrovs_flow::parse_filter("in_port=vm1").unwrap();
+                assert_eq!(r.delete(&f, false), 1);
+            },
+            &|r| {
+                let far = Instant::now() + std::time::Duration::from_secs(3600);
+                r.add(specs(&["priority=7,hard_timeout=1,arp actions=flood"]));
+                assert_eq!(r.expire(far, |_| std::time::Duration::ZERO).len(), 1);
+            },
+        ];
+        for (i, step) in steps.iter().enumerate() {
+            step(&mut r);
+            assert!(
+                r.changes.as_ref().is_some_and(|l| !l.is_empty()),
+                "step {i} logged nothing"
+            );
+            p = r.rebuild(Some(&p), &resolve);
+            assert_eq!(
+                pipeline_rules(&p),
+                pipeline_rules(&r.build(&resolve)),
+                "step {i}"
+            );
+        }
+        // A change through rules_mut has no log: the next rebuild is a full one.
+        r.rules_mut()[0].spec.actions = vec![ActionSpec::Drop];
+        assert!(r.take_changes().is_none());
     }
 
     #[test]

@@ -12,10 +12,15 @@
 //! for IP addresses, so a /8 rule does not make every megaflow match all 32 bits); we do not
 //! yet, so megaflows here can be more specific than OVS's for the same rules.
 //!
+//! Each subtable's map is a persistent hash map (`imbl`): cloning a classifier costs one
+//! pointer per subtable, and the clone shares every entry with the original until one of them
+//! changes it. The control plane changes a copy of the published pipeline by a rule or a few
+//! (an OpenFlow FLOW_MOD) in O(log n), instead of building all n rules again.
+//!
 //! Thread-safety: none inside; a classifier is built by the control plane and then shared
 //! read-only (inside an immutable [`crate::Pipeline`]).
 
-use std::collections::HashMap;
+use imbl::HashMap;
 
 use crate::key::FlowKey;
 use crate::matching::Match;
@@ -36,7 +41,7 @@ struct Subtable<T> {
     count: usize,
 }
 
-impl<T> Subtable<T> {
+impl<T: Clone> Subtable<T> {
     fn recompute_max(&mut self) {
         self.max_priority = self
             .rules
@@ -56,13 +61,13 @@ pub struct Classifier<T> {
     seq: u64,
 }
 
-impl<T> Default for Classifier<T> {
+impl<T: Clone> Default for Classifier<T> {
     fn default() -> Self {
         Classifier::new()
     }
 }
 
-impl<T> Classifier<T> {
+impl<T: Clone> Classifier<T> {
     pub fn new() -> Self {
         Classifier {
             subtables: Vec::new(),

@@ -80,7 +80,7 @@ pub struct CompiledRule {
     pub priority: u16,
     pub actions: Vec<ResolvedAction>,
     pub stats: Arc<RuleStats>,
-    /// Position in the build order.
+    /// Order of insertion into the pipeline (from 1).
     pub id: u64,
 }
 
@@ -97,12 +97,16 @@ pub struct Translation {
 /// Most table visits per translation (loop safety; gotos only go forward anyway).
 const MAX_VISITS: usize = 64;
 
-/// The rule tables of a bridge.
-#[derive(Debug, Default)]
+/// The rule tables of a bridge. Cloning is cheap (the tables are persistent maps, see
+/// [`Classifier`]): a change of a few rules is a clone of the published pipeline, then
+/// [`Pipeline::insert`]/[`Pipeline::remove`] on it.
+#[derive(Debug, Default, Clone)]
 pub struct Pipeline {
     tables: Vec<Classifier<Arc<CompiledRule>>>,
     rules: usize,
     plain_normal: bool,
+    /// The last [`CompiledRule::id`] given.
+    next_id: u64,
 }
 
 impl Pipeline {
@@ -116,48 +120,10 @@ impl Pipeline {
         let mut p = Pipeline::default();
         let mut only: Option<&FlowSpec> = None;
         let mut n = 0usize;
-        for (i, (spec, stats)) in rules.into_iter().enumerate() {
+        for (spec, stats) in rules {
             n += 1;
             only = if n == 1 { Some(spec) } else { None };
-            let mut m = spec.m;
-            if let Some(name) = &spec.in_port {
-                match resolve(name) {
-                    Some(id) => m.set(Field::InPort, u128::from(id), u128::from(u32::MAX)),
-                    None => continue,
-                }
-            }
-            let actions = spec
-                .actions
-                .iter()
-                .map(|a| match a {
-                    ActionSpec::Output(n) => ResolvedAction::Output(resolve(n)),
-                    ActionSpec::Mirror(n) => ResolvedAction::Mirror(resolve(n)),
-                    ActionSpec::InPort => ResolvedAction::InPort,
-                    ActionSpec::Normal => ResolvedAction::Normal,
-                    ActionSpec::Flood | ActionSpec::All => ResolvedAction::Flood,
-                    ActionSpec::Drop => ResolvedAction::Drop,
-                    ActionSpec::SetField(f, v) => ResolvedAction::SetField(*f, *v),
-                    ActionSpec::SetVlanVid(v) => ResolvedAction::SetVlanVid(*v),
-                    ActionSpec::SetVlanPcp(v) => ResolvedAction::SetVlanPcp(*v),
-                    ActionSpec::PopVlan => ResolvedAction::PopVlan,
-                    ActionSpec::PushVlan(_) => ResolvedAction::PushVlan,
-                    ActionSpec::SetTunnel(t) => ResolvedAction::SetTunnel(*t),
-                    ActionSpec::GotoTable(t) => ResolvedAction::GotoTable(*t),
-                })
-                .collect();
-            let t = usize::from(spec.table);
-            while p.tables.len() <= t {
-                p.tables.push(Classifier::new());
-            }
-            let rule = Arc::new(CompiledRule {
-                priority: spec.priority,
-                actions,
-                stats,
-                id: i as u64,
-            });
-            if p.tables[t].insert(m, spec.priority, rule).is_none() {
-                p.rules += 1;
-            }
+            p.insert(spec, stats, resolve);
         }
         p.plain_normal = only.is_some_and(|s| {
             n == 1
@@ -167,6 +133,80 @@ impl Pipeline {
                 && s.actions == [ActionSpec::Normal]
         });
         p
+    }
+
+    /// The match a rule is classified by: its own with `in_port` resolved; `None` when the
+    /// port does not resolve (the rule can match nothing).
+    fn classified_match(
+        spec: &FlowSpec,
+        resolve: &dyn Fn(&str) -> Option<u32>,
+    ) -> Option<crate::Match> {
+        let mut m = spec.m;
+        if let Some(name) = &spec.in_port {
+            let id = resolve(name)?;
+            m.set(Field::InPort, u128::from(id), u128::from(u32::MAX));
+        }
+        Some(m)
+    }
+
+    /// Adds one rule (replacing one of the same table, match and priority), as
+    /// [`Pipeline::build`] adds each. The result is no longer [`Pipeline::is_plain_normal`].
+    pub fn insert(
+        &mut self,
+        spec: &FlowSpec,
+        stats: Arc<RuleStats>,
+        resolve: &dyn Fn(&str) -> Option<u32>,
+    ) {
+        self.plain_normal = false;
+        let Some(m) = Self::classified_match(spec, resolve) else {
+            return;
+        };
+        let actions = spec
+            .actions
+            .iter()
+            .map(|a| match a {
+                ActionSpec::Output(n) => ResolvedAction::Output(resolve(n)),
+                ActionSpec::Mirror(n) => ResolvedAction::Mirror(resolve(n)),
+                ActionSpec::InPort => ResolvedAction::InPort,
+                ActionSpec::Normal => ResolvedAction::Normal,
+                ActionSpec::Flood | ActionSpec::All => ResolvedAction::Flood,
+                ActionSpec::Drop => ResolvedAction::Drop,
+                ActionSpec::SetField(f, v) => ResolvedAction::SetField(*f, *v),
+                ActionSpec::SetVlanVid(v) => ResolvedAction::SetVlanVid(*v),
+                ActionSpec::SetVlanPcp(v) => ResolvedAction::SetVlanPcp(*v),
+                ActionSpec::PopVlan => ResolvedAction::PopVlan,
+                ActionSpec::PushVlan(_) => ResolvedAction::PushVlan,
+                ActionSpec::SetTunnel(t) => ResolvedAction::SetTunnel(*t),
+                ActionSpec::GotoTable(t) => ResolvedAction::GotoTable(*t),
+            })
+            .collect();
+        let t = usize::from(spec.table);
+        while self.tables.len() <= t {
+            self.tables.push(Classifier::new());
+        }
+        self.next_id += 1;
+        let rule = Arc::new(CompiledRule {
+            priority: spec.priority,
+            actions,
+            stats,
+            id: self.next_id,
+        });
+        if self.tables[t].insert(m, spec.priority, rule).is_none() {
+            self.rules += 1;
+        }
+    }
+
+    /// Removes the rule of `spec`'s table, match and priority, if there is one.
+    pub fn remove(&mut self, spec: &FlowSpec, resolve: &dyn Fn(&str) -> Option<u32>) {
+        self.plain_normal = false;
+        let Some(m) = Self::classified_match(spec, resolve) else {
+            return;
+        };
+        if let Some(c) = self.tables.get_mut(usize::from(spec.table)) {
+            if c.remove(&m, spec.priority).is_some() {
+                self.rules -= 1;
+            }
+        }
     }
 
     /// Rules installed (those that can match).

@@ -95,11 +95,16 @@ impl Daemon {
             }
             b.dirty = false;
             b.gen += 1;
+            let same_ports = members == b.built_ports;
             b.pipeline = if b.rules.is_plain_normal() {
+                b.rules.take_changes();
                 None
             } else {
                 let resolve = |n: &str| members.iter().find(|(m, _)| m == n).map(|(_, id)| *id);
-                Some(Arc::new(b.rules.build(&resolve)))
+                // A few rules changed, the ports did not: change a copy of the published
+                // pipeline (OpenFlow's one FLOW_MOD per barrier stays O(log n)).
+                let current = b.pipeline.as_deref().filter(|_| same_ports);
+                Some(Arc::new(b.rules.rebuild(current, &resolve)))
             };
             b.built_ports = members;
             rebuilt.push(name.clone());
