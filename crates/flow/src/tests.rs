@@ -474,3 +474,43 @@ fn incremental_changes_translate_as_a_fresh_build() {
         }
     }
 }
+
+/// Slow-path cost: nanoseconds per translation (an upcall's classifier lookups) of random
+/// keys through 10 000 rules: random ones in 3 tables (many masks), and one /32 destination
+/// each (one mask, as a controller's host routes). Run with
+/// `cargo test --release -p ferrovs-flow bench_translate -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn bench_translate() {
+    let mut r = Rng::new(3);
+    let random: Vec<FlowSpec> = (0..10_000)
+        .map(|_| {
+            let t = r.below(3) as u8;
+            parse_flow(&random_rule(&mut r, t)).unwrap()
+        })
+        .collect();
+    let hosts: Vec<FlowSpec> = (0..10_000u32)
+        .map(|i| {
+            let a = std::net::Ipv4Addr::from(0x0a00_0000 + (i % 1024) * 256 + i / 1024);
+            parse_flow(&format!("priority=100,ip,nw_dst={a} actions=output:p1")).unwrap()
+        })
+        .collect();
+    let keys: Vec<FlowKey> = (0..4096).map(|_| random_key(&mut r)).collect();
+    for (name, specs) in [("random", &random), ("hosts", &hosts)] {
+        let p = Pipeline::build(
+            specs.iter().map(|s| (s, Arc::new(RuleStats::default()))),
+            &resolve,
+        );
+        let mut best = f64::MAX;
+        for _ in 0..30 {
+            let t0 = std::time::Instant::now();
+            let mut n = 0usize;
+            for k in &keys {
+                n += p.translate(k).actions.len();
+            }
+            std::hint::black_box(n);
+            best = best.min(t0.elapsed().as_nanos() as f64 / keys.len() as f64);
+        }
+        println!("translate {name}: {best:.0} ns per key");
+    }
+}
