@@ -178,6 +178,12 @@ impl BridgeRules {
         self.bound_log();
     }
 
+    /// Each rule's install time, to set (a hot upgrade keeps the old daemon's); the rules
+    /// themselves do not change.
+    pub fn rules_installed_mut(&mut self) -> impl Iterator<Item = &mut Instant> {
+        self.rules.iter_mut().map(|r| &mut r.installed)
+    }
+
     /// The changes since the last call (`None`: build the pipeline from all rules), and a
     /// fresh log from here on.
     pub fn take_changes(&mut self) -> Option<Vec<RuleChange>> {

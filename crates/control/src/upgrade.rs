@@ -113,6 +113,11 @@ pub enum Msg {
         /// without a version change: an older peer leaves it out).
         #[serde(default)]
         ports: Vec<(String, PortCounters)>,
+        /// Per bridge (by name): its rules' counters, in the order of the rules in the
+        /// handed-over configuration (`BridgeConfig::flows`; added without a version change:
+        /// an older peer leaves it out, and ignores it).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        rules: Vec<(String, Vec<RuleCounters>)>,
     },
     /// either way: this side gives up (the old daemon carries on).
     Fail { error: String },
@@ -269,6 +274,22 @@ pub struct PortCounters {
     pub tx_not_ready: u64,
     #[serde(default)]
     pub offload: [u64; 3],
+}
+
+/// One rule's counters at the freeze (OpenFlow's flow stats: they go on counting in the new
+/// daemon, and its duration and timeouts go on from the same install time).
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RuleCounters {
+    #[serde(default)]
+    pub packets: u64,
+    #[serde(default)]
+    pub bytes: u64,
+    /// Milliseconds since it was installed.
+    #[serde(default)]
+    pub age_ms: u64,
+    /// Seconds since its last packet; `None`: no packet yet.
+    #[serde(default)]
+    pub idle_s: Option<u64>,
 }
 
 /// Why handed-over state was refused.
@@ -620,7 +641,7 @@ mod tests {
                 "tx_not_ready": 6, "offload": [1, 2, 3],
             }]],
         }));
-        let Msg::Bye { stats, ports } = m else {
+        let Msg::Bye { stats, ports, .. } = m else {
             panic!("{m:?}")
         };
         assert_eq!(stats[0].1[0].drops[DropReason::NoRoute as usize], 5);
@@ -631,11 +652,32 @@ mod tests {
             "stats": [["vm1", [{"packets": 4, "bytes": 240, "calls": 2, "drops": []}]]],
         }))
         .unwrap();
-        let Msg::Bye { stats, ports } = m else {
+        let Msg::Bye {
+            stats,
+            ports,
+            rules,
+        } = m
+        else {
             panic!("{m:?}")
         };
         assert_eq!(stats[0].1[0].calls_coalesced, 0);
         assert!(ports.is_empty());
+        assert!(rules.is_empty(), "an older peer sends no rule counters");
+        // Rule counters (in the order of the configuration's rules), as written now.
+        let m = same::<Msg>(json!({
+            "msg": "bye",
+            "stats": [],
+            "ports": [],
+            "rules": [["br0", [
+                {"packets": 3000, "bytes": 192000, "age_ms": 1500, "idle_s": 0},
+                {"packets": 0, "bytes": 0, "age_ms": 1500, "idle_s": null},
+            ]]],
+        }));
+        let Msg::Bye { rules, .. } = m else {
+            panic!("{m:?}")
+        };
+        assert_eq!(rules[0].1[0].packets, 3000);
+        assert_eq!(rules[0].1[1].idle_s, None);
         let k: KernelState = serde_json::from_value(json!({
             "fd": 3,
             "xdp": {"umem": 4, "promisc": 5, "map": 6, "prog": 7, "link": 8, "ifindex": 9,

@@ -119,10 +119,27 @@ fn rules_from_the_cli_steer_traffic_and_survive_restart_and_upgrade() {
             .len(),
         3
     );
-    // And a hot upgrade hands them over.
+    // And a hot upgrade hands them over, with their counters and install time.
+    let steer = "priority=100,in_port=vm1,udp,tp_dst=9";
+    let r = gen(&dir, core, &["--count", "3000", "--rate", "20000"]);
+    assert_eq!(r["received"], 3000, "{r}");
+    assert_eq!(n_packets(&dir, steer), 3000);
+    let age = |dir: &Path| {
+        cli_json(dir, &["dump-flows", "br0", steer])[0]["duration_s"]
+            .as_f64()
+            .unwrap()
+    };
+    let before = age(&dir);
     upgrade(&dir, &[]).expect("upgrade");
+    assert_eq!(n_packets(&dir, steer), 3000, "counters handed over");
+    assert!(age(&dir) >= before, "install time handed over");
     let r = gen(&dir, core, &["--count", "5000", "--rate", "20000"]);
     assert_eq!(r["received"], 5000, "{r}");
+    assert_eq!(
+        n_packets(&dir, steer),
+        8000,
+        "counting on after the upgrade"
+    );
     assert_eq!(
         cli_json(&dir, &["dump-flows", "br0"])
             .as_array()

@@ -29,8 +29,8 @@ use ferrovs_vhost::stats::QueueStats;
 use super::*;
 use crate::upgrade::{
     self, BridgeState as BridgeWire, Channel, ConnState, DeviceState, FdList, FdTable, KernelState,
-    LinkState, Msg, PortCounters, PortState as PortWire, RecvError, Report, RingPos, State,
-    StateError, StatsSnapshot, XdpState, XskPos, MIN_SCHEMA, SCHEMA,
+    LinkState, Msg, PortCounters, PortState as PortWire, RecvError, Report, RingPos, RuleCounters,
+    State, StateError, StatsSnapshot, XdpState, XskPos, MIN_SCHEMA, SCHEMA,
 };
 
 /// Why a handover (old side) or a takeover (new side) failed. Either way the old daemon
@@ -398,7 +398,15 @@ impl Daemon {
                         (n.clone(), c)
                     })
                     .collect();
-                let _ = ch.send(&Msg::Bye { stats, ports }, &[]);
+                let rules = self.rule_counters();
+                let _ = ch.send(
+                    &Msg::Bye {
+                        stats,
+                        ports,
+                        rules,
+                    },
+                    &[],
+                );
                 log::info!("upgrade: pid {pid} took over; exiting");
                 Ok(())
             }
@@ -683,7 +691,17 @@ impl Daemon {
             log::warn!("takeover: telling the old daemon we run: {e}");
         }
         match ch.recv(BYE_TIMEOUT) {
-            Ok((Msg::Bye { stats, ports }, _)) => d.restore_stats(&stats, &ports),
+            Ok((
+                Msg::Bye {
+                    stats,
+                    ports,
+                    rules,
+                },
+                _,
+            )) => {
+                d.restore_stats(&stats, &ports);
+                d.restore_rule_counters(&rules);
+            }
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {}
             Ok((m, _)) => log::warn!("takeover: expected bye, got {m:?}"),
             Err(e) => log::warn!("takeover: waiting for bye: {e}"),
@@ -926,6 +944,70 @@ impl Daemon {
                     .tx_not_ready
                     .fetch_add(c.tx_not_ready, Ordering::Relaxed);
                 p.port.offload.restore(c.offload);
+            }
+        }
+    }
+
+    /// Every bridge's rule counters, megaflows' pushed first (at the freeze: final).
+    fn rule_counters(&self) -> Vec<(String, Vec<RuleCounters>)> {
+        let now_s = u64::from(self.clock.load(Ordering::Relaxed));
+        self.bridges
+            .iter()
+            .map(|(name, b)| {
+                b.cache.push_stats();
+                let rules = b
+                    .rules
+                    .rules()
+                    .iter()
+                    .map(|r| {
+                        let used = r.stats.used.load(Ordering::Relaxed);
+                        RuleCounters {
+                            packets: r.stats.packets.load(Ordering::Relaxed),
+                            bytes: r.stats.bytes.load(Ordering::Relaxed),
+                            age_ms: r.installed.elapsed().as_millis() as u64,
+                            idle_s: (used != 0).then(|| now_s.saturating_sub(used)),
+                        }
+                    })
+                    .collect();
+                (name.clone(), rules)
+            })
+            .collect()
+    }
+
+    /// Adds the old daemon's rule counters to ours and takes over each rule's install time
+    /// (duration, hard timeout) and last use (idle timeout). A rule idle since before this
+    /// daemon's clock began (it counts seconds from its start) counts as used at its start:
+    /// its idle timeout runs again from the takeover. A bridge whose rule count differs is
+    /// left alone (never mixed up), with a warning.
+    fn restore_rule_counters(&mut self, rules: &[(String, Vec<RuleCounters>)]) {
+        let now_s = u64::from(self.clock.load(Ordering::Relaxed));
+        for (name, counters) in rules {
+            let Some(b) = self.bridges.get(name) else {
+                continue;
+            };
+            let ours = b.rules.rules();
+            if ours.len() != counters.len() {
+                log::warn!(
+                    "takeover: bridge {name}: {} rule counters for {} rules: counters start again",
+                    counters.len(),
+                    ours.len()
+                );
+                continue;
+            }
+            for (r, c) in ours.iter().zip(counters) {
+                r.stats.packets.fetch_add(c.packets, Ordering::Relaxed);
+                r.stats.bytes.fetch_add(c.bytes, Ordering::Relaxed);
+                if let Some(idle) = c.idle_s {
+                    let used = now_s.saturating_sub(idle).max(1);
+                    r.stats.used.fetch_max(used, Ordering::Relaxed);
+                }
+            }
+            let b = self.bridges.get_mut(name).expect("looked up above");
+            let now = Instant::now();
+            for (r, c) in b.rules.rules_installed_mut().zip(counters) {
+                if let Some(t) = now.checked_sub(Duration::from_millis(c.age_ms)) {
+                    *r = t;
+                }
             }
         }
     }
