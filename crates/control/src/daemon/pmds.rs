@@ -82,6 +82,12 @@ impl Daemon {
     /// finished the iteration it was in: from then on no packet is decided by a replaced rule.
     pub(super) fn publish(&mut self) {
         let mut rebuilt = Vec::new();
+        let fail_open: std::collections::HashSet<String> = self
+            .bridges
+            .keys()
+            .filter(|b| self.is_fail_open(b))
+            .cloned()
+            .collect();
         for (name, b) in self.bridges.iter_mut() {
             let mut members: Vec<(String, u32)> = self
                 .ports
@@ -95,7 +101,8 @@ impl Daemon {
             }
             b.dirty = false;
             b.gen += 1;
-            b.pipeline = if b.rules.is_plain_normal() {
+            // Fail-open: OVS's hidden NORMAL rule above every other is plain NORMAL.
+            b.pipeline = if b.rules.is_plain_normal() || fail_open.contains(name) {
                 None
             } else {
                 let resolve = |n: &str| members.iter().find(|(m, _)| m == n).map(|(_, id)| *id);
@@ -174,9 +181,7 @@ impl Daemon {
                 gen: b.gen,
                 cache: b.cache.clone(),
             });
-            let default_rule = b
-                .pipeline
-                .is_none()
+            let default_rule = (b.pipeline.is_none() && !self.is_fail_open(name))
                 .then(|| b.rules.rules().first().map(|r| r.stats.clone()))
                 .flatten();
             bridges[b.id as usize] = Some(Arc::new(Bridge {
