@@ -314,9 +314,9 @@ impl Election {
         }
     }
 
-    /// The generation id a ROLE_REPLY carries (0 while undefined).
+    /// The generation id a ROLE_REPLY carries (all ones while undefined, as OVS's).
     pub fn reply_id(&self) -> u64 {
-        self.id.unwrap_or(0)
+        self.id.unwrap_or(u64::MAX)
     }
 }
 
@@ -473,6 +473,7 @@ mod tests {
             }
         );
         assert_eq!(e.id, None);
+        assert_eq!(e.reply_id(), u64::MAX);
         assert_eq!(
             e.request(Role::Equal, role::MASTER, 10),
             RoleDecision::Grant {

@@ -108,6 +108,19 @@ impl Daemon {
             .unwrap_or_default()
     }
 
+    /// Takes a bridge's OpenFlow settings from a saved or handed-over configuration (the
+    /// bridge was just created from it: no flush, controllers tried at the next tick).
+    pub(super) fn restore_openflow_settings(&mut self, saved: &BridgeConfig) {
+        if let Some(c) = self.cfg_bridge(&saved.name) {
+            c.controllers = saved.controllers.clone();
+            c.datapath_id = saved.datapath_id.clone();
+            c.protocols = saved.protocols.clone();
+            c.fail_mode = saved.fail_mode;
+            c.max_backoff_ms = saved.max_backoff_ms;
+            c.inactivity_probe_ms = saved.inactivity_probe_ms;
+        }
+    }
+
     /// Brings each bridge's controllers in line with the configuration: new targets are
     /// tried at once, dropped ones closed.
     fn ctrl_sync(&mut self) {
