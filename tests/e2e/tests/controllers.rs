@@ -200,11 +200,13 @@ impl Listener {
                 Listener::Tcp(l) => l.accept().ok().map(|(s, _)| {
                     s.set_nonblocking(false).unwrap();
                     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+                    s.set_write_timeout(Some(Duration::from_secs(20))).unwrap();
                     Box::new(s) as Box<dyn Stream>
                 }),
                 Listener::Unix(l) => l.accept().ok().map(|(s, _)| {
                     s.set_nonblocking(false).unwrap();
                     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+                    s.set_write_timeout(Some(Duration::from_secs(20))).unwrap();
                     Box::new(s) as Box<dyn Stream>
                 }),
             };
@@ -562,7 +564,9 @@ fn fail_mode_standalone_forwards_without_a_controller_secure_never_and_hostile_c
     let mut echo = header(ECHO_REQUEST, 60008, 4);
     echo.resize(60008, 0x55);
     let flood = std::thread::spawn(move || {
-        for _ in 0..200 {
+        // (Loopback TCP buffers hold some 20 MB between the two before the switch's own
+        // limits come into play.)
+        for _ in 0..2000 {
             if a.s.write_all(&echo).is_err() {
                 return true;
             }
