@@ -22,6 +22,7 @@ const FEATURES_REPLY: u8 = 6;
 const FLOW_MOD: u8 = 14;
 const ROLE_REQUEST: u8 = 24;
 const ROLE_REPLY: u8 = 25;
+const PORT_STATUS: u8 = 12;
 
 trait Stream: Read + Write + Send {}
 impl Stream for TcpStream {}
@@ -150,6 +151,19 @@ impl Switch {
             }
         }
     }
+}
+
+/// PORT_MOD (OpenFlow 1.3).
+fn port_mod(port: u32, hw: [u8; 6], config: u32, mask: u32) -> Vec<u8> {
+    let mut m = header(16, 40, 55);
+    m.extend_from_slice(&port.to_be_bytes());
+    m.extend_from_slice(&[0; 4]);
+    m.extend_from_slice(&hw);
+    m.extend_from_slice(&[0; 2]);
+    m.extend_from_slice(&config.to_be_bytes());
+    m.extend_from_slice(&mask.to_be_bytes());
+    m.extend_from_slice(&[0; 8]);
+    m
 }
 
 fn error_of(m: &[u8]) -> (u16, u16) {
@@ -589,6 +603,35 @@ fn fail_mode_standalone_forwards_without_a_controller_secure_never_and_hostile_c
         text.contains(&format!("controller tcp:127.0.0.1:{port}")),
         "{text}"
     );
+
+    // PORT_MOD: ovs-ofctl sets t2 down over the management socket; the ping stops and the
+    // controller hears PORT_STATUS (MODIFY, config PORT_DOWN); up again, it flows.
+    if have("ovs-ofctl") {
+        let mgmt = format!("unix:{}", dir.join("br0.mgmt").display());
+        let mod_port = |how: &str| {
+            let o = std::process::Command::new("ovs-ofctl")
+                .args(["-O", "OpenFlow13", "mod-port", &mgmt, "t2", how])
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        };
+        mod_port("down");
+        let st = a.expect(PORT_STATUS);
+        assert_eq!(st[8], 2, "reason OFPPR_MODIFY");
+        assert_eq!(&st[16..20], &2u32.to_be_bytes(), "port 2");
+        assert_eq!(&st[48..52], &1u32.to_be_bytes(), "config OFPPC_PORT_DOWN");
+        assert_eq!(ping(&ns1, "10.9.0.2", 5), 0, "t2 is down");
+        mod_port("up");
+        let st = a.expect(PORT_STATUS);
+        assert_eq!(&st[48..52], &0u32.to_be_bytes());
+        assert_eq!(ping(&ns1, "10.9.0.2", 5), 5, "t2 is up again");
+        // From the controller: a port that does not exist, and a wrong address.
+        a.send(&port_mod(99, [0; 6], 1, 1));
+        assert_eq!(error_of(&a.expect(ERROR)), (7, 0), "OFPPMFC_BAD_PORT");
+        a.send(&port_mod(2, [0; 6], 1, 1));
+        assert_eq!(error_of(&a.expect(ERROR)), (7, 1), "OFPPMFC_BAD_HW_ADDR");
+        assert_eq!(ping(&ns1, "10.9.0.2", 3), 3);
+    }
 
     // Removing the controller flushes the table; standalone with none: NORMAL.
     ok(&["del-controller", "br0"]);

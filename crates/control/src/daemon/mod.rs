@@ -56,6 +56,7 @@ mod controllers;
 mod ctl;
 mod flows;
 mod handover;
+mod ofports;
 mod openflow;
 mod ovsdb;
 mod pmds;

@@ -21,7 +21,7 @@
 //!   once the old one is gone (connections are not handed over: ovs-ofctl reconnects per
 //!   command).
 
-use ferrovs_openflow::error::{et, gmfc, hfc, mmfc, pmfc};
+use ferrovs_openflow::error::{et, gmfc, hfc, mmfc};
 use ferrovs_openflow::message::capabilities;
 use ferrovs_openflow::multipart::{
     tfpt, Desc, MultipartReplyBody as A, MultipartRequestBody as Q, PortStats as OfPortStats,
@@ -188,6 +188,10 @@ pub(super) struct OfState {
     pub counters: OfCounters,
     /// Each bridge's controllers, master election and fail-open state.
     pub(super) ctrls: HashMap<String, super::controllers::BridgeCtl>,
+    /// Ports' OpenFlow configuration bits set by PORT_MOD (`OFPPC_*`), by port name.
+    pub(super) port_config: HashMap<String, u32>,
+    /// Each port's link as its OpenFlow peers last heard of it (PORT_STATUS on change).
+    pub(super) link_seen: HashMap<String, bool>,
 }
 
 /// The management socket's path of `bridge`.
@@ -269,6 +273,7 @@ impl Daemon {
             self.of_listen(&b);
         }
         self.ctrl_tick();
+        self.of_link_changes();
     }
 
     /// Removes every management socket (shutdown).
@@ -600,15 +605,11 @@ impl Daemon {
                 };
                 self.of_refuse(c, e, msg)
             }
-            Message::PortMod(_) => self.of_refuse(
-                c,
-                OfError::new(
-                    et::PORT_MOD_FAILED,
-                    pmfc::EPERM,
-                    "port configuration over OpenFlow is not supported yet",
-                ),
-                msg,
-            ),
+            Message::PortMod(pm) => {
+                if let Err(e) = self.of_port_mod(&c.bridge, &pm) {
+                    self.of_refuse(c, e, msg)
+                }
+            }
             Message::MultipartRequest(r) => match self.of_multipart(&c.bridge, &r.body) {
                 Ok(body) => {
                     for part in encode_multipart_reply(&body, h.xid) {
@@ -631,7 +632,7 @@ impl Daemon {
         }
     }
 
-    fn of_ports(&self, bridge: &str) -> PortMap {
+    pub(super) fn of_ports(&self, bridge: &str) -> PortMap {
         PortMap::new(
             bridge,
             self.ports
@@ -731,6 +732,7 @@ impl Daemon {
                     .values()
                     .filter(|p| p.bridge == bridge)
                     .filter_map(|p| port_desc(p, &ports))
+                    .map(|d| self.of_admin_desc(d))
                     .collect(),
             ),
             Q::TableFeatures => A::TableFeatures(
@@ -766,7 +768,7 @@ impl Daemon {
     pub(super) fn of_port_desc(&self, name: &str) -> Option<(String, ferrovs_openflow::Port)> {
         let p = self.ports.get(name)?;
         let d = port_desc(p, &self.of_ports(&p.bridge))?;
-        Some((p.bridge.clone(), d))
+        Some((p.bridge.clone(), self.of_admin_desc(d)))
     }
 
     /// PORT_STATUS (`reason`: `OFPPR_ADD`, `_DELETE`, `_MODIFY`) to every peer of `bridge`

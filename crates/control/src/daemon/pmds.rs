@@ -165,7 +165,13 @@ impl Daemon {
 
     pub(super) fn publish_snapshot(&mut self) {
         let mut ports: Vec<Option<Arc<Port>>> = vec![None; self.port_slots.len()];
-        for p in self.ports.values() {
+        // A port an OpenFlow peer set down (PORT_MOD) is out of the datapath: not polled,
+        // never an output.
+        for p in self
+            .ports
+            .values()
+            .filter(|p| !self.of_admin_down(&p.cfg.name))
+        {
             ports[p.id as usize] = Some(p.port.clone());
         }
         let mut bridges: Vec<Option<Arc<Bridge>>> = vec![None; self.bridge_slots.len()];
@@ -173,7 +179,7 @@ impl Daemon {
             let members = self
                 .ports
                 .values()
-                .filter(|p| &p.bridge == name)
+                .filter(|p| &p.bridge == name && !self.of_admin_down(&p.cfg.name))
                 .map(|p| p.id)
                 .collect();
             let flows = b.pipeline.as_ref().map(|p| BridgeFlows {
