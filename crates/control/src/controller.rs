@@ -227,6 +227,11 @@ impl Probe {
     }
 }
 
+/// A role number OpenFlow does not define.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("unknown OpenFlow role {0}")]
+pub struct BadRole(pub u32);
+
 /// A connection's OpenFlow role (`OFPCR_ROLE_*`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -238,15 +243,15 @@ pub enum Role {
 }
 
 impl Role {
-    /// From `OFPCR_ROLE_*` (`NOCHANGE` is `None`; unknown values are an error).
-    pub fn from_wire(v: u32) -> Result<Option<Role>, ()> {
+    /// From `OFPCR_ROLE_*` (`NOCHANGE` is `None`; an unknown value is an error carrying it).
+    pub fn from_wire(v: u32) -> Result<Option<Role>, BadRole> {
         use ferrovs_openflow::message::role;
         match v {
             role::NOCHANGE => Ok(None),
             role::EQUAL => Ok(Some(Role::Equal)),
             role::MASTER => Ok(Some(Role::Master)),
             role::SLAVE => Ok(Some(Role::Slave)),
-            _ => Err(()),
+            _ => Err(BadRole(v)),
         }
     }
 
@@ -298,7 +303,7 @@ impl Election {
                     demote_others: false,
                 }
             }
-            Err(()) => return RoleDecision::BadRole,
+            Err(BadRole(_)) => return RoleDecision::BadRole,
         };
         if want != Role::Equal {
             if let Some(id) = self.id {

@@ -711,38 +711,6 @@ pub(crate) fn getopt<T: Copy>(
     Ok(v)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::os::fd::AsFd;
-
-    #[test]
-    fn fds_travel_with_data() {
-        let (a, b) = UnixStream::pair().unwrap();
-        let e = eventfd().unwrap();
-        send_with_fds(&a, b"hello", &[e.as_raw_fd()]).unwrap();
-        let mut buf = [0u8; 16];
-        let (n, fds) = recv_with_fds(&b, &mut buf).unwrap();
-        assert_eq!(&buf[..n], b"hello");
-        assert_eq!(fds.len(), 1);
-        notify(fds[0].as_fd()).unwrap();
-        assert_eq!(drain(e.as_fd()).unwrap(), 8);
-    }
-
-    #[test]
-    fn epoll_reports_readable() {
-        let ep = Epoll::new().unwrap();
-        let e = eventfd().unwrap();
-        ep.add(e.as_fd(), 7, false).unwrap();
-        let mut out = [EpollEvent::default(); 4];
-        assert_eq!(ep.wait(&mut out, 0).unwrap(), 0);
-        notify(e.as_fd()).unwrap();
-        assert_eq!(ep.wait(&mut out, 100).unwrap(), 1);
-        assert_eq!(out[0].token, 7);
-        assert!(out[0].readable);
-    }
-}
-
 /// Starts a non-blocking TCP connect to `addr` (close-on-exec). The stream is returned at
 /// once: `true` when already connected, else the connect is under way — the socket turns
 /// writable when it is done, and `TcpStream::take_error` then says whether it failed.
@@ -818,5 +786,37 @@ fn sockaddr_in(addr: std::net::SocketAddr) -> (libc::c_int, libc::sockaddr_stora
                 std::mem::size_of::<libc::sockaddr_in6>() as u32,
             )
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn fds_travel_with_data() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let e = eventfd().unwrap();
+        send_with_fds(&a, b"hello", &[e.as_raw_fd()]).unwrap();
+        let mut buf = [0u8; 16];
+        let (n, fds) = recv_with_fds(&b, &mut buf).unwrap();
+        assert_eq!(&buf[..n], b"hello");
+        assert_eq!(fds.len(), 1);
+        notify(fds[0].as_fd()).unwrap();
+        assert_eq!(drain(e.as_fd()).unwrap(), 8);
+    }
+
+    #[test]
+    fn epoll_reports_readable() {
+        let ep = Epoll::new().unwrap();
+        let e = eventfd().unwrap();
+        ep.add(e.as_fd(), 7, false).unwrap();
+        let mut out = [EpollEvent::default(); 4];
+        assert_eq!(ep.wait(&mut out, 0).unwrap(), 0);
+        notify(e.as_fd()).unwrap();
+        assert_eq!(ep.wait(&mut out, 100).unwrap(), 1);
+        assert_eq!(out[0].token, 7);
+        assert!(out[0].readable);
     }
 }

@@ -618,7 +618,7 @@ impl Daemon {
         };
         let had = !cfg.controllers.is_empty();
         cfg.controllers = targets.to_vec();
-        if had != !targets.is_empty() {
+        if had == targets.is_empty() {
             self.ctrl_flush(bridge);
         }
         self.ctrl_sync();
