@@ -176,8 +176,40 @@ fn one() -> u16 {
     1
 }
 
+/// What a bridge does while no OpenFlow controller is connected (OVS's `fail_mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FailMode {
+    /// With controllers configured and none connected for three probe intervals, the
+    /// bridge forwards as a learning switch (a hidden NORMAL rule above every other); with
+    /// none configured, a flushed table gets the `priority=0 actions=NORMAL` rule.
+    #[default]
+    Standalone,
+    /// Only what the rules say, ever.
+    Secure,
+}
+
+impl FailMode {
+    pub fn parse(s: &str) -> Result<FailMode, ConfigError> {
+        match s {
+            "standalone" => Ok(FailMode::Standalone),
+            "secure" => Ok(FailMode::Secure),
+            _ => Err(ConfigError::Invalid(format!(
+                "unknown fail-mode '{s}' (expected secure or standalone)"
+            ))),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FailMode::Standalone => "standalone",
+            FailMode::Secure => "secure",
+        }
+    }
+}
+
 /// One bridge.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct BridgeConfig {
     pub name: String,
     #[serde(default)]
@@ -186,6 +218,60 @@ pub struct BridgeConfig {
     /// `priority=0 actions=NORMAL` only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flows: Option<Vec<String>>,
+    /// OpenFlow controllers (`tcp:IP[:PORT]`, `unix:PATH`, `ptcp:[PORT][:IP]`,
+    /// `punix:PATH`), as `ferrovs set-controller` sets them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub controllers: Vec<String>,
+    /// The datapath id (16 hexadecimal digits); absent: derived from the bridge's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub datapath_id: Option<String>,
+    /// OpenFlow versions allowed (`OpenFlow13`, ...); empty: every one this switch speaks.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub protocols: Vec<String>,
+    /// Absent: standalone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fail_mode: Option<FailMode>,
+    /// Controllers' longest reconnect delay in milliseconds (absent: 8000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_backoff_ms: Option<u32>,
+    /// Controllers' inactivity probe in milliseconds (absent: 5000; 0: off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inactivity_probe_ms: Option<u32>,
+}
+
+impl BridgeConfig {
+    /// The configured datapath id, or the one derived from the name.
+    pub fn dpid(&self) -> u64 {
+        let s = crate::vswitchdb::datapath_id(self.datapath_id.as_deref(), None, &self.name);
+        u64::from_str_radix(&s, 16).unwrap_or(0)
+    }
+
+    /// Checks the OpenFlow settings.
+    pub fn validate_openflow(&self) -> Result<(), ConfigError> {
+        let bad = |s: String| Err(ConfigError::Invalid(format!("bridge {}: {s}", self.name)));
+        for c in &self.controllers {
+            if let Err(e) = crate::controller::Target::parse(c) {
+                return bad(e.to_string());
+            }
+        }
+        if let Some(d) = &self.datapath_id {
+            if !valid_dpid(d) {
+                return bad(format!(
+                    "bad datapath-id '{d}' (expected 16 hexadecimal digits)"
+                ));
+            }
+        }
+        if let Err(e) = crate::controller::protocol_versions(&self.protocols) {
+            return bad(e);
+        }
+        Ok(())
+    }
+}
+
+/// Whether `s` is a datapath id: 16 hexadecimal digits (an optional `0x` before).
+pub fn valid_dpid(s: &str) -> bool {
+    let s = s.strip_prefix("0x").unwrap_or(s);
+    s.len() == 16 && s.chars().all(|c| c.is_ascii_hexdigit())
 }
 
 /// The whole configuration.
@@ -291,6 +377,7 @@ impl Config {
                 name: "br0".into(),
                 ports: vec![port("vm1"), port("vm2")],
                 flows: None,
+                ..Default::default()
             }],
             pmd_cores: vec![],
             other: BTreeMap::new(),
@@ -356,6 +443,7 @@ impl Config {
             if !bridges.insert(&b.name) {
                 return bad(format!("bridge {} defined twice", b.name));
             }
+            b.validate_openflow()?;
             if let Some(flows) = &b.flows {
                 crate::flows::BridgeRules::from_texts(flows).map_err(|e| {
                     ConfigError::Invalid(format!("bridge {}: {e}: {}", b.name, e.source))

@@ -4,6 +4,8 @@
 //!   persistence (write to a temporary file, fsync, rename).
 //! * [`options`]: port options (`key=value`) as the control protocol (`ferrovs_proto`)
 //!   carries them, parsed into the configuration model.
+//! * [`controller`]: OpenFlow controller connections' pure logic (targets, backoff, the
+//!   inactivity probe, roles, fail-open), as OVS's `rconn`/`connmgr`/`fail-open`.
 //! * [`daemon`]: the control thread: one epoll loop over the control socket, vhost-user
 //!   listeners and connections (server and client mode, with reconnect backoff), and the PMD
 //!   threads' configuration, published to them RCU-style.
@@ -18,6 +20,7 @@
 #![forbid(unsafe_code)]
 
 pub mod config;
+pub mod controller;
 pub mod daemon;
 pub mod flows;
 pub mod openflow;

@@ -44,6 +44,13 @@ commands:
                                          --strict: same match and priority only)
   dump-flows BRIDGE [FILTER]             rules with their packet and byte counters
   dump-megaflows BRIDGE                  the megaflow cache's entries
+  set-controller BRIDGE TARGET...        OpenFlow controllers: tcp:IP[:PORT] unix:PATH
+                                         (the switch connects) ptcp:[PORT][:IP] punix:PATH
+                                         (it listens)
+  del-controller BRIDGE | get-controller BRIDGE
+  set-bridge BRIDGE KEY=VALUE...         datapath-id=HEX16, protocols=OpenFlow13[,...],
+                                         fail-mode=standalone|secure, max-backoff=MS,
+                                         inactivity-probe=MS
   config get [KEY] | config set KEY VALUE    pmd-cores, pmd-rx-mode, pmd-sleep-after-us,
                                          pmd-sleep-max-us, pmd-priority, mac-aging,
                                          mac-table-size, flow-limit, flow-max-idle,
@@ -148,6 +155,22 @@ enum Cmd {
     DumpMegaflows {
         bridge: String,
     },
+    SetController {
+        bridge: String,
+        #[arg(required = true)]
+        targets: Vec<String>,
+    },
+    DelController {
+        bridge: String,
+    },
+    GetController {
+        bridge: String,
+    },
+    SetBridge {
+        bridge: String,
+        #[arg(required = true, allow_hyphen_values = true)]
+        options: Vec<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -208,6 +231,31 @@ fn print_show(v: &Show) {
     );
     for b in &v.bridges {
         println!("bridge {}", b.name);
+        if let Some(of) = &b.openflow {
+            // Only bridges with controllers say more than before.
+            if !of.controllers.is_empty() {
+                println!(
+                    "  openflow: datapath-id {}  fail-mode {}{}  management connections {}",
+                    of.datapath_id,
+                    of.fail_mode,
+                    if of.fail_open { " (fail-open)" } else { "" },
+                    of.management_connections
+                );
+            }
+            for c in &of.controllers {
+                println!(
+                    "  controller {} {}{}  role {}  connects {}",
+                    c.target,
+                    c.state,
+                    if c.connected { " (connected)" } else { "" },
+                    c.role,
+                    c.connects
+                );
+                if let Some(e) = &c.last_error {
+                    println!("    last error: {e}");
+                }
+            }
+        }
         for p in &b.ports {
             let attach = match &p.dev {
                 None => format!("path {}", opt(&p.path)),
@@ -658,6 +706,20 @@ fn run() -> Result<(), String> {
         ),
         Cmd::DelPort { bridge, port } => cli.show(Request::DelPort { bridge, port }, done),
         Cmd::SetPort { port, options } => cli.show(Request::SetPort { port, options }, done),
+        Cmd::SetController { bridge, targets } => {
+            cli.show(Request::SetController { bridge, targets }, done)
+        }
+        Cmd::DelController { bridge } => cli.show(Request::DelController { bridge }, done),
+        Cmd::GetController { bridge } => {
+            cli.show(Request::GetController { bridge }, |v: &Vec<String>| {
+                for t in v {
+                    println!("{t}");
+                }
+            })
+        }
+        Cmd::SetBridge { bridge, options } => {
+            cli.show(Request::SetBridge { bridge, options }, done)
+        }
         Cmd::PortStats { port } => cli.show(Request::PortStats { port }, print_port_stats),
         Cmd::PmdStats => cli.show(Request::PmdStats, print_pmd_stats),
         Cmd::PmdStatsClear => cli.show(Request::PmdStatsClear, done),

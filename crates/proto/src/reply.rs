@@ -26,6 +26,8 @@ pub enum Reply {
     DelFlows(DelFlows),
     DumpFlows(Vec<FlowEntry>),
     DumpMegaflows(Vec<MegaflowEntry>),
+    /// `get-controller`: the targets.
+    Controllers(Vec<String>),
 }
 
 /// `show`: the daemon, its bridges and their ports.
@@ -72,7 +74,55 @@ pub struct OvsdbStatus {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ShowBridge {
     pub name: String,
+    /// OpenFlow settings and connections (absent from a daemon older than the field).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub openflow: Option<ShowOpenflow>,
     pub ports: Vec<ShowPort>,
+}
+
+/// A bridge's OpenFlow side in `show`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ShowOpenflow {
+    #[serde(default)]
+    pub controllers: Vec<ShowController>,
+    /// 16 hexadecimal digits.
+    #[serde(default)]
+    pub datapath_id: String,
+    /// `standalone` or `secure`.
+    #[serde(default)]
+    pub fail_mode: String,
+    /// No controller connected for long enough: forwarding as a learning switch.
+    #[serde(default)]
+    pub fail_open: bool,
+    /// Connections on the management socket now.
+    #[serde(default)]
+    pub management_connections: u64,
+    /// Versions allowed (empty: every one the switch speaks).
+    #[serde(default)]
+    pub protocols: Vec<String>,
+}
+
+/// One controller of a bridge.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ShowController {
+    /// The current reconnect delay.
+    #[serde(default)]
+    pub backoff_ms: u64,
+    /// HELLO exchanged on the current connection.
+    #[serde(default)]
+    pub connected: bool,
+    /// Connections made.
+    #[serde(default)]
+    pub connects: u64,
+    #[serde(default)]
+    pub last_error: Option<String>,
+    /// `equal`, `master` or `slave`.
+    #[serde(default)]
+    pub role: String,
+    /// `backoff`, `connecting`, `connected` or `listening`.
+    #[serde(default)]
+    pub state: String,
+    pub target: String,
 }
 
 /// One port in `show`.

@@ -84,6 +84,26 @@ pub enum Request {
     DumpMegaflows {
         bridge: String,
     },
+    /// Replaces the bridge's OpenFlow controllers (`tcp:IP[:PORT]`, `unix:PATH`,
+    /// `ptcp:[PORT][:IP]`, `punix:PATH`).
+    SetController {
+        bridge: String,
+        targets: Vec<String>,
+    },
+    /// Removes every controller of the bridge.
+    DelController {
+        bridge: String,
+    },
+    /// The bridge's controller targets (a list of strings).
+    GetController {
+        bridge: String,
+    },
+    /// Changes OpenFlow settings of a bridge (`key=value`: datapath-id, protocols,
+    /// fail-mode, max-backoff, inactivity-probe).
+    SetBridge {
+        bridge: String,
+        options: Vec<String>,
+    },
 }
 
 /// A response: `{"ok": true, "result": ...}` or `{"ok": false, "error": "message"}`. The
@@ -218,6 +238,28 @@ mod tests {
             (
                 Request::DumpMegaflows { bridge: s("br0") },
                 "dump-megaflows",
+            ),
+            (
+                Request::SetController {
+                    bridge: s("br0"),
+                    targets: vec![s("tcp:127.0.0.1:6653")],
+                },
+                "set-controller",
+            ),
+            (
+                Request::DelController { bridge: s("br0") },
+                "del-controller",
+            ),
+            (
+                Request::GetController { bridge: s("br0") },
+                "get-controller",
+            ),
+            (
+                Request::SetBridge {
+                    bridge: s("br0"),
+                    options: vec![s("fail-mode=secure")],
+                },
+                "set-bridge",
             ),
         ];
         for (req, cmd) in all {

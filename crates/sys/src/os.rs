@@ -711,6 +711,84 @@ pub(crate) fn getopt<T: Copy>(
     Ok(v)
 }
 
+/// Starts a non-blocking TCP connect to `addr` (close-on-exec). The stream is returned at
+/// once: `true` when already connected, else the connect is under way — the socket turns
+/// writable when it is done, and `TcpStream::take_error` then says whether it failed.
+pub fn tcp_connect_nonblocking(
+    addr: std::net::SocketAddr,
+) -> io::Result<(std::net::TcpStream, bool)> {
+    let (family, sa, len) = sockaddr_in(addr);
+    // SAFETY: plain syscall; the returned fd is owned by us.
+    let fd = cvt(unsafe {
+        libc::socket(
+            family,
+            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        )
+    })?;
+    // SAFETY: `fd` was just created and is owned by nobody else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: `sa` holds a valid sockaddr of `len` bytes; `fd` is our socket.
+    let r = unsafe {
+        libc::connect(
+            fd.as_raw_fd(),
+            (&sa as *const libc::sockaddr_storage).cast(),
+            len,
+        )
+    };
+    if r == 0 {
+        return Ok((std::net::TcpStream::from(fd), true));
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EINPROGRESS) {
+        Ok((std::net::TcpStream::from(fd), false))
+    } else {
+        Err(e)
+    }
+}
+
+fn sockaddr_in(addr: std::net::SocketAddr) -> (libc::c_int, libc::sockaddr_storage, u32) {
+    // SAFETY: a zeroed sockaddr_storage is valid.
+    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    match addr {
+        std::net::SocketAddr::V4(a) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(a.ip().octets()),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is large and aligned enough for any sockaddr.
+            unsafe { std::ptr::write((&mut ss as *mut libc::sockaddr_storage).cast(), sin) };
+            (
+                libc::AF_INET,
+                ss,
+                std::mem::size_of::<libc::sockaddr_in>() as u32,
+            )
+        }
+        std::net::SocketAddr::V6(a) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: a.flowinfo(),
+                sin6_addr: libc::in6_addr {
+                    s6_addr: a.ip().octets(),
+                },
+                sin6_scope_id: a.scope_id(),
+            };
+            // SAFETY: sockaddr_storage is large and aligned enough for any sockaddr.
+            unsafe { std::ptr::write((&mut ss as *mut libc::sockaddr_storage).cast(), sin6) };
+            (
+                libc::AF_INET6,
+                ss,
+                std::mem::size_of::<libc::sockaddr_in6>() as u32,
+            )
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -157,6 +157,9 @@ impl Daemon {
                 | Request::ConfigSet { .. }
                 | Request::AddFlows { .. }
                 | Request::DelFlows { .. }
+                | Request::SetController { .. }
+                | Request::DelController { .. }
+                | Request::SetBridge { .. }
         );
         if let (Some(o), true) = (&self.ovsdb, changed) {
             let managed = matches!(
@@ -166,6 +169,9 @@ impl Daemon {
                     | Request::AddPort { .. }
                     | Request::DelPort { .. }
                     | Request::SetPort { .. }
+                    | Request::SetController { .. }
+                    | Request::DelController { .. }
+                    | Request::SetBridge { .. }
             );
             if managed {
                 return Response::err(format!(
@@ -219,6 +225,22 @@ impl Daemon {
                 .map(Reply::DumpFlows),
             Request::DumpMegaflows { bridge } => {
                 self.dump_megaflows(&bridge).map(Reply::DumpMegaflows)
+            }
+            Request::SetController { bridge, targets } => {
+                self.set_controllers(&bridge, &targets).map(|_| Reply::Done)
+            }
+            Request::DelController { bridge } => {
+                self.set_controllers(&bridge, &[]).map(|_| Reply::Done)
+            }
+            Request::GetController { bridge } => self
+                .config
+                .bridges
+                .iter()
+                .find(|b| b.name == bridge)
+                .map(|b| Reply::Controllers(b.controllers.clone()))
+                .ok_or_else(|| ConfigError::Invalid(format!("no bridge named {bridge}"))),
+            Request::SetBridge { bridge, options } => {
+                self.set_bridge(&bridge, &options).map(|_| Reply::Done)
             }
         };
         match r {

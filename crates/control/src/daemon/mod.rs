@@ -11,7 +11,9 @@
 //! The [`Daemon`] is one struct; its methods are grouped by role, one file each: `ports`
 //! (bridges, ports, kernel ports), `sessions` (vhost-user connections), `ctl` (control-socket
 //! clients and request dispatch), `report` (the read-only replies), `flows` (rules, megaflows,
-//! revalidator), `pmds` (PMD threads and snapshot publication), `handover` (hot upgrade)
+//! revalidator), `pmds` (PMD threads and snapshot publication), `handover` (hot upgrade),
+//! `openflow` (the management sockets and every OpenFlow connection's messages),
+//! `controllers` (OpenFlow controllers: connections, backoff, roles, fail-open)
 //! and `ovsdb` (`--ovsdb`: the database connection, its changes applied as a diff, and
 //! what ferrovs writes back).
 //! This file holds the state, start-up, the event loop and its tick.
@@ -50,9 +52,11 @@ use dp::flow::{BridgeFlows, MegaflowCache};
 use ferrovs_flow::Pipeline;
 use ferrovs_proto::{Request, Response, MAX_REQUEST};
 
+mod controllers;
 mod ctl;
 mod flows;
 mod handover;
+mod ofports;
 mod openflow;
 mod ovsdb;
 mod pmds;
@@ -136,6 +140,8 @@ enum Source {
     /// A bridge's OpenFlow management socket (the name is the bridge's).
     OfListener,
     OfConn,
+    /// A passive controller target's listener (`ptcp:`, `punix:`; the name is the bridge's).
+    CtrlListener,
 }
 
 #[derive(Debug)]
@@ -375,6 +381,7 @@ impl Daemon {
         for b in &config.bridges {
             d.add_bridge_as(&b.name, None, b.flows.as_deref())
                 .map_err(DaemonError::Config)?;
+            d.restore_openflow_settings(b);
             for p in &b.ports {
                 if let Err(e) = d.add_port(&b.name, p.clone()) {
                     // A port that cannot come up (socket taken...) is reported, not fatal.
@@ -524,6 +531,7 @@ impl Daemon {
                     Source::Ovsdb => self.on_ovsdb(ev),
                     Source::OfListener => self.on_of_listener(&name),
                     Source::OfConn => self.on_of_conn(ev.token, ev),
+                    Source::CtrlListener => self.on_ctrl_listener(ev.token, &name),
                 }
                 if self.handed_over {
                     return;

@@ -23,8 +23,8 @@
 
 use std::collections::BTreeSet;
 
-use ferrovs_openflow::error::{et, gmfc, hfc, mmfc, pmfc, rrfc};
-use ferrovs_openflow::message::{capabilities, role};
+use ferrovs_openflow::error::{et, gmfc, hfc, mmfc};
+use ferrovs_openflow::message::capabilities;
 use ferrovs_openflow::multipart::{
     tfpt, Desc, MultipartReplyBody as A, MultipartRequestBody as Q, PortStats as OfPortStats,
     TableFeatureProp, TableFeatures, TableStats,
@@ -57,18 +57,128 @@ pub(super) struct OfCounters {
     /// Connections closed by the switch (lost framing, no common version, flooding).
     pub dropped: u64,
     pub flow_mods: u64,
+    /// Inactivity probes (ECHO_REQUEST) sent to idle controllers.
+    pub echo_probes: u64,
 }
+
+/// An OpenFlow connection's socket: the management socket's and `unix:`/`punix:`
+/// controllers' are Unix streams, `tcp:`/`ptcp:` controllers' TCP.
+#[derive(Debug)]
+pub(super) enum OfStream {
+    Unix(UnixStream),
+    Tcp(std::net::TcpStream),
+}
+
+impl Read for OfStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            OfStream::Unix(s) => s.read(buf),
+            OfStream::Tcp(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for OfStream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            OfStream::Unix(s) => s.write(buf),
+            OfStream::Tcp(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl AsFd for OfStream {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        match self {
+            OfStream::Unix(s) => s.as_fd(),
+            OfStream::Tcp(s) => s.as_fd(),
+        }
+    }
+}
+
+pub use crate::controller::Role;
 
 #[derive(Debug)]
 pub(super) struct OfConn {
-    stream: UnixStream,
-    bridge: String,
+    pub(super) stream: OfStream,
+    pub(super) bridge: String,
     framer: Framer,
-    out: Vec<u8>,
+    pub(super) out: Vec<u8>,
     /// The peer's HELLO was read and a version agreed.
-    negotiated: bool,
+    pub(super) negotiated: bool,
     /// Close once `out` is written.
-    closing: bool,
+    pub(super) closing: bool,
+    /// The connection's OpenFlow role (ROLE_REQUEST); equal until asked.
+    pub(super) role: Role,
+    /// The controller (its target) this connection belongs to; `None`: a management
+    /// connection (a service connection in OVS's terms: never refused as a slave).
+    pub(super) controller: Option<String>,
+    /// A non-blocking TCP connect still under way (HELLO goes once it is done).
+    pub(super) connecting: bool,
+    /// The inactivity probe (controller connections).
+    pub(super) probe: Option<crate::controller::Probe>,
+}
+
+impl OfConn {
+    /// A new connection on `stream`, HELLO queued unless `connecting`.
+    pub(super) fn new(
+        stream: OfStream,
+        bridge: &str,
+        controller: Option<String>,
+        connecting: bool,
+        versions: &[u8],
+    ) -> OfConn {
+        OfConn {
+            stream,
+            bridge: bridge.to_string(),
+            framer: Framer::new(),
+            out: if connecting {
+                Vec::new()
+            } else {
+                hello(versions)
+            },
+            negotiated: false,
+            closing: false,
+            role: Role::Equal,
+            controller,
+            connecting,
+            probe: None,
+        }
+    }
+}
+
+impl OfConn {
+    /// A connect under way: `None` while it still is, else whether it worked.
+    fn stream_error(&self, ev: &EpollEvent) -> Option<io::Result<()>> {
+        let OfStream::Tcp(s) = &self.stream else {
+            return Some(Ok(()));
+        };
+        match s.take_error() {
+            Ok(Some(e)) | Err(e) => return Some(Err(e)),
+            Ok(None) => {}
+        }
+        if !(ev.writable || ev.hangup) {
+            return None;
+        }
+        Some(s.peer_addr().map(|_| ()))
+    }
+}
+
+/// Our HELLO offering `versions` (the highest in the header).
+pub(super) fn hello(versions: &[u8]) -> Vec<u8> {
+    let mut m = encode(
+        &Message::Hello {
+            versions: versions.to_vec(),
+        },
+        0,
+    );
+    if let Some(v) = versions.iter().max() {
+        m[0] = *v;
+    }
+    m
 }
 
 /// The management sockets and their connections.
@@ -76,7 +186,7 @@ pub(super) struct OfConn {
 pub(super) struct OfState {
     /// Bridge → its listener and epoll token (absent while the socket cannot be bound).
     listeners: HashMap<String, (UnixListener, u64)>,
-    conns: HashMap<u64, OfConn>,
+    pub(super) conns: HashMap<u64, OfConn>,
     pub counters: OfCounters,
     /// Bridges whose rules changed in the messages being handled: published once they are
     /// all handled (or at a barrier), not once per FLOW_MOD.
@@ -86,6 +196,12 @@ pub(super) struct OfState {
     /// No write before this (a write of n rules costs O(n): at most a tenth of the time goes
     /// to them while FLOW_MODs keep coming).
     save_after: Option<Instant>,
+    /// Each bridge's controllers, master election and fail-open state.
+    pub(super) ctrls: HashMap<String, super::controllers::BridgeCtl>,
+    /// Ports' OpenFlow configuration bits set by PORT_MOD (`OFPPC_*`), by port name.
+    pub(super) port_config: HashMap<String, u32>,
+    /// Each port's link as its OpenFlow peers last heard of it (PORT_STATUS on change).
+    pub(super) link_seen: HashMap<String, bool>,
 }
 
 /// The management socket's path of `bridge`.
@@ -93,10 +209,16 @@ pub fn mgmt_path(run_dir: &Path, bridge: &str) -> PathBuf {
     run_dir.join(format!("{bridge}.mgmt"))
 }
 
-/// A bridge's datapath id: the number of `vswitchdb::datapath_id`'s 16 hex digits.
-fn datapath_id(bridge: &str) -> u64 {
-    let s = crate::vswitchdb::datapath_id(None, None, bridge);
-    u64::from_str_radix(&s, 16).unwrap_or(0)
+/// A bridge's datapath id: the configured one, else the number of
+/// `vswitchdb::datapath_id`'s 16 hex digits derived from the name.
+fn datapath_id(config: &Config, bridge: &str) -> u64 {
+    match config.bridges.iter().find(|b| b.name == bridge) {
+        Some(b) => b.dpid(),
+        None => {
+            let s = crate::vswitchdb::datapath_id(None, None, bridge);
+            u64::from_str_radix(&s, 16).unwrap_or(0)
+        }
+    }
 }
 
 impl Daemon {
@@ -146,6 +268,7 @@ impl Daemon {
                 self.tokens.remove(&t);
             }
         }
+        self.ctrl_remove_bridge(bridge);
     }
 
     /// Publishes the rule changes of the messages handled so far (one pipeline build per
@@ -192,6 +315,8 @@ impl Daemon {
         for b in missing {
             self.of_listen(&b);
         }
+        self.ctrl_tick();
+        self.of_link_changes();
     }
 
     /// Removes every management socket (shutdown).
@@ -219,19 +344,8 @@ impl Daemon {
                         continue;
                     }
                     self.openflow.counters.accepted += 1;
-                    let mut c = OfConn {
-                        stream: s,
-                        bridge: bridge.to_string(),
-                        framer: Framer::new(),
-                        out: encode(
-                            &Message::Hello {
-                                versions: vec![VERSION_1_3],
-                            },
-                            0,
-                        ),
-                        negotiated: false,
-                        closing: false,
-                    };
+                    let versions = self.of_versions(bridge);
+                    let mut c = OfConn::new(OfStream::Unix(s), bridge, None, false, &versions);
                     flush(&mut c);
                     self.openflow.conns.insert(t, c);
                     self.of_rearm(t);
@@ -241,7 +355,7 @@ impl Daemon {
         }
     }
 
-    fn of_rearm(&mut self, t: u64) {
+    pub(super) fn of_rearm(&mut self, t: u64) {
         if let Some(c) = self.openflow.conns.get(&t) {
             let _ = self.epoll.modify(c.stream.as_fd(), t, !c.out.is_empty());
         }
@@ -251,6 +365,26 @@ impl Daemon {
         let Some(mut c) = self.openflow.conns.remove(&t) else {
             return;
         };
+        if c.connecting {
+            match c.stream_error(ev) {
+                None => {
+                    // Still connecting (a spurious wake-up).
+                    self.openflow.conns.insert(t, c);
+                    return;
+                }
+                Some(Err(e)) => {
+                    c.closing = true;
+                    self.of_closed(t, c, Some(format!("connection failed: {e}")));
+                    return;
+                }
+                Some(Ok(())) => {
+                    c.connecting = false;
+                    let versions = self.of_versions(&c.bridge);
+                    c.out = hello(&versions);
+                    self.ctrl_connected(&mut c);
+                }
+            }
+        }
         let mut eof = false;
         if ev.readable || ev.hangup {
             // Always read what is there (the loop is level-triggered: unread input would
@@ -266,6 +400,9 @@ impl Daemon {
                     }
                     Ok(n) => {
                         read += n;
+                        if let Some(p) = &mut c.probe {
+                            p.received(Instant::now());
+                        }
                         if c.closing {
                             // Closing: what the peer still sends is not read any more.
                             continue;
@@ -313,12 +450,37 @@ impl Daemon {
             eof = true;
         }
         if eof || (c.closing && c.out.is_empty()) {
-            let _ = self.epoll.delete(c.stream.as_fd());
-            self.tokens.remove(&t);
+            self.of_closed(t, c, None);
             return;
         }
         self.openflow.conns.insert(t, c);
         self.of_rearm(t);
+    }
+
+    /// A connection is gone: out of the loop, and its controller (if any) backs off.
+    pub(super) fn of_closed(&mut self, t: u64, c: OfConn, why: Option<String>) {
+        let _ = self.epoll.delete(c.stream.as_fd());
+        self.tokens.remove(&t);
+        if let Some(target) = &c.controller {
+            self.ctrl_disconnected(&c.bridge, target, t, why);
+        }
+    }
+
+    /// The OpenFlow versions `bridge` speaks: 1.3, unless its `protocols` leave it out.
+    pub(super) fn of_versions(&self, bridge: &str) -> Vec<u8> {
+        let allowed = self
+            .config
+            .bridges
+            .iter()
+            .find(|b| b.name == bridge)
+            .map(|b| crate::controller::protocol_versions(&b.protocols).unwrap_or_default())
+            .unwrap_or_default();
+        if allowed.is_empty() || allowed.contains(&VERSION_1_3) {
+            vec![VERSION_1_3]
+        } else {
+            // Nothing in common with what this switch speaks: every HELLO fails.
+            vec![]
+        }
     }
 
     /// Handles every whole message in the connection's framer (until the backlog is full).
@@ -347,7 +509,7 @@ impl Daemon {
         }
     }
 
-    fn of_refuse(&mut self, c: &mut OfConn, e: OfError, msg: &[u8]) {
+    pub(super) fn of_refuse(&mut self, c: &mut OfConn, e: OfError, msg: &[u8]) {
         self.openflow.counters.errors_sent += 1;
         limited!(
             self.logs,
@@ -367,7 +529,8 @@ impl Daemon {
             // The first message must be HELLO (§6.3.1).
             match decoded {
                 Ok((h, Message::Hello { versions })) => {
-                    match negotiate(&[VERSION_1_3], h.version, &versions) {
+                    let ours = self.of_versions(&c.bridge);
+                    match negotiate(&ours, h.version, &versions) {
                         Some(v) => {
                             c.framer.set_version(v);
                             c.negotiated = true;
@@ -408,13 +571,25 @@ impl Daemon {
             Err(e) => return self.of_refuse(c, e, msg),
         };
         let reply = |c: &mut OfConn, m: &Message| c.out.extend_from_slice(&encode(m, h.xid));
+        if c.controller.is_some() && c.role == Role::Slave && changes_state(&m) {
+            // OVS's reject_slave_controller: a slave controller reads, never writes.
+            return self.of_refuse(
+                c,
+                OfError::new(
+                    et::BAD_REQUEST,
+                    ferrovs_openflow::error::brc::IS_SLAVE,
+                    "this controller is a slave",
+                ),
+                msg,
+            );
+        }
         match m {
             Message::Hello { .. } | Message::EchoReply(_) | Message::Error(_) => {}
             Message::EchoRequest(d) => reply(c, &Message::EchoReply(d)),
             Message::FeaturesRequest => reply(
                 c,
                 &Message::FeaturesReply(SwitchFeatures {
-                    datapath_id: datapath_id(&c.bridge),
+                    datapath_id: datapath_id(&self.config, &c.bridge),
                     n_buffers: 0,
                     n_tables: N_TABLES,
                     auxiliary_id: 0,
@@ -437,36 +612,7 @@ impl Daemon {
                 self.of_publish();
                 reply(c, &Message::BarrierReply)
             }
-            Message::RoleRequest(r) => {
-                // One management connection at a time has no one to compete with: equal
-                // and master are granted as asked; slave would refuse every change, which
-                // this switch does not enforce, so it is refused.
-                match r.role {
-                    role::NOCHANGE | role::EQUAL | role::MASTER => {
-                        let granted = if r.role == role::NOCHANGE {
-                            role::EQUAL
-                        } else {
-                            r.role
-                        };
-                        reply(
-                            c,
-                            &Message::RoleReply(ferrovs_openflow::Role {
-                                role: granted,
-                                generation_id: r.generation_id,
-                            }),
-                        )
-                    }
-                    _ => self.of_refuse(
-                        c,
-                        OfError::new(
-                            et::ROLE_REQUEST_FAILED,
-                            rrfc::UNSUP,
-                            "the slave role is not supported",
-                        ),
-                        msg,
-                    ),
-                }
-            }
+            Message::RoleRequest(r) => self.of_role_request(c, &r, h.xid, msg),
             Message::FlowMod(fm) => {
                 self.openflow.counters.flow_mods += 1;
                 if let Err(e) = self.of_flow_mod(&c.bridge, &fm) {
@@ -508,15 +654,11 @@ impl Daemon {
                 };
                 self.of_refuse(c, e, msg)
             }
-            Message::PortMod(_) => self.of_refuse(
-                c,
-                OfError::new(
-                    et::PORT_MOD_FAILED,
-                    pmfc::EPERM,
-                    "port configuration over OpenFlow is not supported yet",
-                ),
-                msg,
-            ),
+            Message::PortMod(pm) => {
+                if let Err(e) = self.of_port_mod(&c.bridge, &pm) {
+                    self.of_refuse(c, e, msg)
+                }
+            }
             Message::MultipartRequest(r) => match self.of_multipart(&c.bridge, &r.body) {
                 Ok(body) => {
                     for part in encode_multipart_reply(&body, h.xid) {
@@ -539,7 +681,7 @@ impl Daemon {
         }
     }
 
-    fn of_ports(&self, bridge: &str) -> PortMap {
+    pub(super) fn of_ports(&self, bridge: &str) -> PortMap {
         PortMap::new(
             bridge,
             self.ports
@@ -637,6 +779,7 @@ impl Daemon {
                     .values()
                     .filter(|p| p.bridge == bridge)
                     .filter_map(|p| port_desc(p, &ports))
+                    .map(|d| self.of_admin_desc(d))
                     .collect(),
             ),
             Q::TableFeatures => A::TableFeatures(
@@ -672,7 +815,7 @@ impl Daemon {
     pub(super) fn of_port_desc(&self, name: &str) -> Option<(String, ferrovs_openflow::Port)> {
         let p = self.ports.get(name)?;
         let d = port_desc(p, &self.of_ports(&p.bridge))?;
-        Some((p.bridge.clone(), d))
+        Some((p.bridge.clone(), self.of_admin_desc(d)))
     }
 
     /// PORT_STATUS (`reason`: `OFPPR_ADD`, `_DELETE`, `_MODIFY`) to every peer of `bridge`
@@ -705,6 +848,20 @@ impl Daemon {
 
 /// A port's `ofp_port`: a stable local MAC (ports have no MAC of their own: the guest's or
 /// the kernel's is on the other side), state `LIVE` or `LINK_DOWN`.
+/// Whether a message changes the switch (refused from a slave, as OVS's
+/// `reject_slave_controller` callers).
+fn changes_state(m: &Message) -> bool {
+    matches!(
+        m,
+        Message::FlowMod(_)
+            | Message::GroupMod(_)
+            | Message::MeterMod(_)
+            | Message::PortMod(_)
+            | Message::PacketOut(_)
+            | Message::TableMod { .. }
+    )
+}
+
 fn port_desc(p: &PortState, ports: &PortMap) -> Option<ferrovs_openflow::Port> {
     let no = ports.number(&p.cfg.name)?;
     let up = matches!(p.link, Link::Connected | Link::Attached);

@@ -82,6 +82,12 @@ impl Daemon {
     /// finished the iteration it was in: from then on no packet is decided by a replaced rule.
     pub(super) fn publish(&mut self) {
         let mut rebuilt = Vec::new();
+        let fail_open: std::collections::HashSet<String> = self
+            .bridges
+            .keys()
+            .filter(|b| self.is_fail_open(b))
+            .cloned()
+            .collect();
         for (name, b) in self.bridges.iter_mut() {
             let mut members: Vec<(String, u32)> = self
                 .ports
@@ -96,7 +102,8 @@ impl Daemon {
             b.dirty = false;
             b.gen += 1;
             let same_ports = members == b.built_ports;
-            b.pipeline = if b.rules.is_plain_normal() {
+            // Fail-open: OVS's hidden NORMAL rule above every other is plain NORMAL.
+            b.pipeline = if b.rules.is_plain_normal() || fail_open.contains(name) {
                 b.rules.take_changes();
                 None
             } else {
@@ -163,7 +170,13 @@ impl Daemon {
 
     pub(super) fn publish_snapshot(&mut self) {
         let mut ports: Vec<Option<Arc<Port>>> = vec![None; self.port_slots.len()];
-        for p in self.ports.values() {
+        // A port an OpenFlow peer set down (PORT_MOD) is out of the datapath: not polled,
+        // never an output.
+        for p in self
+            .ports
+            .values()
+            .filter(|p| !self.of_admin_down(&p.cfg.name))
+        {
             ports[p.id as usize] = Some(p.port.clone());
         }
         let mut bridges: Vec<Option<Arc<Bridge>>> = vec![None; self.bridge_slots.len()];
@@ -171,7 +184,7 @@ impl Daemon {
             let members = self
                 .ports
                 .values()
-                .filter(|p| &p.bridge == name)
+                .filter(|p| &p.bridge == name && !self.of_admin_down(&p.cfg.name))
                 .map(|p| p.id)
                 .collect();
             let flows = b.pipeline.as_ref().map(|p| BridgeFlows {
@@ -179,9 +192,7 @@ impl Daemon {
                 gen: b.gen,
                 cache: b.cache.clone(),
             });
-            let default_rule = b
-                .pipeline
-                .is_none()
+            let default_rule = (b.pipeline.is_none() && !self.is_fail_open(name))
                 .then(|| b.rules.rules().first().map(|r| r.stats.clone()))
                 .flatten();
             bridges[b.id as usize] = Some(Arc::new(Bridge {

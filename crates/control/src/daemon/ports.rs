@@ -172,6 +172,7 @@ impl Daemon {
                 name: name.into(),
                 ports: vec![],
                 flows: None,
+                ..Default::default()
             });
         }
         self.sync_flows_config(name);

@@ -59,6 +59,7 @@ impl Daemon {
             .keys()
             .map(|b| ShowBridge {
                 name: b.clone(),
+                openflow: Some(self.show_openflow(b)),
                 ports: self
                     .ports
                     .values()
