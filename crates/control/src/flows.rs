@@ -22,6 +22,11 @@ pub struct StoredRule {
     pub stats: Arc<RuleStats>,
     /// When it was installed (duration, hard timeout).
     pub installed: Instant,
+    /// The `max_len` of each OpenFlow OUTPUT action of the rule, in order, as the FLOW_MOD
+    /// that installed it gave them (OVS keeps and reports them; the pipeline ignores them
+    /// for ports other than the controller). Empty: all 0, as ovs-ofctl and the CLI send.
+    /// Not part of the saved text form: a restart or hot upgrade reports 0 again.
+    pub output_max_len: Vec<u16>,
 }
 
 /// Why a rule was removed by the daemon itself.
@@ -138,6 +143,7 @@ impl BridgeRules {
                 spec,
                 stats: Arc::new(RuleStats::default()),
                 installed: now,
+                output_max_len: Vec::new(),
             };
             match index.get(&k) {
                 Some(&i) => self.rules[i] = rule,
