@@ -13,6 +13,7 @@ use std::time::Instant;
 
 use ferrovs_flow::{
     ActionSpec, DpAction, Field, FlowFilter, FlowKey, FlowSpec, Match, Pipeline, RuleStats,
+    TableCounters,
 };
 
 /// One installed rule.
@@ -40,6 +41,18 @@ pub enum Expiry {
 #[derive(Debug, Clone)]
 pub struct BridgeRules {
     rules: Vec<StoredRule>,
+    /// OpenFlow table statistics (lookups, matches) per table, kept across rule changes
+    /// (the pipeline is rebuilt on each; these counters are handed to every build).
+    tables: Vec<TableCounters>,
+}
+
+/// Tables that count lookups: all of OpenFlow's (0..=253).
+const COUNTED_TABLES: usize = 254;
+
+fn table_counters() -> Vec<TableCounters> {
+    (0..COUNTED_TABLES)
+        .map(|_| TableCounters::default())
+        .collect()
 }
 
 impl Default for BridgeRules {
@@ -75,7 +88,10 @@ pub struct BadRule {
 impl BridgeRules {
     /// A bridge's rules when created: the default NORMAL rule.
     pub fn new() -> BridgeRules {
-        let mut r = BridgeRules { rules: vec![] };
+        let mut r = BridgeRules {
+            rules: vec![],
+            tables: table_counters(),
+        };
         r.add(vec![default_rule()]);
         r
     }
@@ -89,7 +105,10 @@ impl BridgeRules {
                 source,
             })?);
         }
-        let mut r = BridgeRules { rules: vec![] };
+        let mut r = BridgeRules {
+            rules: vec![],
+            tables: table_counters(),
+        };
         r.add(specs);
         Ok(r)
     }
@@ -210,6 +229,18 @@ impl BridgeRules {
             self.rules.iter().map(|r| (&r.spec, r.stats.clone())),
             resolve,
         )
+        .with_table_stats(self.tables.clone())
+    }
+
+    /// Table `t`'s lookups and matches so far (as pushed from the datapath's caches).
+    pub fn table_lookups(&self, t: u8) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.tables.get(usize::from(t)).map_or((0, 0), |c| {
+            (
+                c.lookup.packets.load(Relaxed),
+                c.matched.packets.load(Relaxed),
+            )
+        })
     }
 }
 

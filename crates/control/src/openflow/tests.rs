@@ -565,18 +565,27 @@ fn output_max_len_is_reported_as_installed() {
         vec![ml(2, 0xffe5), ml(OFPP_FLOOD, 0x80)],
     );
     apply_flow_mod(&mut r, &add, &p).unwrap();
-    assert_eq!(texts(&r), ["priority=10,in_port=vm1 actions=output:vm2,FLOOD"]);
+    assert_eq!(
+        texts(&r),
+        ["priority=10,in_port=vm1 actions=output:vm2,FLOOD"]
+    );
     let s = flow_stats(&r.rules()[0], &p);
     assert_eq!(
         s.instructions,
-        vec![Instruction::ApplyActions(vec![ml(2, 0xffe5), ml(OFPP_FLOOD, 0x80)])]
+        vec![Instruction::ApplyActions(vec![
+            ml(2, 0xffe5),
+            ml(OFPP_FLOOD, 0x80)
+        ])]
     );
     // A modify takes the new actions' lengths; all 0 (ovs-ofctl's) stores nothing.
     let modify = fm(fc::MODIFY, 0, 10, vec![], vec![out(1)]);
     apply_flow_mod(&mut r, &modify, &p).unwrap();
     assert!(r.rules()[0].output_max_len.is_empty());
     let s = flow_stats(&r.rules()[0], &p);
-    assert_eq!(s.instructions, vec![Instruction::ApplyActions(vec![out(1)])]);
+    assert_eq!(
+        s.instructions,
+        vec![Instruction::ApplyActions(vec![out(1)])]
+    );
     // Re-adding the same rule replaces it, lengths included.
     apply_flow_mod(&mut r, &add, &p).unwrap();
     assert_eq!(r.rules()[0].output_max_len, [0xffe5, 0x80]);
