@@ -59,7 +59,7 @@ PY=$VENV/bin/python3
 [ -x "$PY" ] && "$PY" -c 'import os_ken, eventlet' 2>/dev/null || {
     echo "osken-switch-tests: no os-ken in $VENV (run scripts/deps.sh)" >&2; exit 1; }
 OF13=$("$PY" -c 'import os, os_ken.tests.switch as s; print(os.path.join(os.path.dirname(s.__file__), "of13"))')
-BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release
+BIN=${FERROVS_BIN_DIR:-${CARGO_TARGET_DIR:-$ROOT/target}/release}
 
 tag=$(( $$ % 100000 ))
 W=${OSKEN_WORK_DIR:-/tmp/ferrovs-osken-$tag}
@@ -102,16 +102,18 @@ port=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); prin
 
 # A private ovsdb-server and ovs-vswitchd (in namespace $2) in directory $1.
 ovs_up() {
-    local d=$1 ns=$2
+    local d=$1 ns=$2 role=$3
     ovsdb-tool create "$d/conf.db" /usr/share/openvswitch/vswitch.ovsschema
     ovsdb-server "$d/conf.db" --remote="punix:$d/db.sock" --unixctl="$d/ovsdb-server.ctl" \
         --pidfile="$d/ovsdb-server.pid" --log-file="$d/ovsdb-server.log" --detach --no-chdir 2>>"$d/start.log"
     ovs-vsctl --db="unix:$d/db.sock" --no-wait init
-    # No datapath flow cache: OVS's revalidators update cached flows after a FLOW_MOD
-    # asynchronously (BARRIER does not wait for them), and the tester sends its packet right
-    # after the barrier, so a stale cached flow of the previous case could forward it. With
-    # flow-limit=0 every packet is looked up in the current tables (slow, exact semantics).
-    ovs-vsctl --db="unix:$d/db.sock" --no-wait set Open_vSwitch . other_config:flow-limit=0
+    # A target OVS gets no datapath flow cache: its revalidators update cached flows after a
+    # FLOW_MOD asynchronously (BARRIER does not wait for them), and the tester sends its
+    # packet right after the barrier, so a stale cached flow of the previous case could
+    # forward it. With flow-limit=0 every packet is looked up in the current tables (exact
+    # semantics; slower, which the throughput cases of group and meter may feel).
+    [ "$role" = tester ] ||
+        ovs-vsctl --db="unix:$d/db.sock" --no-wait set Open_vSwitch . other_config:flow-limit=0
     ip netns exec "$ns" env OVS_RUNDIR="$d" OVS_LOGDIR="$d" OVS_DBDIR="$d" \
         /usr/sbin/ovs-vswitchd "unix:$d/db.sock" --unixctl="$d/ovs-vswitchd.ctl" \
         --pidfile="$d/ovs-vswitchd.pid" --log-file="$d/ovs-vswitchd.log" --detach --no-chdir 2>>"$d/start.log"
@@ -121,7 +123,7 @@ vsctl() { local d=$1; shift; ovs-vsctl --db="unix:$d/db.sock" --timeout=20 "$@";
 # An OVS netdev bridge $3 with dpid $4, the veth ends $5.. as ports 1.., controller os-ken.
 ovs_bridge() {
     local d=$1 ns=$2 br=$3 dpid=$4; shift 4
-    ovs_up "$d" "$ns"
+    ovs_up "$d" "$ns" "$br"
     vsctl "$d" add-br "$br" -- set bridge "$br" datapath_type=netdev \
         "other-config:datapath-id=$dpid" protocols=OpenFlow13 fail_mode=secure
     local i=1
@@ -157,7 +159,7 @@ done
 ip netns exec "$NS_TST" ip link set lo up
 
 tester_dpid=0000000000000002
-ovs_bridge "$W/tester" "$NS_TST" br-tester "$tester_dpid" "osk${tag}s1" "osk${tag}s2" "osk${tag}s3"
+ovs_bridge "$W/tester" "$NS_TST" tester "$tester_dpid" "osk${tag}s1" "osk${tag}s2" "osk${tag}s3"
 
 if [ $target = ovs ]; then
     target_dpid=0000000000000001
