@@ -7,6 +7,7 @@ hub, so this runs it on eventlet (monkey-patched before os_ken is imported):
     osken_switch_test.py run --ofp-tcp-listen-port PORT --test-switch-dir DIR \
         [--test-switch-target DPID --test-switch-tester DPID ...]   (os-ken's own options)
     osken_switch_test.py report LOG CASES_DIR [--json OUT]
+    osken_switch_test.py app MODULE [os-ken options]     (any os-ken app, same hub)
 
 `report` reads the tester's log: each case line ("    DESCRIPTION   OK|ERROR", then the
 reason indented by 8 when it failed) under its file's description, maps the file back to
@@ -20,7 +21,7 @@ import os
 import sys
 
 
-def run(argv):
+def run(argv, apps=("os_ken.tests.switch.tester",)):
     os.environ["OSKEN_HUB_TYPE"] = "eventlet"
     import eventlet
 
@@ -44,7 +45,7 @@ def run(argv):
     root.addHandler(h)
     if os.environ.get("OSKEN_TARGET_NO_CONTROLLER_RULE") == "1":
         _skip_target_controller_rule()
-    AppManager.run_apps(["os_ken.tests.switch.tester"])
+    AppManager.run_apps(list(apps))
 
 
 def _skip_target_controller_rule():
@@ -145,6 +146,9 @@ def report(log_path, cases_dir, json_out=None):
 def main():
     if len(sys.argv) >= 2 and sys.argv[1] == "run":
         run(sys.argv[2:])
+    elif len(sys.argv) >= 3 and sys.argv[1] == "app":
+        # Any os-ken application, e.g. os_ken.app.simple_switch_13 (tests/e2e/tests/osken.rs).
+        run(sys.argv[3:], apps=(sys.argv[2],))
     elif len(sys.argv) >= 4 and sys.argv[1] == "report":
         out = None
         if len(sys.argv) >= 6 and sys.argv[4] == "--json":
