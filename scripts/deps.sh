@@ -2,13 +2,15 @@
 # Installs, idempotently, what ferrovs's tests and benchmarks need from Debian:
 #   QEMU (real guests), DPDK's testpmd (interop and the bench peer), OVS-DPDK (bench peer),
 #   a Debian kernel and busybox (the guest image), and small tools (iproute2 and ping for
-#   the kernel-port tests).
+#   the kernel-port tests); and os-ken (PyPI, with eventlet) in a venv for its switch test
+#   tool (scripts/osken-switch-tests.sh): $OSKEN_VENV, default target/osken/venv.
 # Runs `apt-get update` only when something is missing. Usage: scripts/deps.sh [--hugepages N]
 set -euo pipefail
 
 packages=(
     qemu-system-x86 dpdk dpdk-dev openvswitch-switch-dpdk busybox-static linux-image-amd64
     iproute2 iputils-ping ethtool iperf3 tcpdump jq socat cpio kmod valgrind
+    python3 python3-venv
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -20,6 +22,16 @@ if [ ${#missing[@]} -gt 0 ]; then
     [ "$(id -u)" = 0 ] || sudo=sudo
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# os-ken's switch tester (os_ken/tests/switch) and eventlet, which it needs as its hub. The
+# venv uses Debian's python3 (not a pyenv shim), so it is the same on every machine.
+venv=${OSKEN_VENV:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/target/osken/venv}
+if ! "$venv/bin/python3" -c 'import os_ken.tests.switch.tester, eventlet' 2>/dev/null; then
+    echo "deps: os-ken venv in $venv"
+    rm -rf "$venv"
+    /usr/bin/python3 -m venv "$venv"
+    "$venv/bin/pip" install -q --disable-pip-version-check os-ken eventlet
 fi
 
 if [ "${1:-}" = "--hugepages" ]; then

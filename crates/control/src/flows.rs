@@ -13,6 +13,7 @@ use std::time::Instant;
 
 use ferrovs_flow::{
     ActionSpec, DpAction, Field, FlowFilter, FlowKey, FlowSpec, Match, Pipeline, RuleStats,
+    TableCounters,
 };
 
 /// One installed rule.
@@ -22,6 +23,11 @@ pub struct StoredRule {
     pub stats: Arc<RuleStats>,
     /// When it was installed (duration, hard timeout).
     pub installed: Instant,
+    /// The `max_len` of each OpenFlow OUTPUT action of the rule, in order, as the FLOW_MOD
+    /// that installed it gave them (OVS keeps and reports them; the pipeline ignores them
+    /// for ports other than the controller). Empty: all 0, as ovs-ofctl and the CLI send.
+    /// Not part of the saved text form: a restart or hot upgrade reports 0 again.
+    pub output_max_len: Vec<u16>,
 }
 
 /// Why a rule was removed by the daemon itself.
@@ -58,6 +64,18 @@ pub struct BridgeRules {
     /// What changed since [`BridgeRules::take_changes`]; `None`: more than a log is worth
     /// (or a change made through [`BridgeRules::rules_mut`]): build the pipeline anew.
     changes: Option<Vec<RuleChange>>,
+    /// OpenFlow table statistics (lookups, matches) per table, kept across rule changes
+    /// (the pipeline is rebuilt on each; these counters are handed to every build).
+    tables: Vec<TableCounters>,
+}
+
+/// Tables that count lookups: all of OpenFlow's (0..=253).
+const COUNTED_TABLES: usize = 254;
+
+fn table_counters() -> Vec<TableCounters> {
+    (0..COUNTED_TABLES)
+        .map(|_| TableCounters::default())
+        .collect()
 }
 
 impl Default for BridgeRules {
@@ -97,6 +115,7 @@ impl BridgeRules {
             rules: vec![],
             index: None,
             changes: None,
+            tables: table_counters(),
         };
         r.add(vec![default_rule()]);
         r
@@ -115,6 +134,7 @@ impl BridgeRules {
             rules: vec![],
             index: None,
             changes: None,
+            tables: table_counters(),
         };
         r.add(specs);
         Ok(r)
@@ -166,6 +186,7 @@ impl BridgeRules {
                 spec,
                 stats,
                 installed: now,
+                output_max_len: Vec::new(),
             };
             match index.get(&k) {
                 Some(&i) => self.rules[i] = rule,
@@ -276,6 +297,18 @@ impl BridgeRules {
             self.rules.iter().map(|r| (&r.spec, r.stats.clone())),
             resolve,
         )
+        .with_table_stats(self.tables.clone())
+    }
+
+    /// Table `t`'s lookups and matches so far (as pushed from the datapath's caches).
+    pub fn table_lookups(&self, t: u8) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.tables.get(usize::from(t)).map_or((0, 0), |c| {
+            (
+                c.lookup.packets.load(Relaxed),
+                c.matched.packets.load(Relaxed),
+            )
+        })
     }
 
     /// The pipeline after the changes since the last call: `current` (the one published,

@@ -90,7 +90,8 @@ pub struct Translation {
     pub actions: Vec<DpAction>,
     /// Every key bit the decision depended on.
     pub mask: FlowKey,
-    /// Every rule matched on the way.
+    /// Every rule matched on the way (and, see [`Pipeline::with_table_stats`], the
+    /// counters of the tables looked in).
     pub rules: Vec<Arc<RuleStats>>,
 }
 
@@ -107,6 +108,17 @@ pub struct Pipeline {
     plain_normal: bool,
     /// The last [`CompiledRule::id`] given.
     next_id: u64,
+    /// Per table: the counters of lookups and of lookups that matched (OpenFlow's table
+    /// statistics), credited like rule counters through the megaflows; empty: not counted.
+    table_stats: Vec<TableCounters>,
+}
+
+/// The counters of one table: its lookups and its lookups that found a rule (their
+/// `packets`), shared by the control plane and the megaflows, like [`RuleStats`].
+#[derive(Debug, Default, Clone)]
+pub struct TableCounters {
+    pub lookup: Arc<RuleStats>,
+    pub matched: Arc<RuleStats>,
 }
 
 impl Pipeline {
@@ -219,14 +231,41 @@ impl Pipeline {
         self.plain_normal
     }
 
+    /// Counts lookups per table in `counters` (index: table id) from now on: each
+    /// translation's [`Translation::rules`] then also holds the counters of the tables it
+    /// looked in (and of those where a rule matched), so the packets of its megaflow are
+    /// credited to them as to the rules.
+    pub fn with_table_stats(mut self, counters: Vec<TableCounters>) -> Pipeline {
+        self.table_stats = counters;
+        self
+    }
+
     /// Translates `key` through the tables (see the module doc).
     pub fn translate(&self, key: &FlowKey) -> Translation {
-        walk(key, |table, k, wc| {
+        let lookup = |table: usize, k: &FlowKey, wc: &mut FlowKey| {
             self.tables
                 .get(table)
                 .and_then(|c| c.lookup(k, wc))
                 .map(|(r, _)| r)
-        })
+        };
+        if self.table_stats.is_empty() {
+            return walk(key, lookup);
+        }
+        let visits = std::cell::RefCell::new(Vec::new());
+        let mut t = walk(key, |table, k, wc| {
+            let r = lookup(table, k, wc);
+            visits.borrow_mut().push((table, r.is_some()));
+            r
+        });
+        for (table, hit) in visits.into_inner() {
+            if let Some(c) = self.table_stats.get(table) {
+                t.rules.push(c.lookup.clone());
+                if hit {
+                    t.rules.push(c.matched.clone());
+                }
+            }
+        }
+        t
     }
 
     /// Every rule of table `t`: (match, priority, rule).

@@ -513,4 +513,52 @@ fn bench_translate() {
         }
         println!("translate {name}: {best:.0} ns per key");
     }
+
+/// With table counters attached, a translation carries the lookup counter of every table it
+/// looked in and the match counter of those where a rule matched (OpenFlow table stats:
+/// a table miss counts a lookup and no match); without them, nothing changes.
+#[test]
+fn translations_carry_the_counters_of_the_tables_they_looked_in() {
+    let specs: Vec<FlowSpec> = [
+        "priority=10,tcp actions=goto_table:2",
+        "table=2,priority=5,tcp,tp_dst=80 actions=output:p1",
+    ]
+    .iter()
+    .map(|s| parse_flow(s).unwrap())
+    .collect();
+    let build = || {
+        Pipeline::build(
+            specs.iter().map(|s| (s, Arc::new(RuleStats::default()))),
+            &resolve,
+        )
+    };
+    let counters: Vec<TableCounters> = (0..4).map(|_| TableCounters::default()).collect();
+    let p = build().with_table_stats(counters.clone());
+    let is = |a: &Arc<RuleStats>, b: &Arc<RuleStats>| Arc::ptr_eq(a, b);
+    let mut k = FlowKey::default();
+    k.set(Field::InPort, 10);
+    k.set(Field::EthType, 0x0800);
+    k.set(Field::IpProto, 6);
+    k.set(Field::TpDst, 80);
+    // Both tables matched: two rules, two lookups, two matches.
+    let t = p.translate(&k);
+    assert_eq!(t.rules.len(), 6);
+    for c in [&counters[0], &counters[2]] {
+        assert!(t.rules.iter().any(|r| is(r, &c.lookup)));
+        assert!(t.rules.iter().any(|r| is(r, &c.matched)));
+    }
+    // Table 2 misses: its lookup counts, its match does not.
+    k.set(Field::TpDst, 81);
+    let t = p.translate(&k);
+    assert_eq!(t.rules.len(), 4);
+    assert!(t.rules.iter().any(|r| is(r, &counters[2].lookup)));
+    assert!(!t.rules.iter().any(|r| is(r, &counters[2].matched)));
+    // Table 0 misses.
+    k.set(Field::IpProto, 17);
+    let t = p.translate(&k);
+    assert_eq!(t.rules.len(), 1);
+    assert!(is(&t.rules[0], &counters[0].lookup));
+    // No counters attached: only the rules.
+    k.set(Field::IpProto, 6);
+    assert_eq!(build().translate(&k).rules.len(), 1);
 }

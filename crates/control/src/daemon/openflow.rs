@@ -737,17 +737,27 @@ impl Daemon {
                 b.cache.push_stats();
                 A::Aggregate(ofmap::aggregate(&b.rules, &sel))
             }
-            Q::Table => A::Table(
-                (0..N_TABLES)
-                    .map(|t| TableStats {
-                        table_id: t,
-                        active_count: b.rules.rules().iter().filter(|r| r.spec.table == t).count()
-                            as u32,
-                        lookup_count: 0,
-                        matched_count: 0,
-                    })
-                    .collect(),
-            ),
+            Q::Table => {
+                b.cache.push_stats();
+                A::Table(
+                    (0..N_TABLES)
+                        .map(|t| {
+                            let (lookup_count, matched_count) = b.rules.table_lookups(t);
+                            TableStats {
+                                table_id: t,
+                                active_count: b
+                                    .rules
+                                    .rules()
+                                    .iter()
+                                    .filter(|r| r.spec.table == t)
+                                    .count() as u32,
+                                lookup_count,
+                                matched_count,
+                            }
+                        })
+                        .collect(),
+                )
+            }
             Q::PortStats { port_no } => {
                 let mut v = Vec::new();
                 for p in self.ports.values().filter(|p| p.bridge == bridge) {

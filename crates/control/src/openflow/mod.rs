@@ -383,17 +383,62 @@ pub fn actions_from_of(
     Ok(actions)
 }
 
+/// The `max_len` of each OUTPUT action of a FLOW_MOD's instructions, in order (the
+/// rule's [`StoredRule::output_max_len`]); empty when all are 0.
+pub fn output_max_lens(instructions: &[Instruction]) -> Vec<u16> {
+    let v: Vec<u16> = instructions
+        .iter()
+        .filter_map(|i| match i {
+            Instruction::ApplyActions(list) => Some(list),
+            _ => None,
+        })
+        .flatten()
+        .filter_map(|a| match a {
+            Action::Output { max_len, .. } => Some(*max_len),
+            _ => None,
+        })
+        .collect();
+    if v.iter().all(|&l| l == 0) {
+        Vec::new()
+    } else {
+        v
+    }
+}
+
 /// A rule's actions as OpenFlow instructions (apply-actions, then goto-table).
 pub fn instructions_to_of(spec: &FlowSpec, ports: &PortMap) -> Vec<Instruction> {
+    instructions_to_of_with(spec, ports, &[])
+}
+
+/// [`instructions_to_of`] with the `max_len` of each OUTPUT action in order (missing: 0).
+pub fn instructions_to_of_with(
+    spec: &FlowSpec,
+    ports: &PortMap,
+    max_lens: &[u16],
+) -> Vec<Instruction> {
     let (pr, prm) = spec.m.field(Field::IpProto);
     let proto = (prm != 0).then_some(pr as u8);
     let mut apply = Vec::new();
     let mut goto = None;
+    let mut n_out = 0usize;
     for a in &spec.actions {
-        let out = |p: u32| Action::Output {
-            port: p,
-            max_len: 0,
+        // Each output-like action took one OUTPUT action (and its max_len) on the wire.
+        let is_out = matches!(
+            a,
+            ActionSpec::Output(_)
+                | ActionSpec::Mirror(_)
+                | ActionSpec::InPort
+                | ActionSpec::Normal
+                | ActionSpec::Flood
+                | ActionSpec::All
+        );
+        let max_len = if is_out {
+            n_out += 1;
+            max_lens.get(n_out - 1).copied().unwrap_or(0)
+        } else {
+            0
         };
+        let out = |p: u32| Action::Output { port: p, max_len };
         let set = |f: Of, v: u128| Action::SetField(Oxm::exact(f, v));
         match a {
             ActionSpec::Output(n) | ActionSpec::Mirror(n) => {
@@ -619,7 +664,15 @@ pub fn apply_flow_mod(
                     "overlaps a rule of the same priority",
                 ));
             }
+            let key = (spec.table, spec.priority, spec.in_port.clone(), spec.m);
             rules.add(vec![spec]);
+            let lens = output_max_lens(&fm.instructions);
+            if let Some(r) = rules.rules_mut().iter_mut().find(|r| {
+                (r.spec.table, r.spec.priority, &r.spec.in_port, r.spec.m)
+                    == (key.0, key.1, &key.2, key.3)
+            }) {
+                r.output_max_len = lens;
+            }
             Ok(Applied::Added)
         }
         fc::MODIFY | fc::MODIFY_STRICT => {
@@ -654,9 +707,11 @@ pub fn apply_flow_mod(
                 }
             }
             let reset = fm.flags & ff::RESET_COUNTS != 0;
+            let lens = output_max_lens(&fm.instructions);
             let all = rules.rules_mut();
             for &i in &hits {
                 all[i].spec.actions = spec.actions.clone();
+                all[i].output_max_len = lens.clone();
                 if reset {
                     all[i].stats = Arc::new(RuleStats::default());
                     all[i].installed = Instant::now();
@@ -727,7 +782,7 @@ pub fn flow_stats(r: &StoredRule, ports: &PortMap) -> FlowStats {
         packet_count: r.stats.packets.load(Relaxed),
         byte_count: r.stats.bytes.load(Relaxed),
         match_: match_to_of(&s.m, s.in_port.as_deref(), ports),
-        instructions: instructions_to_of(s, ports),
+        instructions: instructions_to_of_with(s, ports, &r.output_max_len),
     }
 }
 

@@ -549,3 +549,45 @@ fn flow_stats_and_aggregate() {
     assert_eq!(a.flow_count, 1);
     let _ = &mut r;
 }
+
+/// OVS keeps each OUTPUT action's max_len and reports it in flow statistics (os-ken's switch
+/// tester compares them: its actions carry OFPCML_MAX); the rule itself is the same.
+#[test]
+fn output_max_len_is_reported_as_installed() {
+    let p = ports();
+    let mut r = BridgeRules::from_texts(&[]).unwrap();
+    let ml = |port: u32, max_len: u16| Action::Output { port, max_len };
+    let add = fm(
+        fc::ADD,
+        0,
+        10,
+        vec![x(Of::InPort, 1)],
+        vec![ml(2, 0xffe5), ml(OFPP_FLOOD, 0x80)],
+    );
+    apply_flow_mod(&mut r, &add, &p).unwrap();
+    assert_eq!(
+        texts(&r),
+        ["priority=10,in_port=vm1 actions=output:vm2,FLOOD"]
+    );
+    let s = flow_stats(&r.rules()[0], &p);
+    assert_eq!(
+        s.instructions,
+        vec![Instruction::ApplyActions(vec![
+            ml(2, 0xffe5),
+            ml(OFPP_FLOOD, 0x80)
+        ])]
+    );
+    // A modify takes the new actions' lengths; all 0 (ovs-ofctl's) stores nothing.
+    let modify = fm(fc::MODIFY, 0, 10, vec![], vec![out(1)]);
+    apply_flow_mod(&mut r, &modify, &p).unwrap();
+    assert!(r.rules()[0].output_max_len.is_empty());
+    let s = flow_stats(&r.rules()[0], &p);
+    assert_eq!(
+        s.instructions,
+        vec![Instruction::ApplyActions(vec![out(1)])]
+    );
+    // Re-adding the same rule replaces it, lengths included.
+    apply_flow_mod(&mut r, &add, &p).unwrap();
+    assert_eq!(r.rules()[0].output_max_len, [0xffe5, 0x80]);
+    assert_eq!(r.len(), 1);
+}
