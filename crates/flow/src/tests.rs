@@ -513,6 +513,7 @@ fn bench_translate() {
         }
         println!("translate {name}: {best:.0} ns per key");
     }
+}
 
 /// With table counters attached, a translation carries the lookup counter of every table it
 /// looked in and the match counter of those where a rule matched (OpenFlow table stats:
