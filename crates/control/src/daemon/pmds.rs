@@ -173,6 +173,7 @@ impl Daemon {
                 pipeline: p.clone(),
                 gen: b.gen,
                 cache: b.cache.clone(),
+                meters: b.meters.clone(),
             });
             let default_rule = b
                 .pipeline
