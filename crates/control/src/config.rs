@@ -186,6 +186,10 @@ pub struct BridgeConfig {
     /// `priority=0 actions=NORMAL` only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flows: Option<Vec<String>>,
+    /// The bridge's OpenFlow meters in ovs-ofctl syntax
+    /// (`meter=1,kbps,bands=type=drop,rate=1000`), by id.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub meters: Vec<String>,
 }
 
 /// The whole configuration.
@@ -291,6 +295,7 @@ impl Config {
                 name: "br0".into(),
                 ports: vec![port("vm1"), port("vm2")],
                 flows: None,
+                meters: vec![],
             }],
             pmd_cores: vec![],
             other: BTreeMap::new(),
@@ -359,6 +364,11 @@ impl Config {
             if let Some(flows) = &b.flows {
                 crate::flows::BridgeRules::from_texts(flows).map_err(|e| {
                     ConfigError::Invalid(format!("bridge {}: {e}: {}", b.name, e.source))
+                })?;
+            }
+            for m in &b.meters {
+                ferrovs_flow::meter::parse_meter(m).map_err(|e| {
+                    ConfigError::Invalid(format!("bridge {}: meter '{m}': {e}", b.name))
                 })?;
             }
             for p in &b.ports {

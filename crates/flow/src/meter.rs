@@ -134,7 +134,9 @@ pub fn parse_meter(s: &str) -> Result<MeterSpec, ParseError> {
         ));
     }
     let Some(bands_text) = bands_text else {
-        return Err(ParseError::Invalid("a meter needs bands ('band=...')".into()));
+        return Err(ParseError::Invalid(
+            "a meter needs bands ('band=...')".into(),
+        ));
     };
     let mut bands: Vec<(BandSpec, bool, bool)> = Vec::new();
     for (k, v) in items(bands_text) {
@@ -186,14 +188,14 @@ pub fn parse_meter(s: &str) -> Result<MeterSpec, ParseError> {
         }
     }
     if bands.is_empty() {
-        return Err(ParseError::Invalid("a meter needs bands ('band=...')".into()));
+        return Err(ParseError::Invalid(
+            "a meter needs bands ('band=...')".into(),
+        ));
     }
     let mut out = Vec::with_capacity(bands.len());
     for (b, has_rate, has_burst) in bands {
         if !has_rate || b.rate == 0 {
-            return Err(ParseError::Invalid(
-                "a band needs a non-zero 'rate'".into(),
-            ));
+            return Err(ParseError::Invalid("a band needs a non-zero 'rate'".into()));
         }
         if has_burst && flags & BURST == 0 {
             return Err(ParseError::Invalid(
@@ -218,7 +220,12 @@ impl fmt::Display for MeterSpec {
     /// `meter=1,kbps,burst,stats,bands=type=drop,rate=1000,burst_size=100[,type=...]`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "meter={}", self.id)?;
-        for (bit, name) in [(KBPS, "kbps"), (PKTPS, "pktps"), (BURST, "burst"), (STATS, "stats")] {
+        for (bit, name) in [
+            (KBPS, "kbps"),
+            (PKTPS, "pktps"),
+            (BURST, "burst"),
+            (STATS, "stats"),
+        ] {
             if self.flags & bit != 0 {
                 write!(f, ",{name}")?;
             }

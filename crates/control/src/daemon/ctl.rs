@@ -157,6 +157,9 @@ impl Daemon {
                 | Request::ConfigSet { .. }
                 | Request::AddFlows { .. }
                 | Request::DelFlows { .. }
+                | Request::AddMeter { .. }
+                | Request::ModMeter { .. }
+                | Request::DelMeters { .. }
         );
         if let (Some(o), true) = (&self.ovsdb, changed) {
             let managed = matches!(
@@ -219,6 +222,21 @@ impl Daemon {
                 .map(Reply::DumpFlows),
             Request::DumpMegaflows { bridge } => {
                 self.dump_megaflows(&bridge).map(Reply::DumpMegaflows)
+            }
+            Request::AddMeter { bridge, meter } => self
+                .cli_set_meter(&bridge, &meter, false)
+                .map(|_| Reply::Done),
+            Request::ModMeter { bridge, meter } => self
+                .cli_set_meter(&bridge, &meter, true)
+                .map(|_| Reply::Done),
+            Request::DelMeters { bridge, meter } => {
+                self.cli_del_meters(&bridge, meter).map(|_| Reply::Done)
+            }
+            Request::DumpMeters { bridge, meter } => {
+                self.dump_meters(&bridge, meter).map(Reply::DumpMeters)
+            }
+            Request::MeterStats { bridge, meter } => {
+                self.meter_stats(&bridge, meter).map(Reply::MeterStats)
             }
         };
         match r {

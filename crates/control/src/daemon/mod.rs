@@ -53,6 +53,7 @@ use ferrovs_proto::{Request, Response, MAX_REQUEST};
 mod ctl;
 mod flows;
 mod handover;
+mod meters;
 mod openflow;
 mod ovsdb;
 mod pmds;
@@ -196,6 +197,10 @@ struct BridgeState {
     dirty: bool,
     /// The (port name, id) pairs `pipeline` was built with.
     built_ports: Vec<(String, u32)>,
+    /// OpenFlow meters: the datapath's table (shared with every snapshot) and each meter's
+    /// configuration with when it was added (`meters.rs`).
+    meters: Arc<dp::meter::MeterTable>,
+    meter_specs: BTreeMap<u32, (ferrovs_flow::meter::MeterSpec, Instant)>,
 }
 
 /// The daemon.

@@ -21,7 +21,7 @@
 //!   once the old one is gone (connections are not handed over: ovs-ofctl reconnects per
 //!   command).
 
-use ferrovs_openflow::error::{et, gmfc, hfc, mmfc, pmfc, rrfc};
+use ferrovs_openflow::error::{et, gmfc, hfc, pmfc, rrfc};
 use ferrovs_openflow::message::{capabilities, role};
 use ferrovs_openflow::multipart::{
     tfpt, Desc, MultipartReplyBody as A, MultipartRequestBody as Q, PortStats as OfPortStats,
@@ -426,7 +426,6 @@ impl Daemon {
             }
             // Deleting groups or meters that do not exist is no error (OpenFlow 1.3).
             Message::GroupMod(g) if g.command == ferrovs_openflow::message::group::DELETE => {}
-            Message::MeterMod(m) if m.command == ferrovs_openflow::message::meter::DELETE => {}
             Message::GroupMod(g) => {
                 let e = if g.command == ferrovs_openflow::message::group::ADD {
                     OfError::new(
@@ -444,20 +443,9 @@ impl Daemon {
                 self.of_refuse(c, e, msg)
             }
             Message::MeterMod(mm) => {
-                let e = if mm.command == ferrovs_openflow::message::meter::ADD {
-                    OfError::new(
-                        et::METER_MOD_FAILED,
-                        mmfc::OUT_OF_METERS,
-                        "meters are not supported yet",
-                    )
-                } else {
-                    OfError::new(
-                        et::METER_MOD_FAILED,
-                        mmfc::UNKNOWN_METER,
-                        "meters are not supported yet (no meter exists)",
-                    )
-                };
-                self.of_refuse(c, e, msg)
+                if let Err(e) = self.of_meter_mod(&c.bridge, &mm) {
+                    self.of_refuse(c, e, msg)
+                }
             }
             Message::PortMod(_) => self.of_refuse(
                 c,
@@ -503,6 +491,17 @@ impl Daemon {
     /// A FLOW_MOD: the rules change as `ferrovs add-flow`/`del-flows` change them.
     fn of_flow_mod(&mut self, bridge: &str, fm: &ferrovs_openflow::FlowMod) -> Result<(), OfError> {
         let ports = self.of_ports(bridge);
+        // A rule's meter must exist (OVS: OFPMMFC_INVALID_METER).
+        if let Some(m) = crate::openflow::meters::flow_mod_meter(&fm.instructions) {
+            let adds = !matches!(
+                fm.command,
+                ferrovs_openflow::message::fc::DELETE
+                    | ferrovs_openflow::message::fc::DELETE_STRICT
+            );
+            if adds && !self.has_meter(bridge, m) {
+                return Err(crate::openflow::meters::missing_meter());
+            }
+        }
         let Some(b) = self.bridges.get_mut(bridge) else {
             return Ok(());
         };
@@ -607,9 +606,10 @@ impl Daemon {
             ),
             Q::Group { .. } => A::Group(vec![]),
             Q::GroupDesc => A::GroupDesc(vec![]),
-            Q::Meter { .. } => A::Meter(vec![]),
-            Q::MeterConfig { .. } => A::MeterConfig(vec![]),
-            Q::GroupFeatures | Q::MeterFeatures => {
+            Q::Meter { meter_id } => A::Meter(self.of_meter_stats(bridge, *meter_id)),
+            Q::MeterConfig { meter_id } => A::MeterConfig(self.of_meter_config(bridge, *meter_id)),
+            Q::MeterFeatures => A::MeterFeatures(crate::openflow::meters::features()),
+            Q::GroupFeatures => {
                 return Err(OfError::new(
                     et::BAD_REQUEST,
                     ferrovs_openflow::error::brc::BAD_MULTIPART,

@@ -164,14 +164,19 @@ impl Daemon {
                 dirty: !rules.is_plain_normal(),
                 rules,
                 built_ports: vec![],
+                meters: Default::default(),
+                meter_specs: BTreeMap::new(),
             },
         );
+        // Meters saved with the configuration (start-up, takeover).
+        self.restore_meters(name);
         self.apply_flow_limit();
         if self.cfg_bridge(name).is_none() {
             self.config.bridges.push(BridgeConfig {
                 name: name.into(),
                 ports: vec![],
                 flows: None,
+                meters: vec![],
             });
         }
         self.sync_flows_config(name);
