@@ -129,11 +129,13 @@ impl Meter {
         }
     }
 
-    /// Reconfigures in place (full buckets, band counters restart; the meter's own
-    /// counters go on).
+    /// Reconfigures in place: full buckets, and every counter restarts (as OVS's datapath,
+    /// which replaces the meter).
     pub fn reconfigure(&self, spec: &MeterSpec, now: u64) {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         *s = state(spec, now);
+        self.packets_in.store(0, Ordering::Relaxed);
+        self.bytes_in.store(0, Ordering::Relaxed);
     }
 
     /// Runs packets of `sizes` bytes (at most 64) through the meter at clock `now` (ms);
@@ -347,7 +349,7 @@ mod tests {
         // The same meter (rules keep it), new buckets.
         assert!(Arc::ptr_eq(&m, &table.get(7).unwrap()));
         assert_eq!(m.run(now, &[64; 10]).count_ones(), 2);
-        assert_eq!(m.counters().packets, 20);
+        assert_eq!(m.counters().packets, 10);
         assert_eq!(table.ids(), vec![7]);
         table.remove(7);
         assert!(table.get(7).is_none());

@@ -775,6 +775,9 @@ impl Daemon {
                 .find(|c| c.name == b.name)
                 .and_then(|c| c.flows.clone());
             d.add_bridge_as(&b.name, Some(b.id), flows.as_deref())?;
+            if let Some(c) = state.config.bridges.iter().find(|c| c.name == b.name) {
+                d.restore_meters(&b.name, &c.meters);
+            }
             let macs = &d.bridges[&b.name].macs;
             for &(mac, vlan, port) in &b.macs {
                 macs.learn(mac, vlan, port, 0);

@@ -32,21 +32,14 @@ fn uses(spec: &ferrovs_flow::FlowSpec, ids: &[u32]) -> bool {
 }
 
 impl Daemon {
-    /// Loads the bridge's meters from the configuration into its table (a meter that does
+    /// Loads a bridge's saved meters (start-up, takeover) into its table (a meter that does
     /// not parse is logged and left out; `Config::validate` refuses such a file anyway).
-    pub(super) fn restore_meters(&mut self, bridge: &str) {
-        let texts = self
-            .config
-            .bridges
-            .iter()
-            .find(|b| b.name == bridge)
-            .map(|b| b.meters.clone())
-            .unwrap_or_default();
+    pub(super) fn restore_meters(&mut self, bridge: &str, texts: &[String]) {
         let Some(b) = self.bridges.get_mut(bridge) else {
             return;
         };
         for t in texts {
-            match parse_meter(&t) {
+            match parse_meter(t) {
                 Ok(spec) => {
                     b.meters.set(&spec);
                     b.meter_specs.insert(spec.id, (spec, Instant::now()));
@@ -54,6 +47,7 @@ impl Daemon {
                 Err(e) => log::warn!("bridge {bridge}: saved meter '{t}' left out: {e}"),
             }
         }
+        self.sync_meters_config(bridge);
     }
 
     /// Copies a bridge's meters into the configuration (to be saved).

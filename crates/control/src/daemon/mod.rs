@@ -380,6 +380,7 @@ impl Daemon {
         for b in &config.bridges {
             d.add_bridge_as(&b.name, None, b.flows.as_deref())
                 .map_err(DaemonError::Config)?;
+            d.restore_meters(&b.name, &b.meters);
             for p in &b.ports {
                 if let Err(e) = d.add_port(&b.name, p.clone()) {
                     // A port that cannot come up (socket taken...) is reported, not fatal.

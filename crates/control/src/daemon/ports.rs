@@ -168,8 +168,6 @@ impl Daemon {
                 meter_specs: BTreeMap::new(),
             },
         );
-        // Meters saved with the configuration (start-up, takeover).
-        self.restore_meters(name);
         self.apply_flow_limit();
         if self.cfg_bridge(name).is_none() {
             self.config.bridges.push(BridgeConfig {
