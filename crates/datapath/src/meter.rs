@@ -26,9 +26,10 @@
 //! step (two PMDs draining the same bucket must not both spend the same tokens), which a
 //! per-meter lock gives simply and exactly; the critical section is a few dozen
 //! instructions with no allocation or system call, so PMDs metering the same meter wait
-//! for each other at most that long (OVS's dp_netdev meter does the same with its
-//! per-meter mutex). A reconfiguration (`mod-meter`) swaps the state under that lock in
-//! place: the next group sees it, no pipeline is rebuilt.
+//! for each other at most that long. It is taken blocking, not tried: a PMD that failed a
+//! try-lock would have to pass its group unmetered or drop it. A reconfiguration
+//! (`mod-meter`) swaps the state under that lock in place: the next group sees it, no
+//! pipeline is rebuilt.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

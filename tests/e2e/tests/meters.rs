@@ -461,6 +461,7 @@ fn a_pktps_meter_limits_a_flood_to_its_rate() {
         "{got} arrived of {n} sent in {secs:.2} s through a 200 pps meter (expected ~{want:.0})"
     );
     let (pin, dropped) = meter_counts(&sock);
+    eprintln!("200 pps meter: {got} of {n} arrived in {secs:.3} s (expected {want:.0}); meter in {pin}, dropped {dropped}");
     assert!(pin >= u64::from(n) && pin <= u64::from(n) + 3, "{pin}");
     assert!(
         (pin - dropped).abs_diff(got) <= 3,
@@ -481,6 +482,7 @@ fn a_pktps_meter_limits_a_flood_to_its_rate() {
         "{got} arrived in {secs:.2} s through a 1000 pps meter (expected ~{want:.0})"
     );
     let (pin, dropped) = meter_counts(&sock);
+    eprintln!("1000 pps meter: {got} of 4000 arrived in {secs:.3} s (expected {want:.0}); meter in {pin}, dropped {dropped}");
     assert!(
         (pin - dropped).abs_diff(got) <= 3,
         "after mod-meter: passed {} (in {pin}), {got} arrived",
