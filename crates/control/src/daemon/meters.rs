@@ -32,14 +32,21 @@ fn uses(spec: &ferrovs_flow::FlowSpec, ids: &[u32]) -> bool {
 }
 
 impl Daemon {
-    /// Loads a bridge's saved meters (start-up, takeover) into its table (a meter that does
-    /// not parse is logged and left out; `Config::validate` refuses such a file anyway).
+    /// Loads a bridge's saved meters (start-up, takeover) into its table. A meter that does
+    /// not parse (`Config::validate` refuses such a file anyway) or that the switch would
+    /// refuse (a hand-written DSCP_REMARK band, a duplicate id) is logged and left out.
     pub(super) fn restore_meters(&mut self, bridge: &str, texts: &[String]) {
         let Some(b) = self.bridges.get_mut(bridge) else {
             return;
         };
         for t in texts {
-            match parse_meter(t) {
+            let checked = parse_meter(t).map_err(|e| e.to_string()).and_then(|spec| {
+                let exists = b.meter_specs.contains_key(&spec.id);
+                ofm::check_meter(&spec, false, exists, b.meter_specs.len())
+                    .map(|_| spec)
+                    .map_err(|e| e.reason.to_string())
+            });
+            match checked {
                 Ok(spec) => {
                     b.meters.set(&spec);
                     b.meter_specs.insert(spec.id, (spec, Instant::now()));

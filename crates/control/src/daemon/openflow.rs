@@ -702,7 +702,7 @@ fn port_mac(name: &str) -> [u8; 6] {
 fn table_props(t: u8) -> Vec<TableFeatureProp> {
     use ferrovs_openflow::action::{at, it};
     use ferrovs_openflow::oxm::Field as F;
-    let insts = [it::GOTO_TABLE, it::APPLY_ACTIONS];
+    let insts = [it::GOTO_TABLE, it::APPLY_ACTIONS, it::METER];
     let acts = [
         at::OUTPUT,
         at::PUSH_VLAN,
