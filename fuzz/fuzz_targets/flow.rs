@@ -1,8 +1,8 @@
 //! Any bytes as a frame through flow-key extraction (the fast path must agree with the
 //! generic one) and every header rewrite (wire input),
-//! and any text through the rule and filter parsers (control input): no panic, a rewrite
-//! never changes the frame's length, and a parsed rule prints to text that parses back to
-//! the same rule.
+//! and any text through the rule, filter and meter parsers (control input): no panic, a
+//! rewrite never changes the frame's length, and a parsed rule or meter prints to text that
+//! parses back to the same one.
 #![no_main]
 use ferrovs_flow::{edit, parse_filter, parse_flow, Field, FlowKey};
 use libfuzzer_sys::fuzz_target;
@@ -27,5 +27,9 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(parse_flow(&text).as_ref(), Ok(&rule), "{text}");
         }
         let _ = parse_filter(s);
+        if let Ok(m) = ferrovs_flow::meter::parse_meter(s) {
+            let text = m.to_string();
+            assert_eq!(ferrovs_flow::meter::parse_meter(&text).as_ref(), Ok(&m), "{text}");
+        }
     }
 });

@@ -237,6 +237,10 @@ pub struct BridgeConfig {
     /// Controllers' inactivity probe in milliseconds (absent: 5000; 0: off).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inactivity_probe_ms: Option<u32>,
+    /// The bridge's OpenFlow meters in ovs-ofctl syntax
+    /// (`meter=1,kbps,bands=type=drop,rate=1000`), by id.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub meters: Vec<String>,
 }
 
 impl BridgeConfig {
@@ -447,6 +451,11 @@ impl Config {
             if let Some(flows) = &b.flows {
                 crate::flows::BridgeRules::from_texts(flows).map_err(|e| {
                     ConfigError::Invalid(format!("bridge {}: {e}: {}", b.name, e.source))
+                })?;
+            }
+            for m in &b.meters {
+                ferrovs_flow::meter::parse_meter(m).map_err(|e| {
+                    ConfigError::Invalid(format!("bridge {}: meter '{m}': {e}", b.name))
                 })?;
             }
             for p in &b.ports {

@@ -444,6 +444,7 @@ pub fn format_dp_actions(actions: &[DpAction], names: &HashMap<u32, &str>) -> St
             }
             DpAction::SetTunnel { id } => format!("set(tun_id={id:#x})"),
             DpAction::SetTunnelDst(ip) => format!("set(tun_dst={ip})"),
+            DpAction::Meter(m) => format!("meter({m})"),
         })
         .collect::<Vec<_>>()
         .join(",")

@@ -9,6 +9,7 @@
 //! * [`tunnel`]: VXLAN tunnel ports over the host stack.
 //! * [`dummy`]: an in-memory port (frames queued in, frames captured out) for tests.
 //! * [`mac_table`]: the lock-free MAC learning table of a bridge.
+//! * [`meter`]: a bridge's OpenFlow meters (token buckets with drop bands).
 //! * [`l2`]: the learning-bridge decision for one packet (VLAN access/trunk, flood, learn).
 //! * [`flow`]: bridges with OpenFlow-style rules: exact-match cache, megaflow cache, upcalls
 //!   to the rule tables, action execution.
@@ -28,6 +29,7 @@ pub mod kernel;
 pub mod kernel_port;
 pub mod l2;
 pub mod mac_table;
+pub mod meter;
 mod output;
 pub mod pmd;
 pub mod port;

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
 use ferrovs_proto::reply::{
-    AddFlows, ConfigGet, DelFlows, DirStats, FlowEntry, MacEntry, MegaflowEntry, PmdStats,
-    PortStats, Show, UpgradeReport, Version,
+    AddFlows, ConfigGet, DelFlows, DirStats, FlowEntry, MacEntry, MegaflowEntry, MeterEntry,
+    MeterStats, PmdStats, PortStats, Show, UpgradeReport, Version,
 };
 use ferrovs_proto::{Client, Request};
 use serde::de::DeserializeOwned;
@@ -51,6 +51,13 @@ commands:
   set-bridge BRIDGE KEY=VALUE...         datapath-id=HEX16, protocols=OpenFlow13[,...],
                                          fail-mode=standalone|secure, max-backoff=MS,
                                          inactivity-probe=MS
+  add-meter BRIDGE METER | mod-meter BRIDGE METER
+                                         add or change an OpenFlow meter, ovs-ofctl syntax, e.g.
+                                         'meter=1,kbps,burst,band=type=drop,rate=1000,burst_size=100'
+                                         (rules use it with 'actions=meter:1,...')
+  del-meters BRIDGE [meter=N]            remove a meter (all without one) and its rules
+  dump-meters BRIDGE [meter=N]           the meters' configurations
+  meter-stats BRIDGE [meter=N]           the meters' packet, byte and band counters
   config get [KEY] | config set KEY VALUE    pmd-cores, pmd-rx-mode, pmd-sleep-after-us,
                                          pmd-sleep-max-us, pmd-priority, mac-aging,
                                          mac-table-size, flow-limit, flow-max-idle,
@@ -170,6 +177,26 @@ enum Cmd {
         bridge: String,
         #[arg(required = true, allow_hyphen_values = true)]
         options: Vec<String>,
+    },
+    AddMeter {
+        bridge: String,
+        meter: String,
+    },
+    ModMeter {
+        bridge: String,
+        meter: String,
+    },
+    DelMeters {
+        bridge: String,
+        meter: Option<String>,
+    },
+    DumpMeters {
+        bridge: String,
+        meter: Option<String>,
+    },
+    MeterStats {
+        bridge: String,
+        meter: Option<String>,
     },
 }
 
@@ -790,12 +817,63 @@ fn run() -> Result<(), String> {
                 }
             },
         ),
+        Cmd::AddMeter { bridge, meter } => cli.show(Request::AddMeter { bridge, meter }, done),
+        Cmd::ModMeter { bridge, meter } => cli.show(Request::ModMeter { bridge, meter }, done),
+        Cmd::DelMeters { bridge, meter } => {
+            let meter = meter_filter(meter.as_deref())?;
+            cli.show(Request::DelMeters { bridge, meter }, done)
+        }
+        Cmd::DumpMeters { bridge, meter } => {
+            let meter = meter_filter(meter.as_deref())?;
+            cli.show(
+                Request::DumpMeters { bridge, meter },
+                |v: &Vec<MeterEntry>| {
+                    for m in v {
+                        println!("{}", m.meter);
+                    }
+                },
+            )
+        }
+        Cmd::MeterStats { bridge, meter } => {
+            let meter = meter_filter(meter.as_deref())?;
+            cli.show(
+                Request::MeterStats { bridge, meter },
+                |v: &Vec<MeterStats>| {
+                    for m in v {
+                        println!(
+                            "meter:{} flow_count:{} packet_in_count:{} byte_in_count:{} duration:{:.3}s bands:",
+                            m.id, m.flow_count, m.packet_in_count, m.byte_in_count, m.duration_s
+                        );
+                        for (i, b) in m.bands.iter().enumerate() {
+                            println!("{i}: packet_count:{} byte_count:{}", b.packet_count, b.byte_count);
+                        }
+                    }
+                },
+            )
+        }
         Cmd::Monitor { seconds } => {
             let secs = count(seconds, |n| {
                 format!("monitor: '{n}' is not a number of seconds")
             })?;
             monitor(&cli, secs)
         }
+    }
+}
+
+/// A `[meter=]N` or `[meter=]all` argument: one meter, or every one (`None`).
+fn meter_filter(arg: Option<&str>) -> Result<Option<u32>, String> {
+    let Some(a) = arg else { return Ok(None) };
+    let v = a.strip_prefix("meter=").unwrap_or(a);
+    if v.eq_ignore_ascii_case("all") {
+        return Ok(None);
+    }
+    let n = match v.strip_prefix("0x") {
+        Some(h) => u32::from_str_radix(h, 16),
+        None => v.parse(),
+    };
+    match n {
+        Ok(n) if n > 0 => Ok(Some(n)),
+        _ => Err(format!("'{a}' is not meter=N (N from 1) or meter=all")),
     }
 }
 

@@ -7,6 +7,7 @@
 //!   decision depended on (the megaflow mask).
 //! * [`pipeline`]: rule tables, and the translation of a key into datapath actions.
 //! * [`spec`]: ovs-ofctl's rule syntax, parsed with precise errors and printed back.
+//! * [`meter`]: OpenFlow meters in ovs-ofctl's syntax (`meter=1,kbps,band=...`).
 //! * [`edit`]: header rewrites with incremental checksum updates.
 //! * [`mod@reference`]: a linear classifier, the reference the tuple-space one is tested
 //!   against.
@@ -19,6 +20,7 @@ pub mod classifier;
 pub mod edit;
 pub mod key;
 pub mod matching;
+pub mod meter;
 pub mod pipeline;
 pub mod reference;
 pub mod spec;

@@ -54,6 +54,10 @@ pub enum DpAction {
         id: u64,
     },
     SetTunnelDst(Ipv4Addr),
+    /// Run the packet through the bridge's meter N; a band that drops it drops it for
+    /// every later action. (Looked up by id at execution: a meter's configuration changes
+    /// without a new pipeline.)
+    Meter(u32),
 }
 
 /// An action with its ports resolved.
@@ -72,6 +76,7 @@ pub enum ResolvedAction {
     PushVlan,
     SetTunnel(u64),
     GotoTable(u8),
+    Meter(u32),
 }
 
 /// A rule as the pipeline holds it.
@@ -190,6 +195,7 @@ impl Pipeline {
                 ActionSpec::PushVlan(_) => ResolvedAction::PushVlan,
                 ActionSpec::SetTunnel(t) => ResolvedAction::SetTunnel(*t),
                 ActionSpec::GotoTable(t) => ResolvedAction::GotoTable(*t),
+                ActionSpec::Meter(m) => ResolvedAction::Meter(*m),
             })
             .collect();
         let t = usize::from(spec.table);
@@ -386,6 +392,7 @@ pub fn walk<'a>(
                     t.actions.push(DpAction::SetTunnel { id });
                 }
                 ResolvedAction::GotoTable(n) => next = Some(usize::from(n)),
+                ResolvedAction::Meter(m) => t.actions.push(DpAction::Meter(m)),
             }
         }
         match next {

@@ -28,6 +28,8 @@ pub enum Reply {
     DumpMegaflows(Vec<MegaflowEntry>),
     /// `get-controller`: the targets.
     Controllers(Vec<String>),
+    DumpMeters(Vec<MeterEntry>),
+    MeterStats(Vec<MeterStats>),
 }
 
 /// `show`: the daemon, its bridges and their ports.
@@ -482,4 +484,32 @@ pub struct MegaflowEntry {
     pub matches: String,
     pub packets: u64,
     pub used_s_ago: u64,
+}
+
+/// `dump-meters`: one meter.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MeterEntry {
+    pub id: u32,
+    /// The meter in ovs-ofctl syntax (`meter=1,kbps,bands=type=drop,rate=1000`).
+    pub meter: String,
+}
+
+/// `meter-stats`: one meter's counters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MeterStats {
+    /// Per band, in the meter's order: the packets and bytes it dropped.
+    pub bands: Vec<MeterBandStats>,
+    pub byte_in_count: u64,
+    pub duration_s: f64,
+    /// Rules using the meter.
+    pub flow_count: u64,
+    pub id: u32,
+    pub packet_in_count: u64,
+}
+
+/// `meter-stats`: one band's counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MeterBandStats {
+    pub byte_count: u64,
+    pub packet_count: u64,
 }

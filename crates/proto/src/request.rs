@@ -104,6 +104,34 @@ pub enum Request {
         bridge: String,
         options: Vec<String>,
     },
+    /// Adds an OpenFlow meter (ovs-ofctl syntax: `meter=1,kbps,band=type=drop,rate=1000`).
+    AddMeter {
+        bridge: String,
+        meter: String,
+    },
+    /// Reconfigures an existing meter (same syntax).
+    ModMeter {
+        bridge: String,
+        meter: String,
+    },
+    /// Deletes one meter (and the rules that use it), or every meter.
+    DelMeters {
+        bridge: String,
+        #[serde(default)]
+        meter: Option<u32>,
+    },
+    /// The meters' configurations ([`crate::reply::MeterEntry`]).
+    DumpMeters {
+        bridge: String,
+        #[serde(default)]
+        meter: Option<u32>,
+    },
+    /// The meters' counters ([`crate::reply::MeterStats`]).
+    MeterStats {
+        bridge: String,
+        #[serde(default)]
+        meter: Option<u32>,
+    },
 }
 
 /// A response: `{"ok": true, "result": ...}` or `{"ok": false, "error": "message"}`. The
@@ -260,6 +288,41 @@ mod tests {
                     options: vec![s("fail-mode=secure")],
                 },
                 "set-bridge",
+            ),
+            (
+                Request::AddMeter {
+                    bridge: s("br0"),
+                    meter: s("meter=1,pktps,band=type=drop,rate=10"),
+                },
+                "add-meter",
+            ),
+            (
+                Request::ModMeter {
+                    bridge: s("br0"),
+                    meter: s("meter=1,pktps,band=type=drop,rate=20"),
+                },
+                "mod-meter",
+            ),
+            (
+                Request::DelMeters {
+                    bridge: s("br0"),
+                    meter: Some(1),
+                },
+                "del-meters",
+            ),
+            (
+                Request::DumpMeters {
+                    bridge: s("br0"),
+                    meter: None,
+                },
+                "dump-meters",
+            ),
+            (
+                Request::MeterStats {
+                    bridge: s("br0"),
+                    meter: Some(2),
+                },
+                "meter-stats",
             ),
         ];
         for (req, cmd) in all {

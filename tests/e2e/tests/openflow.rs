@@ -247,7 +247,7 @@ fn ovs_ofctl_programs_ferrovs_as_it_programs_ovs() {
         ("priority=1,ip,actions=dec_ttl", "OFPBAC_BAD_TYPE"),
         (
             "priority=1,actions=meter:1,output:1",
-            "OFPMMFC_UNKNOWN_METER",
+            "OFPMMFC_INVALID_METER",
         ),
         (
             "priority=1,actions=write_actions(output:1)",
@@ -272,9 +272,9 @@ fn ovs_ofctl_programs_ferrovs_as_it_programs_ovs() {
     let (ok, _, e) = ofctl(
         &sock,
         "add-meter",
-        &["meter=1,kbps,band=type=drop,rate=1000"],
+        &["meter=1,kbps,band=type=dscp_remark,rate=1000,prec_level=1"],
     );
-    assert!(!ok && e.contains("OFPMMFC_OUT_OF_METERS"), "{e}");
+    assert!(!ok && e.contains("OFPMMFC_BAD_BAND"), "{e}");
     // The refusals changed nothing.
     assert_eq!(flows(&sock), after);
 }

@@ -160,6 +160,9 @@ impl Daemon {
                 | Request::SetController { .. }
                 | Request::DelController { .. }
                 | Request::SetBridge { .. }
+                | Request::AddMeter { .. }
+                | Request::ModMeter { .. }
+                | Request::DelMeters { .. }
         );
         if let (Some(o), true) = (&self.ovsdb, changed) {
             let managed = matches!(
@@ -241,6 +244,21 @@ impl Daemon {
                 .ok_or_else(|| ConfigError::Invalid(format!("no bridge named {bridge}"))),
             Request::SetBridge { bridge, options } => {
                 self.set_bridge(&bridge, &options).map(|_| Reply::Done)
+            }
+            Request::AddMeter { bridge, meter } => self
+                .cli_set_meter(&bridge, &meter, false)
+                .map(|_| Reply::Done),
+            Request::ModMeter { bridge, meter } => self
+                .cli_set_meter(&bridge, &meter, true)
+                .map(|_| Reply::Done),
+            Request::DelMeters { bridge, meter } => {
+                self.cli_del_meters(&bridge, meter).map(|_| Reply::Done)
+            }
+            Request::DumpMeters { bridge, meter } => {
+                self.dump_meters(&bridge, meter).map(Reply::DumpMeters)
+            }
+            Request::MeterStats { bridge, meter } => {
+                self.meter_stats(&bridge, meter).map(Reply::MeterStats)
             }
         };
         match r {

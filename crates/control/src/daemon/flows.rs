@@ -86,6 +86,19 @@ impl Daemon {
             specs.push(spec);
         }
         let n = specs.len();
+        self.bridge_mut(bridge)?;
+        // A rule's meter must exist (as OVS refuses such a flow-mod).
+        for s in &specs {
+            for a in &s.actions {
+                if let ferrovs_flow::ActionSpec::Meter(m) = a {
+                    if !self.has_meter(bridge, *m) {
+                        return Err(ConfigError::Invalid(format!(
+                            "bridge {bridge} has no meter {m} (add it with add-meter first)"
+                        )));
+                    }
+                }
+            }
+        }
         let b = self.bridge_mut(bridge)?;
         b.rules.add(specs);
         b.dirty = true;

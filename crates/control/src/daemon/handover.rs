@@ -797,6 +797,7 @@ impl Daemon {
             d.add_bridge_as(&b.name, Some(b.id), flows.as_deref())?;
             if let Some(c) = state.config.bridges.iter().find(|c| c.name == b.name) {
                 d.restore_openflow_settings(c);
+                d.restore_meters(&b.name, &c.meters);
             }
             let macs = &d.bridges[&b.name].macs;
             for &(mac, vlan, port) in &b.macs {

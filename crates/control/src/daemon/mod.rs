@@ -57,6 +57,7 @@ mod ctl;
 mod flows;
 mod handover;
 mod ofports;
+mod meters;
 mod openflow;
 mod ovsdb;
 mod pmds;
@@ -202,6 +203,10 @@ struct BridgeState {
     dirty: bool,
     /// The (port name, id) pairs `pipeline` was built with.
     built_ports: Vec<(String, u32)>,
+    /// OpenFlow meters: the datapath's table (shared with every snapshot) and each meter's
+    /// configuration with when it was added (`meters.rs`).
+    meters: Arc<dp::meter::MeterTable>,
+    meter_specs: BTreeMap<u32, (ferrovs_flow::meter::MeterSpec, Instant)>,
 }
 
 /// The daemon.
@@ -382,6 +387,7 @@ impl Daemon {
             d.add_bridge_as(&b.name, None, b.flows.as_deref())
                 .map_err(DaemonError::Config)?;
             d.restore_openflow_settings(b);
+            d.restore_meters(&b.name, &b.meters);
             for p in &b.ports {
                 if let Err(e) = d.add_port(&b.name, p.clone()) {
                     // A port that cannot come up (socket taken...) is reported, not fatal.

@@ -23,7 +23,7 @@
 
 use std::collections::BTreeSet;
 
-use ferrovs_openflow::error::{et, gmfc, hfc, mmfc};
+use ferrovs_openflow::error::{et, gmfc, hfc};
 use ferrovs_openflow::message::capabilities;
 use ferrovs_openflow::multipart::{
     tfpt, Desc, MultipartReplyBody as A, MultipartRequestBody as Q, PortStats as OfPortStats,
@@ -621,7 +621,6 @@ impl Daemon {
             }
             // Deleting groups or meters that do not exist is no error (OpenFlow 1.3).
             Message::GroupMod(g) if g.command == ferrovs_openflow::message::group::DELETE => {}
-            Message::MeterMod(m) if m.command == ferrovs_openflow::message::meter::DELETE => {}
             Message::GroupMod(g) => {
                 let e = if g.command == ferrovs_openflow::message::group::ADD {
                     OfError::new(
@@ -639,20 +638,9 @@ impl Daemon {
                 self.of_refuse(c, e, msg)
             }
             Message::MeterMod(mm) => {
-                let e = if mm.command == ferrovs_openflow::message::meter::ADD {
-                    OfError::new(
-                        et::METER_MOD_FAILED,
-                        mmfc::OUT_OF_METERS,
-                        "meters are not supported yet",
-                    )
-                } else {
-                    OfError::new(
-                        et::METER_MOD_FAILED,
-                        mmfc::UNKNOWN_METER,
-                        "meters are not supported yet (no meter exists)",
-                    )
-                };
-                self.of_refuse(c, e, msg)
+                if let Err(e) = self.of_meter_mod(&c.bridge, &mm) {
+                    self.of_refuse(c, e, msg)
+                }
             }
             Message::PortMod(pm) => {
                 if let Err(e) = self.of_port_mod(&c.bridge, &pm) {
@@ -694,6 +682,17 @@ impl Daemon {
     /// A FLOW_MOD: the rules change as `ferrovs add-flow`/`del-flows` change them.
     fn of_flow_mod(&mut self, bridge: &str, fm: &ferrovs_openflow::FlowMod) -> Result<(), OfError> {
         let ports = self.of_ports(bridge);
+        // A rule's meter must exist (OVS: OFPMMFC_INVALID_METER).
+        if let Some(m) = crate::openflow::meters::flow_mod_meter(&fm.instructions) {
+            let adds = !matches!(
+                fm.command,
+                ferrovs_openflow::message::fc::DELETE
+                    | ferrovs_openflow::message::fc::DELETE_STRICT
+            );
+            if adds && !self.has_meter(bridge, m) {
+                return Err(crate::openflow::meters::missing_meter());
+            }
+        }
         let Some(b) = self.bridges.get_mut(bridge) else {
             return Ok(());
         };
@@ -807,9 +806,10 @@ impl Daemon {
             ),
             Q::Group { .. } => A::Group(vec![]),
             Q::GroupDesc => A::GroupDesc(vec![]),
-            Q::Meter { .. } => A::Meter(vec![]),
-            Q::MeterConfig { .. } => A::MeterConfig(vec![]),
-            Q::GroupFeatures | Q::MeterFeatures => {
+            Q::Meter { meter_id } => A::Meter(self.of_meter_stats(bridge, *meter_id)),
+            Q::MeterConfig { meter_id } => A::MeterConfig(self.of_meter_config(bridge, *meter_id)),
+            Q::MeterFeatures => A::MeterFeatures(crate::openflow::meters::features()),
+            Q::GroupFeatures => {
                 return Err(OfError::new(
                     et::BAD_REQUEST,
                     ferrovs_openflow::error::brc::BAD_MULTIPART,
@@ -916,7 +916,7 @@ fn port_mac(name: &str) -> [u8; 6] {
 fn table_props(t: u8) -> Vec<TableFeatureProp> {
     use ferrovs_openflow::action::{at, it};
     use ferrovs_openflow::oxm::Field as F;
-    let insts = [it::GOTO_TABLE, it::APPLY_ACTIONS];
+    let insts = [it::GOTO_TABLE, it::APPLY_ACTIONS, it::METER];
     let acts = [
         at::OUTPUT,
         at::PUSH_VLAN,

@@ -191,6 +191,7 @@ impl Daemon {
                 pipeline: p.clone(),
                 gen: b.gen,
                 cache: b.cache.clone(),
+                meters: b.meters.clone(),
             });
             let default_rule = (b.pipeline.is_none() && !self.is_fail_open(name))
                 .then(|| b.rules.rules().first().map(|r| r.stats.clone()))

@@ -164,6 +164,8 @@ impl Daemon {
                 dirty: !rules.is_plain_normal(),
                 rules,
                 built_ports: vec![],
+                meters: Default::default(),
+                meter_specs: BTreeMap::new(),
             },
         );
         self.apply_flow_limit();

@@ -20,7 +20,7 @@ use std::time::Instant;
 
 use ferrovs_flow::key::{ETH_ARP, ETH_IPV4, ETH_IPV6, IP_ICMP, IP_ICMPV6, IP_SCTP, IP_TCP, IP_UDP};
 use ferrovs_flow::{ActionSpec, Field, FlowFilter, FlowSpec, Match, RuleStats};
-use ferrovs_openflow::error::{bac, bic, bmc, brc, et, fmfc, mmfc};
+use ferrovs_openflow::error::{bac, bic, bmc, brc, et, fmfc};
 use ferrovs_openflow::message::{fc, ff, OFPTT_ALL, OFP_NO_BUFFER};
 use ferrovs_openflow::multipart::{AggregateStats, FlowStats, FlowStatsRequest};
 use ferrovs_openflow::oxm::{Field as Of, OFPVID_PRESENT};
@@ -351,13 +351,9 @@ pub fn actions_from_of(
                 }
                 goto = Some(*t)
             }
-            Instruction::Meter(_) => {
-                return Err(err(
-                    et::METER_MOD_FAILED,
-                    mmfc::UNKNOWN_METER,
-                    "meters are not supported yet (the meter table is empty)",
-                ))
-            }
+            // Metering comes before every other action (whether the meter exists is the
+            // daemon's check: `meters::flow_mod_meter`).
+            Instruction::Meter(m) => actions.insert(0, ActionSpec::Meter(*m)),
             Instruction::WriteActions(_) | Instruction::ClearActions => {
                 return Err(err(
                     et::BAD_INSTRUCTION,
@@ -421,6 +417,7 @@ pub fn instructions_to_of_with(
     let mut apply = Vec::new();
     let mut goto = None;
     let mut n_out = 0usize;
+    let mut meter = None;
     for a in &spec.actions {
         // Each output-like action took one OUTPUT action (and its max_len) on the wire.
         let is_out = matches!(
@@ -480,9 +477,13 @@ pub fn instructions_to_of_with(
             ActionSpec::PushVlan(t) => apply.push(Action::PushVlan(*t)),
             ActionSpec::SetTunnel(id) => apply.push(set(Of::TunnelId, u128::from(*id))),
             ActionSpec::GotoTable(t) => goto = Some(*t),
+            ActionSpec::Meter(m) => meter = Some(*m),
         }
     }
     let mut v = Vec::new();
+    if let Some(m) = meter {
+        v.push(Instruction::Meter(m));
+    }
     if !apply.is_empty() {
         v.push(Instruction::ApplyActions(apply));
     }
@@ -798,5 +799,6 @@ pub fn aggregate(rules: &BridgeRules, sel: &Selector) -> AggregateStats {
     a
 }
 
+pub mod meters;
 #[cfg(test)]
 mod tests;

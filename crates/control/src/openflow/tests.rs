@@ -348,10 +348,6 @@ fn what_the_pipeline_lacks_is_refused_with_its_code() {
             (et::BAD_INSTRUCTION, bic::UNSUP_INST),
         ),
         (
-            Instruction::Meter(1),
-            (et::METER_MOD_FAILED, mmfc::UNKNOWN_METER),
-        ),
-        (
             Instruction::GotoTable(254),
             (et::BAD_INSTRUCTION, bic::BAD_TABLE_ID),
         ),
@@ -362,6 +358,7 @@ fn what_the_pipeline_lacks_is_refused_with_its_code() {
     }
     let f = fm(fc::ADD, 254, 1, vec![], vec![]);
     assert_eq!(refusal(&f), (et::FLOW_MOD_FAILED, fmfc::BAD_TABLE_ID));
+    let _ = mmfc::UNKNOWN_METER;
     let _ = gmfc::OUT_OF_GROUPS;
 }
 
@@ -590,4 +587,29 @@ fn output_max_len_is_reported_as_installed() {
     apply_flow_mod(&mut r, &add, &p).unwrap();
     assert_eq!(r.rules()[0].output_max_len, [0xffe5, 0x80]);
     assert_eq!(r.len(), 1);
+}
+
+#[test]
+fn the_meter_instruction_becomes_the_first_action_and_back() {
+    let p = ports();
+    let mut r = BridgeRules::new();
+    let mut f = fm(fc::ADD, 0, 7, vec![x(Of::InPort, 1)], vec![out(2)]);
+    // After apply-actions in the message: still metered first.
+    f.instructions.push(Instruction::Meter(5));
+    apply_flow_mod(&mut r, &f, &p).unwrap();
+    let rule = r.rules().iter().find(|x| x.spec.priority == 7).unwrap();
+    assert_eq!(rule.spec.actions[0], ActionSpec::Meter(5));
+    assert_eq!(
+        rule.spec.to_string(),
+        "priority=7,in_port=vm1 actions=meter:5,output:vm2"
+    );
+    let back = instructions_to_of(&rule.spec, &p);
+    assert_eq!(back[0], Instruction::Meter(5));
+    assert_eq!(meters::flow_mod_meter(&f.instructions), Some(5));
+    // A meter alone: metered, then dropped.
+    let mut f = fm(fc::ADD, 0, 8, vec![], vec![]);
+    f.instructions = vec![Instruction::Meter(6)];
+    apply_flow_mod(&mut r, &f, &p).unwrap();
+    let rule = r.rules().iter().find(|x| x.spec.priority == 8).unwrap();
+    assert_eq!(rule.spec.actions, vec![ActionSpec::Meter(6)]);
 }

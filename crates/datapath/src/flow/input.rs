@@ -21,6 +21,7 @@ use super::emc::Emc;
 use super::megaflow::Megaflow;
 use super::{upcall, BridgeFlows, FlowCounters};
 use crate::l2::{self, Classified, Decision};
+use crate::meter::{self, MeterTable};
 use crate::output::{add_output, add_outputs, Burst, Scratch};
 
 /// Per-PMD state of the flow path, allocated once.
@@ -195,16 +196,58 @@ pub(crate) fn process<'p>(
     for g in groups.list[..groups.len].iter_mut() {
         let Some(f) = g.flow.take() else { continue };
         f.hit(g.pkts.len() as u64, g.bytes, now);
-        if *batch_outputs && outputs_only(&f.actions) {
-            dropped += execute_outputs(b, sc, &g.pkts, &f.actions);
+        let mut actions: &[DpAction] = &f.actions;
+        // A meter first (the usual place of OpenFlow's meter instruction) meters the whole
+        // group at once; the packets it drops take no further action.
+        if let Some(&DpAction::Meter(id)) = actions.first() {
+            actions = &actions[1..];
+            dropped += meter_group(b, sc, &mut g.pkts, &bf.meters, id);
+            if g.pkts.is_empty() {
+                continue;
+            }
+        }
+        if *batch_outputs && outputs_only(actions) {
+            dropped += execute_outputs(b, sc, &g.pkts, actions);
         } else {
             for &i in &g.pkts {
-                dropped += execute(b, sc, i as usize, &f.actions);
+                dropped += execute(b, sc, i as usize, actions);
             }
         }
     }
     groups.len = 0;
     dropped
+}
+
+/// Runs the packets `pkts` of one group through meter `id` of `meters` and removes from
+/// `pkts` those a band dropped (counted as `flow_drop` on the input port); returns how many.
+/// A meter that does not exist (deleted since the megaflow was made) passes everything, as
+/// OVS's datapath does.
+fn meter_group(
+    b: &Burst<'_, '_>,
+    sc: &Scratch<'_>,
+    pkts: &mut Vec<u16>,
+    meters: &MeterTable,
+    id: u32,
+) -> u64 {
+    let Some(m) = meters.get(id) else { return 0 };
+    let mut sizes = [0u32; BURST];
+    let n = pkts.len().min(BURST);
+    for (s, &i) in sizes.iter_mut().zip(pkts.iter()) {
+        *s = sc.batch[usize::from(i)].len() as u32;
+    }
+    let drop = m.run(meter::now_ms(), &sizes[..n]);
+    if drop == 0 {
+        return 0;
+    }
+    let mut k = 0;
+    pkts.retain(|_| {
+        let keep = drop & (1 << k) == 0;
+        k += 1;
+        keep
+    });
+    let n = u64::from(drop.count_ones());
+    b.inp.rx_drops.drop(DropReason::FlowDrop, n);
+    n
 }
 
 /// Packets of one burst decided by one megaflow, in arrival order.
@@ -485,6 +528,16 @@ pub(crate) fn execute<'p>(
             }
             // Tunnel metadata: used by tunnel ports.
             DpAction::SetTunnel { .. } | DpAction::SetTunnelDst(_) => {}
+            // A meter after other actions (a later table's rule): this packet alone.
+            DpAction::Meter(id) => {
+                let m = bridge.flows.as_ref().and_then(|f| f.meters.get(id));
+                if let Some(m) = m {
+                    let len = sc.at(cur).len() as u32;
+                    if m.run(meter::now_ms(), &[len]) != 0 {
+                        break;
+                    }
+                }
+            }
         }
     }
     if sent {

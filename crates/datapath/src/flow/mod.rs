@@ -40,6 +40,9 @@ pub struct BridgeFlows {
     /// Generation of `pipeline` (megaflows translated with another are not cached).
     pub gen: u64,
     pub cache: Arc<MegaflowCache>,
+    /// The bridge's meters (`DpAction::Meter` looks its meter up here at execution, so a
+    /// meter's reconfiguration needs no new pipeline).
+    pub meters: Arc<crate::meter::MeterTable>,
 }
 
 /// Flow-path counters of one PMD (kept locally, published with the PMD's other counters).

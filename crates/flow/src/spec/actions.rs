@@ -104,6 +104,13 @@ pub(super) fn parse_action(a: &str, table: u8, m: &Match) -> Result<ActionSpec, 
             }
             ActionSpec::GotoTable(n)
         }
+        ("meter", _) => {
+            let v = need("a meter id")?;
+            match crate::meter::parse_meter_id(v)? {
+                Some(id) => ActionSpec::Meter(id),
+                None => return Err(ParseError::Invalid("meter:all is no meter".into())),
+            }
+        }
         ("set_field", _) => {
             let a = need("VALUE->FIELD")?;
             let (v, f) = a.split_once("->").ok_or_else(|| {
@@ -187,4 +194,5 @@ const KEYWORD_ACTIONS: &[&str] = &[
     "set_field",
     "controller",
     "local",
+    "meter",
 ];

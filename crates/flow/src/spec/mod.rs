@@ -57,6 +57,9 @@ pub enum ActionSpec {
     PushVlan(u16),
     SetTunnel(u64),
     GotoTable(u8),
+    /// OpenFlow's meter instruction (`meter:N`, first in the list): the packet goes
+    /// through meter N before the other actions, which a band may drop it for.
+    Meter(u32),
 }
 
 /// A rule as written.
@@ -115,6 +118,15 @@ pub fn parse_flow(s: &str) -> Result<FlowSpec, ParseError> {
     }
     if actions.len() > 1 && actions.contains(&ActionSpec::Drop) {
         return Err(ParseError::Invalid("drop must be the only action".into()));
+    }
+    let meters = actions
+        .iter()
+        .filter(|a| matches!(a, ActionSpec::Meter(_)))
+        .count();
+    if meters > 1 || (meters == 1 && !matches!(actions.first(), Some(ActionSpec::Meter(_)))) {
+        return Err(ParseError::Invalid(
+            "meter must be the first action, once".into(),
+        ));
     }
     let gotos = actions
         .iter()
