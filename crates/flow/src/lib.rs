@@ -30,7 +30,10 @@ mod tests;
 pub use classifier::Classifier;
 pub use key::{Field, FlowKey, TunnelKey, KEY_WORDS};
 pub use matching::Match;
-pub use pipeline::{CompiledRule, DpAction, Pipeline, ResolvedAction, RuleStats, Translation};
+pub use pipeline::{
+    is_table_miss, CompiledRule, ControllerAction, DpAction, Pipeline, ResolvedAction, RuleStats,
+    Translation, REASON_ACTION, REASON_NO_MATCH,
+};
 pub use spec::{
     parse_filter, parse_flow, parse_flows_file, ActionSpec, FlowFilter, FlowSpec, ParseError,
 };

@@ -54,7 +54,26 @@ pub enum DpAction {
         id: u64,
     },
     SetTunnelDst(Ipv4Addr),
+    /// A copy of the packet as it is at this point (its first `max_len` bytes) to the
+    /// OpenFlow controllers: a PACKET_IN with these fields.
+    Controller(ControllerAction),
 }
+
+/// What a PACKET_IN says about the rule that sent it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ControllerAction {
+    /// Bytes of the frame to send (65535, `OFPCML_NO_BUFFER`: all of it).
+    pub max_len: u16,
+    /// `OFPR_NO_MATCH` (0) from a table-miss rule, else `OFPR_ACTION` (1).
+    pub reason: u8,
+    pub table_id: u8,
+    pub cookie: u64,
+}
+
+/// `OFPR_NO_MATCH`: the packet-in reason of a table-miss rule's controller action.
+pub const REASON_NO_MATCH: u8 = 0;
+/// `OFPR_ACTION`: the packet-in reason of any other rule's controller action.
+pub const REASON_ACTION: u8 = 1;
 
 /// An action with its ports resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,6 +91,7 @@ pub enum ResolvedAction {
     PushVlan,
     SetTunnel(u64),
     GotoTable(u8),
+    Controller(ControllerAction),
 }
 
 /// A rule as the pipeline holds it.
@@ -143,6 +163,18 @@ impl Pipeline {
                     ActionSpec::PushVlan(_) => ResolvedAction::PushVlan,
                     ActionSpec::SetTunnel(t) => ResolvedAction::SetTunnel(*t),
                     ActionSpec::GotoTable(t) => ResolvedAction::GotoTable(*t),
+                    ActionSpec::Controller { max_len } => {
+                        ResolvedAction::Controller(ControllerAction {
+                            max_len: *max_len,
+                            reason: if is_table_miss(spec) {
+                                REASON_NO_MATCH
+                            } else {
+                                REASON_ACTION
+                            },
+                            table_id: spec.table,
+                            cookie: spec.cookie,
+                        })
+                    }
                 })
                 .collect();
             let t = usize::from(spec.table);
@@ -201,6 +233,12 @@ impl Pipeline {
     pub fn tables(&self) -> usize {
         self.tables.len()
     }
+}
+
+/// A table-miss rule as OVS defines it (`ofproto_rule_is_table_miss`): priority 0 and a
+/// match of everything. Its controller action sends `OFPR_NO_MATCH`.
+pub fn is_table_miss(spec: &FlowSpec) -> bool {
+    spec.priority == 0 && spec.in_port.is_none() && spec.m == crate::Match::catchall()
 }
 
 /// The translation walk over tables, with `lookup(table, key, wc)` finding a table's rule
@@ -307,6 +345,7 @@ pub fn walk<'a>(
                     t.actions.push(DpAction::SetTunnel { id });
                 }
                 ResolvedAction::GotoTable(n) => next = Some(usize::from(n)),
+                ResolvedAction::Controller(c) => t.actions.push(DpAction::Controller(c)),
             }
         }
         match next {

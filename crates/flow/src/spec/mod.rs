@@ -57,6 +57,9 @@ pub enum ActionSpec {
     PushVlan(u16),
     SetTunnel(u64),
     GotoTable(u8),
+    /// The packet (its first `max_len` bytes; 65535: all of it) to the OpenFlow
+    /// controllers, as a PACKET_IN (`controller`, `controller:N`, `CONTROLLER:N`).
+    Controller { max_len: u16 },
 }
 
 /// A rule as written.

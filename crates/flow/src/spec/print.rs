@@ -193,6 +193,7 @@ impl fmt::Display for ActionSpec {
             ActionSpec::PushVlan(t) => write!(f, "push_vlan:{t:#06x}"),
             ActionSpec::SetTunnel(t) => write!(f, "set_tunnel:{t:#x}"),
             ActionSpec::GotoTable(t) => write!(f, "goto_table:{t}"),
+            ActionSpec::Controller { max_len } => write!(f, "CONTROLLER:{max_len}"),
         }
     }
 }
