@@ -316,6 +316,7 @@ pub fn format_dp_actions(actions: &[DpAction], names: &HashMap<u32, &str>) -> St
             }
             DpAction::SetTunnel { id } => format!("set(tun_id={id:#x})"),
             DpAction::SetTunnelDst(ip) => format!("set(tun_dst={ip})"),
+            DpAction::Controller(c) => format!("userspace(controller,max_len={})", c.max_len),
         })
         .collect::<Vec<_>>()
         .join(",")

@@ -55,6 +55,7 @@ mod flows;
 mod handover;
 mod openflow;
 mod ovsdb;
+mod packet_io;
 mod pmds;
 mod ports;
 mod report;
@@ -136,6 +137,8 @@ enum Source {
     /// A bridge's OpenFlow management socket (the name is the bridge's).
     OfListener,
     OfConn,
+    /// The datapath's packet-in queue's eventfd (`packet_io`).
+    PacketIn,
 }
 
 #[derive(Debug)]
@@ -524,6 +527,7 @@ impl Daemon {
                     Source::Ovsdb => self.on_ovsdb(ev),
                     Source::OfListener => self.on_of_listener(&name),
                     Source::OfConn => self.on_of_conn(ev.token, ev),
+                    Source::PacketIn => self.on_packet_in(),
                 }
                 if self.handed_over {
                     return;

@@ -30,7 +30,7 @@ use ferrovs_openflow::multipart::{
 use ferrovs_openflow::port::{state as pstate, OFPP_ANY};
 use ferrovs_openflow::{
     decode, encode, encode_multipart_reply, negotiate, FrameError, Framer, Message, OfError,
-    SwitchConfig, SwitchFeatures, VERSION_1_3,
+    SwitchFeatures, VERSION_1_3,
 };
 
 use crate::openflow::{self as ofmap, PortMap, Selector, N_TABLES};
@@ -40,7 +40,7 @@ use super::*;
 /// Bytes read from one connection per epoll event.
 const READ_BUDGET: usize = 256 << 10;
 /// Replies waiting unread past which the connection's input waits too.
-const OUT_BACKLOG: usize = 1 << 20;
+pub(super) const OUT_BACKLOG: usize = 1 << 20;
 /// Replies waiting unread past which the peer is dropped (a dump of ~100 000 rules fits).
 const OUT_MAX: usize = 64 << 20;
 /// Input waiting (behind unread replies) past which the peer is dropped.
@@ -55,18 +55,35 @@ pub(super) struct OfCounters {
     /// Connections closed by the switch (lost framing, no common version, flooding).
     pub dropped: u64,
     pub flow_mods: u64,
+    /// PACKET_IN messages written to connections (one per receiving connection).
+    pub packet_ins_sent: u64,
+    /// Packet-ins a receiving connection missed because its replies waited unread.
+    pub packet_ins_unsent: u64,
+    /// PACKET_OUT messages received (refused ones included).
+    pub packet_outs: u64,
+    /// Packet-outs accepted but not executed (the queue was full, or no frame).
+    pub packet_outs_dropped: u64,
 }
 
 #[derive(Debug)]
 pub(super) struct OfConn {
     stream: UnixStream,
-    bridge: String,
+    pub(super) bridge: String,
     framer: Framer,
-    out: Vec<u8>,
+    pub(super) out: Vec<u8>,
     /// The peer's HELLO was read and a version agreed.
-    negotiated: bool,
+    pub(super) negotiated: bool,
     /// Close once `out` is written.
-    closing: bool,
+    pub(super) closing: bool,
+    /// A service connection (the management socket: asynchronous messages only after a
+    /// non-zero `miss_send_len`), not a controller's (`packet_io`).
+    pub(super) service: bool,
+    /// SET_CONFIG's `miss_send_len` (0 for a service connection until it sets one).
+    pub(super) miss_send_len: u16,
+    /// Which asynchronous messages this connection gets (SET_ASYNC).
+    pub(super) async_cfg: ferrovs_openflow::AsyncConfig,
+    /// `OFPCR_ROLE_*` (equal unless a ROLE_REQUEST changed it).
+    pub(super) role: u32,
 }
 
 /// The management sockets and their connections.
@@ -74,8 +91,10 @@ pub(super) struct OfConn {
 pub(super) struct OfState {
     /// Bridge → its listener and epoll token (absent while the socket cannot be bound).
     listeners: HashMap<String, (UnixListener, u64)>,
-    conns: HashMap<u64, OfConn>,
+    pub(super) conns: HashMap<u64, OfConn>,
     pub counters: OfCounters,
+    /// The datapath's packet-in queue (`packet_io`), once made.
+    pub(super) packet_in: Option<Arc<ferrovs_datapath::packet_io::PacketInQueue>>,
 }
 
 /// The management socket's path of `bridge`.
@@ -187,6 +206,10 @@ impl Daemon {
                         ),
                         negotiated: false,
                         closing: false,
+                        service: true,
+                        miss_send_len: 0,
+                        async_cfg: super::packet_io::DEFAULT_ASYNC,
+                        role: role::EQUAL,
                     };
                     flush(&mut c);
                     self.openflow.conns.insert(t, c);
@@ -197,7 +220,7 @@ impl Daemon {
         }
     }
 
-    fn of_rearm(&mut self, t: u64) {
+    pub(super) fn of_rearm(&mut self, t: u64) {
         if let Some(c) = self.openflow.conns.get(&t) {
             let _ = self.epoll.modify(c.stream.as_fd(), t, !c.out.is_empty());
         }
@@ -378,15 +401,20 @@ impl Daemon {
                         | capabilities::PORT_STATS,
                 }),
             ),
-            Message::GetConfigRequest => reply(
-                c,
-                &Message::GetConfigReply(SwitchConfig {
-                    flags: 0,
-                    miss_send_len: 128,
-                }),
-            ),
-            // Fragments are treated normally, and nothing goes to a controller yet.
-            Message::SetConfig(_) => {}
+            Message::GetConfigRequest
+            | Message::SetConfig(_)
+            | Message::SetAsync(_)
+            | Message::GetAsyncRequest => {
+                if let Some(r) = Self::of_async_config(c, &m) {
+                    reply(c, &r);
+                }
+            }
+            Message::PacketOut(po) => {
+                let bridge = c.bridge.clone();
+                if let Err(e) = self.of_packet_out(&bridge, &po) {
+                    self.of_refuse(c, e, msg);
+                }
+            }
             Message::BarrierRequest => reply(c, &Message::BarrierReply),
             Message::RoleRequest(r) => {
                 // One management connection at a time has no one to compete with: equal
@@ -395,10 +423,11 @@ impl Daemon {
                 match r.role {
                     role::NOCHANGE | role::EQUAL | role::MASTER => {
                         let granted = if r.role == role::NOCHANGE {
-                            role::EQUAL
+                            c.role
                         } else {
                             r.role
                         };
+                        c.role = granted;
                         reply(
                             c,
                             &Message::RoleReply(ferrovs_openflow::Role {
@@ -490,7 +519,7 @@ impl Daemon {
         }
     }
 
-    fn of_ports(&self, bridge: &str) -> PortMap {
+    pub(super) fn of_ports(&self, bridge: &str) -> PortMap {
         PortMap::new(
             bridge,
             self.ports
@@ -641,7 +670,15 @@ impl Daemon {
             .openflow
             .conns
             .iter()
-            .filter(|(_, c)| c.bridge == bridge && c.negotiated && !c.closing)
+            .filter(|(_, c)| {
+                // The management socket keeps getting every port status (as it always has);
+                // a controller's connection per its async configuration.
+                c.bridge == bridge
+                    && c.negotiated
+                    && !c.closing
+                    && (c.service
+                        || c.receives_async(super::packet_io::AsyncKind::PortStatus, reason))
+            })
             .map(|(t, _)| *t)
             .collect();
         for t in tokens {
@@ -672,7 +709,7 @@ fn port_desc(p: &PortState, ports: &PortMap) -> Option<ferrovs_openflow::Port> {
 }
 
 /// Writes what it can; false when the peer is gone.
-fn flush(c: &mut OfConn) -> bool {
+pub(super) fn flush(c: &mut OfConn) -> bool {
     while !c.out.is_empty() {
         match c.stream.write(&c.out) {
             Ok(0) => return false,

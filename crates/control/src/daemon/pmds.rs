@@ -161,6 +161,7 @@ impl Daemon {
         for p in self.ports.values() {
             ports[p.id as usize] = Some(p.port.clone());
         }
+        let packet_in = self.packet_in_queue();
         let mut bridges: Vec<Option<Arc<Bridge>>> = vec![None; self.bridge_slots.len()];
         for (name, b) in &self.bridges {
             let members = self
@@ -173,6 +174,7 @@ impl Daemon {
                 pipeline: p.clone(),
                 gen: b.gen,
                 cache: b.cache.clone(),
+                packet_in: packet_in.clone(),
             });
             let default_rule = b
                 .pipeline

@@ -251,18 +251,13 @@ fn action_from_of(a: &Action, ports: &PortMap) -> Result<ActionSpec, OfError> {
         )
     };
     Ok(match a {
-        Action::Output { port, .. } => match *port {
+        Action::Output { port, max_len } => match *port {
             OFPP_IN_PORT => ActionSpec::InPort,
             OFPP_NORMAL => ActionSpec::Normal,
             OFPP_FLOOD => ActionSpec::Flood,
             OFPP_ALL => ActionSpec::All,
-            OFPP_CONTROLLER => {
-                return Err(err(
-                    et::BAD_ACTION,
-                    bac::BAD_OUT_PORT,
-                    "output to the controller is not supported yet",
-                ))
-            }
+            // A PACKET_IN of the first `max_len` bytes (0xffff, OFPCML_NO_BUFFER: all).
+            OFPP_CONTROLLER => ActionSpec::Controller { max_len: *max_len },
             p => ActionSpec::Output(
                 ports
                     .name(p)
@@ -435,6 +430,10 @@ pub fn instructions_to_of(spec: &FlowSpec, ports: &PortMap) -> Vec<Instruction> 
             ActionSpec::PushVlan(t) => apply.push(Action::PushVlan(*t)),
             ActionSpec::SetTunnel(id) => apply.push(set(Of::TunnelId, u128::from(*id))),
             ActionSpec::GotoTable(t) => goto = Some(*t),
+            ActionSpec::Controller { max_len } => apply.push(Action::Output {
+                port: OFPP_CONTROLLER,
+                max_len: *max_len,
+            }),
         }
     }
     let mut v = Vec::new();

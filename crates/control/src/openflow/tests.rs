@@ -291,8 +291,6 @@ fn what_the_pipeline_lacks_is_refused_with_its_code() {
     assert_eq!(refusal(&f), (et::BAD_MATCH, bmc::BAD_VALUE));
     let f = fm(fc::ADD, 0, 1, vec![], vec![out(9)]);
     assert_eq!(refusal(&f), (et::BAD_ACTION, bac::BAD_OUT_PORT));
-    let f = fm(fc::ADD, 0, 1, vec![], vec![out(OFPP_CONTROLLER)]);
-    assert_eq!(refusal(&f), (et::BAD_ACTION, bac::BAD_OUT_PORT));
     for a in [
         Action::DecNwTtl,
         Action::CopyTtlIn,
@@ -548,4 +546,28 @@ fn flow_stats_and_aggregate() {
     let a = aggregate(&r, &Selector::from_stats_request(&t2, &p).unwrap());
     assert_eq!(a.flow_count, 1);
     let _ = &mut r;
+}
+
+#[test]
+fn output_to_the_controller_is_a_controller_action_with_its_max_len() {
+    let ports = ports();
+    let f = fm(
+        fc::ADD,
+        0,
+        1,
+        vec![],
+        vec![Action::Output {
+            port: OFPP_CONTROLLER,
+            max_len: 128,
+        }],
+    );
+    let spec = rule_from_flow_mod(&f, &ports).unwrap();
+    assert_eq!(spec.actions, vec![ActionSpec::Controller { max_len: 128 }]);
+    assert_eq!(
+        instructions_to_of(&spec, &ports),
+        vec![Instruction::ApplyActions(vec![Action::Output {
+            port: OFPP_CONTROLLER,
+            max_len: 128
+        }])]
+    );
 }

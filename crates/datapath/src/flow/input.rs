@@ -485,6 +485,14 @@ pub(crate) fn execute<'p>(
             }
             // Tunnel metadata: used by tunnel ports.
             DpAction::SetTunnel { .. } | DpAction::SetTunnelDst(_) => {}
+            DpAction::Controller(c) => {
+                // The packet as it is now (the edits so far), to the control thread.
+                if let Some(q) = bridge.flows.as_ref().and_then(|f| f.packet_in.as_ref()) {
+                    let tun = inp.tunnel_key().map_or(0, |t| t.id);
+                    q.push(inp.bridge, inp.id, tun, sc.at(cur).data(), c);
+                }
+                sent = true;
+            }
         }
     }
     if sent {

@@ -40,6 +40,8 @@ pub struct BridgeFlows {
     /// Generation of `pipeline` (megaflows translated with another are not cached).
     pub gen: u64,
     pub cache: Arc<MegaflowCache>,
+    /// Where `controller` actions send packets (`None`: they drop them).
+    pub packet_in: Option<Arc<crate::packet_io::PacketInQueue>>,
 }
 
 /// Flow-path counters of one PMD (kept locally, published with the PMD's other counters).

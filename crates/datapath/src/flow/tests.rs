@@ -46,6 +46,7 @@ fn switch(rules: &[String]) -> Snapshot {
             pipeline: Arc::new(pipeline),
             gen: 0,
             cache: Arc::new(MegaflowCache::new(0)),
+            packet_in: None,
         }),
         default_rule: None,
     };
