@@ -3,8 +3,9 @@
 //! executed (PACKET_OUT).
 //!
 //! * [`PacketInQueue`]: a PMD executing [`ferrovs_flow::DpAction::Controller`] copies the
-//!   frame as it is at that point (the edits made so far), truncated to the action's
-//!   `max_len` (as OVS: no buffering, `buffer_id` is always `NO_BUFFER`), into the queue and
+//!   frame as it is at that point (the edits made so far), whole, into the queue (as OVS
+//!   3.1 does: it buffers nothing, so `buffer_id` is always `NO_BUFFER` and the action's
+//!   `max_len` truncates nothing: `controller:20` still sends the whole frame), and
 //!   signals the queue's eventfd when the queue was empty, which wakes the control thread's
 //!   epoll loop. The queue is bounded ([`PacketInQueue::MAX_PACKETS`] packets,
 //!   [`PacketInQueue::MAX_BYTES`] bytes): a full queue drops the packet-in and counts it; a
@@ -45,7 +46,7 @@ pub struct PacketIn {
     /// Length of the whole frame.
     pub total_len: u16,
     pub action: ControllerAction,
-    /// The frame, at most `action.max_len` bytes of it.
+    /// The frame (whole: see the module doc).
     pub data: Vec<u8>,
 }
 
@@ -88,8 +89,7 @@ impl PacketInQueue {
         self.wake.as_fd()
     }
 
-    /// Queues a packet-in of `frame` (PMD): copies at most `action.max_len` bytes. False if it
-    /// was dropped.
+    /// Queues a packet-in of `frame` (PMD), a copy of it. False if it was dropped.
     pub fn push(
         &self,
         bridge: u32,
@@ -98,7 +98,7 @@ impl PacketInQueue {
         frame: &[u8],
         action: ControllerAction,
     ) -> bool {
-        let len = frame.len().min(usize::from(action.max_len));
+        let len = frame.len();
         let Ok(mut q) = self.q.try_lock() else {
             self.dropped.fetch_add(1, Ordering::Relaxed);
             return false;
@@ -281,7 +281,7 @@ mod tests {
     }
 
     #[test]
-    fn packet_ins_are_truncated_bounded_and_signalled_once_per_batch() {
+    fn packet_ins_are_whole_bounded_and_signalled_once_per_batch() {
         let q = PacketInQueue::new().unwrap();
         let frame = vec![0xab; 100];
         assert!(q.push(1, 2, 0, &frame, action(64)));
@@ -295,7 +295,8 @@ mod tests {
         );
         let v = q.take();
         assert_eq!(v.len(), 2);
-        assert_eq!((v[0].data.len(), v[0].total_len), (64, 100));
+        // max_len truncates nothing (OVS buffers nothing, and sends the whole frame).
+        assert_eq!((v[0].data.len(), v[0].total_len), (100, 100));
         assert_eq!((v[1].data.len(), v[1].total_len), (100, 100));
         for _ in 0..PacketInQueue::MAX_PACKETS {
             assert!(q.push(1, 2, 0, &frame, action(u16::MAX)));

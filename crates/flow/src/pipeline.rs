@@ -54,15 +54,16 @@ pub enum DpAction {
         id: u64,
     },
     SetTunnelDst(Ipv4Addr),
-    /// A copy of the packet as it is at this point (its first `max_len` bytes) to the
-    /// OpenFlow controllers: a PACKET_IN with these fields.
+    /// A copy of the packet as it is at this point to the OpenFlow controllers: a PACKET_IN
+    /// with these fields.
     Controller(ControllerAction),
 }
 
 /// What a PACKET_IN says about the rule that sent it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ControllerAction {
-    /// Bytes of the frame to send (65535, `OFPCML_NO_BUFFER`: all of it).
+    /// The action's `max_len` (65535: `OFPCML_NO_BUFFER`). As in OVS, which buffers
+    /// nothing, it truncates nothing: the whole frame goes up.
     pub max_len: u16,
     /// `OFPR_NO_MATCH` (0) from a table-miss rule, else `OFPR_ACTION` (1).
     pub reason: u8,

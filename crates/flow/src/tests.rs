@@ -424,7 +424,11 @@ fn controller_actions_parse_print_and_carry_their_packet_in_reason() {
         ("controller(max_len=64)", 64),
     ] {
         let f = parse_flow(&format!("actions={text}")).unwrap();
-        assert_eq!(f.actions, vec![ActionSpec::Controller { max_len }], "{text}");
+        assert_eq!(
+            f.actions,
+            vec![ActionSpec::Controller { max_len }],
+            "{text}"
+        );
         let printed = f.to_string();
         assert!(
             printed.ends_with(&format!("actions=CONTROLLER:{max_len}")),

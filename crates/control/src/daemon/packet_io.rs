@@ -29,8 +29,7 @@ use ferrovs_openflow::error::{bac, brc, et};
 use ferrovs_openflow::message::{role, OFP_NO_BUFFER};
 use ferrovs_openflow::port::{OFPP_ANY, OFPP_CONTROLLER, OFPP_LOCAL, OFPP_MAX, OFPP_TABLE};
 use ferrovs_openflow::{
-    encode, Action, AsyncConfig, Field as Of, Instruction, Match as OfMatch, Message, OfError,
-    Oxm,
+    encode, Action, AsyncConfig, Field as Of, Instruction, Match as OfMatch, Message, OfError, Oxm,
 };
 
 use super::openflow::{flush, OfConn, OUT_BACKLOG};
@@ -224,10 +223,15 @@ impl Daemon {
                 ))
             }
         };
-        let table = po
-            .actions
-            .iter()
-            .any(|a| matches!(a, Action::Output { port: OFPP_TABLE, .. }));
+        let table = po.actions.iter().any(|a| {
+            matches!(
+                a,
+                Action::Output {
+                    port: OFPP_TABLE,
+                    ..
+                }
+            )
+        });
         let actions = if table {
             if po.actions.len() != 1 {
                 return Err(OfError::new(
@@ -292,6 +296,31 @@ impl Daemon {
         let mut key = FlowKey::default();
         key.extract_into(data, inp.id, None);
         p.translate(&key).actions
+    }
+
+    /// The counters `ferrovs show --json` reports (`None` before any packet-in queue or
+    /// packet-out existed).
+    pub(super) fn packet_io_status(&self) -> Option<ferrovs_proto::reply::PacketIoStatus> {
+        let c = &self.openflow.counters;
+        if self.openflow.packet_in.is_none() && c.packet_outs == 0 {
+            return None;
+        }
+        let pin = self
+            .openflow
+            .packet_in
+            .as_ref()
+            .map(|q| q.counters())
+            .unwrap_or_default();
+        let pout = self.datapath.packet_out().counters();
+        Some(ferrovs_proto::reply::PacketIoStatus {
+            packet_ins_queued: pin.queued,
+            packet_ins_dropped: pin.dropped,
+            packet_ins_sent: c.packet_ins_sent,
+            packet_ins_unsent: c.packet_ins_unsent,
+            packet_outs: c.packet_outs,
+            packet_outs_executed: pout.executed,
+            packet_outs_dropped: c.packet_outs_dropped,
+        })
     }
 
     /// SET_ASYNC, GET_ASYNC_REQUEST, GET_CONFIG_REQUEST and SET_CONFIG of a connection:

@@ -161,7 +161,12 @@ impl Daemon {
         for p in self.ports.values() {
             ports[p.id as usize] = Some(p.port.clone());
         }
-        let packet_in = self.packet_in_queue();
+        // The packet-in queue exists once some bridge has rules beyond the default.
+        let packet_in = if self.bridges.values().any(|b| b.pipeline.is_some()) {
+            self.packet_in_queue()
+        } else {
+            self.openflow.packet_in.clone()
+        };
         let mut bridges: Vec<Option<Arc<Bridge>>> = vec![None; self.bridge_slots.len()];
         for (name, b) in &self.bridges {
             let members = self

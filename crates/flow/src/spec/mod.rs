@@ -59,7 +59,9 @@ pub enum ActionSpec {
     GotoTable(u8),
     /// The packet (its first `max_len` bytes; 65535: all of it) to the OpenFlow
     /// controllers, as a PACKET_IN (`controller`, `controller:N`, `CONTROLLER:N`).
-    Controller { max_len: u16 },
+    Controller {
+        max_len: u16,
+    },
 }
 
 /// A rule as written.
