@@ -162,18 +162,18 @@ impl BridgeRules {
         &mut self,
         now: Instant,
         idle_for: impl Fn(&StoredRule) -> std::time::Duration,
-    ) -> Vec<(FlowSpec, Expiry)> {
+    ) -> Vec<(StoredRule, Expiry)> {
         let mut gone = Vec::new();
         self.rules.retain(|r| {
             let s = &r.spec;
             if s.hard_timeout > 0
                 && now.duration_since(r.installed).as_secs() >= u64::from(s.hard_timeout)
             {
-                gone.push((s.clone(), Expiry::Hard));
+                gone.push((r.clone(), Expiry::Hard));
                 return false;
             }
             if s.idle_timeout > 0 && idle_for(r).as_secs() >= u64::from(s.idle_timeout) {
-                gone.push((s.clone(), Expiry::Idle));
+                gone.push((r.clone(), Expiry::Idle));
                 return false;
             }
             true

@@ -529,3 +529,52 @@ fn a_flood_of_packet_ins_is_bounded_and_forwarding_goes_on() {
     );
     drop(lazy);
 }
+
+/// A FLOW_REMOVED line without its duration (which differs by when each switch looked).
+fn without_duration(l: &str) -> String {
+    l.split([' ', ','])
+        .filter(|t| !t.starts_with("duration"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[test]
+fn flow_removed_on_hard_timeout_and_delete_as_ovs() {
+    if !tools() {
+        return;
+    }
+    let f = start_ferrovs("flow-removed");
+    let ovs_dir = run_dir("flow-removed-ovs");
+    let ovs = start_ovs(&ovs_dir);
+    let mut seen = Vec::new();
+    for (sock, dir) in [(&f.sock, &f.dir), (&ovs.mgmt, &ovs_dir)] {
+        let m = Monitor::start(sock, dir.join("monitor-fr.txt"));
+        ofctl_ok(
+            sock,
+            "add-flow",
+            &["send_flow_rem,hard_timeout=1,priority=7,cookie=0x7,udp,actions=drop"],
+        );
+        ofctl_ok(
+            sock,
+            "add-flow",
+            &["send_flow_rem,priority=8,tcp,actions=drop"],
+        );
+        // No FLOW_REMOVED for a rule that did not ask.
+        ofctl_ok(sock, "add-flow", &["priority=9,icmp,actions=drop"]);
+        // dump-flows shows the flag.
+        let dump = ofctl_ok(sock, "dump-flows", &["tcp"]);
+        assert!(dump.contains("send_flow_rem"), "{dump}");
+        let hard = m.wait_for("reason=hard");
+        ofctl_ok(sock, "del-flows", &["tcp"]);
+        ofctl_ok(sock, "del-flows", &["icmp"]);
+        let del = m.wait_for("reason=delete");
+        std::thread::sleep(Duration::from_millis(300));
+        let n = m.text().matches("FLOW_REMOVED").count();
+        assert_eq!(n, 2, "{}", m.text());
+        seen.push((
+            without_duration(&body(&hard)[0]),
+            without_duration(&body(&del)[0]),
+        ));
+    }
+    assert_eq!(seen[0], seen[1], "ferrovs vs OVS");
+}

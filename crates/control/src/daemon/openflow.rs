@@ -63,6 +63,8 @@ pub(super) struct OfCounters {
     pub packet_outs: u64,
     /// Packet-outs accepted but not executed (the queue was full, or no frame).
     pub packet_outs_dropped: u64,
+    /// FLOW_REMOVED messages written to connections.
+    pub flow_removed_sent: u64,
 }
 
 #[derive(Debug)]
@@ -95,6 +97,8 @@ pub(super) struct OfState {
     pub counters: OfCounters,
     /// The datapath's packet-in queue (`packet_io`), once made.
     pub(super) packet_in: Option<Arc<ferrovs_datapath::packet_io::PacketInQueue>>,
+    /// Bridge → the rules added with `OFPFF_SEND_FLOW_REM` (`packet_io`).
+    pub(super) send_flow_rem: HashMap<String, std::collections::HashSet<super::packet_io::RuleId>>,
 }
 
 /// The management socket's path of `bridge`.
@@ -532,6 +536,8 @@ impl Daemon {
     /// A FLOW_MOD: the rules change as `ferrovs add-flow`/`del-flows` change them.
     fn of_flow_mod(&mut self, bridge: &str, fm: &ferrovs_openflow::FlowMod) -> Result<(), OfError> {
         let ports = self.of_ports(bridge);
+        // Rules that may go with a FLOW_REMOVED (a delete while some asked for one).
+        let before = self.of_flow_rem_candidates(bridge, fm);
         let Some(b) = self.bridges.get_mut(bridge) else {
             return Ok(());
         };
@@ -546,6 +552,7 @@ impl Daemon {
             self.publish();
             self.save();
         }
+        self.of_flow_mod_applied(bridge, fm, before);
         Ok(())
     }
 
@@ -568,7 +575,11 @@ impl Daemon {
                         .rules()
                         .iter()
                         .filter(|x| sel.selects(&x.spec))
-                        .map(|x| ofmap::flow_stats(x, &ports))
+                        .map(|x| {
+                            let mut s = ofmap::flow_stats(x, &ports);
+                            s.flags |= self.of_flow_rem_flag(bridge, &x.spec);
+                            s
+                        })
                         .collect(),
                 )
             }

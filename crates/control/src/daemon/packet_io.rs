@@ -25,6 +25,8 @@ use ferrovs_datapath::packet_io::{
     CONTROLLER_PORT,
 };
 use ferrovs_flow::{ActionSpec, FlowKey, FlowSpec, Match, RuleStats};
+
+use crate::flows::StoredRule;
 use ferrovs_openflow::error::{bac, brc, et};
 use ferrovs_openflow::message::{role, OFP_NO_BUFFER};
 use ferrovs_openflow::port::{OFPP_ANY, OFPP_CONTROLLER, OFPP_LOCAL, OFPP_MAX, OFPP_TABLE};
@@ -40,9 +42,21 @@ use super::*;
 pub(super) enum AsyncKind {
     PacketIn,
     PortStatus,
-    #[allow(dead_code)] // FLOW_REMOVED is not sent yet
     FlowRemoved,
 }
+
+/// A rule's OpenFlow identity (what a strict FLOW_MOD names): table, priority, input port
+/// and match.
+pub(super) type RuleId = (u8, u16, Option<String>, Match);
+
+fn rule_id(s: &FlowSpec) -> RuleId {
+    (s.table, s.priority, s.in_port.clone(), s.m)
+}
+
+/// `OFPRR_*`: why a rule was removed.
+const OFPRR_IDLE_TIMEOUT: u8 = 0;
+const OFPRR_HARD_TIMEOUT: u8 = 1;
+const OFPRR_DELETE: u8 = 2;
 
 /// OVS's default async configuration (`ofputil_async_cfg_default` for OpenFlow 1.3):
 /// master/equal get packet-ins of no-match and action, every port status and every
@@ -296,6 +310,166 @@ impl Daemon {
         let mut key = FlowKey::default();
         key.extract_into(data, inp.id, None);
         p.translate(&key).actions
+    }
+
+    /// Before a FLOW_MOD: the rules a delete may remove that asked for a FLOW_REMOVED
+    /// (nothing to copy unless some did).
+    pub(super) fn of_flow_rem_candidates(
+        &self,
+        bridge: &str,
+        fm: &ferrovs_openflow::FlowMod,
+    ) -> Vec<StoredRule> {
+        use ferrovs_openflow::message::fc;
+        if !matches!(fm.command, fc::DELETE | fc::DELETE_STRICT) {
+            return Vec::new();
+        }
+        let Some(set) = self
+            .openflow
+            .send_flow_rem
+            .get(bridge)
+            .filter(|s| !s.is_empty())
+        else {
+            return Vec::new();
+        };
+        let Some(b) = self.bridges.get(bridge) else {
+            return Vec::new();
+        };
+        b.cache.push_stats();
+        b.rules
+            .rules()
+            .iter()
+            .filter(|r| set.contains(&rule_id(&r.spec)))
+            .cloned()
+            .collect()
+    }
+
+    /// After a FLOW_MOD was applied: an add notes whether the rule wants a FLOW_REMOVED;
+    /// a delete sends one (`OFPRR_DELETE`) for each rule of `before` that is gone.
+    pub(super) fn of_flow_mod_applied(
+        &mut self,
+        bridge: &str,
+        fm: &ferrovs_openflow::FlowMod,
+        before: Vec<StoredRule>,
+    ) {
+        use ferrovs_openflow::message::{fc, ff};
+        if fm.command == fc::ADD {
+            let ports = self.of_ports(bridge);
+            let Ok(spec) = crate::openflow::rule_from_flow_mod(fm, &ports) else {
+                return;
+            };
+            let set = self
+                .openflow
+                .send_flow_rem
+                .entry(bridge.to_string())
+                .or_default();
+            if fm.flags & ff::SEND_FLOW_REM != 0 {
+                set.insert(rule_id(&spec));
+            } else {
+                set.remove(&rule_id(&spec));
+            }
+            return;
+        }
+        if before.is_empty() {
+            return;
+        }
+        let Some(b) = self.bridges.get(bridge) else {
+            return;
+        };
+        let left: std::collections::HashSet<RuleId> =
+            b.rules.rules().iter().map(|r| rule_id(&r.spec)).collect();
+        for r in before {
+            if !left.contains(&rule_id(&r.spec)) {
+                self.of_flow_removed(bridge, &r, OFPRR_DELETE);
+            }
+        }
+    }
+
+    /// `OFPFF_SEND_FLOW_REM` if `spec` was added with it, else 0 (flow stats' flags).
+    pub(super) fn of_flow_rem_flag(&self, bridge: &str, spec: &FlowSpec) -> u16 {
+        let asked = self
+            .openflow
+            .send_flow_rem
+            .get(bridge)
+            .is_some_and(|s| !s.is_empty() && s.contains(&rule_id(spec)));
+        if asked {
+            ferrovs_openflow::message::ff::SEND_FLOW_REM
+        } else {
+            0
+        }
+    }
+
+    /// The revalidator removed `gone` (timeouts): FLOW_REMOVED for those that asked.
+    pub(super) fn of_rules_expired(
+        &mut self,
+        bridge: &str,
+        gone: &[(StoredRule, crate::flows::Expiry)],
+    ) {
+        if self
+            .openflow
+            .send_flow_rem
+            .get(bridge)
+            .is_none_or(|s| s.is_empty())
+        {
+            return;
+        }
+        for (r, why) in gone {
+            let reason = match why {
+                crate::flows::Expiry::Idle => OFPRR_IDLE_TIMEOUT,
+                crate::flows::Expiry::Hard => OFPRR_HARD_TIMEOUT,
+            };
+            self.of_flow_removed(bridge, r, reason);
+        }
+    }
+
+    /// FLOW_REMOVED of `r` (if it asked for one) to the connections of `bridge` that
+    /// receive it; the rule is forgotten.
+    fn of_flow_removed(&mut self, bridge: &str, r: &StoredRule, reason: u8) {
+        let id = rule_id(&r.spec);
+        let asked = self
+            .openflow
+            .send_flow_rem
+            .get_mut(bridge)
+            .is_some_and(|s| s.remove(&id));
+        if !asked {
+            return;
+        }
+        let ports = self.of_ports(bridge);
+        let age = r.installed.elapsed();
+        let s = &r.spec;
+        let msg = encode(
+            &Message::FlowRemoved(ferrovs_openflow::FlowRemoved {
+                cookie: s.cookie,
+                priority: s.priority,
+                reason,
+                table_id: s.table,
+                duration_sec: age.as_secs() as u32,
+                duration_nsec: age.subsec_nanos(),
+                idle_timeout: s.idle_timeout,
+                hard_timeout: s.hard_timeout,
+                packet_count: r.stats.packets.load(Ordering::Relaxed),
+                byte_count: r.stats.bytes.load(Ordering::Relaxed),
+                match_: crate::openflow::match_to_of(&s.m, s.in_port.as_deref(), &ports),
+            }),
+            0,
+        );
+        let tokens: Vec<u64> = self
+            .openflow
+            .conns
+            .iter()
+            .filter(|(_, c)| c.bridge == bridge && c.receives_async(AsyncKind::FlowRemoved, reason))
+            .map(|(t, _)| *t)
+            .collect();
+        for t in tokens {
+            if let Some(c) = self.openflow.conns.get_mut(&t) {
+                if c.out.len() >= OUT_BACKLOG {
+                    continue;
+                }
+                c.out.extend_from_slice(&msg);
+                self.openflow.counters.flow_removed_sent += 1;
+                let _ = flush(c);
+            }
+            self.of_rearm(t);
+        }
     }
 
     /// The counters `ferrovs show --json` reports (`None` before any packet-in queue or

@@ -601,13 +601,7 @@ pub fn apply_flow_mod(
             "the switch buffers no packets",
         ));
     }
-    if fm.flags & ff::SEND_FLOW_REM != 0 {
-        return Err(err(
-            et::FLOW_MOD_FAILED,
-            fmfc::BAD_FLAGS,
-            "flow-removed messages are not sent yet",
-        ));
-    }
+    // SEND_FLOW_REM is the daemon's to keep (it sends the FLOW_REMOVED, `daemon/packet_io`).
     match fm.command {
         fc::ADD => {
             let spec = rule_from_flow_mod(fm, ports)?;
