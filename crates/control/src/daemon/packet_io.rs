@@ -502,10 +502,10 @@ impl Daemon {
     pub(super) fn of_async_config(c: &mut OfConn, m: &Message) -> Option<Message> {
         match m {
             Message::SetAsync(a) => {
-                c.async_cfg = a.clone();
+                c.async_cfg = *a;
                 None
             }
-            Message::GetAsyncRequest => Some(Message::GetAsyncReply(c.async_cfg.clone())),
+            Message::GetAsyncRequest => Some(Message::GetAsyncReply(c.async_cfg)),
             Message::GetConfigRequest => {
                 Some(Message::GetConfigReply(ferrovs_openflow::SwitchConfig {
                     flags: 0,
