@@ -374,7 +374,7 @@ fn flags_and_buffers_not_honoured_are_refused() {
     f.buffer_id = 7;
     let e = apply_flow_mod(&mut r, &f, &ports()).unwrap_err();
     assert_eq!((e.type_, e.code), (et::BAD_REQUEST, brc::BUFFER_UNKNOWN));
-    assert_eq!(r.len(), 1, "nothing changed");
+    assert_eq!(r.len(), 2, "the SEND_FLOW_REM rule added, nothing else");
 }
 
 fn texts(r: &BridgeRules) -> Vec<String> {
