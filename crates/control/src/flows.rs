@@ -248,18 +248,18 @@ impl BridgeRules {
         &mut self,
         now: Instant,
         idle_for: impl Fn(&StoredRule) -> std::time::Duration,
-    ) -> Vec<(FlowSpec, Expiry)> {
+    ) -> Vec<(StoredRule, Expiry)> {
         let mut gone = Vec::new();
         self.rules.retain(|r| {
             let s = &r.spec;
             if s.hard_timeout > 0
                 && now.duration_since(r.installed).as_secs() >= u64::from(s.hard_timeout)
             {
-                gone.push((s.clone(), Expiry::Hard));
+                gone.push((r.clone(), Expiry::Hard));
                 return false;
             }
             if s.idle_timeout > 0 && idle_for(r).as_secs() >= u64::from(s.idle_timeout) {
-                gone.push((s.clone(), Expiry::Idle));
+                gone.push((r.clone(), Expiry::Idle));
                 return false;
             }
             true
@@ -267,7 +267,7 @@ impl BridgeRules {
         if !gone.is_empty() {
             self.index = None;
             if let Some(log) = &mut self.changes {
-                log.extend(gone.iter().map(|(s, _)| RuleChange::Removed(s.clone())));
+                log.extend(gone.iter().map(|(r, _)| RuleChange::Removed(r.spec.clone())));
             }
             self.bound_log();
         }
@@ -445,6 +445,7 @@ pub fn format_dp_actions(actions: &[DpAction], names: &HashMap<u32, &str>) -> St
             DpAction::SetTunnel { id } => format!("set(tun_id={id:#x})"),
             DpAction::SetTunnelDst(ip) => format!("set(tun_dst={ip})"),
             DpAction::Meter(m) => format!("meter({m})"),
+            DpAction::Controller(c) => format!("userspace(controller,max_len={})", c.max_len),
         })
         .collect::<Vec<_>>()
         .join(",")

@@ -31,6 +31,7 @@ pub mod l2;
 pub mod mac_table;
 pub mod meter;
 mod output;
+pub mod packet_io;
 pub mod pmd;
 pub mod port;
 #[cfg(test)]
@@ -108,6 +109,8 @@ pub struct Datapath {
     sleep_max_ns: std::sync::atomic::AtomicU64,
     /// EMC insertion probability: 1 in this, plus one (0: the default, 100).
     emc_inv_prob: std::sync::atomic::AtomicU64,
+    /// Packet-outs waiting for a PMD ([`packet_io`]).
+    packet_out: packet_io::PacketOutQueue,
 }
 
 /// How PMDs wait for packets.
@@ -143,6 +146,11 @@ impl RxMode {
 pub const DEFAULT_SLEEP_AFTER_US: u64 = 300;
 
 impl Datapath {
+    /// The packet-out queue every PMD drains ([`packet_io::PacketOutQueue`]).
+    pub fn packet_out(&self) -> &packet_io::PacketOutQueue {
+        &self.packet_out
+    }
+
     pub fn new() -> Datapath {
         Datapath::default()
     }

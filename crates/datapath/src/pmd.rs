@@ -221,7 +221,8 @@ fn run(
             .get(index)
             .map(|v| v.as_slice())
             .unwrap_or(&[]);
-        let it = worker.poll(&snap, mine, now);
+        let mut it = worker.poll(&snap, mine, now);
+        it.tx += worker.packet_outs(&snap, dp.packet_out(), now);
         let (moved, max_batch) = (it.rx, it.max_batch);
         rx += it.rx;
         tx += it.tx;
@@ -439,6 +440,8 @@ pub(crate) struct Worker<'p> {
     pub sc: Scratch<'p>,
     pub timers: NotifyTimers,
     pub fx: FlowCtx,
+    /// Packet-outs taken from the queue, executed this iteration.
+    pouts: Vec<crate::packet_io::PacketOut>,
 }
 
 impl<'p> Worker<'p> {
@@ -449,6 +452,7 @@ impl<'p> Worker<'p> {
             sc: Scratch::new(),
             timers: NotifyTimers::default(),
             fx: FlowCtx::default(),
+            pouts: Vec::with_capacity(crate::packet_io::PacketOutQueue::BATCH),
         }
     }
 
@@ -464,6 +468,61 @@ impl<'p> Worker<'p> {
             it.dropped += d;
         }
         it
+    }
+
+    /// Executes the packet-outs waiting in `q` (at most a batch of them), each as if its input
+    /// port had received it: with its own actions, or through the bridge's tables (or the
+    /// learning bridge when the bridge has only the default rule). Returns the packets
+    /// transmitted.
+    pub(crate) fn packet_outs(
+        &mut self,
+        snap: &Snapshot,
+        q: &crate::packet_io::PacketOutQueue,
+        now: u32,
+    ) -> u64 {
+        q.take_into(&mut self.pouts);
+        if self.pouts.is_empty() {
+            return 0;
+        }
+        let mut list = std::mem::take(&mut self.pouts);
+        let mut sent = 0;
+        for po in &list {
+            let Some(bridge) = snap.bridge(po.bridge) else {
+                continue;
+            };
+            let Some(mut m) = self.pool.alloc_for(po.data.len()) else {
+                po.inp.rx_drops.drop(DropReason::NoMbuf, 1);
+                continue;
+            };
+            let Some(b) = m.fill(po.data.len()) else {
+                continue;
+            };
+            b.copy_from_slice(&po.data);
+            self.sc.batch.push(m);
+            let b = Burst {
+                snap,
+                bridge,
+                inp: &po.inp,
+                pool: self.pool,
+                now,
+            };
+            match (&po.actions, &bridge.flows) {
+                (crate::packet_io::PacketOutActions::Table, Some(bf)) => {
+                    crate::flow::input::process(&b, bf, &mut self.sc, &mut self.fx);
+                }
+                (crate::packet_io::PacketOutActions::Table, None) => {
+                    plain_l2(&b, &mut self.sc);
+                }
+                (crate::packet_io::PacketOutActions::Actions(a), _) => {
+                    crate::flow::input::execute(&b, &mut self.sc, 0, a);
+                }
+            }
+            sent += self.sc.flush(snap, self.index, &mut self.timers).0;
+        }
+        q.executed(list.len() as u64);
+        list.clear();
+        self.pouts = list;
+        sent
     }
 
     /// Polls one rx queue; returns (received, transmitted, dropped).

@@ -33,7 +33,8 @@ pub use classifier::Classifier;
 pub use key::{Field, FlowKey, TunnelKey, KEY_WORDS};
 pub use matching::Match;
 pub use pipeline::{
-    CompiledRule, DpAction, Pipeline, ResolvedAction, RuleStats, TableCounters, Translation,
+    is_table_miss, CompiledRule, ControllerAction, DpAction, Pipeline, ResolvedAction, RuleStats,
+    TableCounters, Translation, REASON_ACTION, REASON_NO_MATCH,
 };
 pub use spec::{
     parse_filter, parse_flow, parse_flows_file, ActionSpec, FlowFilter, FlowSpec, ParseError,

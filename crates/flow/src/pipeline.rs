@@ -58,7 +58,27 @@ pub enum DpAction {
     /// every later action. (Looked up by id at execution: a meter's configuration changes
     /// without a new pipeline.)
     Meter(u32),
+    /// A copy of the packet as it is at this point to the OpenFlow controllers: a PACKET_IN
+    /// with these fields.
+    Controller(ControllerAction),
 }
+
+/// What a PACKET_IN says about the rule that sent it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ControllerAction {
+    /// The action's `max_len` (65535: `OFPCML_NO_BUFFER`). As in OVS, which buffers
+    /// nothing, it truncates nothing: the whole frame goes up.
+    pub max_len: u16,
+    /// `OFPR_NO_MATCH` (0) from a table-miss rule, else `OFPR_ACTION` (1).
+    pub reason: u8,
+    pub table_id: u8,
+    pub cookie: u64,
+}
+
+/// `OFPR_NO_MATCH`: the packet-in reason of a table-miss rule's controller action.
+pub const REASON_NO_MATCH: u8 = 0;
+/// `OFPR_ACTION`: the packet-in reason of any other rule's controller action.
+pub const REASON_ACTION: u8 = 1;
 
 /// An action with its ports resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,6 +97,7 @@ pub enum ResolvedAction {
     SetTunnel(u64),
     GotoTable(u8),
     Meter(u32),
+    Controller(ControllerAction),
 }
 
 /// A rule as the pipeline holds it.
@@ -196,6 +217,18 @@ impl Pipeline {
                 ActionSpec::SetTunnel(t) => ResolvedAction::SetTunnel(*t),
                 ActionSpec::GotoTable(t) => ResolvedAction::GotoTable(*t),
                 ActionSpec::Meter(m) => ResolvedAction::Meter(*m),
+                ActionSpec::Controller { max_len } => {
+                    ResolvedAction::Controller(ControllerAction {
+                        max_len: *max_len,
+                        reason: if is_table_miss(spec) {
+                            REASON_NO_MATCH
+                        } else {
+                            REASON_ACTION
+                        },
+                        table_id: spec.table,
+                        cookie: spec.cookie,
+                    })
+                }
             })
             .collect();
         let t = usize::from(spec.table);
@@ -286,6 +319,12 @@ impl Pipeline {
     pub fn tables(&self) -> usize {
         self.tables.len()
     }
+}
+
+/// A table-miss rule as OVS defines it (`ofproto_rule_is_table_miss`): priority 0 and a
+/// match of everything. Its controller action sends `OFPR_NO_MATCH`.
+pub fn is_table_miss(spec: &FlowSpec) -> bool {
+    spec.priority == 0 && spec.in_port.is_none() && spec.m == crate::Match::catchall()
 }
 
 /// The translation walk over tables, with `lookup(table, key, wc)` finding a table's rule
@@ -393,6 +432,7 @@ pub fn walk<'a>(
                 }
                 ResolvedAction::GotoTable(n) => next = Some(usize::from(n)),
                 ResolvedAction::Meter(m) => t.actions.push(DpAction::Meter(m)),
+                ResolvedAction::Controller(c) => t.actions.push(DpAction::Controller(c)),
             }
         }
         match next {

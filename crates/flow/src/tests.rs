@@ -563,3 +563,66 @@ fn translations_carry_the_counters_of_the_tables_they_looked_in() {
     k.set(Field::IpProto, 6);
     assert_eq!(build().translate(&k).rules.len(), 1);
 }
+}
+
+#[test]
+fn controller_actions_parse_print_and_carry_their_packet_in_reason() {
+    for (text, max_len) in [
+        ("controller", 65535),
+        ("CONTROLLER:65535", 65535),
+        ("controller:128", 128),
+        ("controller(max_len=64)", 64),
+    ] {
+        let f = parse_flow(&format!("actions={text}")).unwrap();
+        assert_eq!(
+            f.actions,
+            vec![ActionSpec::Controller { max_len }],
+            "{text}"
+        );
+        let printed = f.to_string();
+        assert!(
+            printed.ends_with(&format!("actions=CONTROLLER:{max_len}")),
+            "{printed}"
+        );
+        assert_eq!(parse_flow(&printed).unwrap(), f);
+    }
+    assert!(parse_flow("actions=controller:65536").is_err());
+    let resolve = |_: &str| None;
+    let k = FlowKey::default();
+    // The table-miss rule (priority 0, match everything): OFPR_NO_MATCH.
+    let miss = parse_flow("table=0,priority=0,cookie=0x7 actions=CONTROLLER:65535").unwrap();
+    let p = Pipeline::build([(&miss, Arc::new(RuleStats::default()))], &resolve);
+    assert_eq!(
+        p.translate(&k).actions,
+        vec![DpAction::Controller(ControllerAction {
+            max_len: 65535,
+            reason: REASON_NO_MATCH,
+            table_id: 0,
+            cookie: 7,
+        })]
+    );
+    // Any other rule (a priority, or a match): OFPR_ACTION, with its table and cookie; an
+    // edit before it is in the packet that goes up (the action is in order).
+    for text in [
+        "table=0,priority=1 actions=mod_dl_src:00:00:00:00:00:01,controller:100",
+        "table=0,priority=0,dl_type=0x0800 actions=mod_dl_src:00:00:00:00:00:01,controller:100",
+    ] {
+        let f = parse_flow(text).unwrap();
+        let p = Pipeline::build([(&f, Arc::new(RuleStats::default()))], &resolve);
+        let mut k = k;
+        k.set(Field::EthType, 0x0800);
+        assert_eq!(
+            p.translate(&k).actions,
+            vec![
+                DpAction::SetField(Field::EthSrc, 1),
+                DpAction::Controller(ControllerAction {
+                    max_len: 100,
+                    reason: REASON_ACTION,
+                    table_id: 0,
+                    cookie: 0,
+                })
+            ],
+            "{text}"
+        );
+    }
+}

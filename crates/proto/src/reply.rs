@@ -43,12 +43,35 @@ pub struct Show {
     /// The OVSDB connection (`ferrovsd --ovsdb`; absent otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ovsdb: Option<OvsdbStatus>,
+    /// The asynchronous OpenFlow path (absent until a packet-in queue or packet-out existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub packet_io: Option<PacketIoStatus>,
     pub pid: u32,
     pub pmd_cores: Vec<usize>,
     pub run_dir: String,
     /// Hot upgrades this daemon's line has gone through.
     pub upgrades: u64,
     pub version: String,
+}
+
+/// Counters of PACKET_IN and PACKET_OUT (`ferrovs show --json`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PacketIoStatus {
+    /// Packet-ins the PMDs queued for the control thread.
+    pub packet_ins_queued: u64,
+    /// Packet-ins dropped by the PMDs: the queue was full.
+    pub packet_ins_dropped: u64,
+    /// PACKET_IN messages written to OpenFlow connections.
+    pub packet_ins_sent: u64,
+    /// Packet-ins a connection missed because its messages waited unread.
+    pub packet_ins_unsent: u64,
+    /// PACKET_OUT messages received (refused ones included).
+    pub packet_outs: u64,
+    /// Packet-outs a PMD executed.
+    pub packet_outs_executed: u64,
+    /// Packet-outs accepted but not executed (queue full, or no Ethernet header).
+    pub packet_outs_dropped: u64,
 }
 
 /// The OVSDB connection of a daemon configured through the database.

@@ -239,7 +239,6 @@ fn ovs_ofctl_programs_ferrovs_as_it_programs_ovs() {
     for (rule, err) in [
         ("priority=1,actions=group:1", "OFPBAC_BAD_OUT_GROUP"),
         ("priority=1,actions=output:9", "OFPBAC_BAD_OUT_PORT"),
-        ("priority=1,actions=controller", "OFPBAC_BAD_OUT_PORT"),
         (
             "priority=1,actions=set_queue:1,output:1",
             "OFPBAC_BAD_QUEUE",

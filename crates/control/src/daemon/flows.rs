@@ -28,17 +28,20 @@ impl Daemon {
             });
             if !gone.is_empty() {
                 b.dirty = true;
-                expired.push(name.clone());
+                expired.push((name.clone(), gone));
             }
         }
         if expired.is_empty() {
             return;
         }
-        for name in &expired {
+        for (name, _) in &expired {
             self.sync_flows_config(name);
         }
         self.publish();
         self.save();
+        for (name, gone) in &expired {
+            self.of_rules_expired(name, gone);
+        }
     }
 
     /// Copies a bridge's rules into the configuration (to be saved).

@@ -60,6 +60,7 @@ mod ofports;
 mod meters;
 mod openflow;
 mod ovsdb;
+mod packet_io;
 mod pmds;
 mod ports;
 mod report;
@@ -143,6 +144,8 @@ enum Source {
     OfConn,
     /// A passive controller target's listener (`ptcp:`, `punix:`; the name is the bridge's).
     CtrlListener,
+    /// The datapath's packet-in queue's eventfd (`packet_io`).
+    PacketIn,
 }
 
 #[derive(Debug)]
@@ -538,6 +541,7 @@ impl Daemon {
                     Source::OfListener => self.on_of_listener(&name),
                     Source::OfConn => self.on_of_conn(ev.token, ev),
                     Source::CtrlListener => self.on_ctrl_listener(ev.token, &name),
+                    Source::PacketIn => self.on_packet_in(),
                 }
                 if self.handed_over {
                     return;

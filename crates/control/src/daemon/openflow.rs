@@ -32,7 +32,7 @@ use ferrovs_openflow::multipart::{
 use ferrovs_openflow::port::{state as pstate, OFPP_ANY};
 use ferrovs_openflow::{
     decode, encode, encode_multipart_reply, negotiate, FrameError, Framer, Message, OfError,
-    SwitchConfig, SwitchFeatures, VERSION_1_3,
+    SwitchFeatures, VERSION_1_3,
 };
 
 use crate::openflow::{self as ofmap, PortMap, Selector, N_TABLES};
@@ -42,7 +42,7 @@ use super::*;
 /// Bytes read from one connection per epoll event.
 const READ_BUDGET: usize = 256 << 10;
 /// Replies waiting unread past which the connection's input waits too.
-const OUT_BACKLOG: usize = 1 << 20;
+pub(super) const OUT_BACKLOG: usize = 1 << 20;
 /// Replies waiting unread past which the peer is dropped (a dump of ~100 000 rules fits).
 const OUT_MAX: usize = 64 << 20;
 /// Input waiting (behind unread replies) past which the peer is dropped.
@@ -59,6 +59,16 @@ pub(super) struct OfCounters {
     pub flow_mods: u64,
     /// Inactivity probes (ECHO_REQUEST) sent to idle controllers.
     pub echo_probes: u64,
+    /// PACKET_IN messages written to connections (one per receiving connection).
+    pub packet_ins_sent: u64,
+    /// Packet-ins a receiving connection missed because its replies waited unread.
+    pub packet_ins_unsent: u64,
+    /// PACKET_OUT messages received (refused ones included).
+    pub packet_outs: u64,
+    /// Packet-outs accepted but not executed (the queue was full, or no frame).
+    pub packet_outs_dropped: u64,
+    /// FLOW_REMOVED messages written to connections.
+    pub flow_removed_sent: u64,
 }
 
 /// An OpenFlow connection's socket: the management socket's and `unix:`/`punix:`
@@ -120,6 +130,13 @@ pub(super) struct OfConn {
     pub(super) connecting: bool,
     /// The inactivity probe (controller connections).
     pub(super) probe: Option<crate::controller::Probe>,
+    /// A service connection (the management socket: asynchronous messages only after a
+    /// non-zero `miss_send_len`), not a controller's (`packet_io`).
+    pub(super) service: bool,
+    /// SET_CONFIG's `miss_send_len` (0 for a service connection until it sets one).
+    pub(super) miss_send_len: u16,
+    /// Which asynchronous messages this connection gets (SET_ASYNC).
+    pub(super) async_cfg: ferrovs_openflow::AsyncConfig,
 }
 
 impl OfConn {
@@ -131,6 +148,7 @@ impl OfConn {
         connecting: bool,
         versions: &[u8],
     ) -> OfConn {
+        let service = controller.is_none();
         OfConn {
             stream,
             bridge: bridge.to_string(),
@@ -146,6 +164,13 @@ impl OfConn {
             controller,
             connecting,
             probe: None,
+            service,
+            miss_send_len: if service {
+                0
+            } else {
+                super::packet_io::DEFAULT_MISS_SEND_LEN
+            },
+            async_cfg: super::packet_io::DEFAULT_ASYNC,
         }
     }
 }
@@ -202,6 +227,10 @@ pub(super) struct OfState {
     pub(super) port_config: HashMap<String, u32>,
     /// Each port's link as its OpenFlow peers last heard of it (PORT_STATUS on change).
     pub(super) link_seen: HashMap<String, bool>,
+    /// The datapath's packet-in queue (`packet_io`), once made.
+    pub(super) packet_in: Option<Arc<ferrovs_datapath::packet_io::PacketInQueue>>,
+    /// Bridge → the rules added with `OFPFF_SEND_FLOW_REM` (`packet_io`).
+    pub(super) send_flow_rem: HashMap<String, std::collections::HashSet<super::packet_io::RuleId>>,
 }
 
 /// The management socket's path of `bridge`.
@@ -598,15 +627,20 @@ impl Daemon {
                         | capabilities::PORT_STATS,
                 }),
             ),
-            Message::GetConfigRequest => reply(
-                c,
-                &Message::GetConfigReply(SwitchConfig {
-                    flags: 0,
-                    miss_send_len: 128,
-                }),
-            ),
-            // Fragments are treated normally, and nothing goes to a controller yet.
-            Message::SetConfig(_) => {}
+            Message::GetConfigRequest
+            | Message::SetConfig(_)
+            | Message::SetAsync(_)
+            | Message::GetAsyncRequest => {
+                if let Some(r) = Self::of_async_config(c, &m) {
+                    reply(c, &r);
+                }
+            }
+            Message::PacketOut(po) => {
+                let bridge = c.bridge.clone();
+                if let Err(e) = self.of_packet_out(&bridge, &po) {
+                    self.of_refuse(c, e, msg);
+                }
+            }
             Message::BarrierRequest => {
                 // What came before the barrier is in effect when it is answered.
                 self.of_publish();
@@ -693,6 +727,8 @@ impl Daemon {
                 return Err(crate::openflow::meters::missing_meter());
             }
         }
+        // Rules that may go with a FLOW_REMOVED (a delete while some asked for one).
+        let before = self.of_flow_rem_candidates(bridge, fm);
         let Some(b) = self.bridges.get_mut(bridge) else {
             return Ok(());
         };
@@ -705,6 +741,7 @@ impl Daemon {
             self.openflow.unpublished.insert(bridge.to_string());
             self.openflow.unsaved.insert(bridge.to_string());
         }
+        self.of_flow_mod_applied(bridge, fm, before);
         Ok(())
     }
 
@@ -727,7 +764,11 @@ impl Daemon {
                         .rules()
                         .iter()
                         .filter(|x| sel.selects(&x.spec))
-                        .map(|x| ofmap::flow_stats(x, &ports))
+                        .map(|x| {
+                            let mut s = ofmap::flow_stats(x, &ports);
+                            s.flags |= self.of_flow_rem_flag(bridge, &x.spec);
+                            s
+                        })
                         .collect(),
                 )
             }
@@ -841,7 +882,15 @@ impl Daemon {
             .openflow
             .conns
             .iter()
-            .filter(|(_, c)| c.bridge == bridge && c.negotiated && !c.closing)
+            .filter(|(_, c)| {
+                // The management socket keeps getting every port status (as it always has);
+                // a controller's connection per its async configuration.
+                c.bridge == bridge
+                    && c.negotiated
+                    && !c.closing
+                    && (c.service
+                        || c.receives_async(super::packet_io::AsyncKind::PortStatus, reason))
+            })
             .map(|(t, _)| *t)
             .collect();
         for t in tokens {
@@ -886,7 +935,7 @@ fn port_desc(p: &PortState, ports: &PortMap) -> Option<ferrovs_openflow::Port> {
 }
 
 /// Writes what it can; false when the peer is gone.
-fn flush(c: &mut OfConn) -> bool {
+pub(super) fn flush(c: &mut OfConn) -> bool {
     while !c.out.is_empty() {
         match c.stream.write(&c.out) {
             Ok(0) => return false,

@@ -179,6 +179,12 @@ impl Daemon {
         {
             ports[p.id as usize] = Some(p.port.clone());
         }
+        // The packet-in queue exists once some bridge has rules beyond the default.
+        let packet_in = if self.bridges.values().any(|b| b.pipeline.is_some()) {
+            self.packet_in_queue()
+        } else {
+            self.openflow.packet_in.clone()
+        };
         let mut bridges: Vec<Option<Arc<Bridge>>> = vec![None; self.bridge_slots.len()];
         for (name, b) in &self.bridges {
             let members = self
@@ -192,6 +198,7 @@ impl Daemon {
                 gen: b.gen,
                 cache: b.cache.clone(),
                 meters: b.meters.clone(),
+                packet_in: packet_in.clone(),
             });
             let default_rule = (b.pipeline.is_none() && !self.is_fail_open(name))
                 .then(|| b.rules.rules().first().map(|r| r.stats.clone()))

@@ -76,6 +76,7 @@ impl Daemon {
                 .iter()
                 .all(|p| p.stats.hugepages.load(Ordering::Relaxed)),
             ovsdb: self.ovsdb.as_ref().map(|o| o.status()),
+            packet_io: self.packet_io_status(),
             pid: std::process::id(),
             pmd_cores: self.pmd_cores(),
             run_dir: self.run_dir.display().to_string(),

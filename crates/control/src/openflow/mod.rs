@@ -251,18 +251,13 @@ fn action_from_of(a: &Action, ports: &PortMap) -> Result<ActionSpec, OfError> {
         )
     };
     Ok(match a {
-        Action::Output { port, .. } => match *port {
+        Action::Output { port, max_len } => match *port {
             OFPP_IN_PORT => ActionSpec::InPort,
             OFPP_NORMAL => ActionSpec::Normal,
             OFPP_FLOOD => ActionSpec::Flood,
             OFPP_ALL => ActionSpec::All,
-            OFPP_CONTROLLER => {
-                return Err(err(
-                    et::BAD_ACTION,
-                    bac::BAD_OUT_PORT,
-                    "output to the controller is not supported yet",
-                ))
-            }
+            // A PACKET_IN of the first `max_len` bytes (0xffff, OFPCML_NO_BUFFER: all).
+            OFPP_CONTROLLER => ActionSpec::Controller { max_len: *max_len },
             p => ActionSpec::Output(
                 ports
                     .name(p)
@@ -478,6 +473,10 @@ pub fn instructions_to_of_with(
             ActionSpec::SetTunnel(id) => apply.push(set(Of::TunnelId, u128::from(*id))),
             ActionSpec::GotoTable(t) => goto = Some(*t),
             ActionSpec::Meter(m) => meter = Some(*m),
+            ActionSpec::Controller { max_len } => apply.push(Action::Output {
+                port: OFPP_CONTROLLER,
+                max_len: *max_len,
+            }),
         }
     }
     let mut v = Vec::new();
@@ -648,13 +647,7 @@ pub fn apply_flow_mod(
             "the switch buffers no packets",
         ));
     }
-    if fm.flags & ff::SEND_FLOW_REM != 0 {
-        return Err(err(
-            et::FLOW_MOD_FAILED,
-            fmfc::BAD_FLAGS,
-            "flow-removed messages are not sent yet",
-        ));
-    }
+    // SEND_FLOW_REM is the daemon's to keep (it sends the FLOW_REMOVED, `daemon/packet_io`).
     match fm.command {
         fc::ADD => {
             let spec = rule_from_flow_mod(fm, ports)?;

@@ -291,8 +291,6 @@ fn what_the_pipeline_lacks_is_refused_with_its_code() {
     assert_eq!(refusal(&f), (et::BAD_MATCH, bmc::BAD_VALUE));
     let f = fm(fc::ADD, 0, 1, vec![], vec![out(9)]);
     assert_eq!(refusal(&f), (et::BAD_ACTION, bac::BAD_OUT_PORT));
-    let f = fm(fc::ADD, 0, 1, vec![], vec![out(OFPP_CONTROLLER)]);
-    assert_eq!(refusal(&f), (et::BAD_ACTION, bac::BAD_OUT_PORT));
     for a in [
         Action::DecNwTtl,
         Action::CopyTtlIn,
@@ -366,14 +364,14 @@ fn what_the_pipeline_lacks_is_refused_with_its_code() {
 fn flags_and_buffers_not_honoured_are_refused() {
     let mut r = BridgeRules::new();
     let mut f = fm(fc::ADD, 0, 1, vec![], vec![out(1)]);
+    // SEND_FLOW_REM is accepted (the daemon sends the FLOW_REMOVED).
     f.flags = ff::SEND_FLOW_REM;
-    let e = apply_flow_mod(&mut r, &f, &ports()).unwrap_err();
-    assert_eq!((e.type_, e.code), (et::FLOW_MOD_FAILED, fmfc::BAD_FLAGS));
+    assert!(apply_flow_mod(&mut r, &f, &ports()).is_ok());
     f.flags = 0;
     f.buffer_id = 7;
     let e = apply_flow_mod(&mut r, &f, &ports()).unwrap_err();
     assert_eq!((e.type_, e.code), (et::BAD_REQUEST, brc::BUFFER_UNKNOWN));
-    assert_eq!(r.len(), 1, "nothing changed");
+    assert_eq!(r.len(), 2, "the SEND_FLOW_REM rule added, nothing else");
 }
 
 fn texts(r: &BridgeRules) -> Vec<String> {
@@ -612,4 +610,28 @@ fn the_meter_instruction_becomes_the_first_action_and_back() {
     apply_flow_mod(&mut r, &f, &p).unwrap();
     let rule = r.rules().iter().find(|x| x.spec.priority == 8).unwrap();
     assert_eq!(rule.spec.actions, vec![ActionSpec::Meter(6)]);
+}
+
+#[test]
+fn output_to_the_controller_is_a_controller_action_with_its_max_len() {
+    let ports = ports();
+    let f = fm(
+        fc::ADD,
+        0,
+        1,
+        vec![],
+        vec![Action::Output {
+            port: OFPP_CONTROLLER,
+            max_len: 128,
+        }],
+    );
+    let spec = rule_from_flow_mod(&f, &ports).unwrap();
+    assert_eq!(spec.actions, vec![ActionSpec::Controller { max_len: 128 }]);
+    assert_eq!(
+        instructions_to_of(&spec, &ports),
+        vec![Instruction::ApplyActions(vec![Action::Output {
+            port: OFPP_CONTROLLER,
+            max_len: 128
+        }])]
+    );
 }

@@ -538,6 +538,14 @@ pub(crate) fn execute<'p>(
                     }
                 }
             }
+            DpAction::Controller(c) => {
+                // The packet as it is now (the edits so far), to the control thread.
+                if let Some(q) = bridge.flows.as_ref().and_then(|f| f.packet_in.as_ref()) {
+                    let tun = inp.tunnel_key().map_or(0, |t| t.id);
+                    q.push(inp.bridge, inp.id, tun, sc.at(cur).data(), c);
+                }
+                sent = true;
+            }
         }
     }
     if sent {

@@ -43,6 +43,8 @@ pub struct BridgeFlows {
     /// The bridge's meters (`DpAction::Meter` looks its meter up here at execution, so a
     /// meter's reconfiguration needs no new pipeline).
     pub meters: Arc<crate::meter::MeterTable>,
+    /// Where `controller` actions send packets (`None`: they drop them).
+    pub packet_in: Option<Arc<crate::packet_io::PacketInQueue>>,
 }
 
 /// Flow-path counters of one PMD (kept locally, published with the PMD's other counters).

@@ -47,6 +47,7 @@ fn switch(rules: &[String]) -> Snapshot {
             gen: 0,
             cache: Arc::new(MegaflowCache::new(0)),
             meters: Default::default(),
+            packet_in: None,
         }),
         default_rule: None,
     };

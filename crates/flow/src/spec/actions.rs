@@ -43,6 +43,14 @@ pub(super) fn parse_action(a: &str, table: u8, m: &Match) -> Result<ActionSpec, 
         ("drop", None) => ActionSpec::Drop,
         ("in_port", None) => ActionSpec::InPort,
         ("strip_vlan" | "pop_vlan", None) => ActionSpec::PopVlan,
+        ("controller", None) => ActionSpec::Controller { max_len: u16::MAX },
+        ("controller", Some(v)) => {
+            // `controller:N` or `controller(max_len=N)`.
+            let v = v.strip_prefix("max_len=").unwrap_or(v);
+            ActionSpec::Controller {
+                max_len: num(name, v, 65535)? as u16,
+            }
+        }
         ("output", _) => ActionSpec::Output(port_name(name, need("a port")?)?),
         ("mirror", _) => ActionSpec::Mirror(port_name(name, need("a port")?)?),
         ("mod_dl_src", _) => ActionSpec::SetField(Field::EthSrc, mac(name, need("a MAC")?)?),

@@ -60,6 +60,11 @@ pub enum ActionSpec {
     /// OpenFlow's meter instruction (`meter:N`, first in the list): the packet goes
     /// through meter N before the other actions, which a band may drop it for.
     Meter(u32),
+    /// The packet (its first `max_len` bytes; 65535: all of it) to the OpenFlow
+    /// controllers, as a PACKET_IN (`controller`, `controller:N`, `CONTROLLER:N`).
+    Controller {
+        max_len: u16,
+    },
 }
 
 /// A rule as written.

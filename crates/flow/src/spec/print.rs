@@ -194,6 +194,7 @@ impl fmt::Display for ActionSpec {
             ActionSpec::SetTunnel(t) => write!(f, "set_tunnel:{t:#x}"),
             ActionSpec::GotoTable(t) => write!(f, "goto_table:{t}"),
             ActionSpec::Meter(m) => write!(f, "meter:{m}"),
+            ActionSpec::Controller { max_len } => write!(f, "CONTROLLER:{max_len}"),
         }
     }
 }
