@@ -563,7 +563,6 @@ fn translations_carry_the_counters_of_the_tables_they_looked_in() {
     k.set(Field::IpProto, 6);
     assert_eq!(build().translate(&k).rules.len(), 1);
 }
-}
 
 #[test]
 fn controller_actions_parse_print_and_carry_their_packet_in_reason() {
