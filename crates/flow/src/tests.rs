@@ -4,8 +4,9 @@
 use std::sync::Arc;
 
 use crate::key::{Field, FlowKey, ETH_IPV4, IP_TCP, VLAN_CFI};
-use crate::pipeline::{walk, CompiledRule};
+use crate::pipeline::{walk_with_groups, CompiledRule, GroupStats};
 use crate::reference::Linear;
+use crate::spec::{parse_group, GroupSpec};
 use crate::testrng::Rng;
 use crate::*;
 
@@ -149,6 +150,9 @@ fn random_rule(r: &mut Rng, table: u8) -> String {
     if r.below(3) == 0 {
         parts.push(format!("dl_dst=02:00:00:00:00:{:02x}", r.below(4)));
     }
+    if table > 0 && r.below(3) == 0 {
+        parts.push(format!("metadata={:#x}/0x3", r.below(4)));
+    }
     if r.below(4) == 0 {
         parts.push(format!("dl_vlan={}", r.below(3)));
     }
@@ -186,7 +190,7 @@ fn random_rule(r: &mut Rng, table: u8) -> String {
     let l4 = matches!(proto, "tcp" | "udp" | "tcp6");
     let mut actions = vec![];
     for _ in 0..1 + r.below(3) {
-        let a = match r.below(9) {
+        let a = match r.below(12) {
             0 => "NORMAL".to_string(),
             1 => format!("output:p{}", r.below(3)),
             2 => "FLOOD".into(),
@@ -198,9 +202,30 @@ fn random_rule(r: &mut Rng, table: u8) -> String {
             6 if l4 => format!("mod_tp_dst:{}", 1000 + r.below(3)),
             7 => format!("mod_dl_src:02:00:00:00:00:{:02x}", r.below(9)),
             8 => format!("mirror:p{}", r.below(3)),
+            9 => format!("group:{}", 1 + r.below(5)),
+            10 => "dec_ttl".into(),
             _ => "in_port".into(),
         };
         actions.push(a);
+    }
+    if r.below(5) == 0 {
+        actions.push("clear_actions".into());
+    }
+    if r.below(4) == 0 {
+        let w = match r.below(4) {
+            0 => format!("output:p{}", r.below(3)),
+            1 => format!("group:{}", 1 + r.below(5)),
+            2 => format!(
+                "mod_dl_src:02:00:00:00:00:{:02x},output:p{}",
+                r.below(9),
+                r.below(3)
+            ),
+            _ => "dec_ttl,strip_vlan".into(),
+        };
+        actions.push(format!("write_actions({w})"));
+    }
+    if r.below(4) == 0 {
+        actions.push(format!("write_metadata:{:#x}/0x3", r.below(4)));
     }
     if table < 3 && r.below(3) == 0 {
         actions.push(format!("goto_table:{}", table + 1 + r.below(2) as u8));
@@ -289,7 +314,56 @@ fn random_key(r: &mut Rng) -> FlowKey {
     k.set(Field::TpDst, 79 + u128::from(r.below(4)));
     k.set(Field::TpSrc, u128::from(r.below(4)));
     k.set(Field::ArpOp, 1 + u128::from(r.below(2)));
+    if ty != 0x0806 {
+        k.set(Field::IpTtl, [0, 1, 2, 64][r.below(4) as usize]);
+    }
     k
+}
+
+/// Random groups 1..=4 (5 is never defined): every type, buckets with rewrites, outputs,
+/// watched ports (p3 does not exist, p1 is down) and chains to higher groups.
+fn random_groups(r: &mut Rng) -> Vec<GroupSpec> {
+    let mut v = Vec::new();
+    for id in 1..=4u32 {
+        if r.below(5) == 0 {
+            continue;
+        }
+        let ty = ["all", "select", "indirect", "fast_failover"][r.below(4) as usize];
+        let n = if ty == "indirect" { 1 } else { 1 + r.below(3) };
+        let mut text = format!("group_id={id},type={ty}");
+        for _ in 0..n {
+            let mut b = String::from("bucket=");
+            if ty == "select" {
+                b += &format!("weight:{},", r.below(4));
+            }
+            if ty == "fast_failover" || r.below(4) == 0 {
+                b += &format!("watch_port:p{},", r.below(4));
+            }
+            let mut acts = Vec::new();
+            for _ in 0..1 + r.below(3) {
+                acts.push(match r.below(8) {
+                    0 => format!("mod_dl_dst:02:00:00:00:00:{:02x}", r.below(9)),
+                    1 => format!("mod_vlan_vid:{}", r.below(5)),
+                    2 => "strip_vlan".into(),
+                    3 => "push_vlan:0x8100".into(),
+                    4 => format!("mod_nw_dst:10.9.9.{}", r.below(4)),
+                    5 if id < 4 => {
+                        format!("group:{}", u64::from(id) + 1 + r.below(u64::from(5 - id)))
+                    }
+                    6 => "dec_ttl".into(),
+                    _ => format!("output:p{}", r.below(3)),
+                });
+            }
+            b += &format!("actions={}", acts.join(","));
+            text += &format!(",{b}");
+        }
+        v.push(parse_group(&text).unwrap_or_else(|e| panic!("{text}: {e}")));
+    }
+    v
+}
+
+fn live(port: u32) -> bool {
+    port != 11
 }
 
 #[test]
@@ -304,9 +378,12 @@ fn translation_matches_a_linear_reference_and_megaflows_hold() {
                 parse_flow(&random_rule(&mut r, t)).unwrap()
             })
             .collect();
-        let p = Pipeline::build(
+        let groups = random_groups(&mut r);
+        let p = Pipeline::build_with_groups(
             specs.iter().map(|s| (s, Arc::new(RuleStats::default()))),
+            groups.iter().map(|g| (g, GroupStats::for_group(g))),
             &resolve,
+            &live,
         );
         // The linear reference holds the same compiled rules, inserted in the same order
         // (a replaced rule keeps its place among equal priorities in both).
@@ -333,9 +410,11 @@ fn translation_matches_a_linear_reference_and_megaflows_hold() {
         for _ in 0..200 {
             let k = random_key(&mut r);
             let t = p.translate(&k);
-            let reference = walk(&k, |table, key, _wc| {
-                lin.get(table).and_then(|l| l.lookup(key)).map(|(r, _)| r)
-            });
+            let reference = walk_with_groups(
+                &k,
+                |table, key, _wc| lin.get(table).and_then(|l| l.lookup(key)).map(|(r, _)| r),
+                &|g| p.group(g),
+            );
             assert_eq!(t.actions, reference.actions, "round {round}");
             assert_eq!(t.rules.len(), reference.rules.len());
             for (a, b) in t.rules.iter().zip(&reference.rules) {

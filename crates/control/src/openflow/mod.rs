@@ -125,6 +125,7 @@ pub fn match_from_of(
             Of::TunnelId => Field::TunId,
             Of::TunIpv4Src => Field::TunSrc,
             Of::TunIpv4Dst => Field::TunDst,
+            Of::Metadata => Field::Metadata,
             // The flow key has no such field.
             _ => {
                 return Err(err(
@@ -230,6 +231,7 @@ pub fn match_to_of(m: &Match, in_port: Option<&str>, ports: &PortMap) -> ferrovs
         fields.push(Oxm::exact(Of::ArpOp, op));
     }
     for (f, of) in [
+        (Field::Metadata, Of::Metadata),
         (Field::TunId, Of::TunnelId),
         (Field::TunSrc, Of::TunIpv4Src),
         (Field::TunDst, Of::TunIpv4Dst),
@@ -284,13 +286,9 @@ fn action_from_of(a: &Action, ports: &PortMap) -> Result<ActionSpec, OfError> {
         }
         Action::PopVlan => ActionSpec::PopVlan,
         Action::SetNwTtl(t) => ActionSpec::SetField(Field::IpTtl, u128::from(*t)),
-        Action::SetQueue(_) => {
-            return Err(err(
-                et::BAD_ACTION,
-                bac::BAD_QUEUE,
-                "the switch has no queues",
-            ))
-        }
+        // Accepted and ignored, as OVS does for a port without QoS queues.
+        Action::SetQueue(q) => ActionSpec::SetQueue(*q),
+        Action::DecNwTtl => ActionSpec::DecTtl,
         Action::Group(_) => {
             return Err(err(
                 et::BAD_ACTION,
@@ -334,6 +332,14 @@ pub fn actions_from_of(
 ) -> Result<Vec<ActionSpec>, OfError> {
     let mut actions = Vec::new();
     let mut goto = None;
+    let (mut clear, mut write, mut meta) = (None, None, None);
+    let dup = || {
+        err(
+            et::BAD_INSTRUCTION,
+            bic::UNSUP_INST,
+            "an instruction given twice",
+        )
+    };
     for i in instructions {
         match i {
             Instruction::ApplyActions(list) => {
@@ -358,22 +364,35 @@ pub fn actions_from_of(
                     "meters are not supported yet (the meter table is empty)",
                 ))
             }
-            Instruction::WriteActions(_) | Instruction::ClearActions => {
-                return Err(err(
-                    et::BAD_INSTRUCTION,
-                    bic::UNSUP_INST,
-                    "the pipeline has no action set (write/clear actions)",
-                ))
+            Instruction::ClearActions => {
+                if clear.replace(ActionSpec::ClearActions).is_some() {
+                    return Err(dup());
+                }
             }
-            Instruction::WriteMetadata { .. } => {
-                return Err(err(
-                    et::BAD_INSTRUCTION,
-                    bic::UNSUP_INST,
-                    "the pipeline has no metadata",
-                ))
+            Instruction::WriteActions(list) => {
+                let mut set = Vec::new();
+                for a in list {
+                    set.push(action_from_of(a, ports)?);
+                }
+                if write.replace(ActionSpec::WriteActions(set)).is_some() {
+                    return Err(dup());
+                }
+            }
+            Instruction::WriteMetadata { metadata, mask } => {
+                let md = ActionSpec::WriteMetadata {
+                    value: *metadata,
+                    mask: *mask,
+                };
+                if meta.replace(md).is_some() {
+                    return Err(dup());
+                }
             }
         }
     }
+    // The instructions in the order OpenFlow executes them (and ovs-ofctl prints them).
+    actions.extend(clear);
+    actions.extend(write);
+    actions.extend(meta);
     if let Some(t) = goto {
         actions.push(ActionSpec::GotoTable(t));
     }
@@ -389,7 +408,37 @@ pub fn instructions_to_of(spec: &FlowSpec, ports: &PortMap) -> Vec<Instruction> 
     let proto = (prm != 0).then_some(pr as u8);
     let mut apply = Vec::new();
     let mut goto = None;
+    let mut later = Vec::new();
     for a in &spec.actions {
+        match a {
+            ActionSpec::ClearActions => {
+                later.push(Instruction::ClearActions);
+                continue;
+            }
+            ActionSpec::WriteActions(list) => {
+                let set = FlowSpec {
+                    actions: list.clone(),
+                    ..spec.clone()
+                };
+                let acts = instructions_to_of(&set, ports)
+                    .into_iter()
+                    .flat_map(|i| match i {
+                        Instruction::ApplyActions(v) => v,
+                        _ => Vec::new(),
+                    })
+                    .collect();
+                later.push(Instruction::WriteActions(acts));
+                continue;
+            }
+            ActionSpec::WriteMetadata { value, mask } => {
+                later.push(Instruction::WriteMetadata {
+                    metadata: *value,
+                    mask: *mask,
+                });
+                continue;
+            }
+            _ => {}
+        }
         let out = |p: u32| Action::Output {
             port: p,
             max_len: 0,
@@ -435,12 +484,19 @@ pub fn instructions_to_of(spec: &FlowSpec, ports: &PortMap) -> Vec<Instruction> 
             ActionSpec::PushVlan(t) => apply.push(Action::PushVlan(*t)),
             ActionSpec::SetTunnel(id) => apply.push(set(Of::TunnelId, u128::from(*id))),
             ActionSpec::GotoTable(t) => goto = Some(*t),
+            ActionSpec::Group(g) => apply.push(Action::Group(*g)),
+            ActionSpec::DecTtl => apply.push(Action::DecNwTtl),
+            ActionSpec::SetQueue(q) => apply.push(Action::SetQueue(*q)),
+            ActionSpec::ClearActions
+            | ActionSpec::WriteActions(_)
+            | ActionSpec::WriteMetadata { .. } => {}
         }
     }
     let mut v = Vec::new();
     if !apply.is_empty() {
         v.push(Instruction::ApplyActions(apply));
     }
+    v.extend(later);
     if let Some(t) = goto {
         v.push(Instruction::GotoTable(t));
     }

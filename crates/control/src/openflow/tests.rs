@@ -273,7 +273,6 @@ fn what_the_pipeline_lacks_is_refused_with_its_code() {
     let ip = x(Of::EthType, 0x0800);
     let v6 = x(Of::EthType, 0x86dd);
     let fields = [
-        vec![Oxm::masked(Of::Metadata, 1, 1)],
         vec![x(Of::InPhyPort, 1), x(Of::InPort, 1)],
         vec![ip.clone(), x(Of::IpEcn, 1)],
         vec![x(Of::EthType, 0x0806), x(Of::ArpSha, 1)],
@@ -294,7 +293,6 @@ fn what_the_pipeline_lacks_is_refused_with_its_code() {
     let f = fm(fc::ADD, 0, 1, vec![], vec![out(OFPP_CONTROLLER)]);
     assert_eq!(refusal(&f), (et::BAD_ACTION, bac::BAD_OUT_PORT));
     for a in [
-        Action::DecNwTtl,
         Action::CopyTtlIn,
         Action::CopyTtlOut,
         Action::SetMplsTtl(3),
@@ -307,8 +305,6 @@ fn what_the_pipeline_lacks_is_refused_with_its_code() {
         let f = fm(fc::ADD, 0, 1, vec![], vec![a.clone()]);
         assert_eq!(refusal(&f), (et::BAD_ACTION, bac::BAD_TYPE), "{a:?}");
     }
-    let f = fm(fc::ADD, 0, 1, vec![], vec![Action::SetQueue(1)]);
-    assert_eq!(refusal(&f), (et::BAD_ACTION, bac::BAD_QUEUE));
     let f = fm(fc::ADD, 0, 1, vec![], vec![Action::Group(1)]);
     assert_eq!(refusal(&f), (et::BAD_ACTION, bac::BAD_OUT_GROUP));
     let f = fm(fc::ADD, 0, 1, vec![], vec![Action::PushVlan(0x88a8)]);
@@ -333,21 +329,6 @@ fn what_the_pipeline_lacks_is_refused_with_its_code() {
     // Instructions.
     for (i, want) in [
         (
-            Instruction::WriteActions(vec![out(1)]),
-            (et::BAD_INSTRUCTION, bic::UNSUP_INST),
-        ),
-        (
-            Instruction::ClearActions,
-            (et::BAD_INSTRUCTION, bic::UNSUP_INST),
-        ),
-        (
-            Instruction::WriteMetadata {
-                metadata: 1,
-                mask: 1,
-            },
-            (et::BAD_INSTRUCTION, bic::UNSUP_INST),
-        ),
-        (
             Instruction::Meter(1),
             (et::METER_MOD_FAILED, mmfc::UNKNOWN_METER),
         ),
@@ -363,6 +344,38 @@ fn what_the_pipeline_lacks_is_refused_with_its_code() {
     let f = fm(fc::ADD, 254, 1, vec![], vec![]);
     assert_eq!(refusal(&f), (et::FLOW_MOD_FAILED, fmfc::BAD_TABLE_ID));
     let _ = gmfc::OUT_OF_GROUPS;
+}
+
+/// The action set, metadata and TTL actions map to the CLI's rule and back.
+#[test]
+fn action_set_metadata_and_ttl_map_to_the_cli_rule() {
+    let ip = x(Of::EthType, 0x0800);
+    let mut f = fm(
+        fc::ADD,
+        1,
+        5,
+        vec![ip, Oxm::masked(Of::Metadata, 1, 0xff)],
+        vec![Action::DecNwTtl, Action::SetQueue(3), out(1)],
+    );
+    f.instructions.extend([
+        Instruction::WriteMetadata {
+            metadata: 0x20,
+            mask: 0xf0,
+        },
+        Instruction::WriteActions(vec![Action::SetField(x(Of::Ipv4Dst, 0x0a00_0001)), out(2)]),
+        Instruction::ClearActions,
+        Instruction::GotoTable(3),
+    ]);
+    same_as_cli(
+        &f,
+        "table=1,priority=5,ip,metadata=0x1/0xff actions=dec_ttl,set_queue:3,output:vm1,\
+         clear_actions,write_actions(mod_nw_dst:10.0.0.1,output:vm2),\
+         write_metadata:0x20/0xf0,goto_table:3",
+    );
+    // An instruction twice is refused.
+    let mut f = fm(fc::ADD, 0, 1, vec![], vec![]);
+    f.instructions = vec![Instruction::ClearActions, Instruction::ClearActions];
+    assert_eq!(refusal(&f), (et::BAD_INSTRUCTION, bic::UNSUP_INST));
 }
 
 #[test]
