@@ -493,3 +493,163 @@ fn translation_semantics() {
     let n = parse_flow("priority=0 actions=NORMAL").unwrap();
     assert!(Pipeline::build([(&n, Arc::new(RuleStats::default()))], &resolve).is_plain_normal());
 }
+
+fn pipeline_with(rules: &[&str], groups: &[&str]) -> Pipeline {
+    let specs: Vec<FlowSpec> = rules.iter().map(|s| parse_flow(s).unwrap()).collect();
+    let gs: Vec<GroupSpec> = groups.iter().map(|g| parse_group(g).unwrap()).collect();
+    Pipeline::build_with_groups(
+        specs.iter().map(|s| (s, Arc::new(RuleStats::default()))),
+        gs.iter().map(|g| (g, GroupStats::for_group(g))),
+        &resolve,
+        &live,
+    )
+}
+
+fn ip_key(in_port: u32, ttl: u8) -> FlowKey {
+    let mut k = FlowKey::default();
+    k.set(Field::InPort, u128::from(in_port));
+    k.set(Field::EthType, u128::from(ETH_IPV4));
+    k.set(Field::IpProto, u128::from(IP_TCP));
+    k.set(Field::EthDst, 0x0200_0000_0001);
+    k.set(Field::IpTtl, u128::from(ttl));
+    k
+}
+
+#[test]
+fn groups_parse_and_print_like_ovs_ofctl() {
+    for (text, printed) in [
+        (
+            "group_id=1,type=all,bucket=output:p1,bucket=mod_dl_dst:02:00:00:00:00:09,output:p2",
+            "group_id=1,type=all,bucket=actions=output:p1,bucket=actions=mod_dl_dst:02:00:00:00:00:09,output:p2",
+        ),
+        (
+            "group_id=2,type=select,bucket=weight:3,actions=output:p1,bucket=output:p2",
+            "group_id=2,type=select,bucket=weight:3,actions=output:p1,bucket=weight:1,actions=output:p2",
+        ),
+        (
+            "group_id=3,type=fast_failover,bucket=watch_port:p1,output:p1,bucket=watch_port:p2,actions=output:p2",
+            "group_id=3,type=fast_failover,bucket=watch_port:p1,actions=output:p1,bucket=watch_port:p2,actions=output:p2",
+        ),
+        (
+            "group_id=4,type=indirect,bucket=actions=push_vlan:0x8100,mod_vlan_vid:7,group:1",
+            "group_id=4,type=indirect,bucket=actions=push_vlan:0x8100,mod_vlan_vid:7,group:1",
+        ),
+    ] {
+        let g = parse_group(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+        assert_eq!(g.to_string(), printed);
+        assert_eq!(parse_group(printed).unwrap(), g);
+    }
+    for (text, want) in [
+        ("type=all,bucket=output:p1", "group_id=N"),
+        (
+            "group_id=1,type=nope",
+            "all, select, indirect or fast_failover",
+        ),
+        (
+            "group_id=1,type=indirect,bucket=output:p1,bucket=output:p2",
+            "exactly one bucket",
+        ),
+        (
+            "group_id=1,type=fast_failover,bucket=output:p1",
+            "watch_port or watch_group",
+        ),
+        ("group_id=1,bucket=group:1", "its own group"),
+        ("group_id=1,bucket=goto_table:1", "not group buckets"),
+        ("group_id=4294967040000,bucket=output:p1", "out of range"),
+    ] {
+        let e = parse_group(text).unwrap_err().to_string();
+        assert!(e.contains(want), "{text}: got '{e}', want '{want}'");
+    }
+}
+
+#[test]
+fn an_all_group_gives_each_bucket_the_packet_as_it_entered() {
+    let p = pipeline_with(
+        &["priority=1 actions=group:1,output:p2"],
+        &[
+            "group_id=1,type=all,bucket=mod_dl_dst:02:00:00:00:00:09,output:p1,\
+           bucket=push_vlan:0x8100,mod_vlan_vid:5,output:p0",
+        ],
+    );
+    let t = p.translate(&ip_key(12, 64));
+    assert_eq!(
+        t.actions,
+        vec![
+            DpAction::SetField(Field::EthDst, 0x0200_0000_0009),
+            DpAction::Output(11),
+            DpAction::SetField(Field::EthDst, 0x0200_0000_0001),
+            DpAction::PushVlan { tci: VLAN_CFI },
+            DpAction::SetVlanTci { tci: VLAN_CFI | 5 },
+            DpAction::Output(10),
+            DpAction::PopVlan,
+            // After the group the packet is as before it; output:p2 is its input port.
+        ]
+    );
+    // rule + group + two buckets counted.
+    assert_eq!(t.rules.len(), 4);
+}
+
+#[test]
+fn fast_failover_select_and_ttl() {
+    // p1 (11) is down: the first bucket is dead.
+    let p = pipeline_with(
+        &[
+            "priority=1,in_port=p0 actions=group:3",
+            "priority=1,in_port=p2 actions=group:2",
+        ],
+        &[
+            "group_id=3,type=fast_failover,bucket=watch_port:p1,output:p1,bucket=watch_port:p2,output:p2",
+            "group_id=2,type=select,bucket=weight:1,output:p0,bucket=weight:0,output:p1",
+        ],
+    );
+    assert_eq!(
+        p.translate(&ip_key(10, 64)).actions,
+        vec![DpAction::Output(12)]
+    );
+    let t = p.translate(&ip_key(12, 64));
+    assert_eq!(t.actions, vec![DpAction::Output(10)]);
+    // The hashed fields are in the mask.
+    assert_eq!(t.mask.get(Field::EthDst), Field::EthDst.full());
+    assert_eq!(t.mask.get(Field::TpDst), 0xffff);
+    // dec_ttl: decremented; at 1 the packet goes no further (nor the action set).
+    let q = pipeline_with(
+        &["ip actions=dec_ttl,output:p2,write_actions(output:p1)"],
+        &[],
+    );
+    let t = q.translate(&ip_key(10, 64));
+    assert_eq!(
+        t.actions,
+        vec![
+            DpAction::SetField(Field::IpTtl, 63),
+            DpAction::Output(12),
+            DpAction::Output(11)
+        ]
+    );
+    assert_eq!(t.mask.get(Field::IpTtl), 0xff);
+    assert!(q.translate(&ip_key(10, 1)).actions.is_empty());
+}
+
+#[test]
+fn metadata_and_the_action_set() {
+    let p = pipeline_with(
+        &[
+            "priority=1 actions=write_actions(output:p1),write_metadata:0x5/0xf,goto_table:1",
+            "table=1,priority=2,metadata=0x5/0xf actions=write_actions(group:1),goto_table:2",
+            "table=1,priority=1 actions=clear_actions",
+            "table=2,priority=1 actions=write_actions(mod_dl_dst:02:00:00:00:00:07)",
+        ],
+        &["group_id=1,type=indirect,bucket=output:p2"],
+    );
+    let t = p.translate(&ip_key(10, 64));
+    // The set: output:p1 replaced by nothing (a group in the set drops the output), the
+    // rewrite before the group.
+    assert_eq!(
+        t.actions,
+        vec![
+            DpAction::SetField(Field::EthDst, 0x0200_0000_0007),
+            DpAction::Output(12),
+        ]
+    );
+    // Metadata is internal: never in the mask.
+    assert_eq!(t.mask.get(Field::Metadata), 0);
+}

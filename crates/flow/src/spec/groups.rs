@@ -127,12 +127,15 @@ pub fn parse_group(s: &str) -> Result<GroupSpec, ParseError> {
     let mut buckets: Vec<BucketSpec> = Vec::new();
     // Within a bucket: once `actions=` was seen, every token is an action.
     let mut in_actions = false;
+    // Buckets given a weight (ovs-ofctl's default for a select bucket is 1, not 0).
+    let mut weighted = Vec::new();
     for tok in tokens(s) {
         let tok = tok.trim();
         let lower = tok.to_ascii_lowercase();
         let body = if let Some(b) = lower.strip_prefix("bucket=") {
             let b = &tok[tok.len() - b.len()..];
             in_actions = false;
+            weighted.push(false);
             buckets.push(BucketSpec {
                 weight: 0,
                 watch_port: None,
@@ -173,6 +176,9 @@ pub fn parse_group(s: &str) -> Result<GroupSpec, ParseError> {
                 match k.to_ascii_lowercase().as_str() {
                     "weight" => {
                         bucket.weight = num(k, v, 65535)? as u16;
+                        if let Some(w) = weighted.last_mut() {
+                            *w = true;
+                        }
                         continue;
                     }
                     "watch_port" => {
@@ -200,8 +206,8 @@ pub fn parse_group(s: &str) -> Result<GroupSpec, ParseError> {
     let ty = ty.unwrap_or(GroupType::All);
     if ty == GroupType::Select {
         // ovs-ofctl's default weight for a select bucket.
-        for b in &mut buckets {
-            if b.weight == 0 {
+        for (b, w) in buckets.iter_mut().zip(&weighted) {
+            if !w {
                 b.weight = 1;
             }
         }
