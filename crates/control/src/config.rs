@@ -186,6 +186,9 @@ pub struct BridgeConfig {
     /// `priority=0 actions=NORMAL` only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flows: Option<Vec<String>>,
+    /// The bridge's groups in `ferrovs add-group` (ovs-ofctl) syntax, by group id.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<String>,
 }
 
 /// The whole configuration.
@@ -291,6 +294,7 @@ impl Config {
                 name: "br0".into(),
                 ports: vec![port("vm1"), port("vm2")],
                 flows: None,
+                groups: vec![],
             }],
             pmd_cores: vec![],
             other: BTreeMap::new(),

@@ -473,6 +473,7 @@ pub fn desired(t: &Tables, run_dir: &Path) -> Desired {
             name: b.name.clone(),
             ports,
             flows: None,
+            groups: vec![],
         });
     }
     d

@@ -30,7 +30,11 @@ mod tests;
 pub use classifier::Classifier;
 pub use key::{Field, FlowKey, TunnelKey, KEY_WORDS};
 pub use matching::Match;
-pub use pipeline::{CompiledRule, DpAction, Pipeline, ResolvedAction, RuleStats, Translation};
+pub use pipeline::{
+    CompiledGroup, CompiledRule, DpAction, GroupStats, Pipeline, ResolvedAction, RuleStats,
+    Translation,
+};
 pub use spec::{
-    parse_filter, parse_flow, parse_flows_file, ActionSpec, FlowFilter, FlowSpec, ParseError,
+    parse_filter, parse_flow, parse_flows_file, parse_group, ActionSpec, BucketSpec, FlowFilter,
+    FlowSpec, GroupSpec, GroupType, ParseError,
 };

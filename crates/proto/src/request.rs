@@ -84,6 +84,24 @@ pub enum Request {
     DumpMegaflows {
         bridge: String,
     },
+    /// Adds a group (`ferrovs add-group`, ovs-ofctl syntax); `modify`: replaces an
+    /// existing one (`mod-group`).
+    AddGroup {
+        bridge: String,
+        group: String,
+        #[serde(default)]
+        modify: bool,
+    },
+    /// Deletes a group (none given: every group) and the rules that send to it.
+    DelGroups {
+        bridge: String,
+        #[serde(default)]
+        group: Option<u32>,
+    },
+    /// The groups with their counters.
+    DumpGroups {
+        bridge: String,
+    },
 }
 
 /// A response: `{"ok": true, "result": ...}` or `{"ok": false, "error": "message"}`. The
@@ -219,6 +237,22 @@ mod tests {
                 Request::DumpMegaflows { bridge: s("br0") },
                 "dump-megaflows",
             ),
+            (
+                Request::AddGroup {
+                    bridge: s("br0"),
+                    group: s("group_id=1,bucket=output:vm1"),
+                    modify: false,
+                },
+                "add-group",
+            ),
+            (
+                Request::DelGroups {
+                    bridge: s("br0"),
+                    group: Some(1),
+                },
+                "del-groups",
+            ),
+            (Request::DumpGroups { bridge: s("br0") }, "dump-groups"),
         ];
         for (req, cmd) in all {
             let line = serde_json::to_string(&req).unwrap();

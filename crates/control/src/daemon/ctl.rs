@@ -157,6 +157,8 @@ impl Daemon {
                 | Request::ConfigSet { .. }
                 | Request::AddFlows { .. }
                 | Request::DelFlows { .. }
+                | Request::AddGroup { .. }
+                | Request::DelGroups { .. }
         );
         if let (Some(o), true) = (&self.ovsdb, changed) {
             let managed = matches!(
@@ -220,6 +222,15 @@ impl Daemon {
             Request::DumpMegaflows { bridge } => {
                 self.dump_megaflows(&bridge).map(Reply::DumpMegaflows)
             }
+            Request::AddGroup {
+                bridge,
+                group,
+                modify,
+            } => self.add_group(&bridge, &group, modify).map(|_| Reply::Done),
+            Request::DelGroups { bridge, group } => {
+                self.del_groups(&bridge, group).map(Reply::DelGroups)
+            }
+            Request::DumpGroups { bridge } => self.dump_groups(&bridge).map(Reply::DumpGroups),
         };
         match r {
             Ok(v) => {

@@ -194,8 +194,9 @@ struct BridgeState {
     gen: u64,
     /// The rules changed since `pipeline` was built.
     dirty: bool,
-    /// The (port name, id) pairs `pipeline` was built with.
-    built_ports: Vec<(String, u32)>,
+    /// The (port name, id, link up) triples `pipeline` was built with (link up only
+    /// tracked while a group bucket watches a port, else false).
+    built_ports: Vec<(String, u32, bool)>,
 }
 
 /// The daemon.

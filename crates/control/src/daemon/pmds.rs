@@ -83,11 +83,16 @@ impl Daemon {
     pub(super) fn publish(&mut self) {
         let mut rebuilt = Vec::new();
         for (name, b) in self.bridges.iter_mut() {
-            let mut members: Vec<(String, u32)> = self
+            // Link state matters only to buckets that watch a port.
+            let watch = b.rules.watches_ports();
+            let mut members: Vec<(String, u32, bool)> = self
                 .ports
                 .values()
                 .filter(|p| &p.bridge == name)
-                .map(|p| (p.cfg.name.clone(), p.id))
+                .map(|p| {
+                    let up = watch && matches!(p.link, Link::Connected | Link::Attached);
+                    (p.cfg.name.clone(), p.id, up)
+                })
                 .collect();
             members.sort();
             if !b.dirty && (b.pipeline.is_none() || members == b.built_ports) {
@@ -98,8 +103,9 @@ impl Daemon {
             b.pipeline = if b.rules.is_plain_normal() {
                 None
             } else {
-                let resolve = |n: &str| members.iter().find(|(m, _)| m == n).map(|(_, id)| *id);
-                Some(Arc::new(b.rules.build(&resolve)))
+                let resolve = |n: &str| members.iter().find(|(m, ..)| m == n).map(|(_, id, _)| *id);
+                let live = |id: u32| !watch || members.iter().any(|(_, i, up)| *i == id && *up);
+                Some(Arc::new(b.rules.build_live(&resolve, &live)))
             };
             b.built_ports = members;
             rebuilt.push(name.clone());
