@@ -130,6 +130,29 @@ impl Daemon {
         Ok(())
     }
 
+    /// Installs saved groups on a bridge that has none yet (a takeover: the old daemon's
+    /// configuration is not yet this one's when the bridge is added).
+    pub(super) fn restore_groups(
+        &mut self,
+        bridge: &str,
+        groups: &[String],
+    ) -> Result<(), ConfigError> {
+        if groups.is_empty() {
+            return Ok(());
+        }
+        let b = self.bridge_mut(bridge)?;
+        if !b.rules.groups().is_empty() {
+            return Ok(());
+        }
+        b.rules
+            .load_groups(groups)
+            .map_err(|e| ConfigError::Invalid(format!("bridge {bridge}: {}", with_sources(&e))))?;
+        b.dirty = true;
+        self.sync_flows_config(bridge);
+        self.publish();
+        Ok(())
+    }
+
     /// `ferrovs del-groups`: (groups, rules) deleted.
     pub(super) fn del_groups(
         &mut self,
