@@ -21,7 +21,7 @@
 //!   once the old one is gone (connections are not handed over: ovs-ofctl reconnects per
 //!   command).
 
-use ferrovs_openflow::error::{et, gmfc, hfc, mmfc, pmfc, rrfc};
+use ferrovs_openflow::error::{et, hfc, mmfc, pmfc, rrfc};
 use ferrovs_openflow::message::{capabilities, role};
 use ferrovs_openflow::multipart::{
     tfpt, Desc, MultipartReplyBody as A, MultipartRequestBody as Q, PortStats as OfPortStats,
@@ -424,25 +424,13 @@ impl Daemon {
                     self.of_refuse(c, e, msg);
                 }
             }
-            // Deleting groups or meters that do not exist is no error (OpenFlow 1.3).
-            Message::GroupMod(g) if g.command == ferrovs_openflow::message::group::DELETE => {}
-            Message::MeterMod(m) if m.command == ferrovs_openflow::message::meter::DELETE => {}
             Message::GroupMod(g) => {
-                let e = if g.command == ferrovs_openflow::message::group::ADD {
-                    OfError::new(
-                        et::GROUP_MOD_FAILED,
-                        gmfc::OUT_OF_GROUPS,
-                        "groups are not supported yet",
-                    )
-                } else {
-                    OfError::new(
-                        et::GROUP_MOD_FAILED,
-                        gmfc::UNKNOWN_GROUP,
-                        "groups are not supported yet (no group exists)",
-                    )
-                };
-                self.of_refuse(c, e, msg)
+                if let Err(e) = self.of_group_mod(&c.bridge, &g) {
+                    self.of_refuse(c, e, msg);
+                }
             }
+            // Deleting meters that do not exist is no error (OpenFlow 1.3).
+            Message::MeterMod(m) if m.command == ferrovs_openflow::message::meter::DELETE => {}
             Message::MeterMod(mm) => {
                 let e = if mm.command == ferrovs_openflow::message::meter::ADD {
                     OfError::new(
@@ -517,6 +505,25 @@ impl Daemon {
             self.publish();
             self.save();
         }
+        Ok(())
+    }
+
+    /// A GROUP_MOD: applied to the bridge's groups (with the rules that use a deleted
+    /// group), published and saved.
+    fn of_group_mod(
+        &mut self,
+        bridge: &str,
+        gm: &ferrovs_openflow::GroupMod,
+    ) -> Result<(), OfError> {
+        let ports = self.of_ports(bridge);
+        let Some(b) = self.bridges.get_mut(bridge) else {
+            return Ok(());
+        };
+        ofmap::apply_group_mod(&mut b.rules, gm, &ports)?;
+        b.dirty = true;
+        self.sync_flows_config(bridge);
+        self.publish();
+        self.save();
         Ok(())
     }
 
@@ -605,15 +612,25 @@ impl Daemon {
                     })
                     .collect(),
             ),
-            Q::Group { .. } => A::Group(vec![]),
-            Q::GroupDesc => A::GroupDesc(vec![]),
+            Q::Group { group_id } => {
+                b.cache.push_stats();
+                A::Group(ofmap::group_stats(&b.rules, *group_id))
+            }
+            Q::GroupDesc => A::GroupDesc(
+                b.rules
+                    .groups()
+                    .values()
+                    .map(|g| ofmap::group_desc(&g.spec, &ports))
+                    .collect(),
+            ),
+            Q::GroupFeatures => A::GroupFeatures(ofmap::group_features()),
             Q::Meter { .. } => A::Meter(vec![]),
             Q::MeterConfig { .. } => A::MeterConfig(vec![]),
-            Q::GroupFeatures | Q::MeterFeatures => {
+            Q::MeterFeatures => {
                 return Err(OfError::new(
                     et::BAD_REQUEST,
                     ferrovs_openflow::error::brc::BAD_MULTIPART,
-                    "groups and meters are not supported yet",
+                    "meters are not supported yet",
                 ))
             }
         })
