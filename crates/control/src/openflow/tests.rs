@@ -305,8 +305,10 @@ fn what_the_pipeline_lacks_is_refused_with_its_code() {
         let f = fm(fc::ADD, 0, 1, vec![], vec![a.clone()]);
         assert_eq!(refusal(&f), (et::BAD_ACTION, bac::BAD_TYPE), "{a:?}");
     }
+    // A group the bridge does not have.
     let f = fm(fc::ADD, 0, 1, vec![], vec![Action::Group(1)]);
-    assert_eq!(refusal(&f), (et::BAD_ACTION, bac::BAD_OUT_GROUP));
+    let e = apply_flow_mod(&mut BridgeRules::new(), &f, &ports()).unwrap_err();
+    assert_eq!((e.type_, e.code), (et::BAD_ACTION, bac::BAD_OUT_GROUP));
     let f = fm(fc::ADD, 0, 1, vec![], vec![Action::PushVlan(0x88a8)]);
     assert_eq!(refusal(&f), (et::BAD_ACTION, bac::BAD_ARGUMENT));
     let f = fm(
@@ -376,6 +378,141 @@ fn action_set_metadata_and_ttl_map_to_the_cli_rule() {
     let mut f = fm(fc::ADD, 0, 1, vec![], vec![]);
     f.instructions = vec![Instruction::ClearActions, Instruction::ClearActions];
     assert_eq!(refusal(&f), (et::BAD_INSTRUCTION, bic::UNSUP_INST));
+}
+
+fn gm(command: u16, type_: u8, id: u32, buckets: Vec<Bucket>) -> GroupMod {
+    GroupMod {
+        command,
+        type_,
+        group_id: id,
+        buckets,
+    }
+}
+
+fn bucket(weight: u16, watch_port: u32, actions: Vec<Action>) -> Bucket {
+    Bucket {
+        weight,
+        watch_port,
+        watch_group: OFPG_ANY,
+        actions,
+    }
+}
+
+/// GROUP_MOD: each type maps to the CLI's group and back; every refusal has OVS's code;
+/// deleting a group deletes the rules that use it.
+#[test]
+fn group_mods_apply_with_ovs_errors() {
+    use ferrovs_openflow::message::group as g;
+    let mut r = BridgeRules::new();
+    let code = |r: &mut BridgeRules, m: &GroupMod| {
+        let e = apply_group_mod(r, m, &ports()).unwrap_err();
+        (e.type_, e.code)
+    };
+    let all = gm(
+        g::ADD,
+        g::TYPE_ALL,
+        1,
+        vec![
+            bucket(0, OFPP_ANY, vec![out(1)]),
+            bucket(
+                0,
+                OFPP_ANY,
+                vec![Action::SetField(x(Of::EthDst, 0x0200_0000_0009)), out(2)],
+            ),
+        ],
+    );
+    apply_group_mod(&mut r, &all, &ports()).unwrap();
+    let spec = &r.groups()[&1].spec;
+    assert_eq!(
+        spec.to_string(),
+        "group_id=1,type=all,bucket=actions=output:vm1,bucket=actions=mod_dl_dst:02:00:00:00:00:09,output:vm2"
+    );
+    assert_eq!(group_desc(spec, &ports()).buckets, all.buckets);
+    assert_eq!(
+        code(&mut r, &all),
+        (et::GROUP_MOD_FAILED, gmfc::GROUP_EXISTS)
+    );
+    let ff = gm(
+        g::ADD,
+        g::TYPE_FF,
+        2,
+        vec![bucket(0, OFPP_ANY, vec![out(1)])],
+    );
+    assert_eq!(code(&mut r, &ff), (et::GROUP_MOD_FAILED, gmfc::BAD_WATCH));
+    let ff = gm(g::ADD, g::TYPE_FF, 2, vec![bucket(0, 9, vec![out(1)])]);
+    assert_eq!(code(&mut r, &ff), (et::GROUP_MOD_FAILED, gmfc::BAD_WATCH));
+    let ind = gm(g::ADD, g::TYPE_INDIRECT, 3, vec![]);
+    assert_eq!(
+        code(&mut r, &ind),
+        (et::GROUP_MOD_FAILED, gmfc::INVALID_GROUP)
+    );
+    let bad = gm(g::ADD, 7, 3, vec![]);
+    assert_eq!(code(&mut r, &bad), (et::GROUP_MOD_FAILED, gmfc::BAD_TYPE));
+    let w = gm(
+        g::ADD,
+        g::TYPE_ALL,
+        3,
+        vec![bucket(5, OFPP_ANY, vec![out(1)])],
+    );
+    assert_eq!(
+        code(&mut r, &w),
+        (et::GROUP_MOD_FAILED, gmfc::WEIGHT_UNSUPPORTED)
+    );
+    let own = gm(
+        g::ADD,
+        g::TYPE_INDIRECT,
+        3,
+        vec![bucket(0, OFPP_ANY, vec![Action::Group(3)])],
+    );
+    assert_eq!(code(&mut r, &own), (et::GROUP_MOD_FAILED, gmfc::LOOP));
+    let chained = gm(
+        g::ADD,
+        g::TYPE_INDIRECT,
+        3,
+        vec![bucket(0, OFPP_ANY, vec![Action::Group(8)])],
+    );
+    assert_eq!(code(&mut r, &chained), (et::BAD_ACTION, bac::BAD_OUT_GROUP));
+    let res = gm(g::ADD, g::TYPE_ALL, 0xffff_fff0, vec![]);
+    assert_eq!(
+        code(&mut r, &res),
+        (et::GROUP_MOD_FAILED, gmfc::INVALID_GROUP)
+    );
+    let m = gm(g::MODIFY, g::TYPE_ALL, 5, vec![]);
+    assert_eq!(
+        code(&mut r, &m),
+        (et::GROUP_MOD_FAILED, gmfc::UNKNOWN_GROUP)
+    );
+    let c = gm(9, g::TYPE_ALL, 5, vec![]);
+    assert_eq!(code(&mut r, &c), (et::GROUP_MOD_FAILED, gmfc::BAD_COMMAND));
+    // Chains: 3 -> 1 is fine; modifying 1 to send to 3 is a loop.
+    let to1 = gm(
+        g::ADD,
+        g::TYPE_INDIRECT,
+        3,
+        vec![bucket(0, OFPP_ANY, vec![Action::Group(1)])],
+    );
+    apply_group_mod(&mut r, &to1, &ports()).unwrap();
+    let back = gm(
+        g::MODIFY,
+        g::TYPE_ALL,
+        1,
+        vec![bucket(0, OFPP_ANY, vec![Action::Group(3)])],
+    );
+    assert_eq!(code(&mut r, &back), (et::GROUP_MOD_FAILED, gmfc::LOOP));
+    // A rule using group 1; out_group selects it; deleting group 1 deletes it.
+    let f = fm(fc::ADD, 0, 5, vec![], vec![Action::Group(1)]);
+    apply_flow_mod(&mut r, &f, &ports()).unwrap();
+    assert_eq!(group_stats(&r, 1)[0].ref_count, 2);
+    assert_eq!(group_stats(&r, OFPG_ALL).len(), 2);
+    let n = r.len();
+    apply_group_mod(&mut r, &gm(g::DELETE, 0, 1, vec![]), &ports()).unwrap();
+    assert_eq!(r.len(), n - 1);
+    assert!(!r.groups().contains_key(&1));
+    // Deleting what does not exist is no error; OFPG_ALL deletes every group.
+    apply_group_mod(&mut r, &gm(g::DELETE, 0, 77, vec![]), &ports()).unwrap();
+    apply_group_mod(&mut r, &gm(g::DELETE, 0, OFPG_ALL, vec![]), &ports()).unwrap();
+    assert!(r.groups().is_empty());
+    assert_eq!(group_features().types, 0xf);
 }
 
 #[test]
