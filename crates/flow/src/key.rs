@@ -21,7 +21,7 @@ pub const KEY_WORDS: usize = 12;
 pub struct FlowKey(pub [u64; KEY_WORDS]);
 
 /// Word-wise, branch-free: the exact-match cache compares a key per packet, and the derived
-/// impl compiled to a call to `bcmp` for the 88 bytes.
+/// impl compiled to a call to `bcmp` for the 96 bytes.
 impl PartialEq for FlowKey {
     #[inline]
     fn eq(&self, other: &FlowKey) -> bool {
@@ -34,7 +34,7 @@ impl PartialEq for FlowKey {
 }
 
 /// Hash maps hash a key as one word, [`FlowKey::hash`]: the derived impl would feed the
-/// hasher the key's 88 bytes one by one.
+/// hasher the key's 96 bytes one by one.
 impl std::hash::Hash for FlowKey {
     #[inline]
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {

@@ -1,7 +1,7 @@
 //! The flow pipeline's slow path: what the datapath's caches are filled from.
 //!
-//! * [`key`]: the flow key (every matchable header field in eleven words) and its extraction
-//!   from an untrusted frame.
+//! * [`key`]: the flow key (every matchable header field and the metadata in twelve words)
+//!   and its extraction from an untrusted frame.
 //! * [`matching`]: a rule's match (key + mask).
 //! * [`classifier`]: tuple-space search with priority pruning, reporting which key bits a
 //!   decision depended on (the megaflow mask).
