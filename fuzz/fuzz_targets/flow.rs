@@ -1,10 +1,10 @@
 //! Any bytes as a frame through flow-key extraction (the fast path must agree with the
 //! generic one) and every header rewrite (wire input),
 //! and any text through the rule and filter parsers (control input): no panic, a rewrite
-//! never changes the frame's length, and a parsed rule prints to text that parses back to
-//! the same rule.
+//! never changes the frame's length, and a parsed rule (or group) prints to text that parses
+//! back to the same rule (group).
 #![no_main]
-use ferrovs_flow::{edit, parse_filter, parse_flow, Field, FlowKey};
+use ferrovs_flow::{edit, parse_filter, parse_flow, parse_group, Field, FlowKey};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -27,5 +27,9 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(parse_flow(&text).as_ref(), Ok(&rule), "{text}");
         }
         let _ = parse_filter(s);
+        if let Ok(g) = parse_group(s) {
+            let text = g.to_string();
+            assert_eq!(parse_group(&text).as_ref(), Ok(&g), "{text}");
+        }
     }
 });

@@ -653,3 +653,17 @@ fn metadata_and_the_action_set() {
     // Metadata is internal: never in the mask.
     assert_eq!(t.mask.get(Field::Metadata), 0);
 }
+
+#[test]
+fn random_groups_print_back_to_themselves() {
+    let mut r = Rng::new(5);
+    for _ in 0..500 {
+        for g in random_groups(&mut r) {
+            let text = g.to_string();
+            assert_eq!(parse_group(&text).unwrap(), g, "{text}");
+        }
+    }
+    let g = parse_group("group_id=9,type=select,bucket=weight:0,output:p1").unwrap();
+    assert_eq!(g.buckets[0].weight, 0);
+    assert_eq!(parse_group(&g.to_string()).unwrap(), g);
+}

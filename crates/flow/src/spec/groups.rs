@@ -223,6 +223,8 @@ pub fn parse_group(s: &str) -> Result<GroupSpec, ParseError> {
 }
 
 impl fmt::Display for BucketSpec {
+    /// A weight shows when not 0 (a select group's bucket shows it always:
+    /// [`GroupSpec`]'s display).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.weight != 0 {
             write!(f, "weight:{},", self.weight)?;
@@ -242,7 +244,12 @@ impl fmt::Display for GroupSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "group_id={},type={}", self.id, self.ty.name())?;
         for b in &self.buckets {
-            write!(f, ",bucket={b}")?;
+            if self.ty == GroupType::Select && b.weight == 0 {
+                // Without it, the default weight 1 would parse back.
+                write!(f, ",bucket=weight:0,{b}")?;
+            } else {
+                write!(f, ",bucket={b}")?;
+            }
         }
         Ok(())
     }
