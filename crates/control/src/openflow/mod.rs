@@ -834,12 +834,7 @@ pub fn group_stats(rules: &BridgeRules, group_id: u32) -> Vec<OfGroupStats> {
                 .rules()
                 .iter()
                 .filter(|r| crate::flows::rule_groups(&r.spec).contains(&g.spec.id))
-                .count()
-                + rules
-                    .groups()
-                    .values()
-                    .filter(|o| o.spec.chained().any(|c| c == g.spec.id))
-                    .count();
+                .count();
             OfGroupStats {
                 group_id: g.spec.id,
                 ref_count: refs as u32,
