@@ -1,10 +1,10 @@
 //! Any bytes as a frame through flow-key extraction (the fast path must agree with the
 //! generic one) and every header rewrite (wire input),
-//! and any text through the rule, filter and meter parsers (control input): no panic, a
-//! rewrite never changes the frame's length, and a parsed rule or meter prints to text that
-//! parses back to the same one.
+//! and any text through the rule, filter, group and meter parsers (control input): no panic,
+//! a rewrite never changes the frame's length, and a parsed rule, group or meter prints to
+//! text that parses back to the same one.
 #![no_main]
-use ferrovs_flow::{edit, parse_filter, parse_flow, Field, FlowKey};
+use ferrovs_flow::{edit, parse_filter, parse_flow, parse_group, Field, FlowKey};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -30,6 +30,10 @@ fuzz_target!(|data: &[u8]| {
         if let Ok(m) = ferrovs_flow::meter::parse_meter(s) {
             let text = m.to_string();
             assert_eq!(ferrovs_flow::meter::parse_meter(&text).as_ref(), Ok(&m), "{text}");
+        }
+        if let Ok(g) = parse_group(s) {
+            let text = g.to_string();
+            assert_eq!(parse_group(&text).as_ref(), Ok(&g), "{text}");
         }
     }
 });

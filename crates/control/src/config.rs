@@ -241,6 +241,9 @@ pub struct BridgeConfig {
     /// (`meter=1,kbps,bands=type=drop,rate=1000`), by id.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub meters: Vec<String>,
+    /// The bridge's groups in `ferrovs add-group` (ovs-ofctl) syntax, by group id.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<String>,
 }
 
 impl BridgeConfig {

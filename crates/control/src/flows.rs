@@ -7,14 +7,66 @@
 //! Rules name ports; a name is resolved to the port's datapath id at build time, so a rule
 //! may name a port that does not exist yet (it applies once the port is added).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
+use ferrovs_flow::pipeline::GroupStats;
+use ferrovs_flow::spec::{GroupSpec, GroupType};
 use ferrovs_flow::{
     ActionSpec, DpAction, Field, FlowFilter, FlowKey, FlowSpec, Match, Pipeline, RuleStats,
     TableCounters,
 };
+
+/// One installed group.
+#[derive(Debug, Clone)]
+pub struct StoredGroup {
+    pub spec: GroupSpec,
+    pub stats: GroupStats,
+    /// When it was installed (duration).
+    pub installed: Instant,
+}
+
+/// Why a group change is refused (each maps to OpenFlow's `OFPGMFC_*`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GroupError {
+    #[error("group {0} already exists")]
+    Exists(u32),
+    #[error("no group {0}")]
+    Unknown(u32),
+    #[error("group {group}: a bucket sends to group {chained}, which does not exist")]
+    UnknownChained { group: u32, chained: u32 },
+    #[error("group {0}: its buckets send back to it (a loop)")]
+    Loop(u32),
+    #[error("group {group}: chains deeper than {max} groups")]
+    TooDeep { group: u32, max: usize },
+}
+
+/// A saved group that does not parse.
+#[derive(Debug, thiserror::Error)]
+#[error("group {index}")]
+pub struct BadGroup {
+    /// Which group (from 1).
+    pub index: usize,
+    #[source]
+    pub source: ferrovs_flow::ParseError,
+}
+
+/// The groups a rule's actions (and action set) send to.
+pub fn rule_groups(spec: &FlowSpec) -> Vec<u32> {
+    fn walk(a: &[ActionSpec], out: &mut Vec<u32>) {
+        for x in a {
+            match x {
+                ActionSpec::Group(g) => out.push(*g),
+                ActionSpec::WriteActions(v) => walk(v, out),
+                _ => {}
+            }
+        }
+    }
+    let mut v = Vec::new();
+    walk(&spec.actions, &mut v);
+    v
+}
 
 /// One installed rule.
 #[derive(Debug, Clone)]
@@ -67,6 +119,7 @@ pub struct BridgeRules {
     /// OpenFlow table statistics (lookups, matches) per table, kept across rule changes
     /// (the pipeline is rebuilt on each; these counters are handed to every build).
     tables: Vec<TableCounters>,
+    groups: BTreeMap<u32, StoredGroup>,
 }
 
 /// Tables that count lookups: all of OpenFlow's (0..=253).
@@ -116,6 +169,7 @@ impl BridgeRules {
             index: None,
             changes: None,
             tables: table_counters(),
+            groups: BTreeMap::new(),
         };
         r.add(vec![default_rule()]);
         r
@@ -135,6 +189,7 @@ impl BridgeRules {
             index: None,
             changes: None,
             tables: table_counters(),
+            groups: BTreeMap::new(),
         };
         r.add(specs);
         Ok(r)
@@ -267,7 +322,10 @@ impl BridgeRules {
         if !gone.is_empty() {
             self.index = None;
             if let Some(log) = &mut self.changes {
-                log.extend(gone.iter().map(|(r, _)| RuleChange::Removed(r.spec.clone())));
+                log.extend(
+                    gone.iter()
+                        .map(|(r, _)| RuleChange::Removed(r.spec.clone())),
+                );
             }
             self.bound_log();
         }
@@ -293,9 +351,20 @@ impl BridgeRules {
 
     /// The datapath's pipeline; `resolve` maps a port name to its id in this bridge.
     pub fn build(&self, resolve: &dyn Fn(&str) -> Option<u32>) -> Pipeline {
-        Pipeline::build(
+        self.build_live(resolve, &|_| true)
+    }
+
+    /// [`BridgeRules::build`] with port liveness (by id) for fast_failover buckets.
+    pub fn build_live(
+        &self,
+        resolve: &dyn Fn(&str) -> Option<u32>,
+        live: &dyn Fn(u32) -> bool,
+    ) -> Pipeline {
+        Pipeline::build_with_groups(
             self.rules.iter().map(|r| (&r.spec, r.stats.clone())),
+            self.groups.values().map(|g| (&g.spec, g.stats.clone())),
             resolve,
+            live,
         )
         .with_table_stats(self.tables.clone())
     }
@@ -313,11 +382,13 @@ impl BridgeRules {
 
     /// The pipeline after the changes since the last call: `current` (the one published,
     /// built with the same `resolve`) with the logged changes applied — O(changes · log n) —
-    /// or, without a usable log or `current`, built from every rule.
+    /// or, without a usable log or `current` (a group changed, the ports did), built from
+    /// every rule and group ([`BridgeRules::build_live`]).
     pub fn rebuild(
         &mut self,
         current: Option<&Pipeline>,
         resolve: &dyn Fn(&str) -> Option<u32>,
+        live: &dyn Fn(u32) -> bool,
     ) -> Pipeline {
         match (self.take_changes(), current) {
             (Some(log), Some(cur)) => {
@@ -330,8 +401,177 @@ impl BridgeRules {
                 }
                 p
             }
-            _ => self.build(resolve),
+            _ => self.build_live(resolve, live),
         }
+    }
+
+    /// The groups, by id.
+    pub fn groups(&self) -> &BTreeMap<u32, StoredGroup> {
+        &self.groups
+    }
+
+    /// Whether a bucket watches a port (a link change must rebuild the pipeline).
+    pub fn watches_ports(&self) -> bool {
+        self.groups
+            .values()
+            .any(|g| g.spec.buckets.iter().any(|b| b.watch_port.is_some()))
+    }
+
+    /// The groups' text form, for saving (round-trips through
+    /// [`BridgeRules::load_groups`]).
+    pub fn group_texts(&self) -> Vec<String> {
+        self.groups.values().map(|g| g.spec.to_string()).collect()
+    }
+
+    /// Loads saved groups (replacing none: the bridge has none yet). Not checked for
+    /// chains: they were when added.
+    pub fn load_groups(&mut self, texts: &[String]) -> Result<(), BadGroup> {
+        // Groups are compiled with the pipeline: the next one is built from everything.
+        self.changes = None;
+        self.index = None;
+        for (i, t) in texts.iter().enumerate() {
+            let spec = ferrovs_flow::parse_group(t).map_err(|source| BadGroup {
+                index: i + 1,
+                source,
+            })?;
+            self.groups.insert(
+                spec.id,
+                StoredGroup {
+                    stats: GroupStats::for_group(&spec),
+                    spec,
+                    installed: Instant::now(),
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// Checks that `spec`'s chained groups exist (`spec` itself as given) and form no loop
+    /// nor a chain deeper than the pipeline follows.
+    fn check_chains(&self, spec: &GroupSpec) -> Result<(), GroupError> {
+        let get = |id: u32| {
+            if id == spec.id {
+                Some(spec)
+            } else {
+                self.groups.get(&id).map(|g| &g.spec)
+            }
+        };
+        for c in spec.chained() {
+            if get(c).is_none() {
+                return Err(GroupError::UnknownChained {
+                    group: spec.id,
+                    chained: c,
+                });
+            }
+        }
+        // Depth-first from `spec`: a path back to it is a loop.
+        let max = ferrovs_flow::pipeline::MAX_GROUP_DEPTH;
+        let mut stack = vec![(spec.id, 0usize)];
+        let mut steps = 0usize;
+        while let Some((g, d)) = stack.pop() {
+            steps += 1;
+            if steps > 100_000 {
+                return Err(GroupError::TooDeep {
+                    group: spec.id,
+                    max,
+                });
+            }
+            let Some(gs) = get(g) else { continue };
+            for c in gs.chained() {
+                if c == spec.id {
+                    return Err(GroupError::Loop(spec.id));
+                }
+                if d + 1 >= max {
+                    return Err(GroupError::TooDeep {
+                        group: spec.id,
+                        max,
+                    });
+                }
+                stack.push((c, d + 1));
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds a group (OpenFlow `OFPGC_ADD`).
+    pub fn add_group(&mut self, spec: GroupSpec) -> Result<(), GroupError> {
+        // Groups are compiled with the pipeline: the next one is built from everything.
+        self.changes = None;
+        self.index = None;
+        if self.groups.contains_key(&spec.id) {
+            return Err(GroupError::Exists(spec.id));
+        }
+        self.check_chains(&spec)?;
+        self.groups.insert(
+            spec.id,
+            StoredGroup {
+                stats: GroupStats::for_group(&spec),
+                spec,
+                installed: Instant::now(),
+            },
+        );
+        Ok(())
+    }
+
+    /// Replaces a group's type and buckets (OpenFlow `OFPGC_MODIFY`); its counters go on,
+    /// its buckets' start again.
+    pub fn mod_group(&mut self, spec: GroupSpec) -> Result<(), GroupError> {
+        // Groups are compiled with the pipeline: the next one is built from everything.
+        self.changes = None;
+        self.index = None;
+        let Some(old) = self.groups.get(&spec.id) else {
+            return Err(GroupError::Unknown(spec.id));
+        };
+        let group = old.stats.group.clone();
+        let installed = old.installed;
+        self.check_chains(&spec)?;
+        let mut stats = GroupStats::for_group(&spec);
+        stats.group = group;
+        self.groups.insert(
+            spec.id,
+            StoredGroup {
+                spec,
+                stats,
+                installed,
+            },
+        );
+        Ok(())
+    }
+
+    /// Deletes group `id` (`None`: every group) and, as OVS, the rules that send to a
+    /// deleted group; (groups, rules) deleted. Groups that chained to a deleted group
+    /// keep their bucket (it drops).
+    pub fn del_groups(&mut self, id: Option<u32>) -> (usize, usize) {
+        // Groups are compiled with the pipeline: the next one is built from everything.
+        self.changes = None;
+        self.index = None;
+        let gone: Vec<u32> = match id {
+            Some(g) => self.groups.remove(&g).map(|_| g).into_iter().collect(),
+            None => {
+                let v = self.groups.keys().copied().collect();
+                self.groups.clear();
+                v
+            }
+        };
+        if gone.is_empty() {
+            return (0, 0);
+        }
+        let before = self.rules.len();
+        self.rules
+            .retain(|r| !rule_groups(&r.spec).iter().any(|g| gone.contains(g)));
+        (gone.len(), before - self.rules.len())
+    }
+
+    /// The first group `spec` sends to that does not exist.
+    pub fn missing_group(&self, spec: &FlowSpec) -> Option<u32> {
+        rule_groups(spec)
+            .into_iter()
+            .find(|g| !self.groups.contains_key(g))
+    }
+
+    /// Whether the type of group `id` is `ty`.
+    pub fn group_type(&self, id: u32) -> Option<GroupType> {
+        self.groups.get(&id).map(|g| g.spec.ty)
     }
 }
 
@@ -495,7 +735,7 @@ mod tests {
             "priority=20,ip,nw_dst=10.0.0.1 actions=drop",
         ]));
         // No log yet: built from every rule.
-        let mut p = r.rebuild(None, &resolve);
+        let mut p = r.rebuild(None, &resolve, &|_| true);
         assert_eq!(pipeline_rules(&p), pipeline_rules(&r.build(&resolve)));
         let steps: [&dyn Fn(&mut BridgeRules); 4] = [
             &|r| {
@@ -525,7 +765,7 @@ mod tests {
                 r.changes.as_ref().is_some_and(|l| !l.is_empty()),
                 "step {i} logged nothing"
             );
-            p = r.rebuild(Some(&p), &resolve);
+            p = r.rebuild(Some(&p), &resolve, &|_| true);
             assert_eq!(
                 pipeline_rules(&p),
                 pipeline_rules(&r.build(&resolve)),

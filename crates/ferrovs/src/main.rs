@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
 use ferrovs_proto::reply::{
-    AddFlows, ConfigGet, DelFlows, DirStats, FlowEntry, MacEntry, MegaflowEntry, MeterEntry,
-    MeterStats, PmdStats, PortStats, Show, UpgradeReport, Version,
+    AddFlows, ConfigGet, DelFlows, DelGroups, DirStats, FlowEntry, GroupEntry, MacEntry,
+    MegaflowEntry, MeterEntry, MeterStats, PmdStats, PortStats, Show, UpgradeReport, Version,
 };
 use ferrovs_proto::{Client, Request};
 use serde::de::DeserializeOwned;
@@ -58,6 +58,12 @@ commands:
   del-meters BRIDGE [meter=N]            remove a meter (all without one) and its rules
   dump-meters BRIDGE [meter=N]           the meters' configurations
   meter-stats BRIDGE [meter=N]           the meters' packet, byte and band counters
+  add-group BRIDGE GROUP                 add a group, ovs-ofctl syntax, e.g.
+                                         'group_id=1,type=all,bucket=output:vm1,bucket=output:vm2'
+  mod-group BRIDGE GROUP                 replace a group's type and buckets
+  del-groups BRIDGE [group_id=N]         remove groups (all without one) and the rules using them
+  dump-groups BRIDGE                     the groups
+  dump-group-stats BRIDGE                the groups' and buckets' packet and byte counters
   config get [KEY] | config set KEY VALUE    pmd-cores, pmd-rx-mode, pmd-sleep-after-us,
                                          pmd-sleep-max-us, pmd-priority, mac-aging,
                                          mac-table-size, flow-limit, flow-max-idle,
@@ -198,6 +204,43 @@ enum Cmd {
         bridge: String,
         meter: Option<String>,
     },
+    /// Adds a group: `group_id=N,type=all|select|indirect|fast_failover,bucket=...`.
+    AddGroup {
+        bridge: String,
+        group: String,
+    },
+    /// Replaces an existing group's type and buckets.
+    ModGroup {
+        bridge: String,
+        group: String,
+    },
+    /// Deletes `group_id=N` (none: every group) and the rules that send to it.
+    DelGroups {
+        bridge: String,
+        filter: Option<String>,
+    },
+    DumpGroups {
+        bridge: String,
+    },
+    DumpGroupStats {
+        bridge: String,
+    },
+}
+
+/// `del-groups`' filter: `group_id=N` or `group_id=all`.
+fn group_filter(f: Option<&str>) -> Result<Option<u32>, String> {
+    let Some(f) = f.map(str::trim).filter(|f| !f.is_empty()) else {
+        return Ok(None);
+    };
+    let v = f
+        .strip_prefix("group_id=")
+        .ok_or_else(|| format!("bad group filter '{f}': expected group_id=N"))?;
+    if v.eq_ignore_ascii_case("all") {
+        return Ok(None);
+    }
+    v.parse()
+        .map(Some)
+        .map_err(|_| format!("bad group filter '{f}': '{v}' is not a group id"))
 }
 
 #[derive(Debug, Subcommand)]
@@ -805,6 +848,55 @@ fn run() -> Result<(), String> {
         ),
         Cmd::DumpFlows { bridge, filter } => {
             cli.show(Request::DumpFlows { bridge, filter }, print_flows)
+        }
+        Cmd::AddGroup { bridge, group } => cli.show(
+            Request::AddGroup {
+                bridge,
+                group,
+                modify: false,
+            },
+            done,
+        ),
+        Cmd::ModGroup { bridge, group } => cli.show(
+            Request::AddGroup {
+                bridge,
+                group,
+                modify: true,
+            },
+            done,
+        ),
+        Cmd::DelGroups { bridge, filter } => {
+            let group = group_filter(filter.as_deref())?;
+            cli.show(Request::DelGroups { bridge, group }, |v: &DelGroups| {
+                println!("deleted {} group(s) and {} rule(s)", v.groups, v.rules)
+            })
+        }
+        Cmd::DumpGroups { bridge } => {
+            cli.show(Request::DumpGroups { bridge }, |v: &Vec<GroupEntry>| {
+                for g in v {
+                    println!(" {}", g.group);
+                }
+            })
+        }
+        Cmd::DumpGroupStats { bridge } => {
+            cli.show(Request::DumpGroups { bridge }, |v: &Vec<GroupEntry>| {
+                for g in v {
+                    let id = g
+                        .group
+                        .split(',')
+                        .next()
+                        .unwrap_or_default()
+                        .trim_start_matches("group_id=");
+                    let mut line = format!(
+                        " group_id={id},duration={:.3}s,packet_count={},byte_count={}",
+                        g.duration_s, g.n_packets, g.n_bytes
+                    );
+                    for (i, (p, b)) in g.buckets.iter().enumerate() {
+                        line += &format!(",bucket{i}:packet_count={p},byte_count={b}");
+                    }
+                    println!("{line}");
+                }
+            })
         }
         Cmd::DumpMegaflows { bridge } => cli.show(
             Request::DumpMegaflows { bridge },

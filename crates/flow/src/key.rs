@@ -1,10 +1,12 @@
-//! The flow key: every header field a rule can match, extracted once per packet into eleven
+//! The flow key: every header field a rule can match, extracted once per packet into twelve
 //! 64-bit words, so masking, hashing and comparing are word operations.
 //!
 //! Layout (fixed; [`Field::layout`]): w0 in_port·eth_type·vlan_tci, w1 eth_dst·ip_proto·
 //! ip_tos, w2 eth_src·ip_ttl·ip_frag, w3 ipv4_src·ipv4_dst (ARP spa/tpa too), w4-w5
 //! ipv6_src, w6-w7 ipv6_dst, w8 tp_src·tp_dst·arp_op (ICMP type/code in tp_src/tp_dst, as
-//! OVS), w9 tun_id, w10 tun_src·tun_dst. Addresses are integers of their big-endian value.
+//! OVS), w9 tun_id, w10 tun_src·tun_dst, w11 metadata (OpenFlow's pipeline register: 0 in
+//! every extracted key, written only by `write_metadata` during a translation). Addresses are
+//! integers of their big-endian value.
 //!
 //! [`FlowKey::extract`] reads an untrusted frame with bounds-checked accessors only: a
 //! truncated or malformed header leaves the fields it could not read at 0.
@@ -12,14 +14,14 @@
 use std::net::Ipv4Addr;
 
 /// Words in a key.
-pub const KEY_WORDS: usize = 11;
+pub const KEY_WORDS: usize = 12;
 
 /// A packet's (or a mask's) match fields.
 #[derive(Clone, Copy, Eq, Default, Debug)]
 pub struct FlowKey(pub [u64; KEY_WORDS]);
 
 /// Word-wise, branch-free: the exact-match cache compares a key per packet, and the derived
-/// impl compiled to a call to `bcmp` for the 88 bytes.
+/// impl compiled to a call to `bcmp` for the 96 bytes.
 impl PartialEq for FlowKey {
     #[inline]
     fn eq(&self, other: &FlowKey) -> bool {
@@ -32,7 +34,7 @@ impl PartialEq for FlowKey {
 }
 
 /// Hash maps hash a key as one word, [`FlowKey::hash`]: the derived impl would feed the
-/// hasher the key's 88 bytes one by one.
+/// hasher the key's 96 bytes one by one.
 impl std::hash::Hash for FlowKey {
     #[inline]
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
@@ -70,11 +72,13 @@ pub enum Field {
     TunId,
     TunSrc,
     TunDst,
+    /// OpenFlow metadata: pipeline-internal, 0 on input.
+    Metadata,
 }
 
 impl Field {
     /// Every field.
-    pub const ALL: [Field; 19] = [
+    pub const ALL: [Field; 20] = [
         Field::InPort,
         Field::EthType,
         Field::VlanTci,
@@ -94,6 +98,7 @@ impl Field {
         Field::TunId,
         Field::TunSrc,
         Field::TunDst,
+        Field::Metadata,
     ];
 
     /// (word, shift, bits). 128-bit fields take words `word` (high half) and `word + 1`.
@@ -119,6 +124,7 @@ impl Field {
             Field::TunId => (9, 0, 64),
             Field::TunSrc => (10, 0, 32),
             Field::TunDst => (10, 32, 32),
+            Field::Metadata => (11, 0, 64),
         }
     }
 
@@ -235,7 +241,7 @@ impl FlowKey {
 
     /// A fast hash of the key: multiply-xorshift per word, in two independent chains over the
     /// words every Ethernet/IPv4 key uses (in_port to IPv4 addresses, L4 ports), and a third
-    /// over the IPv6 and tunnel words only when one of them is not zero (an IPv4 packet's
+    /// over the IPv6, tunnel and metadata words only when one of them is not zero (an IPv4 packet's
     /// hash costs five multiplications instead of eleven in a row). Equal keys hash equal,
     /// since it is a function of the key's words alone.
     #[inline]
@@ -248,8 +254,11 @@ impl FlowKey {
         let w = &self.0;
         let a = step(step(step(0x243f_6a88_85a3_08d3, w[0]), w[2]), w[8]);
         let mut b = step(step(0x1319_8a2e_0370_7344, w[1]), w[3]);
-        if w[4] | w[5] | w[6] | w[7] | w[9] | w[10] != 0 {
-            let c = step(step(step(0xa409_3822_299f_31d0, w[4]), w[5]), w[9]);
+        if w[4] | w[5] | w[6] | w[7] | w[9] | w[10] | w[11] != 0 {
+            let c = step(
+                step(step(step(0xa409_3822_299f_31d0, w[4]), w[5]), w[9]),
+                w[11],
+            );
             let d = step(step(step(0x082e_fa98_ec4e_6c89, w[6]), w[7]), w[10]);
             b ^= c.rotate_left(17) ^ d.rotate_left(41);
         }
@@ -331,7 +340,7 @@ impl FlowKey {
         };
         match w {
             Some([w0, w1, w2, w3, w8]) => {
-                self.0 = [w0, w1, w2, w3, 0, 0, 0, 0, w8, 0, 0];
+                self.0 = [w0, w1, w2, w3, 0, 0, 0, 0, w8, 0, 0, 0];
                 true
             }
             None => false,

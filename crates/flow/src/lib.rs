@@ -1,7 +1,7 @@
 //! The flow pipeline's slow path: what the datapath's caches are filled from.
 //!
-//! * [`key`]: the flow key (every matchable header field in eleven words) and its extraction
-//!   from an untrusted frame.
+//! * [`key`]: the flow key (every matchable header field and the metadata in twelve words)
+//!   and its extraction from an untrusted frame.
 //! * [`matching`]: a rule's match (key + mask).
 //! * [`classifier`]: tuple-space search with priority pruning, reporting which key bits a
 //!   decision depended on (the megaflow mask).
@@ -33,9 +33,10 @@ pub use classifier::Classifier;
 pub use key::{Field, FlowKey, TunnelKey, KEY_WORDS};
 pub use matching::Match;
 pub use pipeline::{
-    is_table_miss, CompiledRule, ControllerAction, DpAction, Pipeline, ResolvedAction, RuleStats,
-    TableCounters, Translation, REASON_ACTION, REASON_NO_MATCH,
+    is_table_miss, CompiledGroup, CompiledRule, ControllerAction, DpAction, GroupStats, Pipeline,
+    ResolvedAction, RuleStats, TableCounters, Translation, REASON_ACTION, REASON_NO_MATCH,
 };
 pub use spec::{
-    parse_filter, parse_flow, parse_flows_file, ActionSpec, FlowFilter, FlowSpec, ParseError,
+    parse_filter, parse_flow, parse_flows_file, parse_group, ActionSpec, BucketSpec, FlowFilter,
+    FlowSpec, GroupSpec, GroupType, ParseError,
 };

@@ -11,13 +11,14 @@
 //! Thread-safety: immutable once built; the control plane builds a new one per change and
 //! PMDs share it (`Arc<Pipeline>`).
 
+use std::collections::HashMap;
 use std::net::Ipv4Addr;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use crate::classifier::Classifier;
-use crate::key::{Field, FlowKey, VLAN_CFI};
-use crate::spec::{ActionSpec, FlowSpec};
+use crate::key::{Field, FlowKey, ETH_IPV4, ETH_IPV6, IP_TCP, IP_UDP, VLAN_CFI};
+use crate::spec::{ActionSpec, FlowSpec, GroupSpec, GroupType};
 
 /// Counters of one rule, shared by the rule and the megaflows that came from it.
 #[derive(Debug, Default)]
@@ -98,7 +99,59 @@ pub enum ResolvedAction {
     GotoTable(u8),
     Meter(u32),
     Controller(ControllerAction),
+    /// Through a group (a group the pipeline lacks drops).
+    Group(u32),
+    DecTtl,
+    /// Accepted, no effect (no queues).
+    SetQueue(u32),
+    WriteActions(Vec<ResolvedAction>),
+    ClearActions,
+    WriteMetadata {
+        value: u64,
+        mask: u64,
+    },
 }
+
+/// One bucket of a compiled group.
+#[derive(Debug)]
+pub struct CompiledBucket {
+    pub weight: u16,
+    /// Whether its watched port (or group) is live; true when it watches nothing.
+    pub live: bool,
+    pub actions: Vec<ResolvedAction>,
+    pub stats: Arc<RuleStats>,
+}
+
+/// A group as the pipeline holds it.
+#[derive(Debug)]
+pub struct CompiledGroup {
+    pub id: u32,
+    pub ty: GroupType,
+    pub buckets: Vec<CompiledBucket>,
+    pub stats: Arc<RuleStats>,
+}
+
+/// The counters of a group and of each of its buckets (in bucket order), shared by the
+/// group and the megaflows that went through it.
+#[derive(Debug, Default, Clone)]
+pub struct GroupStats {
+    pub group: Arc<RuleStats>,
+    pub buckets: Vec<Arc<RuleStats>>,
+}
+
+impl GroupStats {
+    /// Fresh counters for `g`'s buckets.
+    pub fn for_group(g: &GroupSpec) -> GroupStats {
+        GroupStats {
+            group: Arc::default(),
+            buckets: g.buckets.iter().map(|_| Arc::default()).collect(),
+        }
+    }
+}
+
+/// Most nested groups (a bucket's `group:N` into another group) a translation follows; a
+/// deeper one drops (the control plane refuses chains that loop).
+pub const MAX_GROUP_DEPTH: usize = 8;
 
 /// A rule as the pipeline holds it.
 #[derive(Debug)]
@@ -137,6 +190,7 @@ pub struct Pipeline {
     /// Per table: the counters of lookups and of lookups that matched (OpenFlow's table
     /// statistics), credited like rule counters through the megaflows; empty: not counted.
     table_stats: Vec<TableCounters>,
+    groups: HashMap<u32, Arc<CompiledGroup>>,
 }
 
 /// The counters of one table: its lookups and its lookups that found a rule (their
@@ -145,6 +199,52 @@ pub struct Pipeline {
 pub struct TableCounters {
     pub lookup: Arc<RuleStats>,
     pub matched: Arc<RuleStats>,
+}
+
+/// An action with its ports resolved; `rule` is the rule it belongs to (a group bucket's
+/// have none: their packet-ins say ACTION, table 0, cookie 0).
+fn resolve_action(
+    a: &ActionSpec,
+    rule: Option<&FlowSpec>,
+    resolve: &dyn Fn(&str) -> Option<u32>,
+) -> ResolvedAction {
+    match a {
+        ActionSpec::Output(n) => ResolvedAction::Output(resolve(n)),
+        ActionSpec::Mirror(n) => ResolvedAction::Mirror(resolve(n)),
+        ActionSpec::InPort => ResolvedAction::InPort,
+        ActionSpec::Normal => ResolvedAction::Normal,
+        ActionSpec::Flood | ActionSpec::All => ResolvedAction::Flood,
+        ActionSpec::Drop => ResolvedAction::Drop,
+        ActionSpec::SetField(f, v) => ResolvedAction::SetField(*f, *v),
+        ActionSpec::SetVlanVid(v) => ResolvedAction::SetVlanVid(*v),
+        ActionSpec::SetVlanPcp(v) => ResolvedAction::SetVlanPcp(*v),
+        ActionSpec::PopVlan => ResolvedAction::PopVlan,
+        ActionSpec::PushVlan(_) => ResolvedAction::PushVlan,
+        ActionSpec::SetTunnel(t) => ResolvedAction::SetTunnel(*t),
+        ActionSpec::GotoTable(t) => ResolvedAction::GotoTable(*t),
+        ActionSpec::Group(g) => ResolvedAction::Group(*g),
+        ActionSpec::DecTtl => ResolvedAction::DecTtl,
+        ActionSpec::SetQueue(q) => ResolvedAction::SetQueue(*q),
+        ActionSpec::WriteActions(v) => ResolvedAction::WriteActions(
+            v.iter().map(|a| resolve_action(a, rule, resolve)).collect(),
+        ),
+        ActionSpec::Meter(m) => ResolvedAction::Meter(*m),
+        ActionSpec::Controller { max_len } => ResolvedAction::Controller(ControllerAction {
+            max_len: *max_len,
+            reason: if rule.is_some_and(is_table_miss) {
+                REASON_NO_MATCH
+            } else {
+                REASON_ACTION
+            },
+            table_id: rule.map_or(0, |r| r.table),
+            cookie: rule.map_or(0, |r| r.cookie),
+        }),
+        ActionSpec::ClearActions => ResolvedAction::ClearActions,
+        ActionSpec::WriteMetadata { value, mask } => ResolvedAction::WriteMetadata {
+            value: *value,
+            mask: *mask,
+        },
+    }
 }
 
 impl Pipeline {
@@ -202,34 +302,7 @@ impl Pipeline {
         let actions = spec
             .actions
             .iter()
-            .map(|a| match a {
-                ActionSpec::Output(n) => ResolvedAction::Output(resolve(n)),
-                ActionSpec::Mirror(n) => ResolvedAction::Mirror(resolve(n)),
-                ActionSpec::InPort => ResolvedAction::InPort,
-                ActionSpec::Normal => ResolvedAction::Normal,
-                ActionSpec::Flood | ActionSpec::All => ResolvedAction::Flood,
-                ActionSpec::Drop => ResolvedAction::Drop,
-                ActionSpec::SetField(f, v) => ResolvedAction::SetField(*f, *v),
-                ActionSpec::SetVlanVid(v) => ResolvedAction::SetVlanVid(*v),
-                ActionSpec::SetVlanPcp(v) => ResolvedAction::SetVlanPcp(*v),
-                ActionSpec::PopVlan => ResolvedAction::PopVlan,
-                ActionSpec::PushVlan(_) => ResolvedAction::PushVlan,
-                ActionSpec::SetTunnel(t) => ResolvedAction::SetTunnel(*t),
-                ActionSpec::GotoTable(t) => ResolvedAction::GotoTable(*t),
-                ActionSpec::Meter(m) => ResolvedAction::Meter(*m),
-                ActionSpec::Controller { max_len } => {
-                    ResolvedAction::Controller(ControllerAction {
-                        max_len: *max_len,
-                        reason: if is_table_miss(spec) {
-                            REASON_NO_MATCH
-                        } else {
-                            REASON_ACTION
-                        },
-                        table_id: spec.table,
-                        cookie: spec.cookie,
-                    })
-                }
-            })
+            .map(|a| resolve_action(a, Some(spec), resolve))
             .collect();
         let t = usize::from(spec.table);
         while self.tables.len() <= t {
@@ -260,6 +333,61 @@ impl Pipeline {
         }
     }
 
+    /// [`Pipeline::build`] with groups: each with its counters; `live` says whether a port
+    /// (by id) is live (link up). A bucket watching a port that does not resolve or is not
+    /// live is dead; one watching a group is live when that group exists and has a bucket
+    /// whose watched port is live (or that watches none).
+    pub fn build_with_groups<'a>(
+        rules: impl IntoIterator<Item = (&'a FlowSpec, Arc<RuleStats>)>,
+        groups: impl IntoIterator<Item = (&'a GroupSpec, GroupStats)>,
+        resolve: &dyn Fn(&str) -> Option<u32>,
+        live: &dyn Fn(u32) -> bool,
+    ) -> Pipeline {
+        let mut p = Pipeline::build(rules, resolve);
+        let groups: Vec<(&GroupSpec, GroupStats)> = groups.into_iter().collect();
+        let port_live =
+            |name: &Option<String>| name.as_ref().is_none_or(|n| resolve(n).is_some_and(live));
+        let shallow: HashMap<u32, bool> = groups
+            .iter()
+            .map(|(g, _)| (g.id, g.buckets.iter().any(|b| port_live(&b.watch_port))))
+            .collect();
+        for (g, stats) in groups {
+            let buckets = g
+                .buckets
+                .iter()
+                .enumerate()
+                .map(|(i, b)| CompiledBucket {
+                    weight: b.weight,
+                    live: port_live(&b.watch_port)
+                        && b.watch_group
+                            .is_none_or(|w| shallow.get(&w).copied().unwrap_or(false)),
+                    actions: b
+                        .actions
+                        .iter()
+                        .map(|a| resolve_action(a, None, resolve))
+                        .collect(),
+                    stats: stats.buckets.get(i).cloned().unwrap_or_default(),
+                })
+                .collect();
+            p.groups.insert(
+                g.id,
+                Arc::new(CompiledGroup {
+                    id: g.id,
+                    ty: g.ty,
+                    buckets,
+                    stats: stats.group,
+                }),
+            );
+        }
+        p.plain_normal = p.plain_normal && p.groups.is_empty();
+        p
+    }
+
+    /// Group `id`.
+    pub fn group(&self, id: u32) -> Option<&Arc<CompiledGroup>> {
+        self.groups.get(&id)
+    }
+
     /// Rules installed (those that can match).
     pub fn rule_count(&self) -> usize {
         self.rules
@@ -287,15 +415,20 @@ impl Pipeline {
                 .and_then(|c| c.lookup(k, wc))
                 .map(|(r, _)| r)
         };
+        let groups = |g: u32| self.groups.get(&g);
         if self.table_stats.is_empty() {
-            return walk(key, lookup);
+            return walk_with_groups(key, lookup, &groups);
         }
         let visits = std::cell::RefCell::new(Vec::new());
-        let mut t = walk(key, |table, k, wc| {
-            let r = lookup(table, k, wc);
-            visits.borrow_mut().push((table, r.is_some()));
-            r
-        });
+        let mut t = walk_with_groups(
+            key,
+            |table, k, wc| {
+                let r = lookup(table, k, wc);
+                visits.borrow_mut().push((table, r.is_some()));
+                r
+            },
+            &groups,
+        );
         for (table, hit) in visits.into_inner() {
             if let Some(c) = self.table_stats.get(table) {
                 t.rules.push(c.lookup.clone());
@@ -328,117 +461,409 @@ pub fn is_table_miss(spec: &FlowSpec) -> bool {
 }
 
 /// The translation walk over tables, with `lookup(table, key, wc)` finding a table's rule
-/// (the pipeline's classifiers; a linear reference in tests).
+/// (the pipeline's classifiers; a linear reference in tests). No groups: a `group:N` drops.
 pub fn walk<'a>(
     key: &FlowKey,
     lookup: impl Fn(usize, &FlowKey, &mut FlowKey) -> Option<&'a Arc<CompiledRule>>,
 ) -> Translation {
-    let mut t = Translation::default();
-    let mut k = *key;
+    walk_with_groups(key, lookup, &|_| None)
+}
+
+/// What a translation carries from action to action.
+struct State {
+    t: Translation,
+    /// The key as modified so far (what later lookups see).
+    k: FlowKey,
+    in_port: u32,
+    /// Set once a modification was emitted: a later mirror needs the original packet.
+    modified: bool,
+    /// The action set (`write_actions`), executed when the pipeline ends.
+    set: Vec<ResolvedAction>,
+    /// Fields written so far (a mask), so a bucket's restore depends on what it wrote, not
+    /// on whether a value happened to stay equal.
+    written: FlowKey,
+    /// VLAN tags pushed minus popped so far (the key holds only the outer tag).
+    vlan_depth: i32,
+}
+
+/// Finds a group by id.
+type GroupLookup<'g> = dyn Fn(u32) -> Option<&'g Arc<CompiledGroup>> + 'g;
+
+/// [`walk`] with groups. Groups expand into datapath actions in place: every bucket starts
+/// from the packet as it entered the group, so after a bucket the fields it changed are
+/// set back (datapath edits restoring the entry values, whose fields join the mask), and the
+/// actions after the group see the packet as before it (as OVS). `select` picks a live
+/// bucket by a hash of the L2-L4 addresses and ports, all of which join the mask, so a
+/// cached decision holds for every packet it matches. Metadata is 0 on input and written
+/// only by rules already consulted, so its bits leave the mask at the end.
+pub fn walk_with_groups<'a>(
+    key: &FlowKey,
+    lookup: impl Fn(usize, &FlowKey, &mut FlowKey) -> Option<&'a Arc<CompiledRule>>,
+    groups: &GroupLookup<'a>,
+) -> Translation {
+    let mut st = State {
+        t: Translation::default(),
+        k: *key,
+        in_port: key.in_port(),
+        modified: false,
+        set: Vec::new(),
+        written: FlowKey::default(),
+        vlan_depth: 0,
+    };
     let mut table = 0usize;
-    let in_port = key.in_port();
-    // Set once a modification was emitted: a later mirror needs the original packet.
-    let mut modified = false;
+    let mut ended = false;
     for _ in 0..MAX_VISITS {
-        let Some(rule) = lookup(table, &k, &mut t.mask) else {
+        let Some(rule) = lookup(table, &st.k, &mut st.t.mask) else {
             break;
         };
-        t.rules.push(rule.stats.clone());
+        st.t.rules.push(rule.stats.clone());
         let mut next = None;
-        for a in &rule.actions {
-            match *a {
-                ResolvedAction::Output(Some(p)) => {
-                    // OpenFlow: never back out of the input port unless asked.
-                    t.mask.or_field(Field::InPort, u128::from(u32::MAX));
-                    if p != in_port {
-                        t.actions.push(DpAction::Output(p));
-                    }
-                }
-                ResolvedAction::Mirror(Some(p)) => {
-                    t.mask.or_field(Field::InPort, u128::from(u32::MAX));
-                    if p != in_port {
-                        if modified {
-                            // The copy as received: insert it before any edit.
-                            t.actions.insert(0, DpAction::Output(p));
-                        } else {
-                            t.actions.push(DpAction::Output(p));
-                        }
-                    }
-                }
-                ResolvedAction::Output(None) | ResolvedAction::Mirror(None) => {}
-                ResolvedAction::InPort => t.actions.push(DpAction::InPort),
-                ResolvedAction::Normal => t.actions.push(DpAction::Normal),
-                ResolvedAction::Flood => t.actions.push(DpAction::Flood),
-                ResolvedAction::Drop => {}
-                ResolvedAction::SetField(f, v) => {
-                    modified = true;
-                    match f {
-                        Field::VlanTci => {
-                            let tci = (v as u16) | VLAN_CFI;
-                            k.set(Field::VlanTci, u128::from(tci));
-                            t.actions.push(DpAction::SetVlanTci { tci });
-                            t.mask.or_field(Field::VlanTci, u128::from(VLAN_CFI));
-                        }
-                        Field::TunId => {
-                            k.set(f, v);
-                            t.actions.push(DpAction::SetTunnel { id: v as u64 });
-                        }
-                        Field::TunDst => {
-                            k.set(f, v);
-                            t.actions
-                                .push(DpAction::SetTunnelDst(Ipv4Addr::from(v as u32)));
-                        }
-                        _ => {
-                            k.set(f, v);
-                            t.actions.push(DpAction::SetField(f, v & f.full()));
-                        }
-                    }
-                }
-                ResolvedAction::SetVlanVid(vid) => {
-                    modified = true;
-                    // The result depends on whether the frame has a tag (its PCP is kept).
-                    t.mask.or_field(Field::VlanTci, 0xffff);
-                    let old = k.vlan_tci();
-                    let tci = (old & 0xe000) | VLAN_CFI | (vid & 0x0fff);
-                    k.set(Field::VlanTci, u128::from(tci));
-                    t.actions.push(DpAction::SetVlanTci { tci });
-                }
-                ResolvedAction::SetVlanPcp(pcp) => {
-                    modified = true;
-                    t.mask.or_field(Field::VlanTci, 0xffff);
-                    let old = k.vlan_tci();
-                    let tci = (old & 0x0fff) | VLAN_CFI | (u16::from(pcp & 7) << 13);
-                    k.set(Field::VlanTci, u128::from(tci));
-                    t.actions.push(DpAction::SetVlanTci { tci });
-                }
-                ResolvedAction::PushVlan => {
-                    modified = true;
-                    // A new outer tag, VID 0 until set (OpenFlow push_vlan).
-                    let tci = VLAN_CFI;
-                    k.set(Field::VlanTci, u128::from(tci));
-                    t.actions.push(DpAction::PushVlan { tci });
-                }
-                ResolvedAction::PopVlan => {
-                    modified = true;
-                    t.mask.or_field(Field::VlanTci, u128::from(VLAN_CFI));
-                    if k.vlan_tci() & VLAN_CFI != 0 {
-                        k.set(Field::VlanTci, 0);
-                        t.actions.push(DpAction::PopVlan);
-                    }
-                }
-                ResolvedAction::SetTunnel(id) => {
-                    k.set(Field::TunId, u128::from(id));
-                    t.actions.push(DpAction::SetTunnel { id });
-                }
-                ResolvedAction::GotoTable(n) => next = Some(usize::from(n)),
-                ResolvedAction::Meter(m) => t.actions.push(DpAction::Meter(m)),
-                ResolvedAction::Controller(c) => t.actions.push(DpAction::Controller(c)),
-            }
+        if !apply(&mut st, &rule.actions, &mut next, groups, 0) {
+            // dec_ttl at TTL 0/1: the packet goes no further.
+            break;
         }
         match next {
             Some(n) if n > table => table = n,
-            _ => break,
+            _ => {
+                ended = true;
+                break;
+            }
         }
     }
-    t
+    if ended && !st.set.is_empty() {
+        let mut set = std::mem::take(&mut st.set);
+        // OpenFlow's order; a group in the set replaces the output.
+        set.sort_by_key(|a| set_slot(a).0);
+        if set.iter().any(|a| matches!(a, ResolvedAction::Group(_))) {
+            set.retain(|a| set_slot(a).0 != 7);
+        }
+        let mut next = None;
+        apply(&mut st, &set, &mut next, groups, 0);
+    }
+    st.t.mask.set(Field::Metadata, 0);
+    st.t
+}
+
+/// An action's place in the action set: (order of execution, which slot it takes; an
+/// action replaces the one in its slot).
+fn set_slot(a: &ResolvedAction) -> (u8, u32) {
+    match a {
+        ResolvedAction::PopVlan => (1, 0),
+        ResolvedAction::PushVlan => (2, 0),
+        ResolvedAction::DecTtl => (3, 0),
+        ResolvedAction::SetField(f, _) => (4, *f as u32),
+        ResolvedAction::SetVlanVid(_) => (4, 1000),
+        ResolvedAction::SetVlanPcp(_) => (4, 1001),
+        ResolvedAction::SetTunnel(_) => (4, Field::TunId as u32),
+        ResolvedAction::SetQueue(_) => (5, 0),
+        ResolvedAction::Group(_) => (6, 0),
+        _ => (7, 0),
+    }
+}
+
+/// Whether the key carries the header `f` lives in (a bucket's rewrite is not checked
+/// against a match); the protocol fields join the mask.
+fn carries(st: &mut State, f: Field) -> bool {
+    let ty = st.k.eth_type();
+    let ip = || matches!(ty, ETH_IPV4 | ETH_IPV6);
+    match f {
+        Field::Ipv4Src | Field::Ipv4Dst => {
+            st.t.mask.or_field(Field::EthType, 0xffff);
+            ty == ETH_IPV4
+        }
+        Field::Ipv6Src | Field::Ipv6Dst => {
+            st.t.mask.or_field(Field::EthType, 0xffff);
+            ty == ETH_IPV6
+        }
+        Field::IpTos | Field::IpTtl => {
+            st.t.mask.or_field(Field::EthType, 0xffff);
+            ip()
+        }
+        Field::TpSrc | Field::TpDst => {
+            st.t.mask.or_field(Field::EthType, 0xffff);
+            st.t.mask.or_field(Field::IpProto, 0xff);
+            ip() && matches!(st.k.ip_proto(), IP_TCP | IP_UDP)
+        }
+        _ => true,
+    }
+}
+
+/// Applies `actions` (a rule's, a bucket's, or the action set); `next` gets a goto's table.
+/// False when the packet was dropped (dec_ttl at TTL 0 or 1): the list ends there.
+fn apply<'a>(
+    st: &mut State,
+    actions: &[ResolvedAction],
+    next: &mut Option<usize>,
+    groups: &GroupLookup<'a>,
+    depth: usize,
+) -> bool {
+    for a in actions {
+        let in_port = st.in_port;
+        match *a {
+            ResolvedAction::Output(Some(p)) => {
+                // OpenFlow: never back out of the input port unless asked.
+                st.t.mask.or_field(Field::InPort, u128::from(u32::MAX));
+                if p != in_port {
+                    st.t.actions.push(DpAction::Output(p));
+                }
+            }
+            ResolvedAction::Mirror(Some(p)) => {
+                st.t.mask.or_field(Field::InPort, u128::from(u32::MAX));
+                if p != in_port {
+                    if st.modified {
+                        // The copy as received: insert it before any edit.
+                        st.t.actions.insert(0, DpAction::Output(p));
+                    } else {
+                        st.t.actions.push(DpAction::Output(p));
+                    }
+                }
+            }
+            ResolvedAction::Output(None) | ResolvedAction::Mirror(None) => {}
+            ResolvedAction::InPort => st.t.actions.push(DpAction::InPort),
+            ResolvedAction::Normal => st.t.actions.push(DpAction::Normal),
+            ResolvedAction::Flood => st.t.actions.push(DpAction::Flood),
+            ResolvedAction::Drop => {}
+            ResolvedAction::SetField(f, v) => {
+                if !carries(st, f) {
+                    continue;
+                }
+                st.modified = true;
+                st.written.or_field(f, f.full());
+                if f == Field::VlanTci && st.k.vlan_tci() & VLAN_CFI == 0 {
+                    st.vlan_depth += 1;
+                }
+                let (t, k) = (&mut st.t, &mut st.k);
+                match f {
+                    Field::VlanTci => {
+                        let tci = (v as u16) | VLAN_CFI;
+                        k.set(Field::VlanTci, u128::from(tci));
+                        t.actions.push(DpAction::SetVlanTci { tci });
+                        t.mask.or_field(Field::VlanTci, u128::from(VLAN_CFI));
+                    }
+                    Field::TunId => {
+                        k.set(f, v);
+                        t.actions.push(DpAction::SetTunnel { id: v as u64 });
+                    }
+                    Field::TunDst => {
+                        k.set(f, v);
+                        t.actions
+                            .push(DpAction::SetTunnelDst(Ipv4Addr::from(v as u32)));
+                    }
+                    _ => {
+                        k.set(f, v);
+                        t.actions.push(DpAction::SetField(f, v & f.full()));
+                    }
+                }
+            }
+            ResolvedAction::SetVlanVid(vid) => {
+                st.modified = true;
+                // The result depends on whether the frame has a tag (its PCP is kept).
+                st.t.mask.or_field(Field::VlanTci, 0xffff);
+                st.written.or_field(Field::VlanTci, 0xffff);
+                let old = st.k.vlan_tci();
+                if old & VLAN_CFI == 0 {
+                    st.vlan_depth += 1;
+                }
+                let tci = (old & 0xe000) | VLAN_CFI | (vid & 0x0fff);
+                st.k.set(Field::VlanTci, u128::from(tci));
+                st.t.actions.push(DpAction::SetVlanTci { tci });
+            }
+            ResolvedAction::SetVlanPcp(pcp) => {
+                st.modified = true;
+                st.t.mask.or_field(Field::VlanTci, 0xffff);
+                st.written.or_field(Field::VlanTci, 0xffff);
+                let old = st.k.vlan_tci();
+                if old & VLAN_CFI == 0 {
+                    st.vlan_depth += 1;
+                }
+                let tci = (old & 0x0fff) | VLAN_CFI | (u16::from(pcp & 7) << 13);
+                st.k.set(Field::VlanTci, u128::from(tci));
+                st.t.actions.push(DpAction::SetVlanTci { tci });
+            }
+            ResolvedAction::PushVlan => {
+                st.modified = true;
+                // A new outer tag, VID 0 until set (OpenFlow push_vlan).
+                let tci = VLAN_CFI;
+                st.written.or_field(Field::VlanTci, 0xffff);
+                st.vlan_depth += 1;
+                st.k.set(Field::VlanTci, u128::from(tci));
+                st.t.actions.push(DpAction::PushVlan { tci });
+            }
+            ResolvedAction::PopVlan => {
+                st.modified = true;
+                st.t.mask.or_field(Field::VlanTci, u128::from(VLAN_CFI));
+                if st.k.vlan_tci() & VLAN_CFI != 0 {
+                    st.written.or_field(Field::VlanTci, 0xffff);
+                    st.vlan_depth -= 1;
+                    st.k.set(Field::VlanTci, 0);
+                    st.t.actions.push(DpAction::PopVlan);
+                }
+            }
+            ResolvedAction::SetTunnel(id) => {
+                st.written.or_field(Field::TunId, Field::TunId.full());
+                st.k.set(Field::TunId, u128::from(id));
+                st.t.actions.push(DpAction::SetTunnel { id });
+            }
+            ResolvedAction::GotoTable(n) => *next = Some(usize::from(n)),
+            ResolvedAction::DecTtl => {
+                if !carries(st, Field::IpTtl) {
+                    continue;
+                }
+                st.t.mask.or_field(Field::IpTtl, 0xff);
+                let ttl = st.k.get(Field::IpTtl);
+                if ttl <= 1 {
+                    return false;
+                }
+                st.modified = true;
+                st.written.or_field(Field::IpTtl, 0xff);
+                st.k.set(Field::IpTtl, ttl - 1);
+                st.t.actions.push(DpAction::SetField(Field::IpTtl, ttl - 1));
+            }
+            ResolvedAction::SetQueue(_) => {}
+            ResolvedAction::WriteMetadata { value, mask } => {
+                let old = st.k.get(Field::Metadata) as u64;
+                st.k.set(Field::Metadata, u128::from((old & !mask) | (value & mask)));
+            }
+            ResolvedAction::ClearActions => st.set.clear(),
+            ResolvedAction::WriteActions(ref list) => {
+                for w in list {
+                    let slot = set_slot(w);
+                    st.set.retain(|x| set_slot(x) != slot);
+                    st.set.push(w.clone());
+                }
+            }
+            ResolvedAction::Group(g) => run_group(st, g, groups, depth),
+            ResolvedAction::Meter(m) => st.t.actions.push(DpAction::Meter(m)),
+            ResolvedAction::Controller(c) => st.t.actions.push(DpAction::Controller(c)),
+        }
+    }
+    true
+}
+
+/// The fields a `select` group hashes (all join the mask).
+const SELECT_FIELDS: [Field; 10] = [
+    Field::EthSrc,
+    Field::EthDst,
+    Field::EthType,
+    Field::IpProto,
+    Field::Ipv4Src,
+    Field::Ipv4Dst,
+    Field::Ipv6Src,
+    Field::Ipv6Dst,
+    Field::TpSrc,
+    Field::TpDst,
+];
+
+/// Expands group `id` (see [`walk_with_groups`]).
+fn run_group<'a>(st: &mut State, id: u32, groups: &GroupLookup<'a>, depth: usize) {
+    if depth >= MAX_GROUP_DEPTH {
+        return;
+    }
+    let Some(g) = groups(id) else {
+        return;
+    };
+    st.t.rules.push(g.stats.clone());
+    match g.ty {
+        GroupType::All => {
+            for b in g.buckets.iter().filter(|b| b.live) {
+                run_bucket(st, b, groups, depth);
+            }
+        }
+        GroupType::Indirect => {
+            if let Some(b) = g.buckets.first() {
+                run_bucket(st, b, groups, depth);
+            }
+        }
+        GroupType::FastFailover => {
+            if let Some(b) = g.buckets.iter().find(|b| b.live) {
+                run_bucket(st, b, groups, depth);
+            }
+        }
+        GroupType::Select => {
+            let total: u64 = g
+                .buckets
+                .iter()
+                .filter(|b| b.live)
+                .map(|b| u64::from(b.weight))
+                .sum();
+            if total == 0 {
+                return;
+            }
+            let mut h = FlowKey::default();
+            for f in SELECT_FIELDS {
+                st.t.mask.or_field(f, f.full());
+                h.set(f, st.k.get(f));
+            }
+            let mut pick = h.hash() % total;
+            for b in g.buckets.iter().filter(|b| b.live) {
+                let w = u64::from(b.weight);
+                if pick < w {
+                    run_bucket(st, b, groups, depth);
+                    break;
+                }
+                pick -= w;
+            }
+        }
+    }
+}
+
+/// Runs one bucket on the packet as it entered the group, then sets back what it changed.
+fn run_bucket<'a>(st: &mut State, b: &CompiledBucket, groups: &GroupLookup<'a>, depth: usize) {
+    st.t.rules.push(b.stats.clone());
+    let entry = st.k;
+    let (written, vlan_depth) = (st.written, st.vlan_depth);
+    st.written = FlowKey::default();
+    let mut next = None;
+    apply(st, &b.actions, &mut next, groups, depth + 1);
+    restore(st, &entry, vlan_depth);
+    st.written.union(&written);
+}
+
+/// Emits the edits that bring the packet back to `entry`'s fields (those the bucket wrote;
+/// each joins the mask, since what is emitted depends on its entry value), and its VLAN
+/// tags back to `vlan_depth`.
+fn restore(st: &mut State, entry: &FlowKey, vlan_depth: i32) {
+    let delta = st.vlan_depth - vlan_depth;
+    st.vlan_depth = vlan_depth;
+    for f in Field::ALL {
+        if st.written.get(f) == 0 || matches!(f, Field::Metadata | Field::InPort) {
+            continue;
+        }
+        let (now, was) = (st.k.get(f), entry.get(f));
+        st.k.set(f, was);
+        match f {
+            Field::VlanTci => {
+                st.t.mask.or_field(Field::VlanTci, 0xffff);
+                let (now, was) = (now as u16, was as u16);
+                for _ in 0..delta.max(0) {
+                    st.t.actions.push(DpAction::PopVlan);
+                }
+                for _ in 0..(-delta).max(0) {
+                    st.t.actions.push(DpAction::PushVlan { tci: was });
+                }
+                if delta >= 0 && was & VLAN_CFI != 0 && (delta > 0 || now != was) {
+                    st.t.actions.push(DpAction::SetVlanTci { tci: was });
+                }
+            }
+            Field::TunId => {
+                st.t.mask.or_field(f, f.full());
+                if now != was {
+                    st.t.actions.push(DpAction::SetTunnel { id: was as u64 });
+                }
+            }
+            Field::TunDst => {
+                st.t.mask.or_field(f, f.full());
+                if now != was {
+                    st.t.actions
+                        .push(DpAction::SetTunnelDst(Ipv4Addr::from(was as u32)));
+                }
+            }
+            _ => {
+                st.t.mask.or_field(f, f.full());
+                if now != was {
+                    st.t.actions.push(DpAction::SetField(f, was));
+                }
+            }
+        }
+    }
 }

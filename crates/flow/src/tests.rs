@@ -4,8 +4,9 @@
 use std::sync::Arc;
 
 use crate::key::{Field, FlowKey, ETH_IPV4, IP_TCP, VLAN_CFI};
-use crate::pipeline::{walk, CompiledRule};
+use crate::pipeline::{walk_with_groups, CompiledRule, GroupStats};
 use crate::reference::Linear;
+use crate::spec::{parse_group, GroupSpec};
 use crate::testrng::Rng;
 use crate::*;
 
@@ -149,6 +150,9 @@ fn random_rule(r: &mut Rng, table: u8) -> String {
     if r.below(3) == 0 {
         parts.push(format!("dl_dst=02:00:00:00:00:{:02x}", r.below(4)));
     }
+    if table > 0 && r.below(3) == 0 {
+        parts.push(format!("metadata={:#x}/0x3", r.below(4)));
+    }
     if r.below(4) == 0 {
         parts.push(format!("dl_vlan={}", r.below(3)));
     }
@@ -186,7 +190,7 @@ fn random_rule(r: &mut Rng, table: u8) -> String {
     let l4 = matches!(proto, "tcp" | "udp" | "tcp6");
     let mut actions = vec![];
     for _ in 0..1 + r.below(3) {
-        let a = match r.below(9) {
+        let a = match r.below(12) {
             0 => "NORMAL".to_string(),
             1 => format!("output:p{}", r.below(3)),
             2 => "FLOOD".into(),
@@ -198,9 +202,30 @@ fn random_rule(r: &mut Rng, table: u8) -> String {
             6 if l4 => format!("mod_tp_dst:{}", 1000 + r.below(3)),
             7 => format!("mod_dl_src:02:00:00:00:00:{:02x}", r.below(9)),
             8 => format!("mirror:p{}", r.below(3)),
+            9 => format!("group:{}", 1 + r.below(5)),
+            10 => "dec_ttl".into(),
             _ => "in_port".into(),
         };
         actions.push(a);
+    }
+    if r.below(5) == 0 {
+        actions.push("clear_actions".into());
+    }
+    if r.below(4) == 0 {
+        let w = match r.below(4) {
+            0 => format!("output:p{}", r.below(3)),
+            1 => format!("group:{}", 1 + r.below(5)),
+            2 => format!(
+                "mod_dl_src:02:00:00:00:00:{:02x},output:p{}",
+                r.below(9),
+                r.below(3)
+            ),
+            _ => "dec_ttl,strip_vlan".into(),
+        };
+        actions.push(format!("write_actions({w})"));
+    }
+    if r.below(4) == 0 {
+        actions.push(format!("write_metadata:{:#x}/0x3", r.below(4)));
     }
     if table < 3 && r.below(3) == 0 {
         actions.push(format!("goto_table:{}", table + 1 + r.below(2) as u8));
@@ -289,7 +314,56 @@ fn random_key(r: &mut Rng) -> FlowKey {
     k.set(Field::TpDst, 79 + u128::from(r.below(4)));
     k.set(Field::TpSrc, u128::from(r.below(4)));
     k.set(Field::ArpOp, 1 + u128::from(r.below(2)));
+    if ty != 0x0806 {
+        k.set(Field::IpTtl, [0, 1, 2, 64][r.below(4) as usize]);
+    }
     k
+}
+
+/// Random groups 1..=4 (5 is never defined): every type, buckets with rewrites, outputs,
+/// watched ports (p3 does not exist, p1 is down) and chains to higher groups.
+fn random_groups(r: &mut Rng) -> Vec<GroupSpec> {
+    let mut v = Vec::new();
+    for id in 1..=4u32 {
+        if r.below(5) == 0 {
+            continue;
+        }
+        let ty = ["all", "select", "indirect", "fast_failover"][r.below(4) as usize];
+        let n = if ty == "indirect" { 1 } else { 1 + r.below(3) };
+        let mut text = format!("group_id={id},type={ty}");
+        for _ in 0..n {
+            let mut b = String::from("bucket=");
+            if ty == "select" {
+                b += &format!("weight:{},", r.below(4));
+            }
+            if ty == "fast_failover" || r.below(4) == 0 {
+                b += &format!("watch_port:p{},", r.below(4));
+            }
+            let mut acts = Vec::new();
+            for _ in 0..1 + r.below(3) {
+                acts.push(match r.below(8) {
+                    0 => format!("mod_dl_dst:02:00:00:00:00:{:02x}", r.below(9)),
+                    1 => format!("mod_vlan_vid:{}", r.below(5)),
+                    2 => "strip_vlan".into(),
+                    3 => "push_vlan:0x8100".into(),
+                    4 => format!("mod_nw_dst:10.9.9.{}", r.below(4)),
+                    5 if id < 4 => {
+                        format!("group:{}", u64::from(id) + 1 + r.below(u64::from(5 - id)))
+                    }
+                    6 => "dec_ttl".into(),
+                    _ => format!("output:p{}", r.below(3)),
+                });
+            }
+            b += &format!("actions={}", acts.join(","));
+            text += &format!(",{b}");
+        }
+        v.push(parse_group(&text).unwrap_or_else(|e| panic!("{text}: {e}")));
+    }
+    v
+}
+
+fn live(port: u32) -> bool {
+    port != 11
 }
 
 #[test]
@@ -304,9 +378,12 @@ fn translation_matches_a_linear_reference_and_megaflows_hold() {
                 parse_flow(&random_rule(&mut r, t)).unwrap()
             })
             .collect();
-        let p = Pipeline::build(
+        let groups = random_groups(&mut r);
+        let p = Pipeline::build_with_groups(
             specs.iter().map(|s| (s, Arc::new(RuleStats::default()))),
+            groups.iter().map(|g| (g, GroupStats::for_group(g))),
             &resolve,
+            &live,
         );
         // The linear reference holds the same compiled rules, inserted in the same order
         // (a replaced rule keeps its place among equal priorities in both).
@@ -333,9 +410,11 @@ fn translation_matches_a_linear_reference_and_megaflows_hold() {
         for _ in 0..200 {
             let k = random_key(&mut r);
             let t = p.translate(&k);
-            let reference = walk(&k, |table, key, _wc| {
-                lin.get(table).and_then(|l| l.lookup(key)).map(|(r, _)| r)
-            });
+            let reference = walk_with_groups(
+                &k,
+                |table, key, _wc| lin.get(table).and_then(|l| l.lookup(key)).map(|(r, _)| r),
+                &|g| p.group(g),
+            );
             assert_eq!(t.actions, reference.actions, "round {round}");
             assert_eq!(t.rules.len(), reference.rules.len());
             for (a, b) in t.rules.iter().zip(&reference.rules) {
@@ -624,4 +703,178 @@ fn controller_actions_parse_print_and_carry_their_packet_in_reason() {
             "{text}"
         );
     }
+}
+
+fn pipeline_with(rules: &[&str], groups: &[&str]) -> Pipeline {
+    let specs: Vec<FlowSpec> = rules.iter().map(|s| parse_flow(s).unwrap()).collect();
+    let gs: Vec<GroupSpec> = groups.iter().map(|g| parse_group(g).unwrap()).collect();
+    Pipeline::build_with_groups(
+        specs.iter().map(|s| (s, Arc::new(RuleStats::default()))),
+        gs.iter().map(|g| (g, GroupStats::for_group(g))),
+        &resolve,
+        &live,
+    )
+}
+
+fn ip_key(in_port: u32, ttl: u8) -> FlowKey {
+    let mut k = FlowKey::default();
+    k.set(Field::InPort, u128::from(in_port));
+    k.set(Field::EthType, u128::from(ETH_IPV4));
+    k.set(Field::IpProto, u128::from(IP_TCP));
+    k.set(Field::EthDst, 0x0200_0000_0001);
+    k.set(Field::IpTtl, u128::from(ttl));
+    k
+}
+
+#[test]
+fn groups_parse_and_print_like_ovs_ofctl() {
+    for (text, printed) in [
+        (
+            "group_id=1,type=all,bucket=output:p1,bucket=mod_dl_dst:02:00:00:00:00:09,output:p2",
+            "group_id=1,type=all,bucket=actions=output:p1,bucket=actions=mod_dl_dst:02:00:00:00:00:09,output:p2",
+        ),
+        (
+            "group_id=2,type=select,bucket=weight:3,actions=output:p1,bucket=output:p2",
+            "group_id=2,type=select,bucket=weight:3,actions=output:p1,bucket=weight:1,actions=output:p2",
+        ),
+        (
+            "group_id=3,type=fast_failover,bucket=watch_port:p1,output:p1,bucket=watch_port:p2,actions=output:p2",
+            "group_id=3,type=fast_failover,bucket=watch_port:p1,actions=output:p1,bucket=watch_port:p2,actions=output:p2",
+        ),
+        (
+            "group_id=4,type=indirect,bucket=actions=push_vlan:0x8100,mod_vlan_vid:7,group:1",
+            "group_id=4,type=indirect,bucket=actions=push_vlan:0x8100,mod_vlan_vid:7,group:1",
+        ),
+    ] {
+        let g = parse_group(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+        assert_eq!(g.to_string(), printed);
+        assert_eq!(parse_group(printed).unwrap(), g);
+    }
+    for (text, want) in [
+        ("type=all,bucket=output:p1", "group_id=N"),
+        (
+            "group_id=1,type=nope",
+            "all, select, indirect or fast_failover",
+        ),
+        (
+            "group_id=1,type=indirect,bucket=output:p1,bucket=output:p2",
+            "exactly one bucket",
+        ),
+        (
+            "group_id=1,type=fast_failover,bucket=output:p1",
+            "watch_port or watch_group",
+        ),
+        ("group_id=1,bucket=group:1", "its own group"),
+        ("group_id=1,bucket=goto_table:1", "not group buckets"),
+        ("group_id=4294967040000,bucket=output:p1", "out of range"),
+    ] {
+        let e = parse_group(text).unwrap_err().to_string();
+        assert!(e.contains(want), "{text}: got '{e}', want '{want}'");
+    }
+}
+
+#[test]
+fn an_all_group_gives_each_bucket_the_packet_as_it_entered() {
+    let p = pipeline_with(
+        &["priority=1 actions=group:1,output:p2"],
+        &[
+            "group_id=1,type=all,bucket=mod_dl_dst:02:00:00:00:00:09,output:p1,\
+           bucket=push_vlan:0x8100,mod_vlan_vid:5,output:p0",
+        ],
+    );
+    let t = p.translate(&ip_key(12, 64));
+    assert_eq!(
+        t.actions,
+        vec![
+            DpAction::SetField(Field::EthDst, 0x0200_0000_0009),
+            DpAction::Output(11),
+            DpAction::SetField(Field::EthDst, 0x0200_0000_0001),
+            DpAction::PushVlan { tci: VLAN_CFI },
+            DpAction::SetVlanTci { tci: VLAN_CFI | 5 },
+            DpAction::Output(10),
+            DpAction::PopVlan,
+            // After the group the packet is as before it; output:p2 is its input port.
+        ]
+    );
+    // rule + group + two buckets counted.
+    assert_eq!(t.rules.len(), 4);
+}
+
+#[test]
+fn fast_failover_select_and_ttl() {
+    // p1 (11) is down: the first bucket is dead.
+    let p = pipeline_with(
+        &[
+            "priority=1,in_port=p0 actions=group:3",
+            "priority=1,in_port=p2 actions=group:2",
+        ],
+        &[
+            "group_id=3,type=fast_failover,bucket=watch_port:p1,output:p1,bucket=watch_port:p2,output:p2",
+            "group_id=2,type=select,bucket=weight:1,output:p0,bucket=weight:0,output:p1",
+        ],
+    );
+    assert_eq!(
+        p.translate(&ip_key(10, 64)).actions,
+        vec![DpAction::Output(12)]
+    );
+    let t = p.translate(&ip_key(12, 64));
+    assert_eq!(t.actions, vec![DpAction::Output(10)]);
+    // The hashed fields are in the mask.
+    assert_eq!(t.mask.get(Field::EthDst), Field::EthDst.full());
+    assert_eq!(t.mask.get(Field::TpDst), 0xffff);
+    // dec_ttl: decremented; at 1 the packet goes no further (nor the action set).
+    let q = pipeline_with(
+        &["ip actions=dec_ttl,output:p2,write_actions(output:p1)"],
+        &[],
+    );
+    let t = q.translate(&ip_key(10, 64));
+    assert_eq!(
+        t.actions,
+        vec![
+            DpAction::SetField(Field::IpTtl, 63),
+            DpAction::Output(12),
+            DpAction::Output(11)
+        ]
+    );
+    assert_eq!(t.mask.get(Field::IpTtl), 0xff);
+    assert!(q.translate(&ip_key(10, 1)).actions.is_empty());
+}
+
+#[test]
+fn metadata_and_the_action_set() {
+    let p = pipeline_with(
+        &[
+            "priority=1 actions=write_actions(output:p1),write_metadata:0x5/0xf,goto_table:1",
+            "table=1,priority=2,metadata=0x5/0xf actions=write_actions(group:1),goto_table:2",
+            "table=1,priority=1 actions=clear_actions",
+            "table=2,priority=1 actions=write_actions(mod_dl_dst:02:00:00:00:00:07)",
+        ],
+        &["group_id=1,type=indirect,bucket=output:p2"],
+    );
+    let t = p.translate(&ip_key(10, 64));
+    // The set: output:p1 replaced by nothing (a group in the set drops the output), the
+    // rewrite before the group.
+    assert_eq!(
+        t.actions,
+        vec![
+            DpAction::SetField(Field::EthDst, 0x0200_0000_0007),
+            DpAction::Output(12),
+        ]
+    );
+    // Metadata is internal: never in the mask.
+    assert_eq!(t.mask.get(Field::Metadata), 0);
+}
+
+#[test]
+fn random_groups_print_back_to_themselves() {
+    let mut r = Rng::new(5);
+    for _ in 0..500 {
+        for g in random_groups(&mut r) {
+            let text = g.to_string();
+            assert_eq!(parse_group(&text).unwrap(), g, "{text}");
+        }
+    }
+    let g = parse_group("group_id=9,type=select,bucket=weight:0,output:p1").unwrap();
+    assert_eq!(g.buckets[0].weight, 0);
+    assert_eq!(parse_group(&g.to_string()).unwrap(), g);
 }

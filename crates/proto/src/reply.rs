@@ -30,6 +30,29 @@ pub enum Reply {
     Controllers(Vec<String>),
     DumpMeters(Vec<MeterEntry>),
     MeterStats(Vec<MeterStats>),
+    DelGroups(DelGroups),
+    DumpGroups(Vec<GroupEntry>),
+}
+
+/// `del-groups`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DelGroups {
+    /// Groups deleted.
+    pub groups: usize,
+    /// Rules deleted with them (those that sent to them).
+    pub rules: usize,
+}
+
+/// `dump-groups`: one group.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GroupEntry {
+    /// The group in canonical (ovs-ofctl) text.
+    pub group: String,
+    pub duration_s: f64,
+    pub n_packets: u64,
+    pub n_bytes: u64,
+    /// (packets, bytes) of each bucket, in order.
+    pub buckets: Vec<(u64, u64)>,
 }
 
 /// `show`: the daemon, its bridges and their ports.

@@ -132,6 +132,24 @@ pub enum Request {
         #[serde(default)]
         meter: Option<u32>,
     },
+    /// Adds a group (`ferrovs add-group`, ovs-ofctl syntax); `modify`: replaces an
+    /// existing one (`mod-group`).
+    AddGroup {
+        bridge: String,
+        group: String,
+        #[serde(default)]
+        modify: bool,
+    },
+    /// Deletes a group (none given: every group) and the rules that send to it.
+    DelGroups {
+        bridge: String,
+        #[serde(default)]
+        group: Option<u32>,
+    },
+    /// The groups with their counters.
+    DumpGroups {
+        bridge: String,
+    },
 }
 
 /// A response: `{"ok": true, "result": ...}` or `{"ok": false, "error": "message"}`. The
@@ -324,6 +342,22 @@ mod tests {
                 },
                 "meter-stats",
             ),
+            (
+                Request::AddGroup {
+                    bridge: s("br0"),
+                    group: s("group_id=1,bucket=output:vm1"),
+                    modify: false,
+                },
+                "add-group",
+            ),
+            (
+                Request::DelGroups {
+                    bridge: s("br0"),
+                    group: Some(1),
+                },
+                "del-groups",
+            ),
+            (Request::DumpGroups { bridge: s("br0") }, "dump-groups"),
         ];
         for (req, cmd) in all {
             let line = serde_json::to_string(&req).unwrap();

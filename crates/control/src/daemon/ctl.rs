@@ -163,6 +163,8 @@ impl Daemon {
                 | Request::AddMeter { .. }
                 | Request::ModMeter { .. }
                 | Request::DelMeters { .. }
+                | Request::AddGroup { .. }
+                | Request::DelGroups { .. }
         );
         if let (Some(o), true) = (&self.ovsdb, changed) {
             let managed = matches!(
@@ -260,6 +262,15 @@ impl Daemon {
             Request::MeterStats { bridge, meter } => {
                 self.meter_stats(&bridge, meter).map(Reply::MeterStats)
             }
+            Request::AddGroup {
+                bridge,
+                group,
+                modify,
+            } => self.add_group(&bridge, &group, modify).map(|_| Reply::Done),
+            Request::DelGroups { bridge, group } => {
+                self.del_groups(&bridge, group).map(Reply::DelGroups)
+            }
+            Request::DumpGroups { bridge } => self.dump_groups(&bridge).map(Reply::DumpGroups),
         };
         match r {
             Ok(v) => {

@@ -1,7 +1,7 @@
 //! OpenFlow-style rules: add, delete and dump them, the megaflow cache, and the
 //! revalidator's periodic pass.
 
-use ferrovs_proto::reply::{AddFlows, DelFlows, FlowEntry, MegaflowEntry};
+use ferrovs_proto::reply::{AddFlows, DelFlows, DelGroups, FlowEntry, GroupEntry, MegaflowEntry};
 
 use super::*;
 
@@ -50,8 +50,10 @@ impl Daemon {
             return;
         };
         let flows = (!b.rules.is_plain_normal()).then(|| b.rules.texts());
+        let groups = b.rules.group_texts();
         if let Some(c) = self.cfg_bridge(bridge) {
             c.flows = flows;
+            c.groups = groups;
         }
     }
 
@@ -103,6 +105,15 @@ impl Daemon {
             }
         }
         let b = self.bridge_mut(bridge)?;
+        for (i, s) in specs.iter().enumerate() {
+            if let Some(g) = b.rules.missing_group(s) {
+                return Err(ConfigError::Invalid(if n == 1 {
+                    format!("bad flow: group {g} does not exist")
+                } else {
+                    format!("flow {}: group {g} does not exist", i + 1)
+                }));
+            }
+        }
         b.rules.add(specs);
         b.dirty = true;
         self.sync_flows_config(bridge);
@@ -111,6 +122,97 @@ impl Daemon {
             added: n,
             rules: self.bridges[bridge].rules.len(),
         })
+    }
+
+    /// `ferrovs add-group` (`modify`: `mod-group`).
+    pub(super) fn add_group(
+        &mut self,
+        bridge: &str,
+        group: &str,
+        modify: bool,
+    ) -> Result<(), ConfigError> {
+        let spec = ferrovs_flow::parse_group(group)
+            .map_err(|e| ConfigError::Invalid(format!("bad group: {e}")))?;
+        let b = self.bridge_mut(bridge)?;
+        let r = if modify {
+            b.rules.mod_group(spec)
+        } else {
+            b.rules.add_group(spec)
+        };
+        r.map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        b.dirty = true;
+        self.sync_flows_config(bridge);
+        self.publish();
+        Ok(())
+    }
+
+    /// Installs saved groups on a bridge that has none yet (a takeover: the old daemon's
+    /// configuration is not yet this one's when the bridge is added).
+    pub(super) fn restore_groups(
+        &mut self,
+        bridge: &str,
+        groups: &[String],
+    ) -> Result<(), ConfigError> {
+        if groups.is_empty() {
+            return Ok(());
+        }
+        let b = self.bridge_mut(bridge)?;
+        if !b.rules.groups().is_empty() {
+            return Ok(());
+        }
+        b.rules
+            .load_groups(groups)
+            .map_err(|e| ConfigError::Invalid(format!("bridge {bridge}: {}", with_sources(&e))))?;
+        b.dirty = true;
+        self.sync_flows_config(bridge);
+        self.publish();
+        Ok(())
+    }
+
+    /// `ferrovs del-groups`: (groups, rules) deleted.
+    pub(super) fn del_groups(
+        &mut self,
+        bridge: &str,
+        group: Option<u32>,
+    ) -> Result<DelGroups, ConfigError> {
+        let b = self.bridge_mut(bridge)?;
+        let (groups, rules) = b.rules.del_groups(group);
+        if groups > 0 {
+            b.dirty = true;
+            self.sync_flows_config(bridge);
+            self.publish();
+        }
+        Ok(DelGroups { groups, rules })
+    }
+
+    /// `ferrovs dump-groups`: every group with its counters.
+    pub(super) fn dump_groups(&self, bridge: &str) -> Result<Vec<GroupEntry>, ConfigError> {
+        let b = self
+            .bridges
+            .get(bridge)
+            .ok_or_else(|| ConfigError::Invalid(format!("no bridge named {bridge}")))?;
+        b.cache.push_stats();
+        Ok(b.rules
+            .groups()
+            .values()
+            .map(|g| GroupEntry {
+                group: g.spec.to_string(),
+                duration_s: g.installed.elapsed().as_secs_f64(),
+                n_packets: g.stats.group.packets.load(Ordering::Relaxed),
+                n_bytes: g.stats.group.bytes.load(Ordering::Relaxed),
+                buckets: g
+                    .stats
+                    .buckets
+                    .iter()
+                    .map(|s| {
+                        (
+                            s.packets.load(Ordering::Relaxed),
+                            s.bytes.load(Ordering::Relaxed),
+                        )
+                    })
+                    .collect(),
+            })
+            .collect())
     }
 
     /// `ferrovs del-flows`.

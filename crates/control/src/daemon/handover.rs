@@ -795,6 +795,14 @@ impl Daemon {
                 .find(|c| c.name == b.name)
                 .and_then(|c| c.flows.clone());
             d.add_bridge_as(&b.name, Some(b.id), flows.as_deref())?;
+            let groups = state
+                .config
+                .bridges
+                .iter()
+                .find(|c| c.name == b.name)
+                .map(|c| c.groups.clone())
+                .unwrap_or_default();
+            d.restore_groups(&b.name, &groups)?;
             if let Some(c) = state.config.bridges.iter().find(|c| c.name == b.name) {
                 d.restore_openflow_settings(c);
                 d.restore_meters(&b.name, &c.meters);

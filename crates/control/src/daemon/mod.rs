@@ -56,8 +56,8 @@ mod controllers;
 mod ctl;
 mod flows;
 mod handover;
-mod ofports;
 mod meters;
+mod ofports;
 mod openflow;
 mod ovsdb;
 mod packet_io;
@@ -204,8 +204,9 @@ struct BridgeState {
     gen: u64,
     /// The rules changed since `pipeline` was built.
     dirty: bool,
-    /// The (port name, id) pairs `pipeline` was built with.
-    built_ports: Vec<(String, u32)>,
+    /// The (port name, id, link up) triples `pipeline` was built with (link up only
+    /// tracked while a group bucket watches a port, else false).
+    built_ports: Vec<(String, u32, bool)>,
     /// OpenFlow meters: the datapath's table (shared with every snapshot) and each meter's
     /// configuration with when it was added (`meters.rs`).
     meters: Arc<dp::meter::MeterTable>,

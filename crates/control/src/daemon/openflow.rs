@@ -23,7 +23,7 @@
 
 use std::collections::BTreeSet;
 
-use ferrovs_openflow::error::{et, gmfc, hfc};
+use ferrovs_openflow::error::{et, hfc};
 use ferrovs_openflow::message::capabilities;
 use ferrovs_openflow::multipart::{
     tfpt, Desc, MultipartReplyBody as A, MultipartRequestBody as Q, PortStats as OfPortStats,
@@ -653,24 +653,13 @@ impl Daemon {
                     self.of_refuse(c, e, msg);
                 }
             }
-            // Deleting groups or meters that do not exist is no error (OpenFlow 1.3).
-            Message::GroupMod(g) if g.command == ferrovs_openflow::message::group::DELETE => {}
             Message::GroupMod(g) => {
-                let e = if g.command == ferrovs_openflow::message::group::ADD {
-                    OfError::new(
-                        et::GROUP_MOD_FAILED,
-                        gmfc::OUT_OF_GROUPS,
-                        "groups are not supported yet",
-                    )
-                } else {
-                    OfError::new(
-                        et::GROUP_MOD_FAILED,
-                        gmfc::UNKNOWN_GROUP,
-                        "groups are not supported yet (no group exists)",
-                    )
-                };
-                self.of_refuse(c, e, msg)
+                if let Err(e) = self.of_group_mod(&c.bridge, &g) {
+                    self.of_refuse(c, e, msg);
+                }
             }
+            // Deleting meters that do not exist is no error (OpenFlow 1.3).
+            Message::MeterMod(m) if m.command == ferrovs_openflow::message::meter::DELETE => {}
             Message::MeterMod(mm) => {
                 if let Err(e) = self.of_meter_mod(&c.bridge, &mm) {
                     self.of_refuse(c, e, msg)
@@ -742,6 +731,25 @@ impl Daemon {
             self.openflow.unsaved.insert(bridge.to_string());
         }
         self.of_flow_mod_applied(bridge, fm, before);
+        Ok(())
+    }
+
+    /// A GROUP_MOD: applied to the bridge's groups (with the rules that use a deleted
+    /// group), published and saved.
+    fn of_group_mod(
+        &mut self,
+        bridge: &str,
+        gm: &ferrovs_openflow::GroupMod,
+    ) -> Result<(), OfError> {
+        let ports = self.of_ports(bridge);
+        let Some(b) = self.bridges.get_mut(bridge) else {
+            return Ok(());
+        };
+        ofmap::apply_group_mod(&mut b.rules, gm, &ports)?;
+        b.dirty = true;
+        self.sync_flows_config(bridge);
+        self.publish();
+        self.save();
         Ok(())
     }
 
@@ -845,18 +853,21 @@ impl Daemon {
                     })
                     .collect(),
             ),
-            Q::Group { .. } => A::Group(vec![]),
-            Q::GroupDesc => A::GroupDesc(vec![]),
+            Q::Group { group_id } => {
+                b.cache.push_stats();
+                A::Group(ofmap::group_stats(&b.rules, *group_id))
+            }
+            Q::GroupDesc => A::GroupDesc(
+                b.rules
+                    .groups()
+                    .values()
+                    .map(|g| ofmap::group_desc(&g.spec, &ports))
+                    .collect(),
+            ),
+            Q::GroupFeatures => A::GroupFeatures(ofmap::group_features()),
             Q::Meter { meter_id } => A::Meter(self.of_meter_stats(bridge, *meter_id)),
             Q::MeterConfig { meter_id } => A::MeterConfig(self.of_meter_config(bridge, *meter_id)),
             Q::MeterFeatures => A::MeterFeatures(crate::openflow::meters::features()),
-            Q::GroupFeatures => {
-                return Err(OfError::new(
-                    et::BAD_REQUEST,
-                    ferrovs_openflow::error::brc::BAD_MULTIPART,
-                    "groups and meters are not supported yet",
-                ))
-            }
         })
     }
 }

@@ -89,11 +89,16 @@ impl Daemon {
             .cloned()
             .collect();
         for (name, b) in self.bridges.iter_mut() {
-            let mut members: Vec<(String, u32)> = self
+            // Link state matters only to buckets that watch a port.
+            let watch = b.rules.watches_ports();
+            let mut members: Vec<(String, u32, bool)> = self
                 .ports
                 .values()
                 .filter(|p| &p.bridge == name)
-                .map(|p| (p.cfg.name.clone(), p.id))
+                .map(|p| {
+                    let up = watch && matches!(p.link, Link::Connected | Link::Attached);
+                    (p.cfg.name.clone(), p.id, up)
+                })
                 .collect();
             members.sort();
             if !b.dirty && (b.pipeline.is_none() || members == b.built_ports) {
@@ -107,11 +112,12 @@ impl Daemon {
                 b.rules.take_changes();
                 None
             } else {
-                let resolve = |n: &str| members.iter().find(|(m, _)| m == n).map(|(_, id)| *id);
-                // A few rules changed, the ports did not: change a copy of the published
-                // pipeline (OpenFlow's one FLOW_MOD per barrier stays O(log n)).
+                let resolve = |n: &str| members.iter().find(|(m, ..)| m == n).map(|(_, id, _)| *id);
+                let live = |id: u32| !watch || members.iter().any(|(_, i, up)| *i == id && *up);
+                // A few rules changed, the ports (and their links) did not: change a copy
+                // of the published pipeline (one FLOW_MOD per barrier stays O(log n)).
                 let current = b.pipeline.as_deref().filter(|_| same_ports);
-                Some(Arc::new(b.rules.rebuild(current, &resolve)))
+                Some(Arc::new(b.rules.rebuild(current, &resolve, &live)))
             };
             b.built_ports = members;
             rebuilt.push(name.clone());

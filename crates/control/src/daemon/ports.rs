@@ -141,12 +141,19 @@ impl Daemon {
                 "bridge {name} already exists"
             )));
         }
-        let rules = match flows {
+        let mut rules = match flows {
             Some(t) => BridgeRules::from_texts(t).map_err(|e| {
                 ConfigError::Invalid(format!("bridge {name}: {}", with_sources(&e)))
             })?,
             None => BridgeRules::new(),
         };
+        let groups = self
+            .cfg_bridge(name)
+            .map(|b| b.groups.clone())
+            .unwrap_or_default();
+        rules
+            .load_groups(&groups)
+            .map_err(|e| ConfigError::Invalid(format!("bridge {name}: {}", with_sources(&e))))?;
         let id = match id {
             Some(id) => claim_slot(&mut self.bridge_slots, id)?,
             None => alloc_slot(&mut self.bridge_slots),

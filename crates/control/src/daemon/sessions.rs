@@ -39,6 +39,20 @@ impl Daemon {
             },
             _ => Link::Listening,
         };
+        self.link_changed(name);
+    }
+
+    /// A port's link went up or down: a group bucket watching it must see that (the
+    /// pipeline is rebuilt when a bridge's buckets watch ports).
+    pub(super) fn link_changed(&mut self, name: &str) {
+        let watched = self
+            .ports
+            .get(name)
+            .and_then(|p| self.bridges.get(&p.bridge))
+            .is_some_and(|b| b.rules.watches_ports());
+        if watched {
+            self.publish();
+        }
     }
 
     pub(super) fn attach(&mut self, name: &str, stream: UnixStream) {
@@ -60,6 +74,7 @@ impl Daemon {
             p.link = Link::Connected;
             p.connects += 1;
         }
+        self.link_changed(name);
     }
 
     pub(super) fn try_connect(&mut self, name: &str) {

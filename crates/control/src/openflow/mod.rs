@@ -29,7 +29,15 @@ use ferrovs_openflow::port::{
 };
 use ferrovs_openflow::{Action, FlowMod, Instruction, OfError, Oxm};
 
-use crate::flows::{BridgeRules, StoredRule};
+use std::sync::atomic::Ordering::Relaxed;
+
+use ferrovs_flow::{BucketSpec, GroupSpec, GroupType};
+use ferrovs_openflow::action::{OFPG_ALL, OFPG_MAX};
+use ferrovs_openflow::error::gmfc;
+use ferrovs_openflow::message::{Bucket, GroupMod};
+use ferrovs_openflow::multipart::{Counter, GroupDesc, GroupFeatures, GroupStats as OfGroupStats};
+
+use crate::flows::{BridgeRules, GroupError, StoredRule};
 
 /// `OFPG_ANY`: no group filter.
 pub const OFPG_ANY: u32 = 0xffff_ffff;
@@ -125,6 +133,7 @@ pub fn match_from_of(
             Of::TunnelId => Field::TunId,
             Of::TunIpv4Src => Field::TunSrc,
             Of::TunIpv4Dst => Field::TunDst,
+            Of::Metadata => Field::Metadata,
             // The flow key has no such field.
             _ => {
                 return Err(err(
@@ -230,6 +239,7 @@ pub fn match_to_of(m: &Match, in_port: Option<&str>, ports: &PortMap) -> ferrovs
         fields.push(Oxm::exact(Of::ArpOp, op));
     }
     for (f, of) in [
+        (Field::Metadata, Of::Metadata),
         (Field::TunId, Of::TunnelId),
         (Field::TunSrc, Of::TunIpv4Src),
         (Field::TunDst, Of::TunIpv4Dst),
@@ -279,20 +289,12 @@ fn action_from_of(a: &Action, ports: &PortMap) -> Result<ActionSpec, OfError> {
         }
         Action::PopVlan => ActionSpec::PopVlan,
         Action::SetNwTtl(t) => ActionSpec::SetField(Field::IpTtl, u128::from(*t)),
-        Action::SetQueue(_) => {
-            return Err(err(
-                et::BAD_ACTION,
-                bac::BAD_QUEUE,
-                "the switch has no queues",
-            ))
-        }
-        Action::Group(_) => {
-            return Err(err(
-                et::BAD_ACTION,
-                bac::BAD_OUT_GROUP,
-                "groups are not supported yet (the group table is empty)",
-            ))
-        }
+        // Accepted and ignored, as OVS does for a port without QoS queues.
+        Action::SetQueue(q) => ActionSpec::SetQueue(*q),
+        Action::DecNwTtl => ActionSpec::DecTtl,
+        // Whether the group exists is checked against the bridge's groups
+        // ([`apply_flow_mod`], [`apply_group_mod`]).
+        Action::Group(g) => ActionSpec::Group(*g),
         Action::SetField(o) => {
             let v = o.value_u128();
             match o.field {
@@ -329,6 +331,14 @@ pub fn actions_from_of(
 ) -> Result<Vec<ActionSpec>, OfError> {
     let mut actions = Vec::new();
     let mut goto = None;
+    let (mut clear, mut write, mut meta) = (None, None, None);
+    let dup = || {
+        err(
+            et::BAD_INSTRUCTION,
+            bic::UNSUP_INST,
+            "an instruction given twice",
+        )
+    };
     for i in instructions {
         match i {
             Instruction::ApplyActions(list) => {
@@ -349,22 +359,35 @@ pub fn actions_from_of(
             // Metering comes before every other action (whether the meter exists is the
             // daemon's check: `meters::flow_mod_meter`).
             Instruction::Meter(m) => actions.insert(0, ActionSpec::Meter(*m)),
-            Instruction::WriteActions(_) | Instruction::ClearActions => {
-                return Err(err(
-                    et::BAD_INSTRUCTION,
-                    bic::UNSUP_INST,
-                    "the pipeline has no action set (write/clear actions)",
-                ))
+            Instruction::ClearActions => {
+                if clear.replace(ActionSpec::ClearActions).is_some() {
+                    return Err(dup());
+                }
             }
-            Instruction::WriteMetadata { .. } => {
-                return Err(err(
-                    et::BAD_INSTRUCTION,
-                    bic::UNSUP_INST,
-                    "the pipeline has no metadata",
-                ))
+            Instruction::WriteActions(list) => {
+                let mut set = Vec::new();
+                for a in list {
+                    set.push(action_from_of(a, ports)?);
+                }
+                if write.replace(ActionSpec::WriteActions(set)).is_some() {
+                    return Err(dup());
+                }
+            }
+            Instruction::WriteMetadata { metadata, mask } => {
+                let md = ActionSpec::WriteMetadata {
+                    value: *metadata,
+                    mask: *mask,
+                };
+                if meta.replace(md).is_some() {
+                    return Err(dup());
+                }
             }
         }
     }
+    // The instructions in the order OpenFlow executes them (and ovs-ofctl prints them).
+    actions.extend(clear);
+    actions.extend(write);
+    actions.extend(meta);
     if let Some(t) = goto {
         actions.push(ActionSpec::GotoTable(t));
     }
@@ -411,9 +434,39 @@ pub fn instructions_to_of_with(
     let proto = (prm != 0).then_some(pr as u8);
     let mut apply = Vec::new();
     let mut goto = None;
+    let mut later = Vec::new();
     let mut n_out = 0usize;
     let mut meter = None;
     for a in &spec.actions {
+        match a {
+            ActionSpec::ClearActions => {
+                later.push(Instruction::ClearActions);
+                continue;
+            }
+            ActionSpec::WriteActions(list) => {
+                let set = FlowSpec {
+                    actions: list.clone(),
+                    ..spec.clone()
+                };
+                let acts = instructions_to_of(&set, ports)
+                    .into_iter()
+                    .flat_map(|i| match i {
+                        Instruction::ApplyActions(v) => v,
+                        _ => Vec::new(),
+                    })
+                    .collect();
+                later.push(Instruction::WriteActions(acts));
+                continue;
+            }
+            ActionSpec::WriteMetadata { value, mask } => {
+                later.push(Instruction::WriteMetadata {
+                    metadata: *value,
+                    mask: *mask,
+                });
+                continue;
+            }
+            _ => {}
+        }
         // Each output-like action took one OUTPUT action (and its max_len) on the wire.
         let is_out = matches!(
             a,
@@ -477,6 +530,12 @@ pub fn instructions_to_of_with(
                 port: OFPP_CONTROLLER,
                 max_len: *max_len,
             }),
+            ActionSpec::Group(g) => apply.push(Action::Group(*g)),
+            ActionSpec::DecTtl => apply.push(Action::DecNwTtl),
+            ActionSpec::SetQueue(q) => apply.push(Action::SetQueue(*q)),
+            ActionSpec::ClearActions
+            | ActionSpec::WriteActions(_)
+            | ActionSpec::WriteMetadata { .. } => {}
         }
     }
     let mut v = Vec::new();
@@ -486,6 +545,7 @@ pub fn instructions_to_of_with(
     if !apply.is_empty() {
         v.push(Instruction::ApplyActions(apply));
     }
+    v.extend(later);
     if let Some(t) = goto {
         v.push(Instruction::GotoTable(t));
     }
@@ -539,8 +599,8 @@ pub struct Selector {
     filter: FlowFilter,
     /// Only rules with an output to this port (`None`: any).
     out_port: Option<Option<String>>,
-    /// A group filter: no rule has a group, so none is selected.
-    out_group: bool,
+    /// Only rules that send to this group (`None`: any).
+    out_group: Option<u32>,
     strict: bool,
 }
 
@@ -587,7 +647,7 @@ impl Selector {
                 cookie: (cookie_mask != 0).then_some((cookie, cookie_mask)),
             },
             out_port,
-            out_group: out_group != OFPG_ANY,
+            out_group: (out_group != OFPG_ANY).then_some(out_group),
             strict,
         })
     }
@@ -609,8 +669,10 @@ impl Selector {
 
     /// Whether the rule is selected.
     pub fn selects(&self, spec: &FlowSpec) -> bool {
-        if self.out_group {
-            return false;
+        if let Some(g) = self.out_group {
+            if !crate::flows::rule_groups(spec).contains(&g) {
+                return false;
+            }
         }
         if let Some(p) = &self.out_port {
             let Some(p) = p else { return false };
@@ -634,6 +696,234 @@ pub enum Applied {
     Deleted(usize),
 }
 
+fn bad_out_group() -> OfError {
+    err(
+        et::BAD_ACTION,
+        bac::BAD_OUT_GROUP,
+        "a group action to a group that does not exist",
+    )
+}
+
+/// A GROUP_MOD's group (add or modify) as the CLI's group. Checks that need the bridge's
+/// other groups (existence, chains, loops) are [`apply_group_mod`]'s.
+pub fn group_from_of(gm: &GroupMod, ports: &PortMap) -> Result<GroupSpec, OfError> {
+    use ferrovs_openflow::message::group as g;
+    let gerr = |code, reason| err(et::GROUP_MOD_FAILED, code, reason);
+    if gm.group_id > OFPG_MAX {
+        return Err(gerr(gmfc::INVALID_GROUP, "a reserved group id"));
+    }
+    let ty = match gm.type_ {
+        g::TYPE_ALL => GroupType::All,
+        g::TYPE_SELECT => GroupType::Select,
+        g::TYPE_INDIRECT => GroupType::Indirect,
+        g::TYPE_FF => GroupType::FastFailover,
+        _ => return Err(gerr(gmfc::BAD_TYPE, "an unknown group type")),
+    };
+    let mut buckets = Vec::with_capacity(gm.buckets.len());
+    for b in &gm.buckets {
+        let watch_port = match b.watch_port {
+            OFPP_ANY => None,
+            p => Some(
+                ports
+                    .name(p)
+                    .ok_or(gerr(
+                        gmfc::BAD_WATCH,
+                        "watch_port is no port of this bridge",
+                    ))?
+                    .to_string(),
+            ),
+        };
+        let watch_group = (b.watch_group != OFPG_ANY).then_some(b.watch_group);
+        if ty == GroupType::FastFailover && watch_port.is_none() && watch_group.is_none() {
+            return Err(gerr(
+                gmfc::BAD_WATCH,
+                "a fast_failover bucket watches neither a port nor a group",
+            ));
+        }
+        if ty != GroupType::Select && b.weight != 0 {
+            return Err(gerr(
+                gmfc::WEIGHT_UNSUPPORTED,
+                "a weight in a bucket of a group that is not select",
+            ));
+        }
+        let mut actions = Vec::with_capacity(b.actions.len());
+        for a in &b.actions {
+            actions.push(action_from_of(a, ports)?);
+        }
+        buckets.push(BucketSpec {
+            weight: b.weight,
+            watch_port,
+            watch_group,
+            actions,
+        });
+    }
+    if ty == GroupType::Indirect && buckets.len() != 1 {
+        return Err(gerr(
+            gmfc::INVALID_GROUP,
+            "an indirect group has exactly one bucket",
+        ));
+    }
+    let spec = GroupSpec {
+        id: gm.group_id,
+        ty,
+        buckets,
+    };
+    if spec.chained().any(|c| c == spec.id) {
+        return Err(gerr(gmfc::LOOP, "a bucket sends to its own group"));
+    }
+    // What OpenFlow installs is saved as text: it must parse back to itself.
+    match ferrovs_flow::parse_group(&spec.to_string()) {
+        Ok(back) if back == spec => Ok(spec),
+        _ => Err(err(
+            et::BAD_ACTION,
+            bac::BAD_TYPE,
+            "a bucket action with no text form",
+        )),
+    }
+}
+
+/// A group as `ofp_group_desc`.
+pub fn group_desc(spec: &GroupSpec, ports: &PortMap) -> GroupDesc {
+    use ferrovs_openflow::message::group as g;
+    let type_ = match spec.ty {
+        GroupType::All => g::TYPE_ALL,
+        GroupType::Select => g::TYPE_SELECT,
+        GroupType::Indirect => g::TYPE_INDIRECT,
+        GroupType::FastFailover => g::TYPE_FF,
+    };
+    let buckets = spec
+        .buckets
+        .iter()
+        .map(|b| {
+            let as_rule = FlowSpec {
+                table: 0,
+                priority: 0,
+                cookie: 0,
+                idle_timeout: 0,
+                hard_timeout: 0,
+                in_port: None,
+                m: Match::catchall(),
+                actions: b.actions.clone(),
+            };
+            let actions = instructions_to_of(&as_rule, ports)
+                .into_iter()
+                .flat_map(|i| match i {
+                    Instruction::ApplyActions(v) => v,
+                    _ => Vec::new(),
+                })
+                .collect();
+            Bucket {
+                weight: b.weight,
+                watch_port: b
+                    .watch_port
+                    .as_deref()
+                    .and_then(|n| ports.number(n))
+                    .unwrap_or(OFPP_ANY),
+                watch_group: b.watch_group.unwrap_or(OFPG_ANY),
+                actions,
+            }
+        })
+        .collect();
+    GroupDesc {
+        type_,
+        group_id: spec.id,
+        buckets,
+    }
+}
+
+/// Applies a GROUP_MOD to `rules` (all or nothing); deleting a group deletes the rules that
+/// send to it (as OVS). Deleting a group that does not exist is no error.
+pub fn apply_group_mod(
+    rules: &mut BridgeRules,
+    gm: &GroupMod,
+    ports: &PortMap,
+) -> Result<(), OfError> {
+    use ferrovs_openflow::message::group as g;
+    let gerr = |code, reason| err(et::GROUP_MOD_FAILED, code, reason);
+    let map = |e: GroupError| match e {
+        GroupError::Exists(_) => gerr(gmfc::GROUP_EXISTS, "the group exists"),
+        GroupError::Unknown(_) => gerr(gmfc::UNKNOWN_GROUP, "no such group"),
+        GroupError::UnknownChained { .. } => bad_out_group(),
+        GroupError::Loop(_) => gerr(gmfc::LOOP, "the group's buckets lead back to it"),
+        GroupError::TooDeep { .. } => gerr(gmfc::CHAINING_UNSUPPORTED, "groups chained too deep"),
+    };
+    match gm.command {
+        g::ADD => rules.add_group(group_from_of(gm, ports)?).map_err(map),
+        g::MODIFY => {
+            if !rules.groups().contains_key(&gm.group_id) {
+                return Err(gerr(gmfc::UNKNOWN_GROUP, "no such group"));
+            }
+            rules.mod_group(group_from_of(gm, ports)?).map_err(map)
+        }
+        g::DELETE => {
+            if gm.group_id == OFPG_ALL {
+                rules.del_groups(None);
+            } else if gm.group_id <= OFPG_MAX {
+                rules.del_groups(Some(gm.group_id));
+            }
+            Ok(())
+        }
+        _ => Err(gerr(gmfc::BAD_COMMAND, "an unknown group-mod command")),
+    }
+}
+
+/// `ofp_group_stats` of every group (`group_id`: one, or `OFPG_ALL`).
+pub fn group_stats(rules: &BridgeRules, group_id: u32) -> Vec<OfGroupStats> {
+    rules
+        .groups()
+        .values()
+        .filter(|g| group_id == OFPG_ALL || g.spec.id == group_id)
+        .map(|g| {
+            let d = g.installed.elapsed();
+            let refs = rules
+                .rules()
+                .iter()
+                .filter(|r| crate::flows::rule_groups(&r.spec).contains(&g.spec.id))
+                .count();
+            OfGroupStats {
+                group_id: g.spec.id,
+                ref_count: refs as u32,
+                packet_count: g.stats.group.packets.load(Relaxed),
+                byte_count: g.stats.group.bytes.load(Relaxed),
+                duration_sec: d.as_secs() as u32,
+                duration_nsec: d.subsec_nanos(),
+                bucket_stats: g
+                    .stats
+                    .buckets
+                    .iter()
+                    .map(|b| Counter {
+                        packet_count: b.packets.load(Relaxed),
+                        byte_count: b.bytes.load(Relaxed),
+                    })
+                    .collect(),
+            }
+        })
+        .collect()
+}
+
+/// What the group table supports (`ofp_group_features`).
+pub fn group_features() -> GroupFeatures {
+    // OFPAT_OUTPUT, COPY_TTL_*, ..: the bits of the actions a bucket may hold.
+    let acts: u32 = (1 << 0) // output
+        | (1 << 17) // push_vlan
+        | (1 << 18) // pop_vlan
+        | (1 << 21) // set_queue
+        | (1 << 22) // group
+        | (1 << 23) // set_nw_ttl
+        | (1 << 24) // dec_nw_ttl
+        | (1 << 25); // set_field
+    GroupFeatures {
+        types: 0b1111,
+        // OFPGFC_SELECT_WEIGHT | SELECT_LIVENESS | CHAINING
+        capabilities: 1 | 2 | 4,
+        max_groups: [MAX_GROUPS; 4],
+        actions: [acts; 4],
+    }
+}
+
+/// Most groups of each type a bridge has.
+pub const MAX_GROUPS: u32 = 65_536;
+
 /// Applies a FLOW_MOD to `rules`: all or nothing.
 pub fn apply_flow_mod(
     rules: &mut BridgeRules,
@@ -651,6 +941,9 @@ pub fn apply_flow_mod(
     match fm.command {
         fc::ADD => {
             let spec = rule_from_flow_mod(fm, ports)?;
+            if rules.missing_group(&spec).is_some() {
+                return Err(bad_out_group());
+            }
             if fm.flags & ff::CHECK_OVERLAP != 0 && overlaps(rules, &spec) {
                 return Err(err(
                     et::FLOW_MOD_FAILED,
@@ -672,6 +965,9 @@ pub fn apply_flow_mod(
         fc::MODIFY | fc::MODIFY_STRICT => {
             let strict = fm.command == fc::MODIFY_STRICT;
             let spec = rule_from_flow_mod(fm, ports)?;
+            if rules.missing_group(&spec).is_some() {
+                return Err(bad_out_group());
+            }
             let sel = Selector::new(
                 fm.table_id,
                 strict.then_some(fm.priority),

@@ -273,7 +273,6 @@ fn what_the_pipeline_lacks_is_refused_with_its_code() {
     let ip = x(Of::EthType, 0x0800);
     let v6 = x(Of::EthType, 0x86dd);
     let fields = [
-        vec![Oxm::masked(Of::Metadata, 1, 1)],
         vec![x(Of::InPhyPort, 1), x(Of::InPort, 1)],
         vec![ip.clone(), x(Of::IpEcn, 1)],
         vec![x(Of::EthType, 0x0806), x(Of::ArpSha, 1)],
@@ -292,7 +291,6 @@ fn what_the_pipeline_lacks_is_refused_with_its_code() {
     let f = fm(fc::ADD, 0, 1, vec![], vec![out(9)]);
     assert_eq!(refusal(&f), (et::BAD_ACTION, bac::BAD_OUT_PORT));
     for a in [
-        Action::DecNwTtl,
         Action::CopyTtlIn,
         Action::CopyTtlOut,
         Action::SetMplsTtl(3),
@@ -305,10 +303,10 @@ fn what_the_pipeline_lacks_is_refused_with_its_code() {
         let f = fm(fc::ADD, 0, 1, vec![], vec![a.clone()]);
         assert_eq!(refusal(&f), (et::BAD_ACTION, bac::BAD_TYPE), "{a:?}");
     }
-    let f = fm(fc::ADD, 0, 1, vec![], vec![Action::SetQueue(1)]);
-    assert_eq!(refusal(&f), (et::BAD_ACTION, bac::BAD_QUEUE));
+    // A group the bridge does not have.
     let f = fm(fc::ADD, 0, 1, vec![], vec![Action::Group(1)]);
-    assert_eq!(refusal(&f), (et::BAD_ACTION, bac::BAD_OUT_GROUP));
+    let e = apply_flow_mod(&mut BridgeRules::new(), &f, &ports()).unwrap_err();
+    assert_eq!((e.type_, e.code), (et::BAD_ACTION, bac::BAD_OUT_GROUP));
     let f = fm(fc::ADD, 0, 1, vec![], vec![Action::PushVlan(0x88a8)]);
     assert_eq!(refusal(&f), (et::BAD_ACTION, bac::BAD_ARGUMENT));
     let f = fm(
@@ -331,19 +329,8 @@ fn what_the_pipeline_lacks_is_refused_with_its_code() {
     // Instructions.
     for (i, want) in [
         (
-            Instruction::WriteActions(vec![out(1)]),
-            (et::BAD_INSTRUCTION, bic::UNSUP_INST),
-        ),
-        (
-            Instruction::ClearActions,
-            (et::BAD_INSTRUCTION, bic::UNSUP_INST),
-        ),
-        (
-            Instruction::WriteMetadata {
-                metadata: 1,
-                mask: 1,
-            },
-            (et::BAD_INSTRUCTION, bic::UNSUP_INST),
+            Instruction::GotoTable(255),
+            (et::BAD_INSTRUCTION, bic::BAD_TABLE_ID),
         ),
         (
             Instruction::GotoTable(254),
@@ -358,6 +345,174 @@ fn what_the_pipeline_lacks_is_refused_with_its_code() {
     assert_eq!(refusal(&f), (et::FLOW_MOD_FAILED, fmfc::BAD_TABLE_ID));
     let _ = mmfc::UNKNOWN_METER;
     let _ = gmfc::OUT_OF_GROUPS;
+}
+
+/// The action set, metadata and TTL actions map to the CLI's rule and back.
+#[test]
+fn action_set_metadata_and_ttl_map_to_the_cli_rule() {
+    let ip = x(Of::EthType, 0x0800);
+    let mut f = fm(
+        fc::ADD,
+        1,
+        5,
+        vec![ip, Oxm::masked(Of::Metadata, 1, 0xff)],
+        vec![Action::DecNwTtl, Action::SetQueue(3), out(1)],
+    );
+    f.instructions.extend([
+        Instruction::WriteMetadata {
+            metadata: 0x20,
+            mask: 0xf0,
+        },
+        Instruction::WriteActions(vec![Action::SetField(x(Of::Ipv4Dst, 0x0a00_0001)), out(2)]),
+        Instruction::ClearActions,
+        Instruction::GotoTable(3),
+    ]);
+    same_as_cli(
+        &f,
+        "table=1,priority=5,ip,metadata=0x1/0xff actions=dec_ttl,set_queue:3,output:vm1,\
+         clear_actions,write_actions(mod_nw_dst:10.0.0.1,output:vm2),\
+         write_metadata:0x20/0xf0,goto_table:3",
+    );
+    // An instruction twice is refused.
+    let mut f = fm(fc::ADD, 0, 1, vec![], vec![]);
+    f.instructions = vec![Instruction::ClearActions, Instruction::ClearActions];
+    assert_eq!(refusal(&f), (et::BAD_INSTRUCTION, bic::UNSUP_INST));
+}
+
+fn gm(command: u16, type_: u8, id: u32, buckets: Vec<Bucket>) -> GroupMod {
+    GroupMod {
+        command,
+        type_,
+        group_id: id,
+        buckets,
+    }
+}
+
+fn bucket(weight: u16, watch_port: u32, actions: Vec<Action>) -> Bucket {
+    Bucket {
+        weight,
+        watch_port,
+        watch_group: OFPG_ANY,
+        actions,
+    }
+}
+
+/// GROUP_MOD: each type maps to the CLI's group and back; every refusal has OVS's code;
+/// deleting a group deletes the rules that use it.
+#[test]
+fn group_mods_apply_with_ovs_errors() {
+    use ferrovs_openflow::message::group as g;
+    let mut r = BridgeRules::new();
+    let code = |r: &mut BridgeRules, m: &GroupMod| {
+        let e = apply_group_mod(r, m, &ports()).unwrap_err();
+        (e.type_, e.code)
+    };
+    let all = gm(
+        g::ADD,
+        g::TYPE_ALL,
+        1,
+        vec![
+            bucket(0, OFPP_ANY, vec![out(1)]),
+            bucket(
+                0,
+                OFPP_ANY,
+                vec![Action::SetField(x(Of::EthDst, 0x0200_0000_0009)), out(2)],
+            ),
+        ],
+    );
+    apply_group_mod(&mut r, &all, &ports()).unwrap();
+    let spec = &r.groups()[&1].spec;
+    assert_eq!(
+        spec.to_string(),
+        "group_id=1,type=all,bucket=actions=output:vm1,bucket=actions=mod_dl_dst:02:00:00:00:00:09,output:vm2"
+    );
+    assert_eq!(group_desc(spec, &ports()).buckets, all.buckets);
+    assert_eq!(
+        code(&mut r, &all),
+        (et::GROUP_MOD_FAILED, gmfc::GROUP_EXISTS)
+    );
+    let ff = gm(
+        g::ADD,
+        g::TYPE_FF,
+        2,
+        vec![bucket(0, OFPP_ANY, vec![out(1)])],
+    );
+    assert_eq!(code(&mut r, &ff), (et::GROUP_MOD_FAILED, gmfc::BAD_WATCH));
+    let ff = gm(g::ADD, g::TYPE_FF, 2, vec![bucket(0, 9, vec![out(1)])]);
+    assert_eq!(code(&mut r, &ff), (et::GROUP_MOD_FAILED, gmfc::BAD_WATCH));
+    let ind = gm(g::ADD, g::TYPE_INDIRECT, 3, vec![]);
+    assert_eq!(
+        code(&mut r, &ind),
+        (et::GROUP_MOD_FAILED, gmfc::INVALID_GROUP)
+    );
+    let bad = gm(g::ADD, 7, 3, vec![]);
+    assert_eq!(code(&mut r, &bad), (et::GROUP_MOD_FAILED, gmfc::BAD_TYPE));
+    let w = gm(
+        g::ADD,
+        g::TYPE_ALL,
+        3,
+        vec![bucket(5, OFPP_ANY, vec![out(1)])],
+    );
+    assert_eq!(
+        code(&mut r, &w),
+        (et::GROUP_MOD_FAILED, gmfc::WEIGHT_UNSUPPORTED)
+    );
+    let own = gm(
+        g::ADD,
+        g::TYPE_INDIRECT,
+        3,
+        vec![bucket(0, OFPP_ANY, vec![Action::Group(3)])],
+    );
+    assert_eq!(code(&mut r, &own), (et::GROUP_MOD_FAILED, gmfc::LOOP));
+    let chained = gm(
+        g::ADD,
+        g::TYPE_INDIRECT,
+        3,
+        vec![bucket(0, OFPP_ANY, vec![Action::Group(8)])],
+    );
+    assert_eq!(code(&mut r, &chained), (et::BAD_ACTION, bac::BAD_OUT_GROUP));
+    let res = gm(g::ADD, g::TYPE_ALL, 0xffff_fff0, vec![]);
+    assert_eq!(
+        code(&mut r, &res),
+        (et::GROUP_MOD_FAILED, gmfc::INVALID_GROUP)
+    );
+    let m = gm(g::MODIFY, g::TYPE_ALL, 5, vec![]);
+    assert_eq!(
+        code(&mut r, &m),
+        (et::GROUP_MOD_FAILED, gmfc::UNKNOWN_GROUP)
+    );
+    let c = gm(9, g::TYPE_ALL, 5, vec![]);
+    assert_eq!(code(&mut r, &c), (et::GROUP_MOD_FAILED, gmfc::BAD_COMMAND));
+    // Chains: 3 -> 1 is fine; modifying 1 to send to 3 is a loop.
+    let to1 = gm(
+        g::ADD,
+        g::TYPE_INDIRECT,
+        3,
+        vec![bucket(0, OFPP_ANY, vec![Action::Group(1)])],
+    );
+    apply_group_mod(&mut r, &to1, &ports()).unwrap();
+    let back = gm(
+        g::MODIFY,
+        g::TYPE_ALL,
+        1,
+        vec![bucket(0, OFPP_ANY, vec![Action::Group(3)])],
+    );
+    assert_eq!(code(&mut r, &back), (et::GROUP_MOD_FAILED, gmfc::LOOP));
+    // A rule using group 1; out_group selects it; deleting group 1 deletes it.
+    let f = fm(fc::ADD, 0, 5, vec![], vec![Action::Group(1)]);
+    apply_flow_mod(&mut r, &f, &ports()).unwrap();
+    // The rules that send to it (as OVS: group 3's chaining is not counted).
+    assert_eq!(group_stats(&r, 1)[0].ref_count, 1);
+    assert_eq!(group_stats(&r, OFPG_ALL).len(), 2);
+    let n = r.len();
+    apply_group_mod(&mut r, &gm(g::DELETE, 0, 1, vec![]), &ports()).unwrap();
+    assert_eq!(r.len(), n - 1);
+    assert!(!r.groups().contains_key(&1));
+    // Deleting what does not exist is no error; OFPG_ALL deletes every group.
+    apply_group_mod(&mut r, &gm(g::DELETE, 0, 77, vec![]), &ports()).unwrap();
+    apply_group_mod(&mut r, &gm(g::DELETE, 0, OFPG_ALL, vec![]), &ports()).unwrap();
+    assert!(r.groups().is_empty());
+    assert_eq!(group_features().types, 0xf);
 }
 
 #[test]

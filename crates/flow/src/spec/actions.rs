@@ -5,17 +5,53 @@
 use crate::key::{Field, ETH_IPV4, ETH_IPV6, IP_TCP, IP_UDP};
 use crate::matching::Match;
 
-use super::values::{ipv4, ipv6, mac, num, port_name};
+use super::values::{ipv4, ipv6, mac, num, port_name, tokens, with_mask};
 use super::{ActionSpec, ParseError};
 
 pub(super) fn parse_action(a: &str, table: u8, m: &Match) -> Result<ActionSpec, ParseError> {
-    let (name, arg) = match a.split_once(':') {
-        Some((n, v)) => (n, Some(v)),
-        None => match a.split_once('(') {
-            Some((n, v)) => (n, Some(v.trim_end_matches(')'))),
-            None => (a, None),
-        },
+    parse_action_in(a, table, Some(m))
+}
+
+/// An action of a group's bucket: no rule, so no match to check rewrites against (a rewrite
+/// of a header the packet lacks does nothing, as in OVS), and no instructions.
+pub(super) fn parse_bucket_action(a: &str) -> Result<ActionSpec, ParseError> {
+    let act = parse_action_in(a, 0, None)?;
+    if act.instruction_rank() != 0 {
+        return Err(ParseError::Invalid(format!(
+            "{}: instructions are for rules, not group buckets",
+            act.instruction_name()
+        )));
+    }
+    Ok(act)
+}
+
+/// Whether `a` may be written into the action set (`write_actions(...)`).
+fn settable(a: &ActionSpec) -> bool {
+    !matches!(
+        a,
+        ActionSpec::Drop
+            | ActionSpec::Mirror(_)
+            | ActionSpec::GotoTable(_)
+            | ActionSpec::WriteActions(_)
+            | ActionSpec::ClearActions
+            | ActionSpec::WriteMetadata { .. }
+    )
+}
+
+fn parse_action_in(a: &str, table: u8, m: Option<&Match>) -> Result<ActionSpec, ParseError> {
+    let colon = a.find(':');
+    let paren = a.find('(');
+    let (name, arg) = match (colon, paren) {
+        (Some(c), p) if p.is_none_or(|p| c < p) => (&a[..c], Some(&a[c + 1..])),
+        (_, Some(p)) => {
+            let rest = &a[p + 1..];
+            (&a[..p], Some(rest.strip_suffix(')').unwrap_or(rest)))
+        }
+        _ => (a, None),
     };
+    let lenient = m.is_none();
+    let catchall = Match::catchall();
+    let m = m.unwrap_or(&catchall);
     let lname = name.to_ascii_lowercase();
     let need = |what: &'static str| {
         arg.filter(|x| !x.is_empty())
@@ -26,7 +62,7 @@ pub(super) fn parse_action(a: &str, table: u8, m: &Match) -> Result<ActionSpec, 
     let (pr, prm) = m.field(Field::IpProto);
     let proto = (prm != 0).then_some(pr as u8);
     let require = |ok: bool, what: &str| {
-        if ok {
+        if ok || lenient {
             Ok(())
         } else {
             Err(ParseError::Invalid(format!(
@@ -97,6 +133,48 @@ pub(super) fn parse_action(a: &str, table: u8, m: &Match) -> Result<ActionSpec, 
                 )));
             }
             ActionSpec::PushVlan(tpid)
+        }
+        ("clear_actions", None) => ActionSpec::ClearActions,
+        ("dec_ttl", None) => ActionSpec::DecTtl,
+        ("mod_nw_ttl", _) => {
+            require(matches!(ty, Some(ETH_IPV4 | ETH_IPV6)), "ip or ipv6")?;
+            ActionSpec::SetField(Field::IpTtl, num(name, need("a TTL")?, 255)?)
+        }
+        ("set_queue", _) => {
+            ActionSpec::SetQueue(num(name, need("a queue id")?, u128::from(u32::MAX))? as u32)
+        }
+        ("group", _) => {
+            let g = num(name, need("a group id")?, u128::from(super::OFPG_MAX))? as u32;
+            ActionSpec::Group(g)
+        }
+        ("write_metadata", _) => {
+            let v = need("VALUE[/MASK]")?;
+            let (value, mask) = with_mask(name, v, u128::from(u64::MAX), |s| {
+                num(name, s, u128::from(u64::MAX))
+            })?;
+            ActionSpec::WriteMetadata {
+                value: value as u64,
+                mask: mask as u64,
+            }
+        }
+        ("write_actions", _) => {
+            if lenient {
+                return Err(ParseError::Invalid(
+                    "write_actions: instructions are for rules, not group buckets".into(),
+                ));
+            }
+            let inner = arg.unwrap_or("");
+            let mut set = Vec::new();
+            for x in tokens(inner) {
+                let act = parse_action_in(x.trim(), table, Some(m))?;
+                if !settable(&act) {
+                    return Err(ParseError::Invalid(format!(
+                        "write_actions: '{x}' cannot be in the action set"
+                    )));
+                }
+                set.push(act);
+            }
+            ActionSpec::WriteActions(set)
         }
         ("set_tunnel" | "set_tunnel64", _) => {
             ActionSpec::SetTunnel(num(name, need("a tunnel id")?, u128::from(u64::MAX))? as u64)
@@ -203,4 +281,11 @@ const KEYWORD_ACTIONS: &[&str] = &[
     "controller",
     "local",
     "meter",
+    "group",
+    "dec_ttl",
+    "mod_nw_ttl",
+    "set_queue",
+    "write_actions",
+    "clear_actions",
+    "write_metadata",
 ];

@@ -201,6 +201,12 @@ fn match_token(p: &mut Parsed, name: &str, value: Option<&str>) -> Result<(), Pa
             let op = num(name, v, 0xffff)?;
             field(Field::ArpOp, op, 0xffff);
         }
+        "metadata" => {
+            let (a, m) = with_mask(name, v, u128::from(u64::MAX), |s| {
+                num(name, s, u128::from(u64::MAX))
+            })?;
+            field(Field::Metadata, a, m);
+        }
         "tun_id" | "tunnel_id" => {
             let (a, m) = with_mask(name, v, u128::from(u64::MAX), |s| {
                 num(name, s, u128::from(u64::MAX))
@@ -265,6 +271,7 @@ const FIELD_NAMES: &[&str] = &[
     "arp_op",
     "tun_id",
     "tunnel_id",
+    "metadata",
     "tun_src",
     "tun_dst",
 ];

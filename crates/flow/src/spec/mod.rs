@@ -28,11 +28,13 @@ use crate::matching::Match;
 use crate::Field;
 
 mod actions;
+mod groups;
 mod matches;
 mod print;
 mod values;
 
 use actions::parse_action;
+pub use groups::{parse_group, BucketSpec, GroupSpec, GroupType, OFPG_MAX};
 use matches::parse_match_part;
 use values::tokens;
 
@@ -65,6 +67,48 @@ pub enum ActionSpec {
     Controller {
         max_len: u16,
     },
+    /// Process the packet through a group (`group:N`).
+    Group(u32),
+    /// Decrement the IPv4 TTL / IPv6 hop limit; at 0 or 1 the packet is dropped.
+    DecTtl,
+    /// Accepted and ignored (ferrovs has no output queues), as `set_queue` on a port without
+    /// QoS in OVS.
+    SetQueue(u32),
+    /// The instruction `write_actions(...)`: merged into the action set, executed when the
+    /// pipeline ends.
+    WriteActions(Vec<ActionSpec>),
+    /// The instruction `clear_actions`: empties the action set.
+    ClearActions,
+    /// The instruction `write_metadata:V/M`.
+    WriteMetadata {
+        value: u64,
+        mask: u64,
+    },
+}
+
+impl ActionSpec {
+    /// The OpenFlow instruction an action belongs to, in the order instructions must come:
+    /// 0 apply-actions, 1 clear_actions, 2 write_actions, 3 write_metadata, 4 goto_table.
+    pub fn instruction_rank(&self) -> u8 {
+        match self {
+            ActionSpec::ClearActions => 1,
+            ActionSpec::WriteActions(_) => 2,
+            ActionSpec::WriteMetadata { .. } => 3,
+            ActionSpec::GotoTable(_) => 4,
+            _ => 0,
+        }
+    }
+
+    /// The instruction's name, for messages.
+    pub fn instruction_name(&self) -> &'static str {
+        match self.instruction_rank() {
+            1 => "clear_actions",
+            2 => "write_actions",
+            3 => "write_metadata",
+            4 => "goto_table",
+            _ => "apply_actions",
+        }
+    }
 }
 
 /// A rule as written.
@@ -141,6 +185,18 @@ pub fn parse_flow(s: &str) -> Result<FlowSpec, ParseError> {
         return Err(ParseError::Invalid(
             "goto_table must be the last action, once".into(),
         ));
+    }
+    let mut last = 0u8;
+    for a in &actions {
+        let r = a.instruction_rank();
+        if r < last || (r == last && r != 0) {
+            return Err(ParseError::Invalid(format!(
+                "instruction {} may not follow the instruction before it \
+                 (order: actions, clear_actions, write_actions, write_metadata, goto_table; each once)",
+                a.instruction_name()
+            )));
+        }
+        last = r;
     }
     Ok(FlowSpec {
         table,

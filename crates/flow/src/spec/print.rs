@@ -159,6 +159,13 @@ fn fmt_match(out: &mut Vec<String>, m: &Match) {
             format!("{v:#x}/{mk:#x}")
         }
     });
+    put("metadata", Field::Metadata, &|v, mk| {
+        if mk == Field::Metadata.full() {
+            format!("{v:#x}")
+        } else {
+            format!("{v:#x}/{mk:#x}")
+        }
+    });
     put("tun_src", Field::TunSrc, &fmt_ipv4);
     put("tun_dst", Field::TunDst, &fmt_ipv4);
 }
@@ -195,6 +202,21 @@ impl fmt::Display for ActionSpec {
             ActionSpec::GotoTable(t) => write!(f, "goto_table:{t}"),
             ActionSpec::Meter(m) => write!(f, "meter:{m}"),
             ActionSpec::Controller { max_len } => write!(f, "CONTROLLER:{max_len}"),
+            ActionSpec::Group(g) => write!(f, "group:{g}"),
+            ActionSpec::DecTtl => write!(f, "dec_ttl"),
+            ActionSpec::SetQueue(q) => write!(f, "set_queue:{q}"),
+            ActionSpec::ClearActions => write!(f, "clear_actions"),
+            ActionSpec::WriteMetadata { value, mask } => {
+                if *mask == u64::MAX {
+                    write!(f, "write_metadata:{value:#x}")
+                } else {
+                    write!(f, "write_metadata:{value:#x}/{mask:#x}")
+                }
+            }
+            ActionSpec::WriteActions(v) => {
+                let v: Vec<String> = v.iter().map(|a| a.to_string()).collect();
+                write!(f, "write_actions({})", v.join(","))
+            }
         }
     }
 }
