@@ -280,8 +280,12 @@ fn ovs_ofctl_programs_ferrovs_as_it_programs_ovs() {
             .contains("priority=77,udp,tp_dst=9 actions=output:vm2"),
         "{cli_dump}"
     );
-    let saved = std::fs::read_to_string(dir.join("ferrovs.conf.json")).unwrap();
-    assert!(saved.contains("priority=77,udp,tp_dst=9"), "{saved}");
+    // (Written on the daemon's next tick, not per FLOW_MOD.)
+    wait_until("the rule in the saved configuration", 5, || {
+        std::fs::read_to_string(dir.join("ferrovs.conf.json"))
+            .unwrap()
+            .contains("priority=77,udp,tp_dst=9")
+    });
     // And survive a hot upgrade (the new daemon takes the socket over).
     let _stop = StopCurrent(dir.clone());
     upgrade(&dir, &[]).expect("upgrade");

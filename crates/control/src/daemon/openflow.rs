@@ -658,8 +658,6 @@ impl Daemon {
                     self.of_refuse(c, e, msg);
                 }
             }
-            // Deleting meters that do not exist is no error (OpenFlow 1.3).
-            Message::MeterMod(m) if m.command == ferrovs_openflow::message::meter::DELETE => {}
             Message::MeterMod(mm) => {
                 if let Err(e) = self.of_meter_mod(&c.bridge, &mm) {
                     self.of_refuse(c, e, msg)

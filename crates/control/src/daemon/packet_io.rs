@@ -262,7 +262,7 @@ impl Daemon {
                 &[Instruction::ApplyActions(po.actions.clone())],
                 &ports,
             )?;
-            PacketOutActions::Actions(self.packet_out_actions(specs, &po.data, &inp))
+            PacketOutActions::Actions(self.packet_out_actions(bridge, specs, &po.data, &inp)?)
         };
         if po.data.len() < 14 {
             // Not even an Ethernet header: nothing a port could send.
@@ -291,12 +291,14 @@ impl Daemon {
 
     /// The datapath actions of a packet-out's `specs` on `data` received on `inp`: the
     /// translation of a one-rule pipeline (the same semantics as a rule's actions).
+    /// Its groups are the bridge's: one it lacks → `OFPBAC_BAD_OUT_GROUP` (as OVS).
     fn packet_out_actions(
         &self,
+        bridge: &str,
         specs: Vec<ActionSpec>,
         data: &[u8],
         inp: &Port,
-    ) -> Vec<ferrovs_flow::DpAction> {
+    ) -> Result<Vec<ferrovs_flow::DpAction>, OfError> {
         let spec = FlowSpec {
             table: 0,
             priority: 1,
@@ -307,11 +309,24 @@ impl Daemon {
             m: Match::catchall(),
             actions: specs,
         };
+        let rules = &self.bridges[bridge].rules;
+        if rules.missing_group(&spec).is_some() {
+            return Err(OfError::new(
+                et::BAD_ACTION,
+                bac::BAD_OUT_GROUP,
+                "packet-out: a group this bridge does not have",
+            ));
+        }
         let resolve = |name: &str| self.ports.get(name).map(|p| p.id);
-        let p = Pipeline::build([(&spec, Arc::new(RuleStats::default()))], &resolve);
+        let p = Pipeline::build_with_groups(
+            [(&spec, Arc::new(RuleStats::default()))],
+            rules.groups().values().map(|g| (&g.spec, g.stats.clone())),
+            &resolve,
+            &|_| true,
+        );
         let mut key = FlowKey::default();
         key.extract_into(data, inp.id, None);
-        p.translate(&key).actions
+        Ok(p.translate(&key).actions)
     }
 
     /// Before a FLOW_MOD: the rules a delete may remove that asked for a FLOW_REMOVED
