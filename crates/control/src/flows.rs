@@ -254,6 +254,22 @@ impl BridgeRules {
         self.bound_log();
     }
 
+    /// Sets the OUTPUT `max_len`s a rule was given (OpenFlow; reported in flow stats, not
+    /// part of the pipeline: nothing to rebuild), found through the key index.
+    pub fn set_output_max_len(&mut self, spec: &FlowSpec, lens: Vec<u16>) {
+        let rules = &self.rules;
+        let index = self.index.get_or_insert_with(|| {
+            rules
+                .iter()
+                .enumerate()
+                .map(|(i, r)| (rule_key(&r.spec), i))
+                .collect()
+        });
+        if let Some(&i) = index.get(&rule_key(spec)) {
+            self.rules[i].output_max_len = lens;
+        }
+    }
+
     /// Each rule's install time, to set (a hot upgrade keeps the old daemon's); the rules
     /// themselves do not change.
     pub fn rules_installed_mut(&mut self) -> impl Iterator<Item = &mut Instant> {

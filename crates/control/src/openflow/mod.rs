@@ -951,14 +951,10 @@ pub fn apply_flow_mod(
                     "overlaps a rule of the same priority",
                 ));
             }
-            let key = (spec.table, spec.priority, spec.in_port.clone(), spec.m);
-            rules.add(vec![spec]);
             let lens = output_max_lens(&fm.instructions);
-            if let Some(r) = rules.rules_mut().iter_mut().find(|r| {
-                (r.spec.table, r.spec.priority, &r.spec.in_port, r.spec.m)
-                    == (key.0, key.1, &key.2, key.3)
-            }) {
-                r.output_max_len = lens;
+            rules.add(vec![spec.clone()]);
+            if !lens.is_empty() {
+                rules.set_output_max_len(&spec, lens);
             }
             Ok(Applied::Added)
         }

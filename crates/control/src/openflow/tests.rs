@@ -790,3 +790,27 @@ fn output_to_the_controller_is_a_controller_action_with_its_max_len() {
         }])]
     );
 }
+
+/// A FLOW_MOD add keeps the rules' change log (the next pipeline is the published one with
+/// this rule added, not a build of every rule: bench/openflow.sh's one FLOW_MOD per barrier),
+/// also when it records the OUTPUT max_len.
+#[test]
+fn an_add_stays_incremental() {
+    let p = ports();
+    let mut r = BridgeRules::from_texts(&[]).unwrap();
+    r.take_changes();
+    let add = fm(
+        fc::ADD,
+        0,
+        10,
+        vec![x(Of::InPort, 1)],
+        vec![Action::Output {
+            port: 2,
+            max_len: 0xffe5,
+        }],
+    );
+    apply_flow_mod(&mut r, &add, &p).unwrap();
+    let log = r.take_changes().expect("a change log, not a full rebuild");
+    assert_eq!(log.len(), 1);
+    assert_eq!(r.rules()[0].output_max_len, [0xffe5]);
+}
