@@ -399,3 +399,28 @@ pub fn pcap_frames(path: &Path) -> Vec<(usize, Vec<u8>)> {
     }
     out
 }
+
+/// `ovs-ofctl -O OpenFlow13 CMD unix:SOCK ARGS` (options among `args`, `--strict` and the
+/// like, go before the command): (success, stdout, stderr).
+pub fn ofctl(sock: &Path, cmd: &str, args: &[&str]) -> (bool, String, String) {
+    let mut c = std::process::Command::new("ovs-ofctl");
+    c.args(["-O", "OpenFlow13", "--timeout=10"]);
+    let (flags, rest): (Vec<&str>, Vec<&str>) = args.iter().partition(|a| a.starts_with("--"));
+    c.args(&flags)
+        .arg(cmd)
+        .arg(format!("unix:{}", sock.display()))
+        .args(&rest);
+    let o = c.output().expect("ovs-ofctl runs");
+    (
+        o.status.success(),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// [`ofctl`] that must succeed; its stdout.
+pub fn ofctl_ok(sock: &Path, cmd: &str, args: &[&str]) -> String {
+    let (ok, out, err) = ofctl(sock, cmd, args);
+    assert!(ok, "ovs-ofctl {cmd} {args:?} on {}: {err}", sock.display());
+    out
+}

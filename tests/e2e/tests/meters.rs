@@ -13,27 +13,6 @@ use std::time::Duration;
 
 use ferrovs_e2e::*;
 
-/// `ovs-ofctl -O OpenFlow13 CMD unix:SOCK ARGS…`: (success, stdout, stderr).
-fn ofctl(sock: &Path, cmd: &str, args: &[&str]) -> (bool, String, String) {
-    let o = Command::new("ovs-ofctl")
-        .args(["-O", "OpenFlow13", "--timeout=10", cmd])
-        .arg(format!("unix:{}", sock.display()))
-        .args(args)
-        .output()
-        .expect("ovs-ofctl runs");
-    (
-        o.status.success(),
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
-}
-
-fn ofctl_ok(sock: &Path, cmd: &str, args: &[&str]) -> String {
-    let (ok, out, err) = ofctl(sock, cmd, args);
-    assert!(ok, "ovs-ofctl {cmd} {args:?} on {}: {err}", sock.display());
-    out
-}
-
 /// A reply's entries (blocks separated by blank lines, or one a line), without the header
 /// line and durations, sorted: the two switches list meters in their own order.
 fn entries(out: &str) -> Vec<String> {

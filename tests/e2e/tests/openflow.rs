@@ -8,33 +8,9 @@
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use ferrovs_e2e::*;
-
-/// `ovs-ofctl -O OpenFlow13 CMD unix:SOCK ARGS…`: (success, stdout, stderr).
-fn ofctl(sock: &Path, cmd: &str, args: &[&str]) -> (bool, String, String) {
-    let mut c = Command::new("ovs-ofctl");
-    c.args(["-O", "OpenFlow13", "--timeout=10"]);
-    let (flags, rest): (Vec<&str>, Vec<&str>) = args.iter().partition(|a| a.starts_with("--"));
-    c.args(&flags)
-        .arg(cmd)
-        .arg(format!("unix:{}", sock.display()))
-        .args(&rest);
-    let o = c.output().expect("ovs-ofctl runs");
-    (
-        o.status.success(),
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
-}
-
-fn ofctl_ok(sock: &Path, cmd: &str, args: &[&str]) -> String {
-    let (ok, out, err) = ofctl(sock, cmd, args);
-    assert!(ok, "ovs-ofctl {cmd} {args:?} on {}: {err}", sock.display());
-    out
-}
 
 /// `dump-flows --no-stats`, one rule a line, sorted (the two switches list in their own
 /// order).

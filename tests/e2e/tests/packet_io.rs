@@ -13,26 +13,6 @@ use std::time::{Duration, Instant};
 
 use ferrovs_e2e::*;
 
-fn ofctl(sock: &Path, cmd: &str, args: &[&str]) -> (bool, String, String) {
-    let o = Command::new("ovs-ofctl")
-        .args(["-O", "OpenFlow13", "--timeout=10", cmd])
-        .arg(format!("unix:{}", sock.display()))
-        .args(args)
-        .output()
-        .expect("ovs-ofctl runs");
-    (
-        o.status.success(),
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
-}
-
-fn ofctl_ok(sock: &Path, cmd: &str, args: &[&str]) -> String {
-    let (ok, out, err) = ofctl(sock, cmd, args);
-    assert!(ok, "ovs-ofctl {cmd} {args:?} on {}: {err}", sock.display());
-    out
-}
-
 /// `ovs-ofctl -O OpenFlow13 monitor unix:SOCK 65535`, its output in `out`; killed on drop.
 struct Monitor {
     child: Child,
