@@ -99,7 +99,7 @@ impl PacketInQueue {
         action: ControllerAction,
     ) -> bool {
         let len = frame.len();
-        let Ok(mut q) = self.q.try_lock() else {
+        let Some(mut q) = self.lock_briefly() else {
             self.dropped.fetch_add(1, Ordering::Relaxed);
             return false;
         };
@@ -128,13 +128,42 @@ impl PacketInQueue {
         true
     }
 
-    /// Takes every waiting packet-in (control thread), after clearing the eventfd (a
-    /// packet-in queued after the take signals again).
-    pub fn take(&self) -> Vec<PacketIn> {
+    /// The queue's lock for a PMD: a few attempts (the control thread holds it only to swap
+    /// the queue out, [`Self::take`]), never a wait.
+    fn lock_briefly(&self) -> Option<std::sync::MutexGuard<'_, (VecDeque<PacketIn>, usize)>> {
+        for _ in 0..Self::LOCK_TRIES {
+            match self.q.try_lock() {
+                Ok(g) => return Some(g),
+                Err(std::sync::TryLockError::Poisoned(e)) => return Some(e.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) => std::hint::spin_loop(),
+            }
+        }
+        None
+    }
+
+    /// Attempts of [`Self::lock_briefly`].
+    const LOCK_TRIES: usize = 64;
+
+    /// Takes every waiting packet-in (control thread) into `buf` (which must be empty: the
+    /// caller keeps it between calls, so neither side allocates), after clearing the eventfd
+    /// (a packet-in queued after the take signals again). The lock is held for a swap only,
+    /// so a PMD's [`Self::push`] rarely finds it taken.
+    pub fn take_into(&self, buf: &mut VecDeque<PacketIn>) {
         let _ = os::drain(self.wake.as_fd());
+        buf.clear();
+        if buf.capacity() < Self::MAX_PACKETS {
+            buf.reserve(Self::MAX_PACKETS);
+        }
         let mut q = self.q.lock().unwrap_or_else(|e| e.into_inner());
         q.1 = 0;
-        q.0.drain(..).collect()
+        std::mem::swap(&mut q.0, buf);
+    }
+
+    /// Takes every waiting packet-in ([`Self::take_into`] a new buffer).
+    pub fn take(&self) -> VecDeque<PacketIn> {
+        let mut buf = VecDeque::new();
+        self.take_into(&mut buf);
+        buf
     }
 
     pub fn counters(&self) -> PacketInCounters {

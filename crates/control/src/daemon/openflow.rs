@@ -229,6 +229,8 @@ pub(super) struct OfState {
     pub(super) link_seen: HashMap<String, bool>,
     /// The datapath's packet-in queue (`packet_io`), once made.
     pub(super) packet_in: Option<Arc<ferrovs_datapath::packet_io::PacketInQueue>>,
+    /// The buffer packet-ins are taken into (kept: its capacity is reused).
+    pub(super) packet_in_buf: std::collections::VecDeque<ferrovs_datapath::packet_io::PacketIn>,
     /// Bridge → the rules added with `OFPFF_SEND_FLOW_REM` (`packet_io`).
     pub(super) send_flow_rem: HashMap<String, std::collections::HashSet<super::packet_io::RuleId>>,
 }

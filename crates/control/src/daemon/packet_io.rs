@@ -36,6 +36,8 @@ use ferrovs_openflow::{
     encode, Action, AsyncConfig, Field as Of, Instruction, Match as OfMatch, Message, OfError, Oxm,
 };
 
+use std::collections::BTreeSet;
+
 use super::openflow::{flush, OfConn, OUT_BACKLOG};
 use super::*;
 
@@ -125,17 +127,30 @@ impl Daemon {
     }
 
     /// The packet-in queue's eventfd fired: every waiting packet-in to the connections of
-    /// its bridge that receive it.
+    /// its bridge that receive it. Each connection's output is written (and its epoll
+    /// interest updated) once for the whole batch, not once per packet-in.
     pub(super) fn on_packet_in(&mut self) {
         let Some(q) = self.openflow.packet_in.clone() else {
             return;
         };
-        for p in q.take() {
-            self.of_packet_in(&p);
+        let mut touched = BTreeSet::new();
+        let mut batch = std::mem::take(&mut self.openflow.packet_in_buf);
+        q.take_into(&mut batch);
+        for p in batch.drain(..) {
+            self.of_packet_in(p, &mut touched);
+        }
+        self.openflow.packet_in_buf = batch;
+        for t in touched {
+            if let Some(c) = self.openflow.conns.get_mut(&t) {
+                let _ = flush(c);
+            }
+            self.of_rearm(t);
         }
     }
 
-    fn of_packet_in(&mut self, p: &DpPacketIn) {
+    /// Appends the PACKET_IN of `p` to the output of every connection that receives it
+    /// (their tokens into `touched`).
+    fn of_packet_in(&mut self, p: DpPacketIn, touched: &mut BTreeSet<u64>) {
         let Some((bridge, _)) = self.bridges.iter().find(|(_, b)| b.id == p.bridge) else {
             return;
         };
@@ -143,19 +158,25 @@ impl Daemon {
         let in_port = if p.in_port == CONTROLLER_PORT {
             OFPP_CONTROLLER
         } else {
-            let Some(name) = self
+            let Some(x) = self
                 .ports
                 .values()
-                .find(|x| x.id == p.in_port)
-                .map(|x| x.cfg.name.clone())
+                .find(|x| x.id == p.in_port && x.bridge == bridge)
             else {
                 return;
             };
-            match self.of_ports(&bridge).number(&name) {
-                Some(n) => n,
-                None => return,
+            if x.cfg.name == bridge {
+                OFPP_LOCAL
+            } else {
+                u32::from(x.ofport)
             }
         };
+        let receives = |c: &OfConn| {
+            c.bridge == bridge && c.receives_async(AsyncKind::PacketIn, p.action.reason)
+        };
+        if !self.openflow.conns.values().any(receives) {
+            return;
+        }
         // The pipeline fields OVS puts in a packet-in's match: in_port, and the tunnel id
         // when the packet came with one.
         let mut fields = vec![Oxm::exact(Of::InPort, u128::from(in_port))];
@@ -170,30 +191,21 @@ impl Daemon {
                 table_id: p.action.table_id,
                 cookie: p.action.cookie,
                 match_: OfMatch { fields },
-                data: p.data.clone(),
+                data: p.data,
             }),
             0,
         );
-        let tokens: Vec<u64> = self
-            .openflow
-            .conns
-            .iter()
-            .filter(|(_, c)| {
-                c.bridge == bridge && c.receives_async(AsyncKind::PacketIn, p.action.reason)
-            })
-            .map(|(t, _)| *t)
-            .collect();
-        for t in tokens {
-            if let Some(c) = self.openflow.conns.get_mut(&t) {
-                if c.out.len() >= OUT_BACKLOG {
-                    self.openflow.counters.packet_ins_unsent += 1;
-                    continue;
-                }
-                c.out.extend_from_slice(&msg);
-                self.openflow.counters.packet_ins_sent += 1;
-                let _ = flush(c);
+        for (t, c) in self.openflow.conns.iter_mut() {
+            if !receives(c) {
+                continue;
             }
-            self.of_rearm(t);
+            if c.out.len() >= OUT_BACKLOG {
+                self.openflow.counters.packet_ins_unsent += 1;
+                continue;
+            }
+            c.out.extend_from_slice(&msg);
+            self.openflow.counters.packet_ins_sent += 1;
+            touched.insert(*t);
         }
     }
 
