@@ -3,7 +3,8 @@
 #   QEMU (real guests), DPDK's testpmd (interop and the bench peer), OVS-DPDK (bench peer),
 #   a Debian kernel and busybox (the guest image), and small tools (iproute2 and ping for
 #   the kernel-port tests, conntrack and nftables for the conntrack differential test);
-#   and os-ken (PyPI, with eventlet) in a venv for its switch test tool (scripts/osken-switch-tests.sh): $OSKEN_VENV, default target/osken/venv.
+#   and os-ken (PyPI, with eventlet) in a venv for its switch test tool
+#   (scripts/osken-switch-tests.sh): $OSKEN_VENV, default target/osken/venv.
 # Runs `apt-get update` only when something is missing. Usage: scripts/deps.sh [--hugepages N]
 set -euo pipefail
 

@@ -300,3 +300,23 @@ impl Tracker {
         Ok(state.entries.len())
     }
 }
+
+#[cfg(all(test, feature = "serde"))]
+mod tests {
+    use crate::build::{Frame, Proto};
+    use crate::tuple::TCP_SYN;
+    use crate::{Config, TableState, Tracker};
+
+    #[test]
+    fn json_round_trip() {
+        let t = Tracker::new(Config::default());
+        let f = Frame::v6(1, 2, Proto::tcp(1, 2, 3, 0, TCP_SYN)).bytes();
+        t.execute(&f, 7, true, 0);
+        let s = t.export(0);
+        let j = serde_json::to_string(&s).unwrap();
+        let back: TableState = serde_json::from_str(&j).unwrap();
+        assert_eq!(back, s);
+        let u = Tracker::new(Config::default());
+        assert_eq!(u.restore(&back, 0), Ok(1));
+    }
+}

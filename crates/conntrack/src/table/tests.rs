@@ -297,3 +297,65 @@ fn concurrent_execute() {
     assert_eq!(t.flush(None), 2000);
     assert_eq!(t.counters().entries, 0);
 }
+
+/// A deterministic fuzz pass (the coverage-guided one is `fuzz/fuzz_targets/conntrack.rs`):
+/// valid frames with random bytes flipped and random truncations, through one tracker.
+#[test]
+fn mutated_frames_never_panic() {
+    let t = Tracker::new(Config {
+        shards: 4,
+        max_entries: 50,
+        default_zone_limit: Some(20),
+        ..Config::default()
+    });
+    let seeds = [
+        tcp(true, 1, 0, TCP_SYN),
+        tcp(false, 5, 2, TCP_SYN | TCP_ACK),
+        Frame::v4(
+            A,
+            B,
+            Proto::tcp(1, 2, 3, 4, TCP_SYN)
+                .options(&[2, 4, 5, 180, 4, 2, 3, 3, 7, 5, 10, 0, 0, 0, 1, 0, 0, 0, 2]),
+        )
+        .bytes(),
+        Frame::v6(1, 2, Proto::udp(1, 2, b"hello")).vlan(3).bytes(),
+        Frame::v4(
+            [9, 9, 9, 9],
+            A,
+            Proto::icmp_error(3, 3, &Frame::v4(A, B, Proto::udp(1, 2, b""))),
+        )
+        .bytes(),
+        Frame::v6(
+            2,
+            1,
+            Proto::icmp_error(1, 4, &Frame::v6(1, 2, Proto::udp(1, 2, b""))),
+        )
+        .bytes(),
+        Frame::v4(A, B, Proto::echo(true, 1, 1)).bytes(),
+    ];
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut rnd = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for i in 0..20_000u64 {
+        let mut f = seeds[(rnd() % seeds.len() as u64) as usize].clone();
+        for _ in 0..(rnd() % 4) {
+            let at = (rnd() % f.len() as u64) as usize;
+            f[at] = rnd() as u8;
+        }
+        if rnd() % 8 == 0 {
+            let n = (rnd() % (f.len() as u64 + 1)) as usize;
+            f.truncate(n);
+        }
+        let r = t.execute(&f, (rnd() % 3) as u16, rnd() % 2 == 0, i * 10);
+        assert_eq!(r.state.has(CtState::INV), r.orig.is_none());
+        if i % 1000 == 0 {
+            t.sweep(i * 10);
+        }
+    }
+    assert_eq!(t.counters().entries as usize, t.export(0).entries.len());
+    assert!(t.counters().entries <= 50);
+}
