@@ -1,6 +1,6 @@
 //! Connection tracking for ferrovs: the state of every connection a `ct()` action sees.
 //!
-//! * [`tuple`]: the connection key of a frame, parsed from untrusted bytes once;
+//! * [`mod@tuple`]: the connection key of a frame, parsed from untrusted bytes once;
 //! * [`tcp`]: TCP's state machine and window tracking with the semantics of Linux's
 //!   `nf_conntrack_proto_tcp`;
 //! * [`proto`]: UDP, ICMP/ICMPv6 and generic protocols, and the timeouts;

@@ -7,7 +7,7 @@
 //! ([`Index`]) and looked up in the per-direction transition table [`next_state`]; an
 //! *invalid* transition marks the packet invalid without changing anything, an *ignored* one
 //! lets it through without changing the state (the endpoints may be in sync while we are not),
-//! anything else must then pass [`TcpConn::in_window`] (Guido van Rooij's window checks as
+//! anything else must then pass the window checks (Guido van Rooij's, as
 //! Linux applies them: upper and lower bounds for the sequence and the (selective)
 //! acknowledgement, with scaling from the SYNs and tolerance for retransmissions) before the
 //! new state is taken and the timeout chosen.
@@ -785,11 +785,13 @@ impl TcpConn {
                             if before(seq, self.sides[r].maxack) {
                                 return Verdict::Invalid;
                             }
-                            if !self.established(conn) || seq == self.sides[r].maxack {
-                                decided = true;
-                            } else if self.last_index == Index::Ack as u8
-                                && self.last_dir == d
-                                && seq == self.last_end
+                            // At the expected sequence, before establishment, or part of a
+                            // train of data then RST: the window check decides.
+                            if !self.established(conn)
+                                || seq == self.sides[r].maxack
+                                || (self.last_index == Index::Ack as u8
+                                    && self.last_dir == d
+                                    && seq == self.last_end)
                             {
                                 decided = true;
                             } else {

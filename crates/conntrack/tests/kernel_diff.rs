@@ -101,7 +101,9 @@ for line in sys.stdin:
 impl Kernel {
     fn setup() -> Kernel {
         let ns = format!("fvct-{}", std::process::id());
-        let host_if = "fvct-h".to_string();
+        // Names of our own (several test runs may share the machine); the namespace end is
+        // created inside the namespace, so its fixed name never meets another run's.
+        let host_if = format!("fvh-{}", std::process::id());
         sh_ok(&["ip", "link", "del", &host_if]);
         sh_ok(&["ip", "netns", "del", &ns]);
         sh(&["ip", "netns", "add", &ns]);
@@ -112,14 +114,13 @@ impl Kernel {
             sh(&v)
         };
         sh(&[
-            "ip", "link", "add", &host_if, "type", "veth", "peer", "name", "fvct-n",
+            "ip", "link", "add", &host_if, "type", "veth", "peer", "name", "fvct-n", "netns", &ns,
         ]);
         sh_ok(&[
             "sysctl",
             "-qw",
             &format!("net.ipv6.conf.{host_if}.disable_ipv6=1"),
         ]);
-        sh(&["ip", "link", "set", "fvct-n", "netns", &ns]);
         sh(&["ip", "link", "set", &host_if, "up"]);
         nsx(&["ip", "link", "set", "lo", "up"]);
         // The way out: a veth pair inside the namespace, without ARP, so forwarded packets
