@@ -359,3 +359,39 @@ fn mutated_frames_never_panic() {
     assert_eq!(t.counters().entries as usize, t.export(0).entries.len());
     assert!(t.counters().entries <= 50);
 }
+
+#[test]
+fn tcp_timeouts_follow_the_state() {
+    let t = small();
+    let day = 24 * 3600 * 1000;
+    // SYN_SENT: 120 s; a retransmitted SYN does not extend it.
+    t.execute(&tcp(true, 100, 0, TCP_SYN), 0, true, 0);
+    t.execute(&tcp(true, 100, 0, TCP_SYN), 0, true, 60_000);
+    assert_eq!(t.sweep(119_999), 0);
+    assert_eq!(t.sweep(120_000), 1);
+    // ESTABLISHED: 5 days.
+    t.execute(&tcp(true, 100, 0, TCP_SYN), 0, true, 0);
+    t.execute(&tcp(false, 500, 101, TCP_SYN | TCP_ACK), 0, true, 0);
+    t.execute(&tcp(true, 101, 501, TCP_ACK), 0, true, 0);
+    assert_eq!(t.sweep(5 * day - 1), 0);
+    // A RST: CLOSE, 10 s.
+    t.execute(&tcp(false, 501, 0, TCP_RST), 0, true, 1000);
+    assert_eq!(t.sweep(10_999), 0);
+    assert_eq!(t.sweep(11_000), 1);
+}
+
+#[test]
+fn restore_respects_zone_limits() {
+    let t = small();
+    let f = |p: u16| Frame::v4(A, B, Proto::udp(p, 53, b"")).bytes();
+    t.execute(&f(1), 4, true, 0);
+    t.execute(&f(2), 4, true, 0);
+    let s = t.export(0);
+    let u = small();
+    u.set_zone_limit(4, Some(1));
+    assert_eq!(u.restore(&s, 0), Err(crate::StateError::ZoneLimit(4, 1)));
+    assert_eq!(u.counters().entries, 0);
+    u.set_zone_limit(4, None);
+    assert_eq!(u.restore(&s, 0), Ok(2));
+    assert_eq!(u.zone_entries(4), 2);
+}
