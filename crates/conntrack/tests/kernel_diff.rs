@@ -551,6 +551,70 @@ fn cases() -> Vec<Case> {
         vec![],
     );
 
+    // SACK: both SYNs permit it; B's ACKs carry SACK blocks, one within what A sent,
+    // one beyond it.
+    let sack_perm = [4u8, 2, 1, 1];
+    let mut syn = t(true, 41020, 1000, 0, TCP_SYN);
+    syn.frame.proto = syn.frame.proto.options(&sack_perm);
+    let mut synack = t(false, 41020, 5000, 1001, TCP_SYN | TCP_ACK);
+    synack.frame.proto = synack.frame.proto.options(&sack_perm);
+    let sack_ack = |right: u32| {
+        let mut p = t(false, 41020, 5001, 1001, TCP_ACK);
+        let mut o = vec![1u8, 1, 5, 10];
+        o.extend_from_slice(&1101u32.to_be_bytes());
+        o.extend_from_slice(&right.to_be_bytes());
+        p.frame.proto = p.frame.proto.options(&o);
+        p
+    };
+    case(
+        "tcp SACK blocks",
+        vec![
+            syn,
+            synack,
+            t(true, 41020, 1001, 5001, TCP_ACK),
+            td(true, 41020, 1001, 5001, 100),
+            td(true, 41020, 1101, 5001, 100),
+            sack_ack(1201),
+            sack_ack(90_000),
+            td(true, 41020, 1201, 5001, 10),
+        ],
+        vec![],
+    );
+
+    // A zero window from B, then a one-byte window probe from A, then the window opens.
+    let mut zero = t(false, 41021, 5001, 1001, TCP_ACK);
+    zero.frame.proto = zero.frame.proto.window(0);
+    let mut p = handshake(41021);
+    p.push(zero);
+    p.push(td(true, 41021, 1001, 5001, 1));
+    p.push(td(true, 41021, 1001, 5001, 1400));
+    p.push(t(false, 41021, 5001, 1002, TCP_ACK));
+    p.push(td(true, 41021, 1002, 5001, 100));
+    case("tcp zero window and probe", p, vec![]);
+
+    // The client aborts: RST from the original direction in SYN_SENT and after the handshake.
+    case(
+        "tcp client aborts in SYN_SENT",
+        vec![
+            t(true, 41022, 1000, 0, TCP_SYN),
+            t(true, 41022, 1001, 0, TCP_RST),
+            t(true, 41022, 1001, 0, TCP_SYN),
+        ],
+        vec![],
+    );
+
+    // An ICMP error about a packet of the reply direction (B's SYN-ACK) comes to B.
+    let mut p = handshake(41023);
+    let synack = t(false, 41023, 5000, 1001, TCP_SYN | TCP_ACK);
+    p.push(Pkt {
+        frame: Frame::v4(R4, B4, Proto::icmp_error(11, 0, &synack.frame)),
+    });
+    case(
+        "icmp time exceeded related to tcp, original direction",
+        p,
+        vec![],
+    );
+
     let u = |a: bool, sp: u16| Pkt {
         frame: if a {
             Frame::v4(A4, B4, Proto::udp(sp, 53, b"query"))
