@@ -276,7 +276,7 @@ impl Tracker {
                     retrans: t.retrans,
                 }),
                 (IPPROTO_UDP, None) => ProtoState::Udp,
-                (IPPROTO_ICMP | IPPROTO_ICMPV6, None) => ProtoState::Icmp,
+                (IPPROTO_ICMP | IPPROTO_ICMPV6, None) if orig.is_icmp() => ProtoState::Icmp,
                 (_, None) => ProtoState::Other,
                 _ => return Err(StateError::Proto(i)),
             };

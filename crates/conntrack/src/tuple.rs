@@ -59,7 +59,7 @@ impl Tuple {
     /// The tuple of the other direction of the same connection.
     pub fn reverse(&self) -> Tuple {
         match self.proto {
-            IPPROTO_ICMP | IPPROTO_ICMPV6 => Tuple {
+            _ if self.is_icmp() => Tuple {
                 src: self.dst,
                 dst: self.src,
                 dport: (u16::from(reply_type(self.proto, (self.dport >> 8) as u8)) << 8)
@@ -86,6 +86,14 @@ impl Tuple {
         }
     }
 
+    /// Whether this is ICMP in IPv4 or ICMPv6 in IPv6 (the other combinations are generic).
+    pub fn is_icmp(&self) -> bool {
+        matches!(
+            (self.family, self.proto),
+            (Family::V4, IPPROTO_ICMP) | (Family::V6, IPPROTO_ICMPV6)
+        )
+    }
+
     /// The source address.
     pub fn src_addr(&self) -> IpAddr {
         addr(self.family, &self.src)
@@ -101,15 +109,14 @@ impl Tuple {
     pub fn is_valid(&self) -> bool {
         let v4_ok = |a: &[u8; 16]| a[4..].iter().all(|&b| b == 0);
         let fam_ok = match self.family {
-            Family::V4 => v4_ok(&self.src) && v4_ok(&self.dst) && self.proto != IPPROTO_ICMPV6,
-            Family::V6 => self.proto != IPPROTO_ICMP,
+            Family::V4 => v4_ok(&self.src) && v4_ok(&self.dst),
+            Family::V6 => true,
         };
         let ports_ok = match self.proto {
             IPPROTO_TCP | IPPROTO_UDP => true,
-            IPPROTO_ICMP | IPPROTO_ICMPV6 => {
-                // An original-direction tuple is a query.
-                is_echo_request(self.proto, (self.dport >> 8) as u8)
-            }
+            // An original-direction tuple of ICMP is a query.
+            _ if self.is_icmp() => is_echo_request(self.proto, (self.dport >> 8) as u8),
+            // Everything else, ICMP in IPv6 and ICMPv6 in IPv4 included, is generic.
             _ => self.sport == 0 && self.dport == 0,
         };
         fam_ok && ports_ok

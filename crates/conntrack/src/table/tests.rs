@@ -395,3 +395,44 @@ fn restore_respects_zone_limits() {
     assert_eq!(u.restore(&s, 0), Ok(2));
     assert_eq!(u.zone_entries(4), 2);
 }
+
+#[test]
+fn foreign_icmp_and_other_protocols_are_generic_and_restore() {
+    let t = small();
+    // ICMP (1) inside IPv6 and a protocol without ports (GRE, 47) inside IPv4.
+    let icmp_in_v6 = Frame::v6(
+        1,
+        2,
+        Proto::Raw {
+            proto: 1,
+            payload: vec![8, 0, 0, 0, 0, 1, 0, 1],
+        },
+    )
+    .bytes();
+    let gre = Frame::v4(
+        A,
+        B,
+        Proto::Raw {
+            proto: 47,
+            payload: vec![0; 8],
+        },
+    )
+    .bytes();
+    let gre_back = Frame::v4(
+        B,
+        A,
+        Proto::Raw {
+            proto: 47,
+            payload: vec![0; 8],
+        },
+    )
+    .bytes();
+    assert_eq!(st(&t.execute(&icmp_in_v6, 0, true, 0)), "new+trk");
+    assert_eq!(st(&t.execute(&gre, 0, true, 0)), "new+trk");
+    assert_eq!(st(&t.execute(&gre_back, 0, true, 0)), "est+rpl+trk");
+    let s = t.export(0);
+    assert_eq!(s.entries.len(), 2);
+    let u = small();
+    assert_eq!(u.restore(&s, 0), Ok(2));
+    assert_eq!(st(&u.execute(&gre, 0, true, 1)), "est+trk");
+}
