@@ -466,3 +466,46 @@ fn foreign_icmp_and_other_protocols_are_generic_and_restore() {
     assert_eq!(u.restore(&s, 0), Ok(2));
     assert_eq!(st(&u.execute(&gre, 0, true, 1)), "est+trk");
 }
+
+#[test]
+fn sweep_while_packets_flow() {
+    let t = std::sync::Arc::new(Tracker::new(Config {
+        shards: 8,
+        ..Config::default()
+    }));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sweeper = {
+        let (t, stop) = (t.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut now = 0;
+            while !stop.load(Relaxed) {
+                now += 1000;
+                t.sweep(now);
+            }
+        })
+    };
+    let workers: Vec<_> = (0..3u16)
+        .map(|w| {
+            let t = t.clone();
+            std::thread::spawn(move || {
+                for i in 0..3000u64 {
+                    let f =
+                        Frame::v4(A, B, Proto::udp(w * 5000 + (i % 1000) as u16, 53, b"")).bytes();
+                    t.execute(&f, w, true, i * 50);
+                }
+            })
+        })
+        .collect();
+    for h in workers {
+        h.join().unwrap();
+    }
+    stop.store(true, Relaxed);
+    sweeper.join().unwrap();
+    let c = t.counters();
+    assert_eq!(c.entries as usize, t.export(0).entries.len());
+    assert_eq!(c.created - c.expired, c.entries);
+    assert_eq!(
+        (0..3).map(|z| u64::from(t.zone_entries(z))).sum::<u64>(),
+        c.entries
+    );
+}
