@@ -2,14 +2,15 @@
 # Installs, idempotently, what ferrovs's tests and benchmarks need from Debian:
 #   QEMU (real guests), DPDK's testpmd (interop and the bench peer), OVS-DPDK (bench peer),
 #   a Debian kernel and busybox (the guest image), and small tools (iproute2 and ping for
-#   the kernel-port tests); and os-ken (PyPI, with eventlet) in a venv for its switch test
-#   tool (scripts/osken-switch-tests.sh): $OSKEN_VENV, default target/osken/venv.
+#   the kernel-port tests, conntrack and nftables for the conntrack differential test);
+#   and os-ken (PyPI, with eventlet) in a venv for its switch test tool
+#   (scripts/osken-switch-tests.sh): $OSKEN_VENV, default target/osken/venv.
 # Runs `apt-get update` only when something is missing. Usage: scripts/deps.sh [--hugepages N]
 set -euo pipefail
 
 packages=(
     qemu-system-x86 dpdk dpdk-dev openvswitch-switch-dpdk busybox-static linux-image-amd64
-    iproute2 iputils-ping ethtool iperf3 tcpdump jq socat cpio kmod valgrind
+    iproute2 iputils-ping ethtool iperf3 tcpdump jq socat cpio kmod valgrind conntrack nftables
     python3 python3-venv
 )
 missing=()

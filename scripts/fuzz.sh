@@ -11,7 +11,7 @@ if ! cargo +nightly --version >/dev/null 2>&1; then
     exit 0
 fi
 command -v cargo-fuzz >/dev/null || cargo install --quiet --locked cargo-fuzz
-for t in vhost_message virtqueue control_request config packet flow upgrade_state ovsdb_session openflow_message; do
+for t in vhost_message virtqueue control_request config packet flow upgrade_state ovsdb_session openflow_message conntrack; do
     echo "fuzz: $t for ${secs}s"
     cargo +nightly fuzz run "$t" -- -max_total_time="$secs" -rss_limit_mb=2048 2>&1 | tail -3
 done

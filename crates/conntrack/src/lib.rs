@@ -1,0 +1,27 @@
+//! Connection tracking for ferrovs: the state of every connection a `ct()` action sees.
+//!
+//! * [`mod@tuple`]: the connection key of a frame, parsed from untrusted bytes once;
+//! * [`tcp`]: TCP's state machine and window tracking with the semantics of Linux's
+//!   `nf_conntrack_proto_tcp`;
+//! * [`proto`]: UDP, ICMP/ICMPv6 and generic protocols, and the timeouts;
+//! * [`table`]: the sharded table and [`Tracker::execute`], the call the datapath makes;
+//! * [`state`]: the table as versioned plain data for hot upgrade, restored as untrusted;
+//! * [`build`]: a builder of test frames (the crate's test double).
+//!
+//! The design, the states and the differences from Linux and OVS are in `docs/conntrack.md`.
+//! No pipeline integration yet: the `ct()` action, recirculation, `ct_*` matches and NAT
+//! come later.
+#![forbid(unsafe_code)]
+
+pub mod build;
+pub mod proto;
+pub mod state;
+pub mod table;
+pub mod tcp;
+pub mod tuple;
+
+pub use proto::Timeouts;
+pub use state::{StateError, TableState};
+pub use table::{Commit, Config, Counters, CtResult, CtState, Tracker};
+pub use tcp::{TcpConfig, TcpState};
+pub use tuple::{Malformed, Tuple};
