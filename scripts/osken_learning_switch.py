@@ -6,8 +6,13 @@ frames). Each PACKET_IN teaches it the source MAC's port; a known destination ge
 (priority 1, in_port and eth_dst, output to that port) and the packet goes out there by
 PACKET_OUT, an unknown one is flooded by PACKET_OUT.
 
+Every PACKET_IN is reported on stdout, one line each, for the test to count:
+`LEARNING-SWITCH packet-in dpid=HEX in_port=N src=MAC dst=MAC ethertype=0xNNNN out=PORT`.
+
     scripts/osken_switch_test.py app osken_learning_switch --ofp-tcp-listen-port PORT
 """
+import sys
+
 from os_ken.base import app_manager
 from os_ken.controller import ofp_event
 from os_ken.controller.handler import CONFIG_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
@@ -49,6 +54,13 @@ class LearningSwitch(app_manager.OSKenApp):
         known[eth.src] = in_port
         out = known.get(eth.dst, ofp.OFPP_FLOOD)
         actions = [p.OFPActionOutput(out)]
+        print(
+            "LEARNING-SWITCH packet-in dpid=%016x in_port=%d src=%s dst=%s ethertype=0x%04x out=%s"
+            % (dp.id, in_port, eth.src, eth.dst, eth.ethertype,
+               "flood" if out == ofp.OFPP_FLOOD else out),
+            file=sys.stdout,
+            flush=True,
+        )
         if out != ofp.OFPP_FLOOD:
             self._rule(dp, 1, p.OFPMatch(in_port=in_port, eth_dst=eth.dst), actions)
         dp.send_msg(

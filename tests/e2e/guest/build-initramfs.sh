@@ -21,7 +21,8 @@
 #   reads commands from the console (the serial port): `reboot` (reboot -f: QEMU resets the
 #   machine, the same kernel, initramfs and command line boot again), `reset-nic` (rmmod
 #   virtio_net, load it again, configure eth0 again: a driver reset without reboot),
-#   `ping ADDR COUNT` (FERROVS-PING-OK or FERROVS-PING-FAIL after COUNT pings, 0.2 s apart).
+#   `ping ADDR COUNT` (FERROVS-PING-OK or FERROVS-PING-FAIL after COUNT pings, 0.2 s apart),
+#   `tool ARGS` (ARGS as ferrovs.args; FERROVS-TOOL-CMD-DONE when its commands have ended).
 # Console lines for the test: FERROVS-GUEST-READY MAC (every boot and every NIC reset),
 # FERROVS-NIC queues=TX_QUEUES features=VIRTIO_FEATURE_BITS, FERROVS-NIC-RESET-DONE.
 set -euo pipefail
@@ -122,6 +123,10 @@ control_loop() {
                 else
                     cat /tmp/ping.out; echo "FERROVS-PING-FAIL"
                 fi ;;
+            tool\ *)
+                # In a subshell: its `wait` is for this command's background jobs only.
+                (targs=${c#tool }; run_tool)
+                echo "FERROVS-TOOL-CMD-DONE" ;;
             "") ;;
             *) echo "FERROVS-GUEST: unknown command $c" ;;
         esac

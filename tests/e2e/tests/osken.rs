@@ -16,7 +16,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::{Duration, Instant};
 
+use ferrovs_e2e::guest::*;
 use ferrovs_e2e::*;
 use serde_json::Value;
 
@@ -183,6 +185,46 @@ fn controller_support(dir: &Path, bridge: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Starts the os-ken learning switch (`scripts/osken_learning_switch.py`, its output in
+/// `DIR/osken.out`) on a free local port and makes it the only controller of `br`, in
+/// fail-mode secure (nothing is forwarded but what the controller decides).
+fn learning_switch(dir: &Path, br: &str) -> Proc {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let py = venv().join("bin/python3");
+    let script = repo().join("scripts/osken_switch_test.py");
+    let port_s = port.to_string();
+    let osken = Proc::spawn(
+        "osken",
+        dir,
+        &py,
+        &[
+            script.to_str().unwrap(),
+            "app",
+            "osken_learning_switch",
+            "--ofp-listen-host",
+            "127.0.0.1",
+            "--ofp-tcp-listen-port",
+            &port_s,
+        ],
+    );
+    for args in [
+        vec!["set-bridge", br, "fail-mode=secure", "protocols=OpenFlow13"],
+        vec!["set-controller", br, &format!("tcp:127.0.0.1:{port}")],
+    ] {
+        let o = cli(dir, &args);
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    osken
+}
+
 /// A reactive controller written with os-ken (`scripts/osken_learning_switch.py`, a learning
 /// switch: table-miss to the controller, PACKET_OUT of each packet-in, a FLOW_MOD per learned
 /// destination; PyPI's os-ken ships no sample apps) drives
@@ -226,40 +268,8 @@ fn an_os_ken_learning_switch_connects_two_namespaces_through_ferrovs() {
         );
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     }
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let _osken = learning_switch(&dir, br);
     let d = dir.display().to_string();
-    let py = venv().join("bin/python3");
-    let script = repo().join("scripts/osken_switch_test.py");
-    let port_s = port.to_string();
-    let _osken = Proc::spawn(
-        "osken",
-        &dir,
-        &py,
-        &[
-            script.to_str().unwrap(),
-            "app",
-            "osken_learning_switch",
-            "--ofp-listen-host",
-            "127.0.0.1",
-            "--ofp-tcp-listen-port",
-            &port_s,
-        ],
-    );
-    for args in [
-        vec!["set-bridge", br, "fail-mode=secure", "protocols=OpenFlow13"],
-        vec!["set-controller", br, &format!("tcp:127.0.0.1:{port}")],
-    ] {
-        let o = cli(&dir, &args);
-        assert!(
-            o.status.success(),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-    }
     let mgmt = format!("unix:{d}/{br}.mgmt");
     let flows = || {
         let o = Command::new("ovs-ofctl")
@@ -289,4 +299,254 @@ fn an_os_ken_learning_switch_connects_two_namespaces_through_ferrovs() {
         .count();
     assert!(learned >= 2, "the learning switch installed no rules:\n{f}");
     drop(net);
+}
+
+/// The learning switch's report of one PACKET_IN (`LEARNING-SWITCH packet-in ...` on its
+/// stdout): (in_port, src, dst).
+fn packet_ins(dir: &Path) -> Vec<(u32, String, String)> {
+    let out = std::fs::read_to_string(dir.join("osken.out")).unwrap_or_default();
+    out.lines()
+        .filter_map(|l| l.split_once("LEARNING-SWITCH packet-in ").map(|(_, r)| r))
+        .map(|r| {
+            let f = |k: &str| {
+                r.split_whitespace()
+                    .find_map(|w| w.strip_prefix(k))
+                    .unwrap_or("")
+                    .to_string()
+            };
+            (f("in_port=").parse().unwrap_or(0), f("src="), f("dst="))
+        })
+        .collect()
+}
+
+/// `n_packets` of the rules (lines of `ovs-ofctl dump-flows`) that contain every one of
+/// `parts`, summed; with how many there were.
+fn rule_packets(dump: &str, parts: &[&str]) -> (usize, u64) {
+    let lines: Vec<&str> = dump
+        .lines()
+        .filter(|l| parts.iter().all(|p| l.contains(p)))
+        .collect();
+    let n = lines
+        .iter()
+        .filter_map(|l| {
+            l.split([',', ' '])
+                .find_map(|w| w.strip_prefix("n_packets="))
+                .and_then(|v| v.parse::<u64>().ok())
+        })
+        .sum();
+    (lines.len(), n)
+}
+
+/// The same learning switch between two real guests (QEMU, TCG) on vhost-user ports of a
+/// bridge in fail-mode secure whose only controller it is. The guests' first pings reach the
+/// controller as packet-ins (the table-miss rule), it learns both MACs and installs one rule
+/// per direction (priority 1, `in_port` and `eth_dst`), seen in `ferrovs dump-flows` and
+/// `ovs-ofctl dump-flows`. After that 20 pings, a TCP stream and a sequenced UDP stream
+/// between the guests lose nothing and go by those rules alone: their packet counters grow by
+/// at least what was sent, while no further packet-in between the two guests' addresses
+/// reaches the controller (broadcast and multicast, IPv6's router solicitations and MLD
+/// reports, still go to it: they are never learned).
+#[test]
+fn an_os_ken_learning_switch_connects_two_qemu_guests_through_ferrovs() {
+    if !tools() || !guests_available() {
+        return;
+    }
+    let img = guest_image();
+    let dir = run_dir("osken-guests");
+    let (core, _) = cores();
+    let _sw = start_switch(&dir, core, &[]);
+    let br = "brq";
+    let o = cli(&dir, &["add-bridge", br]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    wait_until("management socket", 10, || {
+        dir.join(format!("{br}.mgmt")).exists()
+    });
+    controller_support(&dir, br).expect("controller connections and packet-in");
+    let (mac_a, mac_b) = ("52:54:00:00:0a:01", "52:54:00:00:0a:02");
+    for (i, port) in [(1, "qa"), (2, "qb")] {
+        let sock = dir.join(format!("{port}.sock")).display().to_string();
+        let o = cli(
+            &dir,
+            &[
+                "add-port",
+                br,
+                port,
+                "type=vhost-user",
+                &format!("path={sock}"),
+                &format!("ofport={i}"),
+            ],
+        );
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        wait_until("port socket", 10, || Path::new(&sock).exists());
+    }
+    let _osken = learning_switch(&dir, br);
+    let mgmt = dir.join(format!("{br}.mgmt"));
+    let flows = || ofctl_ok(&mgmt, "dump-flows", &[]);
+    wait_until("the learning switch's table-miss rule", 30, || {
+        flows().contains("priority=0 actions=CONTROLLER")
+    });
+    // Both take commands on their consoles; B receives a TCP and then a UDP stream.
+    let mut guests = Vec::new();
+    for (name, port, mac, append) in [
+        (
+            "a",
+            "qa",
+            mac_a,
+            "ferrovs.ip=10.0.0.1/24 ferrovs.cmd=tool ferrovs.control=1",
+        ),
+        (
+            "b",
+            "qb",
+            mac_b,
+            "ferrovs.ip=10.0.0.2/24 ferrovs.cmd=tool ferrovs.control=1 \
+             ferrovs.args=tcp-recv,5000+udp-recv,5001,3",
+        ),
+    ] {
+        let sock = dir.join(format!("{port}.sock")).display().to_string();
+        let mut g = Guest::new(
+            name,
+            &format!("socket,id=c0,path={sock},reconnect=1"),
+            mac,
+            append,
+        );
+        g.control = true;
+        guests.push(g.start(&dir, &img));
+    }
+    wait_console(&dir, "a", &[&format!("FERROVS-GUEST-READY {mac_a}")], 120);
+    wait_console(&dir, "b", &["FERROVS-LISTENING"], 120);
+    // Runs a console command on A; the console text it produced once `done` appears.
+    let on_a = |cmd: &str, done: &[&str], secs: u64| -> (String, String) {
+        let from = console(&dir, "a").len();
+        console_command(&dir, "a", cmd);
+        let t = Instant::now();
+        loop {
+            let text = console(&dir, "a");
+            let new = text.get(from..).unwrap_or("").to_string();
+            if let Some(m) = done.iter().find(|m| new.contains(**m)) {
+                return (m.to_string(), new);
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(secs),
+                "a: `{cmd}` did not end within {secs}s:\n{new}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    let between = |(_, src, dst): &(u32, String, String)| {
+        (src == mac_a && dst == mac_b) || (src == mac_b && dst == mac_a)
+    };
+
+    // Learning: the first pings go through the controller.
+    let (v, out) = on_a(
+        "ping 10.0.0.2 3",
+        &["FERROVS-PING-OK", "FERROVS-PING-FAIL"],
+        60,
+    );
+    assert_eq!(v, "FERROVS-PING-OK", "{out}");
+    let learned = |f: &str| {
+        let to_b = rule_packets(f, &["priority=1,", "in_port=1", &format!("dl_dst={mac_b}")]);
+        let to_a = rule_packets(f, &["priority=1,", "in_port=2", &format!("dl_dst={mac_a}")]);
+        (to_b, to_a)
+    };
+    wait_until("both learned rules", 10, || {
+        let (b, a) = learned(&flows());
+        b.0 == 1 && a.0 == 1
+    });
+    let ins0 = packet_ins(&dir);
+    assert!(
+        ins0.iter().any(|p| p.0 == 1 && p.1 == mac_a)
+            && ins0.iter().any(|p| p.0 == 2 && p.1 == mac_b),
+        "packet-ins from both guests reached the controller: {ins0:?}"
+    );
+    // The CLI shows the controller's rules too.
+    let fv = cli_json(&dir, &["dump-flows", br]);
+    let fv_text = fv.to_string();
+    for mac in [mac_a, mac_b] {
+        assert!(
+            fv_text.contains(&format!("dl_dst={mac}")),
+            "ferrovs dump-flows {br} shows the rule to {mac}: {fv}"
+        );
+    }
+    let f0 = flows();
+    let (to_b0, to_a0) = learned(&f0);
+    let unicast0 = ins0.iter().filter(|p| between(p)).count();
+
+    // Learned: pings, then a TCP and a UDP stream, by the rules alone.
+    let (v, out) = on_a(
+        "ping 10.0.0.2 20",
+        &["FERROVS-PING-OK", "FERROVS-PING-FAIL"],
+        60,
+    );
+    assert_eq!(v, "FERROVS-PING-OK", "{out}");
+    assert!(
+        out.contains("20 packets transmitted, 20 packets received"),
+        "no ping lost once learned:\n{out}"
+    );
+    let (v, out) = on_a(
+        "tool tcp-send,10.0.0.2,5000,3,50+sleep,1+udp-send,10.0.0.2,5001,200,1000,200",
+        &["FERROVS-TOOL-CMD-DONE"],
+        120,
+    );
+    assert!(!out.contains("FERROVS-ERROR"), "{v}: {out}");
+    wait_console(&dir, "b", &["FERROVS-TOOL-DONE", "FERROVS-ERROR"], 60);
+    let (ra, rb) = (tagged(&out, "FERROVS-RESULT"), results(&dir, "b"));
+    assert_eq!((ra.len(), rb.len()), (2, 2), "a: {ra:?} b: {rb:?}");
+    assert!(ra[0]["bytes"].as_u64().unwrap_or(0) > 0, "{}", ra[0]);
+    assert_eq!(ra[0]["bytes"], rb[0]["bytes"], "every TCP byte arrived");
+    let g = |k: &str| ra[0][k].as_u64().unwrap_or(u64::MAX);
+    assert_eq!(
+        (g("fast_retransmits"), g("timeouts")),
+        (0, 0),
+        "no TCP segment lost: {}",
+        ra[0]
+    );
+    assert_eq!(rb[1]["received"], 1000, "{}", rb[1]);
+    assert_eq!(rb[1]["lost"], 0, "{}", rb[1]);
+    let f1 = flows();
+    let (to_b1, to_a1) = learned(&f1);
+    let ins1 = packet_ins(&dir);
+    let unicast1 = ins1.iter().filter(|p| between(p)).count();
+    eprintln!(
+        "packet-ins: {} while learning ({unicast0} between the guests), {} after ({unicast1}); \
+         rule A->B n_packets {} -> {}, B->A {} -> {}; tcp {} / {}; udp {}",
+        ins0.len(),
+        ins1.len(),
+        to_b0.1,
+        to_b1.1,
+        to_a0.1,
+        to_a1.1,
+        ra[0],
+        rb[0],
+        rb[1]
+    );
+    assert_eq!(
+        unicast1,
+        unicast0,
+        "no packet-in between the guests once learned: {:?}",
+        &ins1[ins0.len()..]
+    );
+    assert!(
+        to_b1.1 - to_b0.1 > 20 + 1000,
+        "A->B traffic went by the learned rule: {} -> {}\n{f1}",
+        to_b0.1,
+        to_b1.1
+    );
+    assert!(
+        to_a1.1 - to_a0.1 >= 20,
+        "B->A replies went by the learned rule: {} -> {}\n{f1}",
+        to_a0.1,
+        to_a1.1
+    );
+    let stats = cli_json(&dir, &["port-stats"]);
+    for p in stats.as_array().unwrap() {
+        for q in p["queues"].as_array().unwrap() {
+            assert!(q["broken"].is_null(), "{}: {q}", p["port"]);
+        }
+        for d in ["rx", "tx"] {
+            for r in GUEST_ERRORS {
+                assert!(p[d]["drops"][r].is_null(), "{} {d}: {}", p["port"], p[d]);
+            }
+        }
+    }
+    drop(guests);
 }

@@ -227,6 +227,10 @@ pub(super) struct OfState {
     pub(super) port_config: HashMap<String, u32>,
     /// Each port's link as its OpenFlow peers last heard of it (PORT_STATUS on change).
     pub(super) link_seen: HashMap<String, bool>,
+    /// Kernel ports (TAP, uplink) whose netdev is down (not `IFF_UP`, or no carrier), as
+    /// last read on the tick (`ofports.rs`): not live for a fast_failover bucket,
+    /// `LINK_DOWN` to OpenFlow peers.
+    pub(super) carrier_down: std::collections::HashSet<String>,
     /// The datapath's packet-in queue (`packet_io`), once made.
     pub(super) packet_in: Option<Arc<ferrovs_datapath::packet_io::PacketInQueue>>,
     /// The buffer packet-ins are taken into (kept: its capacity is reused).

@@ -330,11 +330,14 @@ impl Daemon {
             ));
         }
         let resolve = |name: &str| self.ports.get(name).map(|p| p.id);
+        // A fast_failover bucket of a packet-out's group watches live ports as the
+        // pipeline's do.
+        let live = |id: u32| self.ports.values().any(|p| p.id == id && self.port_live(p));
         let p = Pipeline::build_with_groups(
             [(&spec, Arc::new(RuleStats::default()))],
             rules.groups().values().map(|g| (&g.spec, g.stats.clone())),
             &resolve,
-            &|_| true,
+            &live,
         );
         let mut key = FlowKey::default();
         key.extract_into(data, inp.id, None);

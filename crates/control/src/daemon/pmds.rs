@@ -88,6 +88,13 @@ impl Daemon {
             .filter(|b| self.is_fail_open(b))
             .cloned()
             .collect();
+        // Ports not live (link, carrier, PORT_MOD down: `ofports.rs`).
+        let dead: std::collections::HashSet<String> = self
+            .ports
+            .values()
+            .filter(|p| !self.port_live(p))
+            .map(|p| p.cfg.name.clone())
+            .collect();
         for (name, b) in self.bridges.iter_mut() {
             // Link state matters only to buckets that watch a port.
             let watch = b.rules.watches_ports();
@@ -96,7 +103,7 @@ impl Daemon {
                 .values()
                 .filter(|p| &p.bridge == name)
                 .map(|p| {
-                    let up = watch && matches!(p.link, Link::Connected | Link::Attached);
+                    let up = watch && !dead.contains(&p.cfg.name);
                     (p.cfg.name.clone(), p.id, up)
                 })
                 .collect();
