@@ -789,7 +789,10 @@ fn an_all_group_gives_each_bucket_the_packet_as_it_entered() {
             DpAction::SetField(Field::EthDst, 0x0200_0000_0009),
             DpAction::Output(11),
             DpAction::SetField(Field::EthDst, 0x0200_0000_0001),
-            DpAction::PushVlan { tci: VLAN_CFI },
+            DpAction::PushVlan {
+                tci: VLAN_CFI,
+                tpid: 0x8100
+            },
             DpAction::SetVlanTci { tci: VLAN_CFI | 5 },
             DpAction::Output(10),
             DpAction::PopVlan,
