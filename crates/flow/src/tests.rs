@@ -156,7 +156,8 @@ fn random_rule(r: &mut Rng, table: u8) -> String {
     if r.below(3) == 0 {
         parts.push(format!("in_port=p{}", r.below(3)));
     }
-    let proto = ["", "ip", "tcp", "udp", "icmp", "arp", "ipv6", "tcp6"][r.below(8) as usize];
+    let proto =
+        ["", "ip", "tcp", "udp", "icmp", "arp", "ipv6", "tcp6", "icmp6"][r.below(9) as usize];
     if !proto.is_empty() {
         parts.push(proto.into());
     }
@@ -191,8 +192,33 @@ fn random_rule(r: &mut Rng, table: u8) -> String {
         }
         "arp" if r.below(2) == 0 => {
             parts.push(format!("arp_op={}", 1 + r.below(2)));
+            if r.below(2) == 0 {
+                parts.push(format!("arp_sha=02:00:00:00:00:{:02x}", r.below(3)));
+            }
+            if r.below(3) == 0 {
+                parts.push(format!("arp_tha=02:00:00:00:00:{:02x}/ff:ff:ff:ff:ff:fe", r.below(3)));
+            }
+        }
+        "icmp6" if r.below(3) != 0 => {
+            let ty = [128, 135, 136][r.below(3) as usize];
+            parts.push(format!("icmp_type={ty}"));
+            if ty != 128 && r.below(2) == 0 {
+                parts.push(format!("nd_target=2001:db8::{}", r.below(3)));
+            }
+            if ty == 135 && r.below(2) == 0 {
+                parts.push(format!("nd_sll=02:00:00:00:00:{:02x}", r.below(3)));
+            }
+            if ty == 136 && r.below(2) == 0 {
+                parts.push(format!("nd_tll=02:00:00:00:00:{:02x}", r.below(3)));
+            }
         }
         _ => {}
+    }
+    if matches!(proto, "ipv6" | "tcp6" | "icmp6") && r.below(4) == 0 {
+        parts.push(format!("ipv6_label={:#x}/0xf", r.below(3)));
+    }
+    if matches!(proto, "ip" | "tcp" | "ipv6") && r.below(4) == 0 {
+        parts.push(format!("nw_ecn={}", r.below(4)));
     }
     if matches!(proto, "tcp" | "udp" | "tcp6") && r.below(2) == 0 {
         parts.push(format!("tp_dst={}", 80 + r.below(3)));
@@ -203,7 +229,7 @@ fn random_rule(r: &mut Rng, table: u8) -> String {
     let l4 = matches!(proto, "tcp" | "udp" | "tcp6");
     let mut actions = vec![];
     for _ in 0..1 + r.below(3) {
-        let a = match r.below(12) {
+        let a = match r.below(13) {
             0 => "NORMAL".to_string(),
             1 => format!("output:p{}", r.below(3)),
             2 => "FLOOD".into(),
@@ -217,6 +243,21 @@ fn random_rule(r: &mut Rng, table: u8) -> String {
             8 => format!("mirror:p{}", r.below(3)),
             9 => format!("group:{}", 1 + r.below(5)),
             10 => "dec_ttl".into(),
+            11 => match proto {
+                "ip" | "tcp" | "ipv6" => format!("mod_nw_ecn:{}", r.below(4)),
+                "icmp" => format!("set_field:{}->icmp_code", r.below(3)),
+                "arp" => ["set_field:2->arp_op", "set_field:02:00:00:00:00:01->arp_tha"]
+                    [r.below(2) as usize]
+                    .into(),
+                "icmp6" if parts.iter().any(|p| p == "icmp_type=135") => {
+                    format!("set_field:02:00:00:00:00:{:02x}->nd_sll", r.below(3))
+                }
+                "icmp6" if parts.iter().any(|p| p == "icmp_type=136") => {
+                    format!("set_field:2001:db8::{}->nd_target", r.below(3))
+                }
+                "icmp6" | "tcp6" => format!("set_field:{:#x}->ipv6_label", r.below(3)),
+                _ => "in_port".into(),
+            },
             _ => "in_port".into(),
         };
         actions.push(a);
@@ -307,7 +348,8 @@ fn random_key(r: &mut Rng) -> FlowKey {
         (0x0806, 0),
         (0x86dd, 6),
         (0x86dd, 17),
-    ][r.below(6) as usize];
+        (0x86dd, 58),
+    ][r.below(7) as usize];
     k.set(Field::EthType, ty);
     k.set(Field::IpProto, proto);
     k.set(Field::EthDst, 0x0200_0000_0000 | u128::from(r.below(5)));
@@ -329,7 +371,18 @@ fn random_key(r: &mut Rng) -> FlowKey {
     k.set(Field::ArpOp, 1 + u128::from(r.below(2)));
     if ty != 0x0806 {
         k.set(Field::IpTtl, [0, 1, 2, 64][r.below(4) as usize]);
+        k.set(Field::IpTos, u128::from(r.below(4)) | u128::from(r.below(2)) << 5);
     }
+    if proto == 58 {
+        k.set(Field::TpSrc, [128, 135, 136][r.below(3) as usize]);
+        k.set(Field::TpDst, u128::from(r.below(3) == 0));
+        k.set(Field::NdTarget, 0x2001_0db8 << 96 | u128::from(r.below(3)));
+    }
+    if ty == 0x86dd {
+        k.set(Field::Ipv6Flabel, u128::from(r.below(3)));
+    }
+    k.set(Field::ArpSha, 0x0200_0000_0000 | u128::from(r.below(3)));
+    k.set(Field::ArpTha, 0x0200_0000_0000 | u128::from(r.below(3)));
     k
 }
 
