@@ -134,15 +134,7 @@ enum L4 {
 
 /// Rewrites bytes `at..at+new.len()` and fixes the checksums that cover them: the IPv4
 /// header checksum if `ip_hdr`, the L4 one if `l4` (pseudo-header or L4 header bytes).
-fn rewrite(
-    f: &mut [u8],
-    lay: &Layout,
-    at: usize,
-    new: &[u8],
-    ip_hdr: bool,
-    l4: L4,
-    partial: bool,
-) {
+fn rewrite(f: &mut [u8], lay: &Layout, at: usize, new: &[u8], ip_hdr: bool, l4: L4, partial: bool) {
     let old: Vec<u8> = f[at..at + new.len()].to_vec();
     if old == new {
         return;
@@ -460,7 +452,6 @@ mod tests {
         assert_eq!(fold(sum_words(&f[14..34])), 0xffff);
     }
 
-
     #[test]
     fn frames_without_the_header_are_refused_untouched() {
         let mut arp = vec![0u8; 42];
@@ -566,7 +557,11 @@ mod tests {
         let edits: &[(u8, Field, u128)] = &[
             (128, Field::TpSrc, 129),
             (128, Field::TpDst, 3),
-            (128, Field::Ipv6Src, 0x2001_0db8_0000_0000_0000_0000_0000_00a0),
+            (
+                128,
+                Field::Ipv6Src,
+                0x2001_0db8_0000_0000_0000_0000_0000_00a0,
+            ),
             (128, Field::Ipv6Dst, u128::MAX - 5),
             (128, Field::Ipv6Flabel, 0xfedcb),
             (128, Field::IpTos, 0x03),
@@ -609,7 +604,11 @@ mod tests {
         }
         let k = crate::FlowKey::extract(&f, 0, None);
         assert_eq!(
-            (k.get(Field::ArpOp), k.get(Field::ArpSha), k.get(Field::ArpTha)),
+            (
+                k.get(Field::ArpOp),
+                k.get(Field::ArpSha),
+                k.get(Field::ArpTha)
+            ),
             (2, 0x0a0b_0c0d_0e0f, 0x0203_0405_0607)
         );
         assert_eq!(f[14..22], [0, 1, 8, 0, 6, 4, 0, 2]);

@@ -753,7 +753,10 @@ mod tests {
         assert_eq!(k.get(Field::ArpTha), 0);
         let k = FlowKey::extract(&nd(ND_NA, &[(2, b)]), 1, None);
         assert_eq!(k.get(Field::NdTarget), TARGET);
-        assert_eq!((k.get(Field::ArpSha), k.get(Field::ArpTha)), (0, 0x0200_0000_00bb));
+        assert_eq!(
+            (k.get(Field::ArpSha), k.get(Field::ArpTha)),
+            (0, 0x0200_0000_00bb)
+        );
         // An unknown option is skipped; both address options are read (as OVS).
         let k = FlowKey::extract(&nd(ND_NS, &[(14, b), (2, b), (1, a)]), 1, None);
         assert_eq!(k.get(Field::ArpSha), 0x0200_0000_00aa);

@@ -18,8 +18,8 @@ use std::sync::Arc;
 
 use crate::classifier::Classifier;
 use crate::key::{
-    Field, FlowKey, ETH_ARP, ETH_IPV4, ETH_IPV6, ETH_VLAN, IP_ICMP, IP_ICMPV6, IP_TCP, IP_UDP, ND_NA,
-    ND_NS, VLAN_CFI,
+    Field, FlowKey, ETH_ARP, ETH_IPV4, ETH_IPV6, ETH_VLAN, IP_ICMP, IP_ICMPV6, IP_TCP, IP_UDP,
+    ND_NA, ND_NS, VLAN_CFI,
 };
 use crate::spec::{ActionSpec, FlowSpec, GroupSpec, GroupType};
 
@@ -616,7 +616,8 @@ fn carries(st: &mut State, f: Field) -> bool {
             st.t.mask.or_field(Field::TpSrc, 0xffff);
             st.t.mask.or_field(Field::TpDst, 0xffff);
             // ND fields are extracted from code 0 only.
-            st.k.tp_dst() == 0 && matches!(st.k.tp_src(), t if t == u16::from(ND_NS) || t == u16::from(ND_NA))
+            st.k.tp_dst() == 0
+                && matches!(st.k.tp_src(), t if t == u16::from(ND_NS) || t == u16::from(ND_NA))
         }
         _ => true,
     }

@@ -100,19 +100,43 @@ fn every_error_is_precise() {
         ("in_port actions=drop", "in_port needs a value"),
         ("cookie=1/0xff actions=drop", "a mask is for filters"),
         ("actions=push_vlan:0x9100", "only 0x8100"),
-        ("arp,nd_sll=00:00:00:00:00:01 actions=drop", "nd_sll requires icmp6,icmp_type=135"),
-        ("icmp6,icmp_type=135,nd_tll=00:00:00:00:00:01 actions=drop", "nd_tll requires icmp6,icmp_type=136"),
-        ("ipv6,arp_sha=00:00:00:00:00:01 actions=drop", "arp_sha requires arp"),
+        (
+            "arp,nd_sll=00:00:00:00:00:01 actions=drop",
+            "nd_sll requires icmp6,icmp_type=135",
+        ),
+        (
+            "icmp6,icmp_type=135,nd_tll=00:00:00:00:00:01 actions=drop",
+            "nd_tll requires icmp6,icmp_type=136",
+        ),
+        (
+            "ipv6,arp_sha=00:00:00:00:00:01 actions=drop",
+            "arp_sha requires arp",
+        ),
         ("icmp6,nd_target=::1 actions=drop", "nd_target requires"),
         ("ip,ipv6_label=1 actions=drop", "ipv6_label requires ipv6"),
         ("arp,nw_ecn=1 actions=drop", "nw_ecn requires ip or ipv6"),
         ("ip,nw_ecn=4 actions=drop", "out of range"),
         ("ipv6,ipv6_label=0x100000 actions=drop", "out of range"),
-        ("ip actions=set_field:1->arp_op", "requires the rule to match arp"),
-        ("icmp6,icmp_type=136 actions=set_field:00:00:00:00:00:01->nd_sll", "requires the rule to match icmp6,icmp_type=135"),
-        ("tcp actions=set_field:1->icmp_type", "requires the rule to match icmp"),
-        ("icmp actions=set_field:1->icmpv6_code", "requires the rule to match icmp6"),
-        ("arp actions=mod_nw_ecn:1", "requires the rule to match ip or ipv6"),
+        (
+            "ip actions=set_field:1->arp_op",
+            "requires the rule to match arp",
+        ),
+        (
+            "icmp6,icmp_type=136 actions=set_field:00:00:00:00:00:01->nd_sll",
+            "requires the rule to match icmp6,icmp_type=135",
+        ),
+        (
+            "tcp actions=set_field:1->icmp_type",
+            "requires the rule to match icmp",
+        ),
+        (
+            "icmp actions=set_field:1->icmpv6_code",
+            "requires the rule to match icmp6",
+        ),
+        (
+            "arp actions=mod_nw_ecn:1",
+            "requires the rule to match ip or ipv6",
+        ),
         ("dl_vlan=5000 actions=drop", "out of range 0..=4095"),
         (
             "ip_frag=maybe,ip actions=drop",
@@ -156,8 +180,9 @@ fn random_rule(r: &mut Rng, table: u8) -> String {
     if r.below(3) == 0 {
         parts.push(format!("in_port=p{}", r.below(3)));
     }
-    let proto =
-        ["", "ip", "tcp", "udp", "icmp", "arp", "ipv6", "tcp6", "icmp6"][r.below(9) as usize];
+    let proto = [
+        "", "ip", "tcp", "udp", "icmp", "arp", "ipv6", "tcp6", "icmp6",
+    ][r.below(9) as usize];
     if !proto.is_empty() {
         parts.push(proto.into());
     }
@@ -196,7 +221,10 @@ fn random_rule(r: &mut Rng, table: u8) -> String {
                 parts.push(format!("arp_sha=02:00:00:00:00:{:02x}", r.below(3)));
             }
             if r.below(3) == 0 {
-                parts.push(format!("arp_tha=02:00:00:00:00:{:02x}/ff:ff:ff:ff:ff:fe", r.below(3)));
+                parts.push(format!(
+                    "arp_tha=02:00:00:00:00:{:02x}/ff:ff:ff:ff:ff:fe",
+                    r.below(3)
+                ));
             }
         }
         "icmp6" if r.below(3) != 0 => {
@@ -246,8 +274,10 @@ fn random_rule(r: &mut Rng, table: u8) -> String {
             11 => match proto {
                 "ip" | "tcp" | "ipv6" => format!("mod_nw_ecn:{}", r.below(4)),
                 "icmp" => format!("set_field:{}->icmp_code", r.below(3)),
-                "arp" => ["set_field:2->arp_op", "set_field:02:00:00:00:00:01->arp_tha"]
-                    [r.below(2) as usize]
+                "arp" => [
+                    "set_field:2->arp_op",
+                    "set_field:02:00:00:00:00:01->arp_tha",
+                ][r.below(2) as usize]
                     .into(),
                 "icmp6" if parts.iter().any(|p| p == "icmp_type=135") => {
                     format!("set_field:02:00:00:00:00:{:02x}->nd_sll", r.below(3))
@@ -371,7 +401,10 @@ fn random_key(r: &mut Rng) -> FlowKey {
     k.set(Field::ArpOp, 1 + u128::from(r.below(2)));
     if ty != 0x0806 {
         k.set(Field::IpTtl, [0, 1, 2, 64][r.below(4) as usize]);
-        k.set(Field::IpTos, u128::from(r.below(4)) | u128::from(r.below(2)) << 5);
+        k.set(
+            Field::IpTos,
+            u128::from(r.below(4)) | u128::from(r.below(2)) << 5,
+        );
     }
     if proto == 58 {
         k.set(Field::TpSrc, [128, 135, 136][r.below(3) as usize]);

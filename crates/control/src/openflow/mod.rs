@@ -671,9 +671,7 @@ fn transport_rewrites_fit(instructions: &[Instruction], m: &Match) -> Result<(),
                 Of::TcpSrc | Of::TcpDst => ip && proto == Some(IP_TCP),
                 Of::UdpSrc | Of::UdpDst => ip && proto == Some(IP_UDP),
                 Of::Icmpv4Type | Of::Icmpv4Code => ty == Some(ETH_IPV4) && proto == Some(IP_ICMP),
-                Of::Icmpv6Type | Of::Icmpv6Code => {
-                    ty == Some(ETH_IPV6) && proto == Some(IP_ICMPV6)
-                }
+                Of::Icmpv6Type | Of::Icmpv6Code => ty == Some(ETH_IPV6) && proto == Some(IP_ICMPV6),
                 _ => true,
             };
             if !ok {

@@ -183,7 +183,10 @@ fn arp_nd_flow_label_and_ecn_fields_map_to_the_cli_rule_and_back() {
             ],
             "arp,arp_tha=22:22:22:00:00:00/ff:ff:ff:00:00:00",
         ),
-        (vec![v6.clone(), x(Of::Ipv6Flabel, 100)], "ipv6,ipv6_label=100"),
+        (
+            vec![v6.clone(), x(Of::Ipv6Flabel, 100)],
+            "ipv6,ipv6_label=100",
+        ),
         (
             vec![v6.clone(), Oxm::masked(Of::Ipv6Flabel, 0x64, 0xff)],
             "ipv6,ipv6_label=0x64/0xff",
@@ -215,7 +218,11 @@ fn arp_nd_flow_label_and_ecn_fields_map_to_the_cli_rule_and_back() {
     // The rewrites, with the OpenFlow field they came as.
     let set = |f: Of, v: u128| Action::SetField(x(f, v));
     let acts: Vec<(Vec<Oxm>, Action, &str)> = vec![
-        (vec![ip.clone()], set(Of::IpEcn, 1), "ip actions=mod_nw_ecn:1"),
+        (
+            vec![ip.clone()],
+            set(Of::IpEcn, 1),
+            "ip actions=mod_nw_ecn:1",
+        ),
         (
             vec![ip.clone(), x(Of::IpProto, 1)],
             set(Of::Icmpv4Type, 0),
@@ -236,7 +243,11 @@ fn arp_nd_flow_label_and_ecn_fields_map_to_the_cli_rule_and_back() {
             set(Of::Icmpv6Code, 1),
             "icmp6 actions=set_field:1->icmpv6_code",
         ),
-        (vec![arp.clone()], set(Of::ArpOp, 2), "arp actions=set_field:2->arp_op"),
+        (
+            vec![arp.clone()],
+            set(Of::ArpOp, 2),
+            "arp actions=set_field:2->arp_op",
+        ),
         (
             vec![arp.clone()],
             set(Of::ArpSpa, 0x0a0a_0a0a),
@@ -304,7 +315,11 @@ fn arp_nd_flow_label_and_ecn_fields_map_to_the_cli_rule_and_back() {
         (icmp6(128), set(Of::Icmpv4Code, 1)),
     ] {
         let f = fm(fc::ADD, 0, 1, m, vec![a.clone()]);
-        assert_eq!(refusal(&f), (et::BAD_ACTION, bac::MATCH_INCONSISTENT), "{a:?}");
+        assert_eq!(
+            refusal(&f),
+            (et::BAD_ACTION, bac::MATCH_INCONSISTENT),
+            "{a:?}"
+        );
     }
 }
 

@@ -2,7 +2,9 @@
 //! an [`ActionSpec`], with the checks that need the rule: a `goto_table` only forward, a
 //! rewrite only of a field the match's protocol carries.
 
-use crate::key::{Field, ETH_ARP, ETH_IPV4, ETH_IPV6, IP_ICMP, IP_ICMPV6, IP_TCP, IP_UDP, ND_NA, ND_NS};
+use crate::key::{
+    Field, ETH_ARP, ETH_IPV4, ETH_IPV6, IP_ICMP, IP_ICMPV6, IP_TCP, IP_UDP, ND_NA, ND_NS,
+};
 use crate::matching::Match;
 
 use super::values::{ipv4, ipv6, mac, num, port_name, tokens, with_mask};

@@ -316,7 +316,11 @@ impl fmt::Display for FlowSpec {
             parts.push(format!("in_port={p}"));
         }
         fmt_match(&mut parts, &self.m);
-        let actions: Vec<String> = self.actions.iter().map(|a| fmt_action(a, &self.m)).collect();
+        let actions: Vec<String> = self
+            .actions
+            .iter()
+            .map(|a| fmt_action(a, &self.m))
+            .collect();
         write!(f, "{} actions={}", parts.join(","), actions.join(","))
     }
 }
