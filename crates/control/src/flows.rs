@@ -688,7 +688,10 @@ pub fn format_dp_actions(actions: &[DpAction], names: &HashMap<u32, &str>) -> St
             DpAction::InPort => "in_port".into(),
             DpAction::Normal => "normal".into(),
             DpAction::Flood => "flood".into(),
-            DpAction::PushVlan { tci } => format!("push_vlan(tci={tci:#x})"),
+            DpAction::PushVlan { tci, tpid: 0x8100 } => format!("push_vlan(tci={tci:#x})"),
+            DpAction::PushVlan { tci, tpid } => {
+                format!("push_vlan(tpid={tpid:#06x},tci={tci:#x})")
+            }
             DpAction::SetVlanTci { tci } => format!("set_vlan(tci={tci:#x})"),
             DpAction::PopVlan => "pop_vlan".into(),
             DpAction::SetField(f, v) => {

@@ -1,11 +1,15 @@
 //! Header rewrites for `set_field` actions, in place, with incremental checksum updates
-//! (RFC 1624): the IPv4 header checksum, and the TCP/UDP checksum over the pseudo-header
-//! when an address changes or over the port when a port does. An IPv4 UDP checksum of 0
-//! ("none") stays 0. A packet whose L4 checksum the next hop completes (virtio
+//! (RFC 1624): the IPv4 header checksum, and the TCP/UDP/ICMPv6 checksum over the
+//! pseudo-header when an address changes or over the port (ICMP type and code, ND target and
+//! link-layer address options) when one of those does; the ICMPv4 checksum covers no
+//! pseudo-header, so only its own bytes' edits update it. ARP has no checksum; the IPv6
+//! flow label is in no checksum. An IPv4 UDP checksum of 0 ("none") stays 0. A packet whose L4 checksum the next hop completes (virtio
 //! `NEEDS_CSUM`: the field holds the pseudo-header sum, not complemented) is updated as
 //! such when `partial_l4` is set.
 
-use crate::key::{Field, ETH_IPV4, ETH_IPV6, ETH_VLAN, IP_TCP, IP_UDP};
+use crate::key::{
+    Field, ETH_ARP, ETH_IPV4, ETH_IPV6, ETH_VLAN, IP_ICMP, IP_ICMPV6, IP_TCP, IP_UDP, ND_NA, ND_NS,
+};
 
 /// Why a rewrite could not be done (the frame is left as it was).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -63,7 +67,8 @@ fn update_partial(sum: u16, old: &[u8], new: &[u8]) -> u16 {
 struct Layout {
     l3: usize,
     ethertype: u16,
-    /// (offset, protocol) of TCP/UDP, when directly after the IP header.
+    /// (offset, protocol) of TCP/UDP/ICMP/ICMPv6, when directly after the IP header (and
+    /// not a later fragment) with its checksum in the frame.
     l4: Option<(usize, u8)>,
 }
 
@@ -82,44 +87,54 @@ fn layout(f: &[u8]) -> Option<Layout> {
             }
             let later = rd16(f, l3 + 6) & 0x1fff != 0;
             let proto = f[l3 + 9];
-            (!later && (proto == IP_TCP || proto == IP_UDP)).then_some((l3 + ihl, proto))
+            (!later && matches!(proto, IP_TCP | IP_UDP | IP_ICMP)).then_some((l3 + ihl, proto))
         }
         ETH_IPV6 => {
             if f.len() < l3 + 40 {
                 return None;
             }
             let proto = f[l3 + 6];
-            (proto == IP_TCP || proto == IP_UDP).then_some((l3 + 40, proto))
+            matches!(proto, IP_TCP | IP_UDP | IP_ICMPV6).then_some((l3 + 40, proto))
         }
         _ => None,
     };
     Some(Layout {
         l3,
         ethertype: ty,
-        l4: l4.filter(|(o, p)| f.len() >= o + if *p == IP_TCP { 20 } else { 8 }),
+        l4: l4.filter(|(o, p)| {
+            f.len()
+                >= o + match *p {
+                    IP_TCP => 20,
+                    IP_UDP => 8,
+                    _ => 4,
+                }
+        }),
     })
 }
 
 /// Offset of the L4 checksum field.
 fn l4_csum_at(l4: usize, proto: u8) -> usize {
-    if proto == IP_TCP {
-        l4 + 16
-    } else {
-        l4 + 6
+    match proto {
+        IP_TCP => l4 + 16,
+        IP_UDP => l4 + 6,
+        _ => l4 + 2,
     }
+}
+
+/// Which L4 checksum an edit touches.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum L4 {
+    /// None (an L3 field outside the pseudo-header, or no L4 header).
+    No,
+    /// Bytes of the pseudo-header (IP addresses): TCP, UDP and ICMPv6, not ICMPv4.
+    Pseudo,
+    /// Bytes of the L4 header itself.
+    Body,
 }
 
 /// Rewrites bytes `at..at+new.len()` and fixes the checksums that cover them: the IPv4
 /// header checksum if `ip_hdr`, the L4 one if `l4` (pseudo-header or L4 header bytes).
-fn rewrite(
-    f: &mut [u8],
-    lay: &Layout,
-    at: usize,
-    new: &[u8],
-    ip_hdr: bool,
-    l4: bool,
-    partial: bool,
-) {
+fn rewrite(f: &mut [u8], lay: &Layout, at: usize, new: &[u8], ip_hdr: bool, l4: L4, partial: bool) {
     let old: Vec<u8> = f[at..at + new.len()].to_vec();
     if old == new {
         return;
@@ -128,7 +143,12 @@ fn rewrite(
         let c = rd16(f, lay.l3 + 10);
         wr16(f, lay.l3 + 10, update_csum(c, &old, new));
     }
-    if let (true, Some((o, proto))) = (l4, lay.l4) {
+    let covered = match (l4, lay.l4) {
+        (L4::No, _) | (_, None) => None,
+        (L4::Pseudo, Some((_, IP_ICMP))) => None,
+        (_, Some(x)) => Some(x),
+    };
+    if let Some((o, proto)) = covered {
         let at_c = l4_csum_at(o, proto);
         let c = rd16(f, at_c);
         let v4_udp_none = proto == IP_UDP && lay.ethertype == ETH_IPV4 && c == 0;
@@ -143,6 +163,35 @@ fn rewrite(
         }
     }
     f[at..at + new.len()].copy_from_slice(new);
+}
+
+/// Where an NS/NA's field `fld` is: the target address, or the link-layer address in the
+/// first source (`ArpSha`, type 1) or target (`ArpTha`, type 2) address option of length 1.
+/// `None` when the frame is no ND message (ICMPv6 type 135/136, code 0) or lacks it.
+fn nd_offset(f: &[u8], lay: &Layout, fld: Field) -> Option<usize> {
+    let (o, IP_ICMPV6) = lay.l4? else {
+        return None;
+    };
+    if f.len() < o + 24 || !matches!(f[o], ND_NS | ND_NA) || f[o + 1] != 0 {
+        return None;
+    }
+    let want = match fld {
+        Field::NdTarget => return Some(o + 8),
+        Field::ArpSha => 1,
+        _ => 2,
+    };
+    let mut off = o + 24;
+    while f.len() >= off + 8 {
+        let len = usize::from(f[off + 1]) * 8;
+        if len == 0 || len > f.len() - off {
+            return None;
+        }
+        if f[off] == want && len == 8 {
+            return Some(off + 2);
+        }
+        off += len;
+    }
+    None
 }
 
 /// Sets field `fld` of `frame` to `v` (see the module doc).
@@ -171,17 +220,25 @@ pub fn set_field(frame: &mut [u8], fld: Field, v: u128, partial_l4: bool) -> Res
                 at,
                 &(v as u32).to_be_bytes(),
                 true,
-                true,
+                L4::Pseudo,
                 partial_l4,
             );
         }
         Field::Ipv6Src | Field::Ipv6Dst if v6 => {
             let at = l3 + if fld == Field::Ipv6Src { 8 } else { 24 };
-            rewrite(frame, &lay, at, &v.to_be_bytes(), false, true, partial_l4);
+            rewrite(
+                frame,
+                &lay,
+                at,
+                &v.to_be_bytes(),
+                false,
+                L4::Pseudo,
+                partial_l4,
+            );
         }
         Field::IpTos if v4 => {
             let new = [frame[l3], v as u8];
-            rewrite(frame, &lay, l3, &new, true, false, false);
+            rewrite(frame, &lay, l3, &new, true, L4::No, false);
         }
         Field::IpTos if v6 => {
             // Traffic class spans the first two bytes: version(4) tc(8) flow(4..).
@@ -193,28 +250,64 @@ pub fn set_field(frame: &mut [u8], fld: Field, v: u128, partial_l4: bool) -> Res
         }
         Field::IpTtl if v4 => {
             let new = [v as u8, frame[l3 + 9]];
-            rewrite(frame, &lay, l3 + 8, &new, true, false, false);
+            rewrite(frame, &lay, l3 + 8, &new, true, L4::No, false);
         }
         Field::IpTtl if v6 => frame[l3 + 7] = v as u8,
-        Field::TpSrc | Field::TpDst => {
-            let Some((o, _)) = lay.l4 else {
-                return Err(EditError::Missing("TCP or UDP"));
+        Field::Ipv6Flabel if v6 => {
+            let fl = (v as u32) & 0x000f_ffff;
+            frame[l3 + 1] = (frame[l3 + 1] & 0xf0) | (fl >> 16) as u8;
+            frame[l3 + 2] = (fl >> 8) as u8;
+            frame[l3 + 3] = fl as u8;
+        }
+        Field::TpSrc | Field::TpDst => match lay.l4 {
+            Some((o, IP_ICMP | IP_ICMPV6)) => {
+                // Type and code: one 16-bit word of the ICMP checksum.
+                let mut new = [frame[o], frame[o + 1]];
+                new[usize::from(fld == Field::TpDst)] = v as u8;
+                rewrite(frame, &lay, o, &new, false, L4::Body, partial_l4);
+            }
+            Some((o, _)) => {
+                let at = o + if fld == Field::TpSrc { 0 } else { 2 };
+                rewrite(
+                    frame,
+                    &lay,
+                    at,
+                    &(v as u16).to_be_bytes(),
+                    false,
+                    L4::Body,
+                    partial_l4,
+                );
+            }
+            None => return Err(EditError::Missing("TCP, UDP or ICMP")),
+        },
+        Field::ArpOp | Field::ArpSha | Field::ArpTha | Field::Ipv4Src | Field::Ipv4Dst
+            if lay.ethertype == ETH_ARP =>
+        {
+            if frame.len() < l3 + 28 {
+                return Err(EditError::Missing("ARP"));
+            }
+            let (at, n) = match fld {
+                Field::ArpOp => (l3 + 6, 2),
+                Field::ArpSha => (l3 + 8, 6),
+                Field::Ipv4Src => (l3 + 14, 4),
+                Field::ArpTha => (l3 + 18, 6),
+                _ => (l3 + 24, 4),
             };
-            let at = o + if fld == Field::TpSrc { 0 } else { 2 };
-            rewrite(
-                frame,
-                &lay,
-                at,
-                &(v as u16).to_be_bytes(),
-                false,
-                true,
-                partial_l4,
-            );
+            frame[at..at + n].copy_from_slice(&v.to_be_bytes()[16 - n..]);
+        }
+        Field::NdTarget | Field::ArpSha | Field::ArpTha => {
+            let at = nd_offset(frame, &lay, fld).ok_or(EditError::Missing("ICMPv6 ND"))?;
+            let n = if fld == Field::NdTarget { 16 } else { 6 };
+            let new = v.to_be_bytes();
+            rewrite(frame, &lay, at, &new[16 - n..], false, L4::Body, partial_l4);
         }
         Field::Ipv4Src | Field::Ipv4Dst | Field::IpTos | Field::IpTtl => {
             return Err(EditError::Missing("IPv4"))
         }
-        Field::Ipv6Src | Field::Ipv6Dst => return Err(EditError::Missing("IPv6")),
+        Field::Ipv6Src | Field::Ipv6Dst | Field::Ipv6Flabel => {
+            return Err(EditError::Missing("IPv6"))
+        }
+        Field::ArpOp => return Err(EditError::Missing("ARP")),
         f => return Err(EditError::NotEditable(f)),
     }
     Ok(())
@@ -364,9 +457,160 @@ mod tests {
         let mut arp = vec![0u8; 42];
         arp[12..14].copy_from_slice(&[0x08, 0x06]);
         let before = arp.clone();
-        assert!(set_field(&mut arp, Field::Ipv4Src, 1, false).is_err());
+        assert!(set_field(&mut arp, Field::Ipv6Src, 1, false).is_err());
         assert!(set_field(&mut arp, Field::TpDst, 1, false).is_err());
+        assert!(set_field(&mut arp, Field::NdTarget, 1, false).is_err());
+        assert!(set_field(&mut arp[..41], Field::ArpTha, 1, false).is_err());
         assert_eq!(arp, before);
         assert!(set_field(&mut [0u8; 10], Field::EthSrc, 1, false).is_err());
+        // ND fields of an ICMPv6 message that is no NS/NA, or lacks the option.
+        let mut f = icmp6(128, &[]);
+        let before = f.clone();
+        assert!(set_field(&mut f, Field::NdTarget, 1, false).is_err());
+        let mut ns = icmp6(ND_NS, &[]);
+        assert!(set_field(&mut ns, Field::ArpSha, 1, false).is_err());
+        assert_eq!(f, before);
+    }
+
+    /// An IPv4 ICMP echo request with correct checksums.
+    fn icmp4() -> Vec<u8> {
+        let mut f = vec![0u8; 14 + 20 + 8 + 13];
+        f[12..14].copy_from_slice(&[0x08, 0]);
+        f[14] = 0x45;
+        f[15] = 0x02; // ECN ECT(0)
+        wr16(&mut f, 16, (20 + 8 + 13) as u16);
+        f[22] = 64;
+        f[23] = IP_ICMP;
+        f[26..34].copy_from_slice(&[10, 0, 0, 1, 10, 0, 0, 2]);
+        let c = csum(&f[14..34]);
+        wr16(&mut f, 24, c);
+        f[34] = 8;
+        for (i, b) in f[38..].iter_mut().enumerate() {
+            *b = 0x31 + i as u8 * 13;
+        }
+        let c = csum(&f[34..]);
+        wr16(&mut f, 36, c);
+        f
+    }
+
+    /// An ICMPv6 message of type `ty` (an NS/NA with target 2001:db8::7 and the given
+    /// link-layer address options), with its checksum.
+    fn icmp6(ty: u8, opts: &[(u8, [u8; 6])]) -> Vec<u8> {
+        let plen = 24 + 8 * opts.len();
+        let mut f = vec![0u8; 14 + 40 + plen];
+        f[12..14].copy_from_slice(&[0x86, 0xdd]);
+        f[14..18].copy_from_slice(&0x6012_3456u32.to_be_bytes());
+        wr16(&mut f, 18, plen as u16);
+        f[20] = IP_ICMPV6;
+        f[21] = 255;
+        for i in 0..16 {
+            f[22 + i] = 0xfe - i as u8;
+            f[38 + i] = 0x20 + 3 * i as u8;
+        }
+        f[54] = ty;
+        for (i, b) in f[58..78].iter_mut().enumerate() {
+            *b = 0x20 + i as u8 * 5;
+        }
+        for (i, (t, mac)) in opts.iter().enumerate() {
+            let o = 78 + 8 * i;
+            f[o] = *t;
+            f[o + 1] = 1;
+            f[o + 2..o + 8].copy_from_slice(mac);
+        }
+        let c = icmp6_full(&f);
+        wr16(&mut f, 56, c);
+        f
+    }
+
+    /// The ICMPv6 checksum of `f` computed from scratch (pseudo-header and message).
+    fn icmp6_full(f: &[u8]) -> u16 {
+        let mut s = sum_words(&f[22..54]);
+        s += (f.len() - 54) as u32 + u32::from(IP_ICMPV6);
+        let mut m = f[54..].to_vec();
+        m[2] = 0;
+        m[3] = 0;
+        s += sum_words(&m);
+        !fold(s)
+    }
+
+    #[test]
+    fn icmp_rewrites_keep_the_checksums_valid() {
+        let check4 = |f: &[u8]| {
+            assert_eq!(fold(sum_words(&f[14..34])), 0xffff, "IPv4 header checksum");
+            assert_eq!(fold(sum_words(&f[34..])), 0xffff, "ICMP checksum");
+        };
+        for (fld, v) in [
+            (Field::TpSrc, 0u128),
+            (Field::TpDst, 1),
+            (Field::TpDst, 255),
+            (Field::Ipv4Src, 0xc0a8_0101),
+            (Field::Ipv4Dst, 0x0102_0304),
+            (Field::IpTos, 0xb9),
+        ] {
+            let mut f = icmp4();
+            set_field(&mut f, fld, v, false).unwrap();
+            check4(&f);
+            assert_eq!(crate::FlowKey::extract(&f, 0, None).get(fld), v, "{fld:?}");
+        }
+        let a = [2, 0, 0, 0, 0, 0xaa];
+        let b = [2, 0, 0, 0, 0, 0xbb];
+        let edits: &[(u8, Field, u128)] = &[
+            (128, Field::TpSrc, 129),
+            (128, Field::TpDst, 3),
+            (
+                128,
+                Field::Ipv6Src,
+                0x2001_0db8_0000_0000_0000_0000_0000_00a0,
+            ),
+            (128, Field::Ipv6Dst, u128::MAX - 5),
+            (128, Field::Ipv6Flabel, 0xfedcb),
+            (128, Field::IpTos, 0x03),
+            (ND_NS, Field::NdTarget, 0xa0 << 112 | 0xa0),
+            (ND_NS, Field::ArpSha, 0x0a0a_0a0a_0a0a),
+            (ND_NA, Field::ArpTha, 0xffff_ffff_fffe),
+            (ND_NA, Field::NdTarget, 1),
+        ];
+        for &(ty, fld, v) in edits {
+            let opts: &[(u8, [u8; 6])] = if ty == ND_NS {
+                &[(14, b), (1, a), (2, b)]
+            } else {
+                &[(2, a)]
+            };
+            let mut f = icmp6(ty, opts);
+            set_field(&mut f, fld, v, false).unwrap();
+            assert_eq!(rd16(&f, 56), icmp6_full(&f), "{fld:?} type {ty}");
+            assert_eq!(crate::FlowKey::extract(&f, 0, None).get(fld), v, "{fld:?}");
+        }
+        // The flow label keeps the traffic class and version.
+        let mut f = icmp6(128, &[]);
+        set_field(&mut f, Field::Ipv6Flabel, 0xfffff, false).unwrap();
+        assert_eq!(f[14..18], [0x60, 0x1f, 0xff, 0xff]);
+    }
+
+    #[test]
+    fn arp_rewrites() {
+        let mut f = vec![0u8; 42];
+        f[12..14].copy_from_slice(&[0x08, 0x06]);
+        f[14..22].copy_from_slice(&[0, 1, 8, 0, 6, 4, 0, 1]);
+        for (fld, v) in [
+            (Field::ArpOp, 2u128),
+            (Field::ArpSha, 0x0a0b_0c0d_0e0f),
+            (Field::Ipv4Src, 0x0a00_0001),
+            (Field::ArpTha, 0x0203_0405_0607),
+            (Field::Ipv4Dst, 0x0a00_0002),
+        ] {
+            set_field(&mut f, fld, v, false).unwrap();
+            assert_eq!(crate::FlowKey::extract(&f, 0, None).get(fld), v, "{fld:?}");
+        }
+        let k = crate::FlowKey::extract(&f, 0, None);
+        assert_eq!(
+            (
+                k.get(Field::ArpOp),
+                k.get(Field::ArpSha),
+                k.get(Field::ArpTha)
+            ),
+            (2, 0x0a0b_0c0d_0e0f, 0x0203_0405_0607)
+        );
+        assert_eq!(f[14..22], [0, 1, 8, 0, 6, 4, 0, 2]);
     }
 }

@@ -1,12 +1,15 @@
-//! The flow key: every header field a rule can match, extracted once per packet into twelve
-//! 64-bit words, so masking, hashing and comparing are word operations.
+//! The flow key: every header field a rule can match, extracted once per packet into
+//! seventeen 64-bit words, so masking, hashing and comparing are word operations.
 //!
 //! Layout (fixed; [`Field::layout`]): w0 in_port·eth_type·vlan_tci, w1 eth_dst·ip_proto·
 //! ip_tos, w2 eth_src·ip_ttl·ip_frag, w3 ipv4_src·ipv4_dst (ARP spa/tpa too), w4-w5
 //! ipv6_src, w6-w7 ipv6_dst, w8 tp_src·tp_dst·arp_op (ICMP type/code in tp_src/tp_dst, as
 //! OVS), w9 tun_id, w10 tun_src·tun_dst, w11 metadata (OpenFlow's pipeline register: 0 in
-//! every extracted key, written only by `write_metadata` during a translation). Addresses are
-//! integers of their big-endian value.
+//! every extracted key, written only by `write_metadata` during a translation), w12-w13
+//! nd_target (ICMPv6 neighbour solicitation/advertisement), w14 bits 0..48 arp_sha (also
+//! ND's source link-layer address option, nd_sll, as OVS), w15 bits 0..48 arp_tha (also
+//! nd_tll), w16 bits 0..20 ipv6_label (flow label). ip_ecn is IpTos's low two bits.
+//! Addresses are integers of their big-endian value.
 //!
 //! [`FlowKey::extract`] reads an untrusted frame with bounds-checked accessors only: a
 //! truncated or malformed header leaves the fields it could not read at 0.
@@ -14,7 +17,7 @@
 use std::net::Ipv4Addr;
 
 /// Words in a key.
-pub const KEY_WORDS: usize = 12;
+pub const KEY_WORDS: usize = 17;
 
 /// A packet's (or a mask's) match fields.
 #[derive(Clone, Copy, Eq, Default, Debug)]
@@ -74,11 +77,19 @@ pub enum Field {
     TunDst,
     /// OpenFlow metadata: pipeline-internal, 0 on input.
     Metadata,
+    /// ICMPv6 ND target address (types 135 and 136).
+    NdTarget,
+    /// ARP sender hardware address; in ICMPv6 NS the source link-layer address (nd_sll).
+    ArpSha,
+    /// ARP target hardware address; in ICMPv6 NA the target link-layer address (nd_tll).
+    ArpTha,
+    /// IPv6 flow label.
+    Ipv6Flabel,
 }
 
 impl Field {
     /// Every field.
-    pub const ALL: [Field; 20] = [
+    pub const ALL: [Field; 24] = [
         Field::InPort,
         Field::EthType,
         Field::VlanTci,
@@ -99,6 +110,10 @@ impl Field {
         Field::TunSrc,
         Field::TunDst,
         Field::Metadata,
+        Field::NdTarget,
+        Field::ArpSha,
+        Field::ArpTha,
+        Field::Ipv6Flabel,
     ];
 
     /// (word, shift, bits). 128-bit fields take words `word` (high half) and `word + 1`.
@@ -125,6 +140,10 @@ impl Field {
             Field::TunSrc => (10, 0, 32),
             Field::TunDst => (10, 32, 32),
             Field::Metadata => (11, 0, 64),
+            Field::NdTarget => (12, 0, 128),
+            Field::ArpSha => (14, 0, 48),
+            Field::ArpTha => (15, 0, 48),
+            Field::Ipv6Flabel => (16, 0, 20),
         }
     }
 
@@ -241,9 +260,9 @@ impl FlowKey {
 
     /// A fast hash of the key: multiply-xorshift per word, in two independent chains over the
     /// words every Ethernet/IPv4 key uses (in_port to IPv4 addresses, L4 ports), and a third
-    /// over the IPv6, tunnel and metadata words only when one of them is not zero (an IPv4 packet's
-    /// hash costs five multiplications instead of eleven in a row). Equal keys hash equal,
-    /// since it is a function of the key's words alone.
+    /// over the IPv6, tunnel, metadata, ND/ARP-address and flow-label words only when one of
+    /// them is not zero (an IPv4 packet's hash costs five multiplications instead of sixteen in
+    /// a row). Equal keys hash equal, since it is a function of the key's words alone.
     #[inline]
     pub fn hash(&self) -> u64 {
         #[inline(always)]
@@ -254,12 +273,17 @@ impl FlowKey {
         let w = &self.0;
         let a = step(step(step(0x243f_6a88_85a3_08d3, w[0]), w[2]), w[8]);
         let mut b = step(step(0x1319_8a2e_0370_7344, w[1]), w[3]);
-        if w[4] | w[5] | w[6] | w[7] | w[9] | w[10] | w[11] != 0 {
-            let c = step(
+        let rest = w[12] | w[13] | w[14] | w[15] | w[16];
+        if w[4] | w[5] | w[6] | w[7] | w[9] | w[10] | w[11] | rest != 0 {
+            let mut c = step(
                 step(step(step(0xa409_3822_299f_31d0, w[4]), w[5]), w[9]),
                 w[11],
             );
-            let d = step(step(step(0x082e_fa98_ec4e_6c89, w[6]), w[7]), w[10]);
+            let mut d = step(step(step(0x082e_fa98_ec4e_6c89, w[6]), w[7]), w[10]);
+            if rest != 0 {
+                c = step(step(step(c, w[12]), w[14]), w[16]);
+                d = step(step(d, w[13]), w[15]);
+            }
             b ^= c.rotate_left(17) ^ d.rotate_left(41);
         }
         let h = (a ^ b.rotate_left(32)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -340,7 +364,7 @@ impl FlowKey {
         };
         match w {
             Some([w0, w1, w2, w3, w8]) => {
-                self.0 = [w0, w1, w2, w3, 0, 0, 0, 0, w8, 0, 0, 0];
+                self.0 = [w0, w1, w2, w3, 0, 0, 0, 0, w8, 0, 0, 0, 0, 0, 0, 0, 0];
                 true
             }
             None => false,
@@ -381,13 +405,17 @@ impl FlowKey {
             ETH_IPV4 => extract_ipv4(&mut k, frame, l3),
             ETH_IPV6 => extract_ipv6(&mut k, frame, l3),
             ETH_ARP => {
-                if let (Some(op), Some(spa), Some(tpa)) = (
+                if let (Some(op), Some(sha), Some(spa), Some(tha), Some(tpa)) = (
                     be16(frame, l3 + 6),
+                    be48(frame, l3 + 8),
                     be32(frame, l3 + 14),
+                    be48(frame, l3 + 18),
                     be32(frame, l3 + 24),
                 ) {
                     k.set(Field::ArpOp, u128::from(op));
+                    k.set(Field::ArpSha, u128::from(sha));
                     k.set(Field::Ipv4Src, u128::from(spa));
+                    k.set(Field::ArpTha, u128::from(tha));
                     k.set(Field::Ipv4Dst, u128::from(tpa));
                 }
             }
@@ -472,8 +500,9 @@ fn extract_ipv4(k: &mut FlowKey, f: &[u8], l3: usize) {
 }
 
 fn extract_ipv6(k: &mut FlowKey, f: &[u8], l3: usize) {
-    let (Some(vtc), Some(&next), Some(&hlim), Some(src), Some(dst)) = (
+    let (Some(vtc), Some(flabel), Some(&next), Some(&hlim), Some(src), Some(dst)) = (
         be16(f, l3),
+        be32(f, l3),
         f.get(l3 + 6),
         f.get(l3 + 7),
         be128(f, l3 + 8),
@@ -485,6 +514,7 @@ fn extract_ipv6(k: &mut FlowKey, f: &[u8], l3: usize) {
         return;
     }
     k.set(Field::IpTos, u128::from((vtc >> 4) as u8));
+    k.set(Field::Ipv6Flabel, u128::from(flabel & 0x000f_ffff));
     k.set(Field::IpTtl, u128::from(hlim));
     k.set(Field::Ipv6Src, src);
     k.set(Field::Ipv6Dst, dst);
@@ -534,10 +564,56 @@ fn extract_l4(k: &mut FlowKey, f: &[u8], l4: usize, proto: u8, icmp: u8) {
             if let (Some(&t), Some(&c)) = (f.get(l4), f.get(l4 + 1)) {
                 k.set(Field::TpSrc, u128::from(t));
                 k.set(Field::TpDst, u128::from(c));
+                if icmp == IP_ICMPV6 && matches!(t, ND_NS | ND_NA) {
+                    extract_nd(k, f, l4);
+                }
             }
         }
         _ => {}
     }
+}
+
+/// ICMPv6 neighbour solicitation (135) and advertisement (136).
+pub const ND_NS: u8 = 135;
+pub const ND_NA: u8 = 136;
+
+/// The ND fields of an NS/NA with code 0 at `l4`, as OVS's flow extraction: the target
+/// address, then the options walked by their length (units of 8 bytes): a source link-layer
+/// address option (type 1) gives arp_sha (nd_sll), a target one (type 2) arp_tha (nd_tll),
+/// whichever of the two messages carries it. A zero-length option or one that runs past the
+/// frame ends the walk (what was found stays); the same address option twice makes the
+/// message malformed: every ND field 0. A truncated target leaves them all 0.
+fn extract_nd(k: &mut FlowKey, f: &[u8], l4: usize) {
+    if f.get(l4 + 1) != Some(&0) {
+        return;
+    }
+    let Some(target) = be128(f, l4 + 8) else {
+        return;
+    };
+    let (mut sll, mut tll) = (0u64, 0u64);
+    let mut off = l4 + 24;
+    // At most (MTU-sized frames) a few hundred options; the bound keeps a hostile frame's
+    // walk short.
+    for _ in 0..256 {
+        if f.len() < off + 8 {
+            break;
+        }
+        let (opt, len) = (f[off], usize::from(f[off + 1]) * 8);
+        if len == 0 || len > f.len() - off {
+            break;
+        }
+        if len == 8 && (opt == 1 || opt == 2) {
+            let slot = if opt == 1 { &mut sll } else { &mut tll };
+            if *slot != 0 {
+                return;
+            }
+            *slot = be48(f, off + 2).unwrap_or(0);
+        }
+        off += len;
+    }
+    k.set(Field::NdTarget, target);
+    k.set(Field::ArpSha, u128::from(sll));
+    k.set(Field::ArpTha, u128::from(tll));
 }
 
 #[cfg(test)]
@@ -614,6 +690,108 @@ mod tests {
         assert_eq!(k.ip_proto(), 6);
         assert_eq!(k.get(Field::Ipv6Dst) & 0xff, 2);
         assert_eq!((k.tp_src(), k.tp_dst()), (443, 80));
+    }
+
+    /// An ARP frame: op 1, sha 02:..:11, spa 10.0.0.1, tha 02:..:22, tpa 10.0.0.2.
+    pub(crate) fn arp() -> Vec<u8> {
+        let mut f = vec![0u8; 42];
+        f[12..14].copy_from_slice(&ETH_ARP.to_be_bytes());
+        f[14..22].copy_from_slice(&[0, 1, 8, 0, 6, 4, 0, 1]);
+        f[22..28].copy_from_slice(&[2, 0, 0, 0, 0, 0x11]);
+        f[28..32].copy_from_slice(&[10, 0, 0, 1]);
+        f[32..38].copy_from_slice(&[2, 0, 0, 0, 0, 0x22]);
+        f[38..42].copy_from_slice(&[10, 0, 0, 2]);
+        f
+    }
+
+    /// An ICMPv6 NS (135) or NA (136) with flow label 0xabcde, target 2001:db8::7 and the
+    /// given link-layer address options `(type, mac)`.
+    pub(crate) fn nd(ty: u8, opts: &[(u8, [u8; 6])]) -> Vec<u8> {
+        let plen = 24 + 8 * opts.len();
+        let mut f = vec![0u8; 14 + 40 + plen];
+        f[12..14].copy_from_slice(&ETH_IPV6.to_be_bytes());
+        f[14..18].copy_from_slice(&(0x6000_0000u32 | 0xabcde).to_be_bytes());
+        f[18..20].copy_from_slice(&(plen as u16).to_be_bytes());
+        f[20] = IP_ICMPV6;
+        f[21] = 255;
+        f[22..38].copy_from_slice(&[0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+        f[38..54].copy_from_slice(&[0xff, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0xff, 0, 0, 7]);
+        f[54] = ty;
+        f[62..78].copy_from_slice(&[0x20, 1, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7]);
+        for (i, (t, mac)) in opts.iter().enumerate() {
+            let o = 78 + 8 * i;
+            f[o] = *t;
+            f[o + 1] = 1;
+            f[o + 2..o + 8].copy_from_slice(mac);
+        }
+        f
+    }
+
+    #[test]
+    fn arp_hardware_addresses() {
+        let k = FlowKey::extract(&arp(), 1, None);
+        assert_eq!(k.get(Field::ArpOp), 1);
+        assert_eq!(k.get(Field::ArpSha), 0x0200_0000_0011);
+        assert_eq!(k.get(Field::ArpTha), 0x0200_0000_0022);
+        assert_eq!(k.get(Field::Ipv4Src), 0x0a00_0001);
+        assert_eq!(k.get(Field::Ipv4Dst), 0x0a00_0002);
+        // Truncated: no ARP field at all.
+        let k = FlowKey::extract(&arp()[..41], 1, None);
+        assert_eq!((k.get(Field::ArpSha), k.get(Field::ArpOp)), (0, 0));
+    }
+
+    #[test]
+    fn neighbour_discovery_fields_and_flow_label() {
+        const TARGET: u128 = 0x2001_0db8_0000_0000_0000_0000_0000_0007;
+        let a = [2, 0, 0, 0, 0, 0xaa];
+        let b = [2, 0, 0, 0, 0, 0xbb];
+        let k = FlowKey::extract(&nd(ND_NS, &[(1, a)]), 1, None);
+        assert_eq!(k.get(Field::Ipv6Flabel), 0xabcde);
+        assert_eq!((k.tp_src(), k.tp_dst()), (135, 0));
+        assert_eq!(k.get(Field::NdTarget), TARGET);
+        assert_eq!(k.get(Field::ArpSha), 0x0200_0000_00aa);
+        assert_eq!(k.get(Field::ArpTha), 0);
+        let k = FlowKey::extract(&nd(ND_NA, &[(2, b)]), 1, None);
+        assert_eq!(k.get(Field::NdTarget), TARGET);
+        assert_eq!(
+            (k.get(Field::ArpSha), k.get(Field::ArpTha)),
+            (0, 0x0200_0000_00bb)
+        );
+        // An unknown option is skipped; both address options are read (as OVS).
+        let k = FlowKey::extract(&nd(ND_NS, &[(14, b), (2, b), (1, a)]), 1, None);
+        assert_eq!(k.get(Field::ArpSha), 0x0200_0000_00aa);
+        assert_eq!(k.get(Field::ArpTha), 0x0200_0000_00bb);
+        // The same option twice: malformed, no ND field.
+        let k = FlowKey::extract(&nd(ND_NS, &[(1, a), (1, b)]), 1, None);
+        assert_eq!((k.get(Field::NdTarget), k.get(Field::ArpSha)), (0, 0));
+        // A zero-length option ends the walk.
+        let mut f = nd(ND_NS, &[(3, a), (1, a)]);
+        f[79] = 0;
+        let k = FlowKey::extract(&f, 1, None);
+        assert_eq!((k.get(Field::NdTarget), k.get(Field::ArpSha)), (TARGET, 0));
+        // Code not 0, or another type: no ND field.
+        let mut f = nd(ND_NS, &[(1, a)]);
+        f[55] = 1;
+        assert_eq!(FlowKey::extract(&f, 1, None).get(Field::NdTarget), 0);
+        let mut f = nd(ND_NS, &[(1, a)]);
+        f[54] = 128;
+        let k = FlowKey::extract(&f, 1, None);
+        assert_eq!((k.get(Field::NdTarget), k.get(Field::ArpSha)), (0, 0));
+        // Truncation anywhere: never a panic; a cut target gives no ND field, a cut option
+        // no address.
+        let full = nd(ND_NA, &[(2, b)]);
+        for n in 0..full.len() {
+            let k = FlowKey::extract(&full[..n], 1, None);
+            if n < 78 {
+                assert_eq!(k.get(Field::NdTarget), 0, "{n}");
+            }
+            if n < 86 {
+                assert_eq!(k.get(Field::ArpTha), 0, "{n}");
+            }
+        }
+        // An IPv4 key has none of the new words.
+        let k = FlowKey::extract(&udp4(None), 1, None);
+        assert_eq!(k.0[12..], [0; 5]);
     }
 
     #[test]

@@ -17,7 +17,10 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use crate::classifier::Classifier;
-use crate::key::{Field, FlowKey, ETH_IPV4, ETH_IPV6, IP_TCP, IP_UDP, VLAN_CFI};
+use crate::key::{
+    Field, FlowKey, ETH_ARP, ETH_IPV4, ETH_IPV6, ETH_VLAN, IP_ICMP, IP_ICMPV6, IP_TCP, IP_UDP,
+    ND_NA, ND_NS, VLAN_CFI,
+};
 use crate::spec::{ActionSpec, FlowSpec, GroupSpec, GroupType};
 
 /// Counters of one rule, shared by the rule and the megaflows that came from it.
@@ -40,9 +43,11 @@ pub enum DpAction {
     Normal,
     /// Every port of the bridge but the input.
     Flood,
-    /// Push an 802.1Q tag (OpenFlow TCI: 0x1000 = present).
+    /// Push a VLAN tag with TPID `tpid` (0x8100 802.1Q, 0x88a8 802.1ad; OpenFlow TCI:
+    /// 0x1000 = present).
     PushVlan {
         tci: u16,
+        tpid: u16,
     },
     /// Set the tag's TCI, pushing one if the frame has none.
     SetVlanTci {
@@ -91,10 +96,13 @@ pub enum ResolvedAction {
     Flood,
     Drop,
     SetField(Field, u128),
+    /// The ECN bits of IpTos (the DSCP kept).
+    SetEcn(u8),
     SetVlanVid(u16),
     SetVlanPcp(u8),
     PopVlan,
-    PushVlan,
+    /// With the tag's TPID.
+    PushVlan(u16),
     SetTunnel(u64),
     GotoTable(u8),
     Meter(u32),
@@ -219,7 +227,8 @@ fn resolve_action(
         ActionSpec::SetVlanVid(v) => ResolvedAction::SetVlanVid(*v),
         ActionSpec::SetVlanPcp(v) => ResolvedAction::SetVlanPcp(*v),
         ActionSpec::PopVlan => ResolvedAction::PopVlan,
-        ActionSpec::PushVlan(_) => ResolvedAction::PushVlan,
+        ActionSpec::SetEcn(e) => ResolvedAction::SetEcn(*e),
+        ActionSpec::PushVlan(t) => ResolvedAction::PushVlan(*t),
         ActionSpec::SetTunnel(t) => ResolvedAction::SetTunnel(*t),
         ActionSpec::GotoTable(t) => ResolvedAction::GotoTable(*t),
         ActionSpec::Group(g) => ResolvedAction::Group(*g),
@@ -549,9 +558,10 @@ pub fn walk_with_groups<'a>(
 fn set_slot(a: &ResolvedAction) -> (u8, u32) {
     match a {
         ResolvedAction::PopVlan => (1, 0),
-        ResolvedAction::PushVlan => (2, 0),
+        ResolvedAction::PushVlan(_) => (2, 0),
         ResolvedAction::DecTtl => (3, 0),
         ResolvedAction::SetField(f, _) => (4, *f as u32),
+        ResolvedAction::SetEcn(_) => (4, 1002),
         ResolvedAction::SetVlanVid(_) => (4, 1000),
         ResolvedAction::SetVlanPcp(_) => (4, 1001),
         ResolvedAction::SetTunnel(_) => (4, Field::TunId as u32),
@@ -569,9 +579,10 @@ fn carries(st: &mut State, f: Field) -> bool {
     match f {
         Field::Ipv4Src | Field::Ipv4Dst => {
             st.t.mask.or_field(Field::EthType, 0xffff);
-            ty == ETH_IPV4
+            // ARP's protocol addresses are these fields too.
+            matches!(ty, ETH_IPV4 | ETH_ARP)
         }
-        Field::Ipv6Src | Field::Ipv6Dst => {
+        Field::Ipv6Src | Field::Ipv6Dst | Field::Ipv6Flabel => {
             st.t.mask.or_field(Field::EthType, 0xffff);
             ty == ETH_IPV6
         }
@@ -582,7 +593,31 @@ fn carries(st: &mut State, f: Field) -> bool {
         Field::TpSrc | Field::TpDst => {
             st.t.mask.or_field(Field::EthType, 0xffff);
             st.t.mask.or_field(Field::IpProto, 0xff);
-            ip() && matches!(st.k.ip_proto(), IP_TCP | IP_UDP)
+            let p = st.k.ip_proto();
+            // TCP/UDP ports, or ICMP's type and code.
+            (ip() && matches!(p, IP_TCP | IP_UDP))
+                || (ty == ETH_IPV4 && p == IP_ICMP)
+                || (ty == ETH_IPV6 && p == IP_ICMPV6)
+        }
+        Field::ArpOp => {
+            st.t.mask.or_field(Field::EthType, 0xffff);
+            ty == ETH_ARP
+        }
+        // ARP's hardware addresses, or an NS's/NA's link-layer address options.
+        Field::ArpSha | Field::ArpTha | Field::NdTarget => {
+            st.t.mask.or_field(Field::EthType, 0xffff);
+            if ty == ETH_ARP {
+                return f != Field::NdTarget;
+            }
+            st.t.mask.or_field(Field::IpProto, 0xff);
+            if ty != ETH_IPV6 || st.k.ip_proto() != IP_ICMPV6 {
+                return false;
+            }
+            st.t.mask.or_field(Field::TpSrc, 0xffff);
+            st.t.mask.or_field(Field::TpDst, 0xffff);
+            // ND fields are extracted from code 0 only.
+            st.k.tp_dst() == 0
+                && matches!(st.k.tp_src(), t if t == u16::from(ND_NS) || t == u16::from(ND_NA))
         }
         _ => true,
     }
@@ -680,14 +715,26 @@ fn apply<'a>(
                 st.k.set(Field::VlanTci, u128::from(tci));
                 st.t.actions.push(DpAction::SetVlanTci { tci });
             }
-            ResolvedAction::PushVlan => {
+            ResolvedAction::PushVlan(tpid) => {
                 st.modified = true;
                 // A new outer tag, VID 0 until set (OpenFlow push_vlan).
                 let tci = VLAN_CFI;
                 st.written.or_field(Field::VlanTci, 0xffff);
                 st.vlan_depth += 1;
                 st.k.set(Field::VlanTci, u128::from(tci));
-                st.t.actions.push(DpAction::PushVlan { tci });
+                st.t.actions.push(DpAction::PushVlan { tci, tpid });
+            }
+            ResolvedAction::SetEcn(ecn) => {
+                if !carries(st, Field::IpTos) {
+                    continue;
+                }
+                // The datapath writes the whole byte: the DSCP it keeps joins the mask.
+                st.modified = true;
+                st.t.mask.or_field(Field::IpTos, 0xfc);
+                st.written.or_field(Field::IpTos, 0xff);
+                let tos = (st.k.get(Field::IpTos) & 0xfc) | u128::from(ecn & 3);
+                st.k.set(Field::IpTos, tos);
+                st.t.actions.push(DpAction::SetField(Field::IpTos, tos));
             }
             ResolvedAction::PopVlan => {
                 st.modified = true;
@@ -839,7 +886,10 @@ fn restore(st: &mut State, entry: &FlowKey, vlan_depth: i32) {
                     st.t.actions.push(DpAction::PopVlan);
                 }
                 for _ in 0..(-delta).max(0) {
-                    st.t.actions.push(DpAction::PushVlan { tci: was });
+                    st.t.actions.push(DpAction::PushVlan {
+                        tci: was,
+                        tpid: ETH_VLAN,
+                    });
                 }
                 if delta >= 0 && was & VLAN_CFI != 0 && (delta > 0 || now != was) {
                     st.t.actions.push(DpAction::SetVlanTci { tci: was });

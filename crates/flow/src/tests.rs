@@ -99,7 +99,44 @@ fn every_error_is_precise() {
         ("ip,nw_tos=3 actions=drop", "ECN bits"),
         ("in_port actions=drop", "in_port needs a value"),
         ("cookie=1/0xff actions=drop", "a mask is for filters"),
-        ("actions=push_vlan:0x88a8", "only 0x8100"),
+        ("actions=push_vlan:0x9100", "only 0x8100"),
+        (
+            "arp,nd_sll=00:00:00:00:00:01 actions=drop",
+            "nd_sll requires icmp6,icmp_type=135",
+        ),
+        (
+            "icmp6,icmp_type=135,nd_tll=00:00:00:00:00:01 actions=drop",
+            "nd_tll requires icmp6,icmp_type=136",
+        ),
+        (
+            "ipv6,arp_sha=00:00:00:00:00:01 actions=drop",
+            "arp_sha requires arp",
+        ),
+        ("icmp6,nd_target=::1 actions=drop", "nd_target requires"),
+        ("ip,ipv6_label=1 actions=drop", "ipv6_label requires ipv6"),
+        ("arp,nw_ecn=1 actions=drop", "nw_ecn requires ip or ipv6"),
+        ("ip,nw_ecn=4 actions=drop", "out of range"),
+        ("ipv6,ipv6_label=0x100000 actions=drop", "out of range"),
+        (
+            "ip actions=set_field:1->arp_op",
+            "requires the rule to match arp",
+        ),
+        (
+            "icmp6,icmp_type=136 actions=set_field:00:00:00:00:00:01->nd_sll",
+            "requires the rule to match icmp6,icmp_type=135",
+        ),
+        (
+            "tcp actions=set_field:1->icmp_type",
+            "requires the rule to match icmp",
+        ),
+        (
+            "icmp actions=set_field:1->icmpv6_code",
+            "requires the rule to match icmp6",
+        ),
+        (
+            "arp actions=mod_nw_ecn:1",
+            "requires the rule to match ip or ipv6",
+        ),
         ("dl_vlan=5000 actions=drop", "out of range 0..=4095"),
         (
             "ip_frag=maybe,ip actions=drop",
@@ -143,7 +180,9 @@ fn random_rule(r: &mut Rng, table: u8) -> String {
     if r.below(3) == 0 {
         parts.push(format!("in_port=p{}", r.below(3)));
     }
-    let proto = ["", "ip", "tcp", "udp", "icmp", "arp", "ipv6", "tcp6"][r.below(8) as usize];
+    let proto = [
+        "", "ip", "tcp", "udp", "icmp", "arp", "ipv6", "tcp6", "icmp6",
+    ][r.below(9) as usize];
     if !proto.is_empty() {
         parts.push(proto.into());
     }
@@ -178,8 +217,36 @@ fn random_rule(r: &mut Rng, table: u8) -> String {
         }
         "arp" if r.below(2) == 0 => {
             parts.push(format!("arp_op={}", 1 + r.below(2)));
+            if r.below(2) == 0 {
+                parts.push(format!("arp_sha=02:00:00:00:00:{:02x}", r.below(3)));
+            }
+            if r.below(3) == 0 {
+                parts.push(format!(
+                    "arp_tha=02:00:00:00:00:{:02x}/ff:ff:ff:ff:ff:fe",
+                    r.below(3)
+                ));
+            }
+        }
+        "icmp6" if r.below(3) != 0 => {
+            let ty = [128, 135, 136][r.below(3) as usize];
+            parts.push(format!("icmp_type={ty}"));
+            if ty != 128 && r.below(2) == 0 {
+                parts.push(format!("nd_target=2001:db8::{}", r.below(3)));
+            }
+            if ty == 135 && r.below(2) == 0 {
+                parts.push(format!("nd_sll=02:00:00:00:00:{:02x}", r.below(3)));
+            }
+            if ty == 136 && r.below(2) == 0 {
+                parts.push(format!("nd_tll=02:00:00:00:00:{:02x}", r.below(3)));
+            }
         }
         _ => {}
+    }
+    if matches!(proto, "ipv6" | "tcp6" | "icmp6") && r.below(4) == 0 {
+        parts.push(format!("ipv6_label={:#x}/0xf", r.below(3)));
+    }
+    if matches!(proto, "ip" | "tcp" | "ipv6") && r.below(4) == 0 {
+        parts.push(format!("nw_ecn={}", r.below(4)));
     }
     if matches!(proto, "tcp" | "udp" | "tcp6") && r.below(2) == 0 {
         parts.push(format!("tp_dst={}", 80 + r.below(3)));
@@ -190,7 +257,7 @@ fn random_rule(r: &mut Rng, table: u8) -> String {
     let l4 = matches!(proto, "tcp" | "udp" | "tcp6");
     let mut actions = vec![];
     for _ in 0..1 + r.below(3) {
-        let a = match r.below(12) {
+        let a = match r.below(13) {
             0 => "NORMAL".to_string(),
             1 => format!("output:p{}", r.below(3)),
             2 => "FLOOD".into(),
@@ -204,6 +271,23 @@ fn random_rule(r: &mut Rng, table: u8) -> String {
             8 => format!("mirror:p{}", r.below(3)),
             9 => format!("group:{}", 1 + r.below(5)),
             10 => "dec_ttl".into(),
+            11 => match proto {
+                "ip" | "tcp" | "ipv6" => format!("mod_nw_ecn:{}", r.below(4)),
+                "icmp" => format!("set_field:{}->icmp_code", r.below(3)),
+                "arp" => [
+                    "set_field:2->arp_op",
+                    "set_field:02:00:00:00:00:01->arp_tha",
+                ][r.below(2) as usize]
+                    .into(),
+                "icmp6" if parts.iter().any(|p| p == "icmp_type=135") => {
+                    format!("set_field:02:00:00:00:00:{:02x}->nd_sll", r.below(3))
+                }
+                "icmp6" if parts.iter().any(|p| p == "icmp_type=136") => {
+                    format!("set_field:2001:db8::{}->nd_target", r.below(3))
+                }
+                "icmp6" | "tcp6" => format!("set_field:{:#x}->ipv6_label", r.below(3)),
+                _ => "in_port".into(),
+            },
             _ => "in_port".into(),
         };
         actions.push(a);
@@ -294,7 +378,8 @@ fn random_key(r: &mut Rng) -> FlowKey {
         (0x0806, 0),
         (0x86dd, 6),
         (0x86dd, 17),
-    ][r.below(6) as usize];
+        (0x86dd, 58),
+    ][r.below(7) as usize];
     k.set(Field::EthType, ty);
     k.set(Field::IpProto, proto);
     k.set(Field::EthDst, 0x0200_0000_0000 | u128::from(r.below(5)));
@@ -316,7 +401,21 @@ fn random_key(r: &mut Rng) -> FlowKey {
     k.set(Field::ArpOp, 1 + u128::from(r.below(2)));
     if ty != 0x0806 {
         k.set(Field::IpTtl, [0, 1, 2, 64][r.below(4) as usize]);
+        k.set(
+            Field::IpTos,
+            u128::from(r.below(4)) | u128::from(r.below(2)) << 5,
+        );
     }
+    if proto == 58 {
+        k.set(Field::TpSrc, [128, 135, 136][r.below(3) as usize]);
+        k.set(Field::TpDst, u128::from(r.below(3) == 0));
+        k.set(Field::NdTarget, 0x2001_0db8 << 96 | u128::from(r.below(3)));
+    }
+    if ty == 0x86dd {
+        k.set(Field::Ipv6Flabel, u128::from(r.below(3)));
+    }
+    k.set(Field::ArpSha, 0x0200_0000_0000 | u128::from(r.below(3)));
+    k.set(Field::ArpTha, 0x0200_0000_0000 | u128::from(r.below(3)));
     k
 }
 
@@ -789,7 +888,10 @@ fn an_all_group_gives_each_bucket_the_packet_as_it_entered() {
             DpAction::SetField(Field::EthDst, 0x0200_0000_0009),
             DpAction::Output(11),
             DpAction::SetField(Field::EthDst, 0x0200_0000_0001),
-            DpAction::PushVlan { tci: VLAN_CFI },
+            DpAction::PushVlan {
+                tci: VLAN_CFI,
+                tpid: 0x8100
+            },
             DpAction::SetVlanTci { tci: VLAN_CFI | 5 },
             DpAction::Output(10),
             DpAction::PopVlan,

@@ -113,6 +113,14 @@ pub fn match_from_of(
                 out.set(Field::IpTos, v << 2, 0xfc);
                 continue;
             }
+            Of::IpEcn => {
+                out.set(Field::IpTos, v, 0x03);
+                continue;
+            }
+            Of::ArpSha | Of::Ipv6NdSll => Field::ArpSha,
+            Of::ArpTha | Of::Ipv6NdTll => Field::ArpTha,
+            Of::Ipv6NdTarget => Field::NdTarget,
+            Of::Ipv6Flabel => Field::Ipv6Flabel,
             Of::IpProto => Field::IpProto,
             Of::Ipv4Src | Of::ArpSpa => Field::Ipv4Src,
             Of::Ipv4Dst | Of::ArpTpa => Field::Ipv4Dst,
@@ -191,6 +199,9 @@ pub fn match_to_of(m: &Match, in_port: Option<&str>, ports: &PortMap) -> ferrovs
     if tosm & 0xfc == 0xfc {
         fields.push(Oxm::exact(Of::IpDscp, tos >> 2));
     }
+    if tosm & 0x03 == 0x03 {
+        fields.push(Oxm::exact(Of::IpEcn, tos & 0x03));
+    }
     if let Some(p) = proto {
         fields.push(Oxm::exact(Of::IpProto, u128::from(p)));
     }
@@ -238,6 +249,23 @@ pub fn match_to_of(m: &Match, in_port: Option<&str>, ports: &PortMap) -> ferrovs
     if opm != 0 {
         fields.push(Oxm::exact(Of::ArpOp, op));
     }
+    // ARP's hardware addresses, or ND's target and link-layer address options (which
+    // OpenFlow 1.3 matches exactly only).
+    let nd = [
+        (Field::NdTarget, Of::Ipv6NdTarget, Of::Ipv6NdTarget),
+        (Field::ArpSha, Of::ArpSha, Of::Ipv6NdSll),
+        (Field::ArpTha, Of::ArpTha, Of::Ipv6NdTll),
+    ];
+    for (f, a, n) in nd {
+        let (v, mk) = m.field(f);
+        if mk != 0 {
+            fields.push(oxm(if arp { a } else { n }, v, mk, f.full()));
+        }
+    }
+    let (fl, flm) = m.field(Field::Ipv6Flabel);
+    if flm != 0 {
+        fields.push(oxm(Of::Ipv6Flabel, fl, flm, Field::Ipv6Flabel.full()));
+    }
     for (f, of) in [
         (Field::Metadata, Of::Metadata),
         (Field::TunId, Of::TunnelId),
@@ -279,12 +307,12 @@ fn action_from_of(a: &Action, ports: &PortMap) -> Result<ActionSpec, OfError> {
                     .to_string(),
             ),
         },
-        Action::PushVlan(0x8100) => ActionSpec::PushVlan(0x8100),
+        Action::PushVlan(t @ (0x8100 | 0x88a8)) => ActionSpec::PushVlan(*t),
         Action::PushVlan(_) => {
             return Err(err(
                 et::BAD_ACTION,
                 bac::BAD_ARGUMENT,
-                "push_vlan: only 0x8100 (802.1Q) is supported",
+                "push_vlan: only 0x8100 (802.1Q) and 0x88a8 (802.1ad)",
             ))
         }
         Action::PopVlan => ActionSpec::PopVlan,
@@ -305,8 +333,21 @@ fn action_from_of(a: &Action, ports: &PortMap) -> Result<ActionSpec, OfError> {
                 Of::Ipv6Src => ActionSpec::SetField(Field::Ipv6Src, v),
                 Of::Ipv6Dst => ActionSpec::SetField(Field::Ipv6Dst, v),
                 Of::IpDscp => ActionSpec::SetField(Field::IpTos, v << 2),
-                Of::TcpSrc | Of::UdpSrc => ActionSpec::SetField(Field::TpSrc, v),
-                Of::TcpDst | Of::UdpDst => ActionSpec::SetField(Field::TpDst, v),
+                Of::IpEcn => ActionSpec::SetEcn(v as u8),
+                // ICMP's type and code are the key's ports, as in the match.
+                Of::TcpSrc | Of::UdpSrc | Of::Icmpv4Type | Of::Icmpv6Type => {
+                    ActionSpec::SetField(Field::TpSrc, v)
+                }
+                Of::TcpDst | Of::UdpDst | Of::Icmpv4Code | Of::Icmpv6Code => {
+                    ActionSpec::SetField(Field::TpDst, v)
+                }
+                Of::ArpOp => ActionSpec::SetField(Field::ArpOp, v),
+                Of::ArpSpa => ActionSpec::SetField(Field::Ipv4Src, v),
+                Of::ArpTpa => ActionSpec::SetField(Field::Ipv4Dst, v),
+                Of::ArpSha | Of::Ipv6NdSll => ActionSpec::SetField(Field::ArpSha, v),
+                Of::ArpTha | Of::Ipv6NdTll => ActionSpec::SetField(Field::ArpTha, v),
+                Of::Ipv6NdTarget => ActionSpec::SetField(Field::NdTarget, v),
+                Of::Ipv6Flabel => ActionSpec::SetField(Field::Ipv6Flabel, v),
                 Of::VlanVid => ActionSpec::SetVlanVid((v & 0xfff) as u16),
                 Of::VlanPcp => ActionSpec::SetVlanPcp(v as u8),
                 Of::TunnelId => ActionSpec::SetTunnel(v as u64),
@@ -432,6 +473,8 @@ pub fn instructions_to_of_with(
 ) -> Vec<Instruction> {
     let (pr, prm) = spec.m.field(Field::IpProto);
     let proto = (prm != 0).then_some(pr as u8);
+    let (ty, tym) = spec.m.field(Field::EthType);
+    let arp = tym != 0 && ty as u16 == ETH_ARP;
     let mut apply = Vec::new();
     let mut goto = None;
     let mut later = Vec::new();
@@ -497,11 +540,25 @@ pub fn instructions_to_of_with(
             ActionSpec::Flood => apply.push(out(OFPP_FLOOD)),
             ActionSpec::All => apply.push(out(OFPP_ALL)),
             ActionSpec::Drop => {}
+            ActionSpec::SetEcn(e) => apply.push(set(Of::IpEcn, u128::from(*e))),
             ActionSpec::SetField(f, v) => apply.push(match f {
                 Field::EthSrc => set(Of::EthSrc, *v),
                 Field::EthDst => set(Of::EthDst, *v),
+                Field::Ipv4Src if arp => set(Of::ArpSpa, *v),
+                Field::Ipv4Dst if arp => set(Of::ArpTpa, *v),
                 Field::Ipv4Src => set(Of::Ipv4Src, *v),
                 Field::Ipv4Dst => set(Of::Ipv4Dst, *v),
+                Field::TpSrc if proto == Some(IP_ICMP) => set(Of::Icmpv4Type, *v),
+                Field::TpDst if proto == Some(IP_ICMP) => set(Of::Icmpv4Code, *v),
+                Field::TpSrc if proto == Some(IP_ICMPV6) => set(Of::Icmpv6Type, *v),
+                Field::TpDst if proto == Some(IP_ICMPV6) => set(Of::Icmpv6Code, *v),
+                Field::ArpOp => set(Of::ArpOp, *v),
+                Field::ArpSha if arp => set(Of::ArpSha, *v),
+                Field::ArpTha if arp => set(Of::ArpTha, *v),
+                Field::ArpSha => set(Of::Ipv6NdSll, *v),
+                Field::ArpTha => set(Of::Ipv6NdTll, *v),
+                Field::NdTarget => set(Of::Ipv6NdTarget, *v),
+                Field::Ipv6Flabel => set(Of::Ipv6Flabel, *v),
                 Field::Ipv6Src => set(Of::Ipv6Src, *v),
                 Field::Ipv6Dst => set(Of::Ipv6Dst, *v),
                 Field::IpTos => set(Of::IpDscp, *v >> 2),
@@ -563,6 +620,7 @@ pub fn rule_from_flow_mod(fm: &FlowMod, ports: &PortMap) -> Result<FlowSpec, OfE
     }
     let (m, in_port) = match_from_of(&fm.match_, ports)?;
     let actions = actions_from_of(&fm.instructions, ports)?;
+    transport_rewrites_fit(&fm.instructions, &m)?;
     let spec = FlowSpec {
         table: fm.table_id,
         priority: fm.priority,
@@ -591,6 +649,41 @@ pub fn rule_from_flow_mod(fm: &FlowMod, ports: &PortMap) -> Result<FlowSpec, OfE
             ))
         }
     }
+}
+
+/// The transport-header rewrites (TCP's, UDP's ports, ICMP's type and code) all become
+/// the key's port fields, whose text form cannot tell them apart: each must name the protocol
+/// the match pins (OpenFlow's SET_FIELD prerequisites), else `OFPBAC_MATCH_INCONSISTENT`.
+fn transport_rewrites_fit(instructions: &[Instruction], m: &Match) -> Result<(), OfError> {
+    let (ty, tym) = m.field(Field::EthType);
+    let ty = (tym != 0).then_some(ty as u16);
+    let (pr, prm) = m.field(Field::IpProto);
+    let proto = (prm != 0).then_some(pr as u8);
+    let ip = matches!(ty, Some(ETH_IPV4 | ETH_IPV6));
+    for i in instructions {
+        let list = match i {
+            Instruction::ApplyActions(l) | Instruction::WriteActions(l) => l,
+            _ => continue,
+        };
+        for a in list {
+            let Action::SetField(o) = a else { continue };
+            let ok = match o.field {
+                Of::TcpSrc | Of::TcpDst => ip && proto == Some(IP_TCP),
+                Of::UdpSrc | Of::UdpDst => ip && proto == Some(IP_UDP),
+                Of::Icmpv4Type | Of::Icmpv4Code => ty == Some(ETH_IPV4) && proto == Some(IP_ICMP),
+                Of::Icmpv6Type | Of::Icmpv6Code => ty == Some(ETH_IPV6) && proto == Some(IP_ICMPV6),
+                _ => true,
+            };
+            if !ok {
+                return Err(err(
+                    et::BAD_ACTION,
+                    bac::MATCH_INCONSISTENT,
+                    "set_field of a transport field the match's protocol does not have",
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Which rules a FLOW_MOD modify/delete or a flow-statistics request selects.

@@ -565,18 +565,18 @@ fn modify(sc: &mut Scratch<'_>, i: usize, a: &DpAction) {
             let partial = m.vnet.needs_csum();
             let _ = ferrovs_flow::edit::set_field(m.data_mut(), f, v, partial);
         }
-        DpAction::PushVlan { tci } => push_vlan(m, tci),
+        DpAction::PushVlan { tci, tpid } => push_vlan(m, tci, tpid),
         DpAction::SetVlanTci { tci } => {
             let d = m.data_mut();
-            if d.len() >= 18 && d[12..14] == [0x81, 0x00] {
+            if d.len() >= 18 && is_tag(d) {
                 d[14..16].copy_from_slice(&wire_tci(tci).to_be_bytes());
             } else {
-                push_vlan(m, tci);
+                push_vlan(m, tci, 0x8100);
             }
         }
         DpAction::PopVlan => {
             let d = m.data_mut();
-            if d.len() >= 18 && d[12..14] == [0x81, 0x00] {
+            if d.len() >= 18 && is_tag(d) {
                 ferrovs_packet::pop_vlan_in_place(d);
                 m.pull_front(4);
                 m.vnet = shift_vnet(m.vnet, -4);
@@ -592,12 +592,21 @@ fn wire_tci(tci: u16) -> u16 {
     tci & !0x1000
 }
 
-fn push_vlan(m: &mut ferrovs_sys::pool::Mbuf<'_>, tci: u16) {
+/// Whether the frame's outer Ethertype is a VLAN tag: 802.1Q, or 802.1ad (which only a
+/// `push_vlan:0x88a8` puts there; the 802.1Q check comes first and decides the common case).
+#[inline]
+fn is_tag(d: &[u8]) -> bool {
+    d[12..14] == [0x81, 0x00] || d[12..14] == [0x88, 0xa8]
+}
+
+/// Pushes a tag with TPID `tpid` (0x8100 or 0x88a8) and TCI `tci`.
+fn push_vlan(m: &mut ferrovs_sys::pool::Mbuf<'_>, tci: u16, tpid: u16) {
     if m.len() < 14 || m.push_front(4).is_none() {
         return;
     }
     let d = m.data_mut();
     ferrovs_packet::push_vlan_in_place(d, 0);
+    d[12..14].copy_from_slice(&tpid.to_be_bytes());
     d[14..16].copy_from_slice(&wire_tci(tci).to_be_bytes());
     m.vnet = shift_vnet(m.vnet, 4);
 }

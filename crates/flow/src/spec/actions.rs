@@ -2,7 +2,9 @@
 //! an [`ActionSpec`], with the checks that need the rule: a `goto_table` only forward, a
 //! rewrite only of a field the match's protocol carries.
 
-use crate::key::{Field, ETH_IPV4, ETH_IPV6, IP_TCP, IP_UDP};
+use crate::key::{
+    Field, ETH_ARP, ETH_IPV4, ETH_IPV6, IP_ICMP, IP_ICMPV6, IP_TCP, IP_UDP, ND_NA, ND_NS,
+};
 use crate::matching::Match;
 
 use super::values::{ipv4, ipv6, mac, num, port_name, tokens, with_mask};
@@ -72,6 +74,11 @@ fn parse_action_in(a: &str, table: u8, m: Option<&Match>) -> Result<ActionSpec, 
     };
     let ipv4 = ty == Some(ETH_IPV4);
     let l4 = matches!(ty, Some(ETH_IPV4 | ETH_IPV6)) && matches!(proto, Some(IP_TCP | IP_UDP));
+    let arp = ty == Some(ETH_ARP);
+    let icmp4 = ipv4 && proto == Some(IP_ICMP);
+    let icmp6 = ty == Some(ETH_IPV6) && proto == Some(IP_ICMPV6);
+    let (icmp_ty, icmp_tym) = m.field(Field::TpSrc);
+    let nd_type = (icmp6 && icmp_tym & 0xff == 0xff).then_some(icmp_ty as u8);
     Ok(match (lname.as_str(), arg) {
         ("normal", None) => ActionSpec::Normal,
         ("flood", None) => ActionSpec::Flood,
@@ -115,6 +122,10 @@ fn parse_action_in(a: &str, table: u8, m: Option<&Match>) -> Result<ActionSpec, 
             }
             ActionSpec::SetField(Field::IpTos, t)
         }
+        ("mod_nw_ecn", _) => {
+            require(matches!(ty, Some(ETH_IPV4 | ETH_IPV6)), "ip or ipv6")?;
+            ActionSpec::SetEcn(num(name, need("a value")?, 3)? as u8)
+        }
         ("mod_tp_src", _) => {
             require(l4, "tcp or udp")?;
             ActionSpec::SetField(Field::TpSrc, num(name, need("a port")?, 65535)?)
@@ -127,9 +138,9 @@ fn parse_action_in(a: &str, table: u8, m: Option<&Match>) -> Result<ActionSpec, 
         ("mod_vlan_pcp", _) => ActionSpec::SetVlanPcp(num(name, need("a priority")?, 7)? as u8),
         ("push_vlan", _) => {
             let tpid = num(name, need("an Ethertype")?, 0xffff)? as u16;
-            if tpid != 0x8100 {
+            if tpid != 0x8100 && tpid != 0x88a8 {
                 return Err(ParseError::Invalid(format!(
-                    "push_vlan:{tpid:#06x}: only 0x8100 (802.1Q) is supported"
+                    "push_vlan:{tpid:#06x}: only 0x8100 (802.1Q) and 0x88a8 (802.1ad)"
                 )));
             }
             ActionSpec::PushVlan(tpid)
@@ -237,6 +248,66 @@ fn parse_action_in(a: &str, table: u8, m: Option<&Match>) -> Result<ActionSpec, 
                     require(l4, "tcp or udp")?;
                     ActionSpec::SetField(Field::TpDst, num(f, v, 65535)?)
                 }
+                "nw_ecn" | "ip_ecn" => {
+                    require(matches!(ty, Some(ETH_IPV4 | ETH_IPV6)), "ip or ipv6")?;
+                    ActionSpec::SetEcn(num(f, v, 3)? as u8)
+                }
+                "icmp_type" | "icmpv4_type" => {
+                    require(icmp4, "icmp")?;
+                    ActionSpec::SetField(Field::TpSrc, num(f, v, 255)?)
+                }
+                "icmp_code" | "icmpv4_code" => {
+                    require(icmp4, "icmp")?;
+                    ActionSpec::SetField(Field::TpDst, num(f, v, 255)?)
+                }
+                "icmpv6_type" => {
+                    require(icmp6, "icmp6")?;
+                    ActionSpec::SetField(Field::TpSrc, num(f, v, 255)?)
+                }
+                "icmpv6_code" => {
+                    require(icmp6, "icmp6")?;
+                    ActionSpec::SetField(Field::TpDst, num(f, v, 255)?)
+                }
+                "arp_op" => {
+                    require(arp, "arp")?;
+                    ActionSpec::SetField(Field::ArpOp, num(f, v, 0xffff)?)
+                }
+                "arp_spa" => {
+                    require(arp, "arp")?;
+                    ActionSpec::SetField(Field::Ipv4Src, u128::from(self::ipv4(f, v)?))
+                }
+                "arp_tpa" => {
+                    require(arp, "arp")?;
+                    ActionSpec::SetField(Field::Ipv4Dst, u128::from(self::ipv4(f, v)?))
+                }
+                "arp_sha" => {
+                    require(arp, "arp")?;
+                    ActionSpec::SetField(Field::ArpSha, mac(f, v)?)
+                }
+                "arp_tha" => {
+                    require(arp, "arp")?;
+                    ActionSpec::SetField(Field::ArpTha, mac(f, v)?)
+                }
+                "nd_sll" | "ipv6_nd_sll" => {
+                    require(nd_type == Some(ND_NS), "icmp6,icmp_type=135")?;
+                    ActionSpec::SetField(Field::ArpSha, mac(f, v)?)
+                }
+                "nd_tll" | "ipv6_nd_tll" => {
+                    require(nd_type == Some(ND_NA), "icmp6,icmp_type=136")?;
+                    ActionSpec::SetField(Field::ArpTha, mac(f, v)?)
+                }
+                "nd_target" | "ipv6_nd_target" => {
+                    require(
+                        matches!(nd_type, Some(ND_NS | ND_NA)),
+                        "icmp6,icmp_type=135 or 136",
+                    )?;
+                    ActionSpec::SetField(Field::NdTarget, ipv6(f, v)?)
+                }
+                "ipv6_label" | "ipv6_flabel" => {
+                    require(ty == Some(ETH_IPV6), "ipv6")?;
+                    let full = Field::Ipv6Flabel.full();
+                    ActionSpec::SetField(Field::Ipv6Flabel, num(f, v, full)?)
+                }
                 "vlan_vid" => ActionSpec::SetVlanVid(num(f, v, 4095)? as u16),
                 "vlan_pcp" => ActionSpec::SetVlanPcp(num(f, v, 7)? as u8),
                 "tun_id" | "tunnel_id" => {
@@ -268,6 +339,7 @@ const KEYWORD_ACTIONS: &[&str] = &[
     "mod_nw_src",
     "mod_nw_dst",
     "mod_nw_tos",
+    "mod_nw_ecn",
     "mod_tp_src",
     "mod_tp_dst",
     "mod_vlan_vid",

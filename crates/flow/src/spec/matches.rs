@@ -5,7 +5,7 @@
 
 use crate::key::{
     Field, ETH_ARP, ETH_IPV4, ETH_IPV6, FRAG_ANY, FRAG_LATER, IP_ICMP, IP_ICMPV6, IP_SCTP, IP_TCP,
-    IP_UDP, VLAN_CFI,
+    IP_UDP, ND_NA, ND_NS, VLAN_CFI,
 };
 use crate::matching::Match;
 
@@ -201,6 +201,27 @@ fn match_token(p: &mut Parsed, name: &str, value: Option<&str>) -> Result<(), Pa
             let op = num(name, v, 0xffff)?;
             field(Field::ArpOp, op, 0xffff);
         }
+        "nw_ecn" | "ip_ecn" => {
+            let e = num(name, v, 3)?;
+            field(Field::IpTos, e, 0x03);
+        }
+        "arp_sha" | "nd_sll" => {
+            let (a, m) = with_mask(name, v, Field::ArpSha.full(), |s| mac(name, s))?;
+            field(Field::ArpSha, a, m);
+        }
+        "arp_tha" | "nd_tll" => {
+            let (a, m) = with_mask(name, v, Field::ArpTha.full(), |s| mac(name, s))?;
+            field(Field::ArpTha, a, m);
+        }
+        "nd_target" => {
+            let (a, m) = ipv6_masked(name, v)?;
+            field(Field::NdTarget, a, m);
+        }
+        "ipv6_label" | "ipv6_flabel" => {
+            let full = Field::Ipv6Flabel.full();
+            let (a, m) = with_mask(name, v, full, |s| num(name, s, full))?;
+            field(Field::Ipv6Flabel, a, m);
+        }
         "metadata" => {
             let (a, m) = with_mask(name, v, u128::from(u64::MAX), |s| {
                 num(name, s, u128::from(u64::MAX))
@@ -269,6 +290,15 @@ const FIELD_NAMES: &[&str] = &[
     "icmpv6_type",
     "icmpv6_code",
     "arp_op",
+    "nw_ecn",
+    "ip_ecn",
+    "arp_sha",
+    "arp_tha",
+    "nd_sll",
+    "nd_tll",
+    "nd_target",
+    "ipv6_label",
+    "ipv6_flabel",
     "tun_id",
     "tunnel_id",
     "metadata",
@@ -284,6 +314,10 @@ fn check_prerequisites(p: &Parsed) -> Result<(), ParseError> {
     let (pr, prm) = p.m.field(Field::IpProto);
     let proto = if prm != 0 { Some(pr as u8) } else { None };
     let ip = matches!(ty, Some(ETH_IPV4 | ETH_IPV6));
+    let (icmp_ty, icmp_tym) = p.m.field(Field::TpSrc);
+    let icmp6 = ty == Some(ETH_IPV6) && proto == Some(IP_ICMPV6);
+    // An ND message: ICMPv6 with the type matched exactly.
+    let nd_type = (icmp6 && icmp_tym & 0xff == 0xff).then_some(icmp_ty as u8);
     for (name, f) in &p.named {
         let ok = match f {
             Field::Ipv4Src | Field::Ipv4Dst => {
@@ -294,13 +328,18 @@ fn check_prerequisites(p: &Parsed) -> Result<(), ParseError> {
                 }
             }
             Field::ArpOp => ty == Some(ETH_ARP),
-            Field::Ipv6Src | Field::Ipv6Dst => ty == Some(ETH_IPV6),
+            Field::ArpSha if name == "nd_sll" => nd_type == Some(ND_NS),
+            Field::ArpTha if name == "nd_tll" => nd_type == Some(ND_NA),
+            Field::ArpSha | Field::ArpTha => ty == Some(ETH_ARP),
+            Field::NdTarget => matches!(nd_type, Some(ND_NS | ND_NA)),
+            Field::Ipv6Src | Field::Ipv6Dst | Field::Ipv6Flabel => ty == Some(ETH_IPV6),
             Field::IpProto | Field::IpTos | Field::IpTtl | Field::IpFrag => ip,
             Field::TpSrc | Field::TpDst => {
                 if name.starts_with("icmpv6") {
-                    ty == Some(ETH_IPV6) && proto == Some(IP_ICMPV6)
+                    icmp6
                 } else if name.starts_with("icmp") {
-                    ty == Some(ETH_IPV4) && proto == Some(IP_ICMP)
+                    // ovs-ofctl's icmp_type/icmp_code name ICMPv6's too (and print them so).
+                    (ty == Some(ETH_IPV4) && proto == Some(IP_ICMP)) || icmp6
                 } else if name.starts_with("tcp") {
                     ip && proto == Some(IP_TCP)
                 } else if name.starts_with("udp") {
@@ -318,9 +357,13 @@ fn check_prerequisites(p: &Parsed) -> Result<(), ParseError> {
                 Field::Ipv4Src | Field::Ipv4Dst if name.starts_with("arp") => "arp",
                 Field::Ipv4Src | Field::Ipv4Dst => "ip or arp (dl_type=0x0800 or 0x0806)",
                 Field::ArpOp => "arp (dl_type=0x0806)",
-                Field::Ipv6Src | Field::Ipv6Dst => "ipv6 (dl_type=0x86dd)",
+                Field::ArpSha if name == "nd_sll" => "icmp6,icmp_type=135",
+                Field::ArpTha if name == "nd_tll" => "icmp6,icmp_type=136",
+                Field::ArpSha | Field::ArpTha => "arp (dl_type=0x0806)",
+                Field::NdTarget => "icmp6,icmp_type=135 or icmp6,icmp_type=136",
+                Field::Ipv6Src | Field::Ipv6Dst | Field::Ipv6Flabel => "ipv6 (dl_type=0x86dd)",
                 Field::TpSrc | Field::TpDst if name.starts_with("icmpv6") => "icmp6",
-                Field::TpSrc | Field::TpDst if name.starts_with("icmp") => "icmp",
+                Field::TpSrc | Field::TpDst if name.starts_with("icmp") => "icmp or icmp6",
                 Field::TpSrc | Field::TpDst if name.starts_with("tcp") => "tcp or tcp6",
                 Field::TpSrc | Field::TpDst if name.starts_with("udp") => "udp or udp6",
                 Field::TpSrc | Field::TpDst if name.starts_with("sctp") => "sctp or sctp6",

@@ -53,6 +53,9 @@ pub enum ActionSpec {
     /// A copy of the packet as received (before any modification) to a port.
     Mirror(String),
     SetField(Field, u128),
+    /// Set the two ECN bits of the IPv4 TOS / IPv6 traffic class, keeping the DSCP
+    /// (`mod_nw_ecn:N`, `set_field:N->nw_ecn`).
+    SetEcn(u8),
     SetVlanVid(u16),
     SetVlanPcp(u8),
     PopVlan,

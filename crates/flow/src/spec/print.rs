@@ -123,13 +123,20 @@ fn fmt_match(out: &mut Vec<String>, m: &Match) {
     );
     put("ipv6_src", Field::Ipv6Src, &fmt_ipv6);
     put("ipv6_dst", Field::Ipv6Dst, &fmt_ipv6);
-    put("nw_tos", Field::IpTos, &|v, mk| {
-        if mk == 0xfc {
-            v.to_string()
-        } else {
-            format!("{v:#x}/{mk:#x}")
+    // IpTos holds nw_tos (the DSCP bits) and nw_ecn (the low two), matched apart.
+    let (tos, tosm) = m.field(Field::IpTos);
+    if tosm & 0xfc == 0xfc {
+        out.push(format!("nw_tos={}", tos & 0xfc));
+    }
+    if tosm & 0x03 == 0x03 {
+        out.push(format!("nw_ecn={}", tos & 0x03));
+    }
+    let mut put = |name: &str, f: Field, s: &dyn Fn(u128, u128) -> String| {
+        let (v, mk) = m.field(f);
+        if mk != 0 {
+            out.push(format!("{name}={}", s(v, mk)));
         }
-    });
+    };
     put("nw_ttl", Field::IpTtl, &|v, mk| fmt_num(v, mk, 0xff));
     put("ip_frag", Field::IpFrag, &|v, mk| {
         let (v, mk) = (v as u8, mk as u8);
@@ -152,6 +159,31 @@ fn fmt_match(out: &mut Vec<String>, m: &Match) {
     put(s_name, Field::TpSrc, &|v, mk| fmt_num(v, mk, 0xffff));
     put(d_name, Field::TpDst, &|v, mk| fmt_num(v, mk, 0xffff));
     put("arp_op", Field::ArpOp, &|v, mk| fmt_num(v, mk, 0xffff));
+    let mac_masked = |full: u128| {
+        move |v: u128, mk: u128| {
+            if mk == full {
+                fmt_mac(v)
+            } else {
+                format!("{}/{}", fmt_mac(v), fmt_mac(mk))
+            }
+        }
+    };
+    // ARP's hardware addresses, or ND's link-layer address options (one field each).
+    let (sha, tha) = if arp {
+        ("arp_sha", "arp_tha")
+    } else {
+        ("nd_sll", "nd_tll")
+    };
+    put("nd_target", Field::NdTarget, &fmt_ipv6);
+    put(sha, Field::ArpSha, &mac_masked(Field::ArpSha.full()));
+    put(tha, Field::ArpTha, &mac_masked(Field::ArpTha.full()));
+    put("ipv6_label", Field::Ipv6Flabel, &|v, mk| {
+        if mk == Field::Ipv6Flabel.full() {
+            format!("{v:#07x}")
+        } else {
+            format!("{v:#07x}/{mk:#07x}")
+        }
+    });
     put("tun_id", Field::TunId, &|v, mk| {
         if mk == Field::TunId.full() {
             format!("{v:#x}")
@@ -192,8 +224,14 @@ impl fmt::Display for ActionSpec {
                 Field::Ipv6Src => write!(f, "set_field:{}->ipv6_src", Ipv6Addr::from(*v)),
                 Field::Ipv6Dst => write!(f, "set_field:{}->ipv6_dst", Ipv6Addr::from(*v)),
                 Field::TunDst => write!(f, "set_field:{}->tun_dst", Ipv4Addr::from(*v as u32)),
+                Field::ArpOp => write!(f, "set_field:{v}->arp_op"),
+                Field::ArpSha => write!(f, "set_field:{}->arp_sha", fmt_mac(*v)),
+                Field::ArpTha => write!(f, "set_field:{}->arp_tha", fmt_mac(*v)),
+                Field::NdTarget => write!(f, "set_field:{}->nd_target", Ipv6Addr::from(*v)),
+                Field::Ipv6Flabel => write!(f, "set_field:{v:#x}->ipv6_label"),
                 other => write!(f, "set_field:{v}->{other:?}"),
             },
+            ActionSpec::SetEcn(v) => write!(f, "mod_nw_ecn:{v}"),
             ActionSpec::SetVlanVid(v) => write!(f, "mod_vlan_vid:{v}"),
             ActionSpec::SetVlanPcp(v) => write!(f, "mod_vlan_pcp:{v}"),
             ActionSpec::PopVlan => write!(f, "strip_vlan"),
@@ -221,6 +259,43 @@ impl fmt::Display for ActionSpec {
     }
 }
 
+/// An action of a rule with match `m`: where one key field is several protocols' field
+/// (ARP's addresses in the IPv4 ones, ICMP's type and code in the ports, ND's link-layer
+/// options in ARP's hardware addresses), the rewrite is named by the protocol the match pins,
+/// so the text parses back (each name requires its protocol).
+fn fmt_action(a: &ActionSpec, m: &Match) -> String {
+    let (ty, tym) = m.field(Field::EthType);
+    let ty = (tym != 0).then_some(ty as u16);
+    let (pr, prm) = m.field(Field::IpProto);
+    let proto = (prm != 0).then_some(pr as u8);
+    match (a, ty, proto) {
+        (ActionSpec::SetField(Field::Ipv4Src, v), Some(ETH_ARP), _) => {
+            format!("set_field:{}->arp_spa", Ipv4Addr::from(*v as u32))
+        }
+        (ActionSpec::SetField(Field::Ipv4Dst, v), Some(ETH_ARP), _) => {
+            format!("set_field:{}->arp_tpa", Ipv4Addr::from(*v as u32))
+        }
+        (ActionSpec::SetField(f @ (Field::TpSrc | Field::TpDst), v), Some(t), Some(p))
+            if (t, p) == (ETH_IPV4, IP_ICMP) || (t, p) == (ETH_IPV6, IP_ICMPV6) =>
+        {
+            let v6 = if t == ETH_IPV6 { "v6" } else { "" };
+            let what = if *f == Field::TpSrc { "type" } else { "code" };
+            format!("set_field:{v}->icmp{v6}_{what}")
+        }
+        (ActionSpec::SetField(Field::ArpSha, v), Some(ETH_IPV6), _) => {
+            format!("set_field:{}->nd_sll", fmt_mac(*v))
+        }
+        (ActionSpec::SetField(Field::ArpTha, v), Some(ETH_IPV6), _) => {
+            format!("set_field:{}->nd_tll", fmt_mac(*v))
+        }
+        (ActionSpec::WriteActions(v), _, _) => {
+            let v: Vec<String> = v.iter().map(|a| fmt_action(a, m)).collect();
+            format!("write_actions({})", v.join(","))
+        }
+        _ => a.to_string(),
+    }
+}
+
 impl fmt::Display for FlowSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut parts = Vec::new();
@@ -241,7 +316,11 @@ impl fmt::Display for FlowSpec {
             parts.push(format!("in_port={p}"));
         }
         fmt_match(&mut parts, &self.m);
-        let actions: Vec<String> = self.actions.iter().map(|a| a.to_string()).collect();
+        let actions: Vec<String> = self
+            .actions
+            .iter()
+            .map(|a| fmt_action(a, &self.m))
+            .collect();
         write!(f, "{} actions={}", parts.join(","), actions.join(","))
     }
 }
