@@ -1,7 +1,8 @@
 //! The table as plain, versioned data (hot upgrade), and its restore as untrusted input.
 //!
 //! [`Tracker::export`] writes every live entry: zone, original tuple, protocol state (for TCP
-//! the state and both directions' window data), flags, mark, label and the time left until it
+//! the state and both directions' window data), flags, mark, label, the NAT binding (kind and
+//! reply tuple; a defaulted field, so states written before NAT load) and the time left until it
 //! expires (relative, so the clocks of the two processes need not agree). [`Tracker::restore`]
 //! takes such a state from another process, which may be another version or plain wrong:
 //! [`TableState::validate`] checks it all first (version, tuples, protocol states, expiries,
@@ -14,6 +15,7 @@
 
 use std::collections::HashSet;
 
+use crate::nat::{self, Binding, NatKind};
 use crate::proto;
 use crate::table::{Conn, ProtoState, Tracker};
 use crate::tcp::{Side, TcpConn, TcpState};
@@ -85,6 +87,17 @@ pub struct EntryState {
     /// The 128-bit label as (high, low).
     pub label: (u64, u64),
     pub expires_in_ms: u64,
+    /// The NAT binding (absent in states written before NAT, which still load).
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub nat: Option<NatState>,
+}
+
+/// A connection's NAT binding: the kind and the translated reply tuple.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct NatState {
+    pub kind: NatKind,
+    pub reply: TupleState,
 }
 
 /// Why a state was refused.
@@ -108,6 +121,10 @@ pub enum StateError {
     TooMany(usize, u32),
     #[error("zone {0}: more entries than its limit {1}")]
     ZoneLimit(u16, u32),
+    #[error("entry {0}: NAT reply tuple does not fit the connection")]
+    NatTuple(usize),
+    #[error("entry {0}: NAT reply tuple collides with another entry's key")]
+    NatCollision(usize),
     #[error("restore into a table that is not empty")]
     NotEmpty,
 }
@@ -173,6 +190,7 @@ impl TableState {
         let max_ms = u64::from(proto::max_timeout(&cfg.timeouts, &cfg.tcp)) * 1000;
         let mut seen = HashSet::with_capacity(self.entries.len());
         let mut per_zone: std::collections::HashMap<u16, u32> = Default::default();
+        let mut reply_keys = Vec::new();
         for (i, e) in self.entries.iter().enumerate() {
             let t = Tuple::from(e.orig);
             if !t.is_valid() {
@@ -198,7 +216,22 @@ impl TableState {
             if !seen.insert((e.zone, t.canonical())) {
                 return Err(StateError::Duplicate(i));
             }
+            if let Some(n) = &e.nat {
+                let r = Tuple::from(n.reply);
+                if !nat::binding_is_consistent(&t, n.kind, &r) {
+                    return Err(StateError::NatTuple(i));
+                }
+                if r.canonical() != t.canonical() {
+                    reply_keys.push((i, (e.zone, r.canonical())));
+                }
+            }
             *per_zone.entry(e.zone).or_default() += 1;
+        }
+        // A reply key must be nobody else's key, original or reply.
+        for (i, k) in reply_keys {
+            if !seen.insert(k) {
+                return Err(StateError::NatCollision(i));
+            }
         }
         for (z, n) in per_zone {
             if let Some(l) = tracker.zone_limit(z) {
@@ -244,6 +277,10 @@ impl Tracker {
                 mark: c.mark,
                 label: ((c.label >> 64) as u64, c.label as u64),
                 expires_in_ms: c.expires - now,
+                nat: c.nat.map(|b| NatState {
+                    kind: b.kind,
+                    reply: b.reply.into(),
+                }),
             });
         });
         TableState {
@@ -288,10 +325,14 @@ impl Tracker {
                 mark: e.mark,
                 label: (u128::from(e.label.0) << 64) | u128::from(e.label.1),
                 expires: now.saturating_add(e.expires_in_ms),
+                nat: e.nat.map(|n| Binding {
+                    kind: n.kind,
+                    reply: n.reply.into(),
+                }),
             };
             if !self.insert_restored(e.zone, conn) {
-                // Validation ruled out duplicates and limits; only a racing packet can
-                // get here.
+                // Validation ruled out duplicates, reply-key collisions and limits; only a
+                // racing packet can get here.
                 self.flush(None);
                 return Err(StateError::Duplicate(i));
             }
