@@ -479,3 +479,6 @@ pub fn rewrite_icmp_error(
     let c = !(crate::tuple::sum_bytes(acc, &frame[l4..end]) as u16);
     put16(frame, l4 + 2, c);
 }
+
+#[cfg(test)]
+mod tests;
