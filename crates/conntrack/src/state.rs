@@ -360,4 +360,107 @@ mod tests {
         let u = Tracker::new(Config::default());
         assert_eq!(u.restore(&back, 0), Ok(1));
     }
+
+    fn nat_table() -> (Tracker, Vec<u8>) {
+        use crate::nat::{Nat, NatKind, NatRange};
+        let t = Tracker::new(Config::default());
+        let n = std::net::IpAddr::from([198, 51, 100, 1]);
+        let nat = Nat::Bind(NatRange::addr(NatKind::Src, n).with_ports(5000, 5000));
+        let mut f = Frame::v4([10, 0, 0, 1], [192, 0, 2, 80], Proto::udp(7, 53, b"q")).bytes();
+        assert!(
+            t.execute_nat(&mut f, 3, &crate::Commit::COMMIT, &nat, 0)
+                .committed
+        );
+        let mut g = Frame::v4([10, 0, 0, 2], [192, 0, 2, 80], Proto::udp(7, 53, b"q")).bytes();
+        let nat = Nat::Bind(NatRange::addr(NatKind::Src, n).with_ports(5001, 5001));
+        assert!(
+            t.execute_nat(&mut g, 3, &crate::Commit::COMMIT, &nat, 0)
+                .committed
+        );
+        let reply = Frame::v4(
+            [192, 0, 2, 80],
+            [198, 51, 100, 1],
+            Proto::udp(53, 5000, b"a"),
+        );
+        (t, reply.bytes())
+    }
+
+    #[test]
+    fn bindings_survive_export_and_restore() {
+        use crate::nat::Nat;
+        let (t, reply) = nat_table();
+        let s = t.export(0);
+        assert!(s.entries.iter().all(|e| e.nat.is_some()));
+        let j = serde_json::to_string(&s).unwrap();
+        let back: TableState = serde_json::from_str(&j).unwrap();
+        assert_eq!(back, s);
+        let u = Tracker::new(Config::default());
+        assert_eq!(u.restore(&back, 10), Ok(2));
+        // The restored connection's reply is found by its translated tuple and translated.
+        let mut b = reply.clone();
+        let r = u.execute_nat(&mut b, 3, &crate::Commit::LOOKUP, &Nat::Apply, 20);
+        assert_eq!(r.state.to_string(), "est+rpl+trk+dnat");
+        let want = Frame::v4([192, 0, 2, 80], [10, 0, 0, 1], Proto::udp(53, 7, b"a"));
+        assert_eq!(b, want.bytes());
+        assert_eq!(u.export(20).entries.len(), 2);
+    }
+
+    #[test]
+    fn a_state_written_before_nat_loads() {
+        let t = Tracker::new(Config::default());
+        let f = Frame::v4([1, 0, 0, 1], [1, 0, 0, 2], Proto::udp(1, 2, b"")).bytes();
+        t.execute(&f, 0, true, 0);
+        let mut v: serde_json::Value = serde_json::to_value(t.export(0)).unwrap();
+        for e in v["entries"].as_array_mut().unwrap() {
+            e.as_object_mut().unwrap().remove("nat");
+        }
+        let old: TableState = serde_json::from_value(v).unwrap();
+        assert!(old.entries[0].nat.is_none());
+        assert_eq!(Tracker::new(Config::default()).restore(&old, 0), Ok(1));
+    }
+
+    #[test]
+    fn hostile_bindings_are_refused() {
+        use crate::state::{StateError, TupleState};
+        use crate::tuple::Tuple;
+        let (t, _) = nat_table();
+        let good = t.export(0);
+        let refused = |s: &TableState, want: StateError| {
+            let u = Tracker::new(Config::default());
+            assert_eq!(u.restore(s, 0), Err(want));
+            assert_eq!(u.counters().entries, 0);
+            assert!(u.export(0).entries.is_empty());
+        };
+        // Two connections with the same reply tuple.
+        let mut s = good.clone();
+        s.entries[1].nat = s.entries[0].nat;
+        refused(&s, StateError::NatCollision(1));
+        // A reply key that is another connection's own key.
+        let mut s = good.clone();
+        let other: Tuple = s.entries[1].orig.into();
+        let mut n0 = s.entries[0].nat.unwrap();
+        let mut r: Tuple = n0.reply.into();
+        r.dst = other.src;
+        r.dport = other.sport;
+        n0.reply = TupleState::from(r);
+        s.entries[0].nat = Some(n0);
+        refused(&s, StateError::NatCollision(0));
+        // A binding that changes what its kind cannot (SNAT moving the server's port).
+        let mut s = good.clone();
+        let mut n0 = s.entries[0].nat.unwrap();
+        n0.reply.sport ^= 1;
+        s.entries[0].nat = Some(n0);
+        refused(&s, StateError::NatTuple(0));
+        // Garbage in the padding of an IPv4 address; another protocol.
+        let mut s = good.clone();
+        let mut n0 = s.entries[0].nat.unwrap();
+        n0.reply.dst[9] = 1;
+        s.entries[0].nat = Some(n0);
+        refused(&s, StateError::NatTuple(0));
+        let mut s = good.clone();
+        let mut n0 = s.entries[0].nat.unwrap();
+        n0.reply.proto = 6;
+        s.entries[0].nat = Some(n0);
+        refused(&s, StateError::NatTuple(0));
+    }
 }
