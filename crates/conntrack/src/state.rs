@@ -21,8 +21,12 @@ use crate::table::{Conn, ProtoState, Tracker};
 use crate::tcp::{Side, TcpConn, TcpState};
 use crate::tuple::{Family, Tuple, IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_TCP, IPPROTO_UDP};
 
-/// The version this build writes and reads.
-pub const STATE_VERSION: u32 = 1;
+/// The version this build writes. Version 2 added the NAT binding; this build reads 1 and 2
+/// (a version 1 state has no bindings), and a build that only knows 1 refuses a version 2
+/// state rather than dropping its bindings silently.
+pub const STATE_VERSION: u32 = 2;
+/// The oldest version this build reads.
+pub const STATE_VERSION_MIN: u32 = 1;
 
 /// A whole table.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -103,7 +107,7 @@ pub struct NatState {
 /// Why a state was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StateError {
-    #[error("state version {0} is not {STATE_VERSION}")]
+    #[error("state version {0} is not between {STATE_VERSION_MIN} and {STATE_VERSION}")]
     Version(u32),
     #[error("entry {0}: tuple is inconsistent")]
     Tuple(usize),
@@ -180,7 +184,7 @@ fn side(s: &SideState) -> Side {
 impl TableState {
     /// Checks everything `restore` relies on, against the limits of `tracker`.
     pub fn validate(&self, tracker: &Tracker) -> Result<(), StateError> {
-        if self.version != STATE_VERSION {
+        if !(STATE_VERSION_MIN..=STATE_VERSION).contains(&self.version) {
             return Err(StateError::Version(self.version));
         }
         let cfg = tracker.config();
@@ -414,6 +418,7 @@ mod tests {
         for e in v["entries"].as_array_mut().unwrap() {
             e.as_object_mut().unwrap().remove("nat");
         }
+        v["version"] = 1.into();
         let old: TableState = serde_json::from_value(v).unwrap();
         assert!(old.entries[0].nat.is_none());
         assert_eq!(Tracker::new(Config::default()).restore(&old, 0), Ok(1));

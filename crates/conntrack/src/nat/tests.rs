@@ -332,3 +332,139 @@ fn candidates_are_bounded_and_consistent() {
         .all(|r| binding_is_consistent(&orig, NatKind::Dst, r)));
     assert!(!binding_is_consistent(&orig, NatKind::Src, &c[0]));
 }
+
+/// Random well-formed flows through random NAT ranges: every frame that leaves verifies
+/// (checksums recomputed from scratch by the parser), and mutated frames never panic.
+#[test]
+fn random_flows_verify_and_mutations_never_panic() {
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut rnd = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let t = Tracker::new(Config {
+        shards: 8,
+        max_entries: 2000,
+        ..Config::default()
+    });
+    for _ in 0..3000 {
+        let a = [10, 0, 0, (rnd() % 4) as u8];
+        let b = [192, 0, 2, (rnd() % 4) as u8];
+        let sp = (rnd() % 6) as u16 * 300;
+        let dp = (rnd() % 3) as u16 + 1;
+        let f = match rnd() % 5 {
+            0 => tcp(a, b, sp, dp, rnd() as u32, 0, TCP_SYN),
+            1 => Frame::v4(a, b, Proto::udp(sp, dp, b"abc")),
+            2 => Frame::v4(a, b, Proto::echo(true, sp, 1)),
+            3 => Frame::v6(u16::from(a[3]), 0x100, Proto::udp(sp, dp, b"abcd")),
+            _ => Frame::v4(
+                a,
+                b,
+                Proto::Raw {
+                    proto: 47,
+                    payload: vec![1; 5],
+                },
+            ),
+        };
+        let v6 = matches!(f.bytes()[12..14], [0x86, 0xdd]);
+        let lo = |n: u8| {
+            if v6 {
+                let mut b = [0u8; 16];
+                b[0] = 0xfd;
+                b[15] = n;
+                IpAddr::V6(Ipv6Addr::from(b))
+            } else {
+                ip([198, 51, 100, n])
+            }
+        };
+        let kind = if rnd() % 2 == 0 {
+            NatKind::Src
+        } else {
+            NatKind::Dst
+        };
+        let mut range = NatRange {
+            kind,
+            addr_min: lo(1),
+            addr_max: lo((rnd() % 3) as u8 + 1),
+            ports: None,
+        };
+        if rnd() % 2 == 0 {
+            let p = (rnd() % 4) as u16 + 1000;
+            range.ports = Some((p, p + (rnd() % 3) as u16));
+        }
+        // `run` checks that what leaves verifies.
+        let (r, _) = run(&t, &f, true, &Nat::Bind(range));
+        assert!(r.committed || r.nat_error.is_some() || !r.state.has(CtState::NEW));
+    }
+    // Replies and errors for a sample of connections, built from their bindings.
+    let s = t.export(1);
+    for e in s.entries.iter().take(300) {
+        let Some(n) = e.nat else { continue };
+        let reply: crate::tuple::Tuple = n.reply.into();
+        if reply.proto != crate::tuple::IPPROTO_UDP || reply.family != Family::V4 {
+            continue;
+        }
+        let mut s4 = [0u8; 4];
+        let mut d4 = [0u8; 4];
+        s4.copy_from_slice(&reply.src[..4]);
+        d4.copy_from_slice(&reply.dst[..4]);
+        let rf = Frame::v4(s4, d4, Proto::udp(reply.sport, reply.dport, b"r"));
+        let (r, _) = run(&t, &rf, false, &Nat::Apply);
+        assert!(r.state.has(CtState::RPL), "{}", r.state);
+        let err = Frame::v4(R, d4, Proto::icmp_error(3, 3, &rf));
+        let _ = run(&t, &err, false, &Nat::Apply);
+    }
+    // Mutations, past the checksums, through NAT.
+    let t = Tracker::new(Config {
+        shards: 4,
+        max_entries: 50,
+        verify_checksums: false,
+        ..Config::default()
+    });
+    let seeds = [
+        tcp(A, B, 1, 2, 3, 0, TCP_SYN).bytes(),
+        Frame::v4(A, B, Proto::udp(1, 2, b"x")).bytes(),
+        Frame::v6(1, 2, Proto::udp(1, 2, b"x")).bytes(),
+        Frame::v4(
+            R,
+            N,
+            Proto::icmp_error(3, 3, &Frame::v4(N, B, Proto::udp(1, 2, b""))),
+        )
+        .bytes(),
+        Frame::v6(
+            9,
+            2,
+            Proto::icmp_error(1, 4, &Frame::v6(2, 3, Proto::udp(1, 2, b""))),
+        )
+        .bytes(),
+        Frame::v4(A, B, Proto::echo(true, 1, 1)).bytes(),
+    ];
+    for i in 0..20_000u64 {
+        let mut f = seeds[(rnd() % seeds.len() as u64) as usize].clone();
+        for _ in 0..(rnd() % 4) {
+            let at = (rnd() % f.len() as u64) as usize;
+            f[at] = rnd() as u8;
+        }
+        if rnd() % 8 == 0 {
+            let n = (rnd() % (f.len() as u64 + 1)) as usize;
+            f.truncate(n);
+        }
+        let nat = match rnd() % 3 {
+            0 => Nat::Apply,
+            1 => snat(N),
+            _ => Nat::Bind(NatRange::addr(NatKind::Dst, ip(B)).with_ports(1, 2)),
+        };
+        let r = t.execute_nat(&mut f, 0, &Commit::COMMIT, &nat, i);
+        assert_eq!(r.state.has(CtState::INV), r.orig.is_none());
+    }
+    assert_eq!(t.counters().entries as usize, t.export(0).entries.len());
+    let s = t.export(0);
+    let u = Tracker::new(Config {
+        shards: 4,
+        max_entries: 50,
+        ..Config::default()
+    });
+    assert_eq!(u.restore(&s, 0), Ok(s.entries.len()));
+}
