@@ -752,8 +752,11 @@ while True:
     print(s.recv(65535).hex(), flush=True)
 "#;
 
-/// (src, dst, sport, dport) and the L4 bytes of an IPv4 TCP/UDP frame.
-fn v4_l4(frame: &[u8]) -> Option<(([u8; 4], [u8; 4], u16, u16), Vec<u8>)> {
+/// (src, dst, sport, dport) of an IPv4 frame.
+type Addrs4 = ([u8; 4], [u8; 4], u16, u16);
+
+/// The addresses and ports, and the L4 bytes, of an IPv4 TCP/UDP frame.
+fn v4_l4(frame: &[u8]) -> Option<(Addrs4, Vec<u8>)> {
     let p = tuple::parse(frame, false).ok()?.tuple;
     if p.family != tuple::Family::V4 || !matches!(p.proto, 6 | 17) {
         return None;
