@@ -232,7 +232,7 @@ pub struct Counters {
     pub invalid: u64,
     pub limit_hits: u64,
     pub expired: u64,
-    /// Commits with NAT refused for want of a free tuple.
+    /// Commits with NAT refused (no free tuple in the range, or a range that cannot apply).
     pub nat_exhausted: u64,
 }
 
@@ -550,7 +550,6 @@ impl Tracker {
             if let Err(e) = self.bind(zone, key.tuple, &mut conn, range) {
                 self.release(zone);
                 self.nat_exhausted.fetch_add(1, Relaxed);
-                log::debug!("conntrack: NAT commit refused: {e}");
                 result.nat_error = Some(e);
                 return (result, None);
             }

@@ -468,3 +468,47 @@ fn random_flows_verify_and_mutations_never_panic() {
     });
     assert_eq!(u.restore(&s, 0), Ok(s.entries.len()));
 }
+
+/// Threads committing SNAT connections into a small port range at once: no two get the same
+/// translated tuple, the range is used up exactly, and the rest are refused and counted.
+#[test]
+fn concurrent_commits_never_share_a_tuple() {
+    let t = std::sync::Arc::new(Tracker::new(Config {
+        shards: 16,
+        max_entries: 10_000,
+        ..Config::default()
+    }));
+    let nat = Nat::Bind(NatRange::addr(NatKind::Src, ip(N)).with_ports(2000, 2099));
+    let threads: Vec<_> = (0..4u8)
+        .map(|th| {
+            let t = t.clone();
+            std::thread::spawn(move || {
+                let mut out = Vec::new();
+                for i in 0..50u16 {
+                    let f = tcp([10, 1, th, 1], B, 1000 + i, 80, 1, 0, TCP_SYN);
+                    let (r, b) = run(&t, &f, true, &nat);
+                    if r.committed {
+                        out.push(parse(&b, true).unwrap().tuple.sport);
+                    } else {
+                        assert_eq!(r.nat_error, Some(NatError::Exhausted));
+                    }
+                }
+                out
+            })
+        })
+        .collect();
+    let mut ports: Vec<u16> = threads
+        .into_iter()
+        .flat_map(|h| h.join().unwrap())
+        .collect();
+    ports.sort();
+    assert_eq!(ports, (2000..2100).collect::<Vec<_>>());
+    assert_eq!(t.counters().entries, 100);
+    assert_eq!(t.counters().nat_exhausted, 100);
+    // Every reply finds its connection.
+    for p in 2000..2100u16 {
+        let f = tcp(B, N, 80, p, 7, 2, TCP_SYN | TCP_ACK);
+        let (r, _) = run(&t, &f, false, &Nat::Apply);
+        assert!(r.state.has(CtState::RPL), "{p}: {}", r.state);
+    }
+}
