@@ -192,7 +192,8 @@ pub fn candidates(orig: &Tuple, range: &NatRange) -> Result<impl Iterator<Item =
         // what OVS does instead).
         (cur_port, cur_port)
     };
-    let n_addr = hi - lo + 1;
+    // The whole IPv6 space counts one short (u128), which only skips its last address.
+    let n_addr = (hi - lo).saturating_add(1);
     let cur_bits = bytes_to_bits(orig.family, &cur_addr);
     let addr_start = if (lo..=hi).contains(&cur_bits) {
         cur_bits - lo
@@ -204,7 +205,12 @@ pub fn candidates(orig: &Tuple, range: &NatRange) -> Result<impl Iterator<Item =
         (fnv(&[&orig.src, &orig.dst, &orig.sport.to_be_bytes()]) % u64::from(n_port)) as u32;
     let family = orig.family;
     let it = (0..n_addr.min(MAX_ADDRS)).flat_map(move |ai| {
-        let a = bits_to_bytes(family, lo + (addr_start + ai) % n_addr);
+        // (addr_start + ai) mod n_addr, without overflow.
+        let off = n_addr - addr_start;
+        let a = bits_to_bytes(
+            family,
+            lo + if ai < off { addr_start + ai } else { ai - off },
+        );
         let keep = (ports.0..=ports.1).contains(&cur_port);
         let first = keep.then_some(cur_port);
         let rest = (0..n_port)
@@ -298,22 +304,30 @@ fn fix(b: &mut [u8], at: usize, old: &[u8], new: &[u8], udp: bool, udp4: bool) {
     put16(b, at, n);
 }
 
-/// Where the headers of an IP packet starting at `l3` are: (L4 offset, protocol, end).
-fn locate_ip(b: &[u8], l3: usize, family: Family, inner: bool) -> Option<(usize, u8, usize)> {
+/// Where the headers of an IP packet starting at `l3` and contained in `b[..limit]` are:
+/// (L4 offset, protocol, end). A quoted packet (`inner`) may be cut short by `limit`.
+fn locate_ip(
+    b: &[u8],
+    l3: usize,
+    limit: usize,
+    family: Family,
+    inner: bool,
+) -> Option<(usize, u8, usize)> {
+    let limit = limit.min(b.len());
     match family {
         Family::V4 => {
             let ihl = usize::from(b.get(l3)? & 0x0f) * 4;
             let total = usize::from(get16(b, l3 + 2)?);
             let end = if inner {
-                b.len().min(l3 + total)
+                limit.min(l3 + total)
             } else {
                 l3 + total
             };
-            (end <= b.len() && ihl >= 20).then_some((l3 + ihl, *b.get(l3 + 9)?, end))
+            (end <= limit && ihl >= 20).then_some((l3 + ihl, *b.get(l3 + 9)?, end))
         }
         Family::V6 => {
             let payload = usize::from(get16(b, l3 + 4)?);
-            let end = b.len().min(l3 + 40 + payload);
+            let end = limit.min(l3 + 40 + payload);
             let mut next = *b.get(l3 + 6)?;
             let mut off = l3 + 40;
             for _ in 0..8 {
@@ -407,8 +421,16 @@ fn l4_csum(family: Family, proto: u8, l4: usize, end: usize) -> L4Csum {
 
 /// Rewrites the packet at `l3` from tuple `from` to tuple `to` (addresses, then ports or
 /// the ICMP id).
-fn rewrite_ip(b: &mut [u8], family: Family, l3: usize, inner: bool, from: &Tuple, to: &Tuple) {
-    let Some((l4, proto, end)) = locate_ip(b, l3, family, inner) else {
+fn rewrite_ip(
+    b: &mut [u8],
+    family: Family,
+    l3: usize,
+    limit: usize,
+    inner: bool,
+    from: &Tuple,
+    to: &Tuple,
+) {
+    let Some((l4, proto, end)) = locate_ip(b, l3, limit, family, inner) else {
         return;
     };
     let cs = l4_csum(family, proto, l4, end);
@@ -441,7 +463,8 @@ pub fn rewrite(frame: &mut [u8], from: &Tuple, to: &Tuple) {
         return;
     }
     if let Some((l3, family)) = locate_eth(frame) {
-        rewrite_ip(frame, family, l3, false, from, to);
+        let limit = frame.len();
+        rewrite_ip(frame, family, l3, limit, false, from, to);
     }
 }
 
@@ -457,14 +480,15 @@ pub fn rewrite_icmp_error(
     let Some((l3, family)) = locate_eth(frame) else {
         return;
     };
-    let Some((l4, proto, end)) = locate_ip(frame, l3, family, false) else {
+    let Some((l4, proto, end)) = locate_ip(frame, l3, frame.len(), family, false) else {
         return;
     };
     if let Some((src, a)) = outer {
         // The ICMP checksum is recomputed below, so no L4 checksum to fix here.
         set_addr(frame, family, l3, src, &a, L4Csum(None));
     }
-    rewrite_ip(frame, family, l4 + 8, true, inner_from, inner_to);
+    // The quote ends where the outer packet does (not at the frame's padding).
+    rewrite_ip(frame, family, l4 + 8, end, true, inner_from, inner_to);
     if end > frame.len() || l4 + 4 > end {
         return;
     }

@@ -264,6 +264,14 @@ fn icmp_errors_are_translated() {
     let (r, out) = run(&t, &err, false, &Nat::Apply);
     assert_eq!(r.state.to_string(), "rel+rpl+trk+dnat");
     assert_eq!(out, Frame::v4(R, A, Proto::icmp_error(3, 3, &udp)).bytes());
+    // With Ethernet padding after the IP packet: the padding is left alone.
+    let mut padded = err.bytes();
+    padded.extend_from_slice(&[0xee; 10]);
+    let r = t.execute_nat(&mut padded, 0, &Commit::LOOKUP, &Nat::Apply, 1);
+    assert!(r.state.has(CtState::REL));
+    let mut want = Frame::v4(R, A, Proto::icmp_error(3, 3, &udp)).bytes();
+    want.extend_from_slice(&[0xee; 10]);
+    assert_eq!(padded, want);
 
     // DNAT over TCP, an error in each direction.
     let t = small();
@@ -324,6 +332,21 @@ fn candidates_are_bounded_and_consistent() {
         n += 1;
     }
     assert_eq!(n, MAX_PROBES);
+    // The whole IPv6 space as a range (no overflow anywhere).
+    let f6 = Frame::v6(1, 2, Proto::udp(1, 2, b"")).bytes();
+    let o6 = parse(&f6, true).unwrap().tuple;
+    let all = NatRange {
+        kind: NatKind::Src,
+        addr_min: IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+        addr_max: IpAddr::V6(Ipv6Addr::from(u128::MAX)),
+        ports: Some((1, 1)),
+    };
+    assert_eq!(candidates(&o6, &all).unwrap().count(), MAX_ADDRS as usize);
+    let top = NatRange {
+        addr_min: IpAddr::V6(Ipv6Addr::from(u128::MAX - 1)),
+        ..all
+    };
+    assert_eq!(candidates(&o6, &top).unwrap().count(), 2);
     let one = NatRange::addr(NatKind::Dst, ip(N)).with_ports(1, 3);
     let c: Vec<_> = candidates(&orig, &one).unwrap().collect();
     assert_eq!(c.len(), 3);
