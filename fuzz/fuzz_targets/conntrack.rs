@@ -2,11 +2,14 @@
 //!
 //! First byte even: the rest is a sequence of frames (a length byte, a zone/commit byte,
 //! then the frame) fed to one `Tracker`; nothing may panic, and the table's entry counter
-//! must equal what an export sees. First byte odd: the rest is the JSON of a `TableState`;
+//! must equal what an export sees. With bit 1 of the first byte set the frames go through
+//! `execute_nat` (bits 2-3 pick no NAT, `ct(nat)`, an IPv4 SNAT or an IPv6 DNAT range, small
+//! enough to exhaust), and a frame that was valid leaves valid (its checksums verify). First byte odd: the rest is the JSON of a `TableState`;
 //! a restore must not panic, and a state that restores exports into one that restores again.
 #![no_main]
-use ferrovs_conntrack::{Config, TableState, Tracker};
+use ferrovs_conntrack::{Commit, Config, Nat, NatKind, NatRange, TableState, Tracker};
 use libfuzzer_sys::fuzz_target;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 fn small() -> Tracker {
     Tracker::new(Config {
@@ -21,6 +24,20 @@ fuzz_target!(|data: &[u8]| {
     let Some((&mode, rest)) = data.split_first() else { return };
     if mode % 2 == 0 {
         let t = small();
+        let nat = match (mode >> 2) & 3 {
+            0 => Nat::Off,
+            1 => Nat::Apply,
+            2 => Nat::Bind(
+                NatRange::addr(NatKind::Src, IpAddr::V4(Ipv4Addr::new(198, 51, 100, 1)))
+                    .with_ports(1000, 1003),
+            ),
+            _ => Nat::Bind(NatRange {
+                kind: NatKind::Dst,
+                addr_min: IpAddr::V6(Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1)),
+                addr_max: IpAddr::V6(Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2)),
+                ports: None,
+            }),
+        };
         let mut rest = rest;
         let mut now = 0u64;
         while rest.len() >= 2 {
@@ -29,7 +46,22 @@ fuzz_target!(|data: &[u8]| {
             let frame = &rest[2..2 + len];
             rest = &rest[2 + len..];
             now += u64::from(flags >> 4) * 1000;
-            let r = t.execute(frame, u16::from(flags & 3), flags & 4 != 0, now);
+            let (zone, commit) = (u16::from(flags & 3), flags & 4 != 0);
+            let r = if mode & 2 != 0 {
+                let mut f = frame.to_vec();
+                let c = if commit { Commit::COMMIT } else { Commit::LOOKUP };
+                let r = t.execute_nat(&mut f, zone, &c, &nat, now);
+                if !r.state.has(ferrovs_conntrack::CtState::INV) {
+                    // A valid frame (checksums verified on the way in) leaves valid.
+                    assert!(
+                        ferrovs_conntrack::tuple::parse(&f, true).is_ok(),
+                        "a translated frame no longer verifies"
+                    );
+                }
+                r
+            } else {
+                t.execute(frame, zone, commit, now)
+            };
             if r.state.has(ferrovs_conntrack::CtState::INV) {
                 assert!(r.orig.is_none());
             }

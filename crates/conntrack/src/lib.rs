@@ -9,19 +9,23 @@
 //! * [`build`]: a builder of test frames (the crate's test double).
 //!
 //! The design, the states and the differences from Linux and OVS are in `docs/conntrack.md`.
-//! No pipeline integration yet: the `ct()` action, recirculation, `ct_*` matches and NAT
-//! come later.
+//! * [`nat`]: SNAT/DNAT bindings, the search for a free tuple and the rewrite of frames.
+//!
+//! No pipeline integration yet: the `ct()` action, recirculation and `ct_*` matches come
+//! later.
 #![forbid(unsafe_code)]
 
 pub mod build;
+pub mod nat;
 pub mod proto;
 pub mod state;
 pub mod table;
 pub mod tcp;
 pub mod tuple;
 
+pub use nat::{Nat, NatError, NatKind, NatRange};
 pub use proto::Timeouts;
-pub use state::{StateError, TableState};
+pub use state::{NatState, StateError, TableState};
 pub use table::{Commit, Config, Counters, CtResult, CtState, Tracker};
 pub use tcp::{TcpConfig, TcpState};
 pub use tuple::{Malformed, Tuple};

@@ -1,7 +1,8 @@
 //! The table as plain, versioned data (hot upgrade), and its restore as untrusted input.
 //!
 //! [`Tracker::export`] writes every live entry: zone, original tuple, protocol state (for TCP
-//! the state and both directions' window data), flags, mark, label and the time left until it
+//! the state and both directions' window data), flags, mark, label, the NAT binding (kind and
+//! reply tuple; a defaulted field, so states written before NAT load) and the time left until it
 //! expires (relative, so the clocks of the two processes need not agree). [`Tracker::restore`]
 //! takes such a state from another process, which may be another version or plain wrong:
 //! [`TableState::validate`] checks it all first (version, tuples, protocol states, expiries,
@@ -14,13 +15,18 @@
 
 use std::collections::HashSet;
 
+use crate::nat::{self, Binding, NatKind};
 use crate::proto;
 use crate::table::{Conn, ProtoState, Tracker};
 use crate::tcp::{Side, TcpConn, TcpState};
 use crate::tuple::{Family, Tuple, IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_TCP, IPPROTO_UDP};
 
-/// The version this build writes and reads.
-pub const STATE_VERSION: u32 = 1;
+/// The version this build writes. Version 2 added the NAT binding; this build reads 1 and 2
+/// (a version 1 state has no bindings), and a build that only knows 1 refuses a version 2
+/// state rather than dropping its bindings silently.
+pub const STATE_VERSION: u32 = 2;
+/// The oldest version this build reads.
+pub const STATE_VERSION_MIN: u32 = 1;
 
 /// A whole table.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -85,12 +91,23 @@ pub struct EntryState {
     /// The 128-bit label as (high, low).
     pub label: (u64, u64),
     pub expires_in_ms: u64,
+    /// The NAT binding (absent in states written before NAT, which still load).
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub nat: Option<NatState>,
+}
+
+/// A connection's NAT binding: the kind and the translated reply tuple.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct NatState {
+    pub kind: NatKind,
+    pub reply: TupleState,
 }
 
 /// Why a state was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StateError {
-    #[error("state version {0} is not {STATE_VERSION}")]
+    #[error("state version {0} is not between {STATE_VERSION_MIN} and {STATE_VERSION}")]
     Version(u32),
     #[error("entry {0}: tuple is inconsistent")]
     Tuple(usize),
@@ -108,6 +125,10 @@ pub enum StateError {
     TooMany(usize, u32),
     #[error("zone {0}: more entries than its limit {1}")]
     ZoneLimit(u16, u32),
+    #[error("entry {0}: NAT reply tuple does not fit the connection")]
+    NatTuple(usize),
+    #[error("entry {0}: NAT reply tuple collides with another entry's key")]
+    NatCollision(usize),
     #[error("restore into a table that is not empty")]
     NotEmpty,
 }
@@ -163,7 +184,7 @@ fn side(s: &SideState) -> Side {
 impl TableState {
     /// Checks everything `restore` relies on, against the limits of `tracker`.
     pub fn validate(&self, tracker: &Tracker) -> Result<(), StateError> {
-        if self.version != STATE_VERSION {
+        if !(STATE_VERSION_MIN..=STATE_VERSION).contains(&self.version) {
             return Err(StateError::Version(self.version));
         }
         let cfg = tracker.config();
@@ -173,6 +194,7 @@ impl TableState {
         let max_ms = u64::from(proto::max_timeout(&cfg.timeouts, &cfg.tcp)) * 1000;
         let mut seen = HashSet::with_capacity(self.entries.len());
         let mut per_zone: std::collections::HashMap<u16, u32> = Default::default();
+        let mut reply_keys = Vec::new();
         for (i, e) in self.entries.iter().enumerate() {
             let t = Tuple::from(e.orig);
             if !t.is_valid() {
@@ -198,7 +220,22 @@ impl TableState {
             if !seen.insert((e.zone, t.canonical())) {
                 return Err(StateError::Duplicate(i));
             }
+            if let Some(n) = &e.nat {
+                let r = Tuple::from(n.reply);
+                if !nat::binding_is_consistent(&t, n.kind, &r) {
+                    return Err(StateError::NatTuple(i));
+                }
+                if r.canonical() != t.canonical() {
+                    reply_keys.push((i, (e.zone, r.canonical())));
+                }
+            }
             *per_zone.entry(e.zone).or_default() += 1;
+        }
+        // A reply key must be nobody else's key, original or reply.
+        for (i, k) in reply_keys {
+            if !seen.insert(k) {
+                return Err(StateError::NatCollision(i));
+            }
         }
         for (z, n) in per_zone {
             if let Some(l) = tracker.zone_limit(z) {
@@ -244,6 +281,10 @@ impl Tracker {
                 mark: c.mark,
                 label: ((c.label >> 64) as u64, c.label as u64),
                 expires_in_ms: c.expires - now,
+                nat: c.nat.map(|b| NatState {
+                    kind: b.kind,
+                    reply: b.reply.into(),
+                }),
             });
         });
         TableState {
@@ -288,10 +329,14 @@ impl Tracker {
                 mark: e.mark,
                 label: (u128::from(e.label.0) << 64) | u128::from(e.label.1),
                 expires: now.saturating_add(e.expires_in_ms),
+                nat: e.nat.map(|n| Binding {
+                    kind: n.kind,
+                    reply: n.reply.into(),
+                }),
             };
             if !self.insert_restored(e.zone, conn) {
-                // Validation ruled out duplicates and limits; only a racing packet can
-                // get here.
+                // Validation ruled out duplicates, reply-key collisions and limits; only a
+                // racing packet can get here.
                 self.flush(None);
                 return Err(StateError::Duplicate(i));
             }
@@ -318,5 +363,109 @@ mod tests {
         assert_eq!(back, s);
         let u = Tracker::new(Config::default());
         assert_eq!(u.restore(&back, 0), Ok(1));
+    }
+
+    fn nat_table() -> (Tracker, Vec<u8>) {
+        use crate::nat::{Nat, NatKind, NatRange};
+        let t = Tracker::new(Config::default());
+        let n = std::net::IpAddr::from([198, 51, 100, 1]);
+        let nat = Nat::Bind(NatRange::addr(NatKind::Src, n).with_ports(5000, 5000));
+        let mut f = Frame::v4([10, 0, 0, 1], [192, 0, 2, 80], Proto::udp(7, 53, b"q")).bytes();
+        assert!(
+            t.execute_nat(&mut f, 3, &crate::Commit::COMMIT, &nat, 0)
+                .committed
+        );
+        let mut g = Frame::v4([10, 0, 0, 2], [192, 0, 2, 80], Proto::udp(7, 53, b"q")).bytes();
+        let nat = Nat::Bind(NatRange::addr(NatKind::Src, n).with_ports(5001, 5001));
+        assert!(
+            t.execute_nat(&mut g, 3, &crate::Commit::COMMIT, &nat, 0)
+                .committed
+        );
+        let reply = Frame::v4(
+            [192, 0, 2, 80],
+            [198, 51, 100, 1],
+            Proto::udp(53, 5000, b"a"),
+        );
+        (t, reply.bytes())
+    }
+
+    #[test]
+    fn bindings_survive_export_and_restore() {
+        use crate::nat::Nat;
+        let (t, reply) = nat_table();
+        let s = t.export(0);
+        assert!(s.entries.iter().all(|e| e.nat.is_some()));
+        let j = serde_json::to_string(&s).unwrap();
+        let back: TableState = serde_json::from_str(&j).unwrap();
+        assert_eq!(back, s);
+        let u = Tracker::new(Config::default());
+        assert_eq!(u.restore(&back, 10), Ok(2));
+        // The restored connection's reply is found by its translated tuple and translated.
+        let mut b = reply.clone();
+        let r = u.execute_nat(&mut b, 3, &crate::Commit::LOOKUP, &Nat::Apply, 20);
+        assert_eq!(r.state.to_string(), "est+rpl+trk+dnat");
+        let want = Frame::v4([192, 0, 2, 80], [10, 0, 0, 1], Proto::udp(53, 7, b"a"));
+        assert_eq!(b, want.bytes());
+        assert_eq!(u.export(20).entries.len(), 2);
+    }
+
+    #[test]
+    fn a_state_written_before_nat_loads() {
+        let t = Tracker::new(Config::default());
+        let f = Frame::v4([1, 0, 0, 1], [1, 0, 0, 2], Proto::udp(1, 2, b"")).bytes();
+        t.execute(&f, 0, true, 0);
+        let mut v: serde_json::Value = serde_json::to_value(t.export(0)).unwrap();
+        for e in v["entries"].as_array_mut().unwrap() {
+            e.as_object_mut().unwrap().remove("nat");
+        }
+        v["version"] = 1.into();
+        let old: TableState = serde_json::from_value(v).unwrap();
+        assert!(old.entries[0].nat.is_none());
+        assert_eq!(Tracker::new(Config::default()).restore(&old, 0), Ok(1));
+    }
+
+    #[test]
+    fn hostile_bindings_are_refused() {
+        use crate::state::{StateError, TupleState};
+        use crate::tuple::Tuple;
+        let (t, _) = nat_table();
+        let good = t.export(0);
+        let refused = |s: &TableState, want: StateError| {
+            let u = Tracker::new(Config::default());
+            assert_eq!(u.restore(s, 0), Err(want));
+            assert_eq!(u.counters().entries, 0);
+            assert!(u.export(0).entries.is_empty());
+        };
+        // Two connections with the same reply tuple.
+        let mut s = good.clone();
+        s.entries[1].nat = s.entries[0].nat;
+        refused(&s, StateError::NatCollision(1));
+        // A reply key that is another connection's own key.
+        let mut s = good.clone();
+        let other: Tuple = s.entries[1].orig.into();
+        let mut n0 = s.entries[0].nat.unwrap();
+        let mut r: Tuple = n0.reply.into();
+        r.dst = other.src;
+        r.dport = other.sport;
+        n0.reply = TupleState::from(r);
+        s.entries[0].nat = Some(n0);
+        refused(&s, StateError::NatCollision(0));
+        // A binding that changes what its kind cannot (SNAT moving the server's port).
+        let mut s = good.clone();
+        let mut n0 = s.entries[0].nat.unwrap();
+        n0.reply.sport ^= 1;
+        s.entries[0].nat = Some(n0);
+        refused(&s, StateError::NatTuple(0));
+        // Garbage in the padding of an IPv4 address; another protocol.
+        let mut s = good.clone();
+        let mut n0 = s.entries[0].nat.unwrap();
+        n0.reply.dst[9] = 1;
+        s.entries[0].nat = Some(n0);
+        refused(&s, StateError::NatTuple(0));
+        let mut s = good.clone();
+        let mut n0 = s.entries[0].nat.unwrap();
+        n0.reply.proto = 6;
+        s.entries[0].nat = Some(n0);
+        refused(&s, StateError::NatTuple(0));
     }
 }

@@ -23,15 +23,21 @@
 //! Thread-safety: `Tracker` is `Sync`; all methods take `&self`. Counters are relaxed atomics
 //! (statistics, not synchronisation). Locks are never nested, so there is no lock order.
 //!
-//! NAT (not done yet) fits as a per-entry binding: the entry gains the translated reply tuple
-//! and is then keyed under two tuples (original and translated reply), each key pointing at
-//! the same connection in the shard of its own hash; see `docs/conntrack.md`.
+//! NAT ([`Tracker::execute_nat`]): a connection committed with `nat(...)` carries a binding,
+//! its translated reply tuple, and is keyed under two keys: its own (the canonical original
+//! tuple) holds the connection, the reply tuple's canonical key holds an alias naming the
+//! owner key. The two keys may be in different shards; a packet that meets an alias releases
+//! that shard before it locks the owner's, so locks are still never nested, and an alias
+//! whose owner went away in between is stale and removed. The search for a free reply tuple
+//! at commit locks each candidate's shard in turn (with the original key's shard released)
+//! and reserves the first free key by inserting the alias; see `docs/conntrack.md`.
 
 use std::collections::hash_map::{Entry, HashMap};
 use std::hash::{BuildHasher, Hash};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard};
 
+use crate::nat::{self, Binding, Nat, NatError, NatKind, NatRange};
 use crate::proto::{self, Timeouts};
 use crate::tcp::{ConnFlags, Dir, TcpConfig, TcpConn, TcpState, Verdict};
 use crate::tuple::{self, Malformed, Tuple, L4};
@@ -47,6 +53,10 @@ impl CtState {
     pub const RPL: u8 = 0x08;
     pub const INV: u8 = 0x10;
     pub const TRK: u8 = 0x20;
+    /// The packet's source was translated (SNAT's original direction, DNAT's replies).
+    pub const SNAT: u8 = 0x40;
+    /// The packet's destination was translated (DNAT's original direction, SNAT's replies).
+    pub const DNAT: u8 = 0x80;
 
     pub fn has(self, bit: u8) -> bool {
         self.0 & bit != 0
@@ -62,6 +72,8 @@ impl std::fmt::Display for CtState {
             (Self::RPL, "rpl"),
             (Self::INV, "inv"),
             (Self::TRK, "trk"),
+            (Self::SNAT, "snat"),
+            (Self::DNAT, "dnat"),
         ];
         let mut first = true;
         for (bit, n) in names {
@@ -93,6 +105,8 @@ pub struct CtResult {
     pub committed: bool,
     /// Why the packet is invalid, when a header was malformed.
     pub malformed: Option<Malformed>,
+    /// Why a commit with NAT was refused (the packet stays `new`, `committed` false).
+    pub nat_error: Option<NatError>,
 }
 
 impl CtResult {
@@ -106,6 +120,7 @@ impl CtResult {
             tcp_state: None,
             committed: false,
             malformed,
+            nat_error: None,
         }
     }
 }
@@ -182,6 +197,23 @@ pub(crate) struct Conn {
     pub label: u128,
     /// Deadline in the caller's millisecond clock.
     pub expires: u64,
+    /// The NAT binding, if committed with NAT.
+    pub nat: Option<Binding>,
+}
+
+impl Conn {
+    /// The tuple of the reply direction as it travels (translated by NAT).
+    pub fn reply(&self) -> Tuple {
+        self.nat.map_or_else(|| self.orig.reverse(), |b| b.reply)
+    }
+}
+
+/// What a key holds: the connection, or (the reply key of a NATed connection) the canonical
+/// tuple of the key that holds it, in the same zone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Slot {
+    Conn(Conn),
+    Alias(Tuple),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -190,7 +222,7 @@ pub(crate) struct Key {
     pub tuple: Tuple,
 }
 
-type Shard = HashMap<Key, Conn>;
+type Shard = HashMap<Key, Slot>;
 
 /// A snapshot of the counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -200,6 +232,8 @@ pub struct Counters {
     pub invalid: u64,
     pub limit_hits: u64,
     pub expired: u64,
+    /// Commits with NAT refused (no free tuple in the range, or a range that cannot apply).
+    pub nat_exhausted: u64,
 }
 
 /// The connection tracker (see the module documentation).
@@ -217,6 +251,7 @@ pub struct Tracker {
     invalid: AtomicU64,
     limit_hits: AtomicU64,
     expired: AtomicU64,
+    nat_exhausted: AtomicU64,
 }
 
 const NO_OVERRIDE: u32 = u32::MAX;
@@ -240,6 +275,7 @@ impl Tracker {
             invalid: AtomicU64::new(0),
             limit_hits: AtomicU64::new(0),
             expired: AtomicU64::new(0),
+            nat_exhausted: AtomicU64::new(0),
         }
     }
 
@@ -273,6 +309,7 @@ impl Tracker {
             invalid: self.invalid.load(Relaxed),
             limit_hits: self.limit_hits.load(Relaxed),
             expired: self.expired.load(Relaxed),
+            nat_exhausted: self.nat_exhausted.load(Relaxed),
         }
     }
 
@@ -319,58 +356,137 @@ impl Tracker {
         self.execute_with(frame, zone, &c, now)
     }
 
-    /// `execute` with mark and label setters applied on commit.
+    /// `execute` with mark and label setters applied on commit. The frame is not modified:
+    /// a connection with a NAT binding is tracked but not translated (see
+    /// [`Tracker::execute_nat`]).
     pub fn execute_with(&self, frame: &[u8], zone: u16, commit: &Commit, now: u64) -> CtResult {
+        self.track(frame, zone, commit, &Nat::Off, now, 0).0
+    }
+
+    /// `execute_with` and NAT: `ct(commit, nat(src|dst=...))` binds a committed new
+    /// connection to a translated tuple from the range, and with [`Nat::Apply`] or
+    /// [`Nat::Bind`] a packet of a connection with a binding is rewritten in place (the
+    /// original direction translated, the reply direction translated back, an ICMP error
+    /// related to the connection translated in its outer address and quoted packet). A
+    /// commit whose range has no free tuple is refused ([`CtResult::nat_error`], counted in
+    /// `nat_exhausted`); the packet then stays `new` and untranslated.
+    pub fn execute_nat(
+        &self,
+        frame: &mut [u8],
+        zone: u16,
+        commit: &Commit,
+        nat: &Nat,
+        now: u64,
+    ) -> CtResult {
+        let (r, x) = self.track(frame, zone, commit, nat, now, 0);
+        match x {
+            Some(Xlate::Plain { from, to }) => nat::rewrite(frame, &from, &to),
+            Some(Xlate::Error {
+                outer,
+                inner_from,
+                inner_to,
+            }) => nat::rewrite_icmp_error(frame, outer, &inner_from, &inner_to),
+            None => {}
+        }
+        r
+    }
+
+    fn inv(&self, zone: u16) -> (CtResult, Option<Xlate>) {
+        self.invalid.fetch_add(1, Relaxed);
+        (CtResult::invalid(zone, None), None)
+    }
+
+    /// The tracking of one packet; `depth` bounds the retries after a stale alias.
+    fn track(
+        &self,
+        frame: &[u8],
+        zone: u16,
+        commit: &Commit,
+        nat: &Nat,
+        now: u64,
+        depth: u8,
+    ) -> (CtResult, Option<Xlate>) {
         let pkt = match tuple::parse(frame, self.cfg.verify_checksums) {
             Ok(p) => p,
             Err(e) => {
                 self.invalid.fetch_add(1, Relaxed);
-                return CtResult::invalid(zone, Some(e));
+                return (CtResult::invalid(zone, Some(e)), None);
             }
         };
         if let L4::IcmpError { inner } = pkt.l4 {
-            return self.related(zone, &inner, now);
+            return self.related(zone, &inner, nat, now);
         }
         let key = Key {
             zone,
             tuple: pkt.tuple.canonical(),
         };
         let mut shard = self.shard_of(&key);
-        if let Some(conn) = shard.get_mut(&key) {
-            if conn.expires > now {
-                match self.update(conn, &pkt, commit, zone, now) {
-                    Updated::Result(r) => return r,
-                    Updated::Kill(r) => {
-                        shard.remove(&key);
-                        self.release(zone);
-                        return r;
-                    }
-                    Updated::Invalid => {
-                        self.invalid.fetch_add(1, Relaxed);
-                        return CtResult::invalid(zone, None);
-                    }
-                    Updated::Reopen => {}
-                }
-            } else {
-                self.expired.fetch_add(1, Relaxed);
+        match shard.get(&key) {
+            Some(Slot::Alias(owner)) => {
+                let owner = Key {
+                    zone,
+                    tuple: *owner,
+                };
+                drop(shard);
+                return self.track_alias(frame, &pkt, key, owner, commit, nat, now, depth);
             }
-            shard.remove(&key);
-            self.release(zone);
+            Some(Slot::Conn(_)) => {
+                if let Some(Slot::Conn(conn)) = shard.get_mut(&key) {
+                    if conn.expires > now {
+                        let Some(dir) = direction(conn, &pkt.tuple) else {
+                            drop(shard);
+                            return self.inv(zone);
+                        };
+                        match self.update(conn, dir, &pkt, commit, nat, zone, now) {
+                            Updated::Result(r, x) => return (r, x),
+                            Updated::Kill(r, x) => {
+                                let gone = shard.remove(&key);
+                                drop(shard);
+                                self.release(zone);
+                                if let Some(Slot::Conn(c)) = gone {
+                                    self.drop_alias(zone, &c, key.tuple);
+                                }
+                                return (r, x);
+                            }
+                            Updated::Invalid => {
+                                drop(shard);
+                                return self.inv(zone);
+                            }
+                            Updated::Reopen => {}
+                        }
+                    } else {
+                        self.expired.fetch_add(1, Relaxed);
+                    }
+                }
+                let gone = shard.remove(&key);
+                self.release(zone);
+                if let Some(Slot::Conn(c)) = gone {
+                    if c.nat.is_some() {
+                        drop(shard);
+                        self.drop_alias(zone, &c, key.tuple);
+                        if depth >= 2 {
+                            return self.inv(zone);
+                        }
+                        return self.track(frame, zone, commit, nat, now, depth + 1);
+                    }
+                }
+            }
+            None => {}
         }
         // No connection: may this packet open one?
         let proto = match pkt.l4 {
             L4::Tcp(seg) => match TcpConn::new(&seg) {
                 Some(t) => ProtoState::Tcp(t),
                 None => {
-                    self.invalid.fetch_add(1, Relaxed);
-                    return CtResult::invalid(zone, None);
+                    drop(shard);
+                    return self.inv(zone);
                 }
             },
             L4::Udp => ProtoState::Udp,
             L4::IcmpQuery { request: true } => ProtoState::Icmp,
             L4::IcmpQuery { request: false } | L4::IcmpOther | L4::IcmpError { .. } => {
-                self.invalid.fetch_add(1, Relaxed);
-                return CtResult::invalid(zone, None);
+                drop(shard);
+                return self.inv(zone);
             }
             L4::Other => ProtoState::Other,
         };
@@ -382,6 +498,7 @@ impl Tracker {
             mark: 0,
             label: 0,
             expires: now,
+            nat: None,
         };
         let timeout = match (&mut conn.proto, pkt.l4) {
             (ProtoState::Tcp(t), L4::Tcp(seg)) => {
@@ -390,8 +507,8 @@ impl Tracker {
                         timeout.unwrap_or(self.cfg.tcp.timeouts.syn_sent)
                     }
                     _ => {
-                        self.invalid.fetch_add(1, Relaxed);
-                        return CtResult::invalid(zone, None);
+                        drop(shard);
+                        return self.inv(zone);
                     }
                 }
             }
@@ -413,36 +530,185 @@ impl Tracker {
             tcp_state,
             committed: false,
             malformed: None,
+            nat_error: None,
         };
         if !commit.commit {
-            return result;
+            return (result, None);
         }
         if !self.reserve(zone) {
             self.limit_hits.fetch_add(1, Relaxed);
-            return result;
+            return (result, None);
         }
         apply_commit(&mut conn, commit);
         result.mark = conn.mark;
         result.label = conn.label;
+        let mut xlate = None;
+        if let Nat::Bind(range) = nat {
+            // The search locks the shards of candidate reply keys one at a time, so the
+            // original key's shard is released meanwhile (locks are never nested).
+            drop(shard);
+            if let Err(e) = self.bind(zone, key.tuple, &mut conn, range) {
+                self.release(zone);
+                self.nat_exhausted.fetch_add(1, Relaxed);
+                result.nat_error = Some(e);
+                return (result, None);
+            }
+            shard = self.shard_of(&key);
+            if shard.contains_key(&key) {
+                drop(shard);
+                self.drop_alias(zone, &conn, key.tuple);
+                self.release(zone);
+                result.nat_error = Some(NatError::Race);
+                return (result, None);
+            }
+            xlate = translation(&conn, Dir::Original, &pkt.tuple, nat);
+            result.state.0 |= nat_bits(&conn, Dir::Original);
+        }
         result.committed = true;
-        shard.insert(key, conn);
+        shard.insert(key, Slot::Conn(conn));
         self.created.fetch_add(1, Relaxed);
-        result
+        (result, xlate)
     }
 
+    /// A packet whose key is the reply key of a NATed connection: the connection is under
+    /// `owner` (looked up after the alias's shard is released).
+    #[allow(clippy::too_many_arguments)]
+    fn track_alias(
+        &self,
+        frame: &[u8],
+        pkt: &tuple::Packet<'_>,
+        key: Key,
+        owner: Key,
+        commit: &Commit,
+        nat: &Nat,
+        now: u64,
+        depth: u8,
+    ) -> (CtResult, Option<Xlate>) {
+        let zone = key.zone;
+        let mut shard = self.shard_of(&owner);
+        let live = match shard.get(&owner) {
+            Some(Slot::Conn(c)) if c.nat.map(|b| b.reply.canonical()) == Some(key.tuple) => {
+                Some(c.expires > now)
+            }
+            _ => None,
+        };
+        match live {
+            Some(true) => {
+                if let Some(Slot::Conn(conn)) = shard.get_mut(&owner) {
+                    let Some(dir) = direction(conn, &pkt.tuple) else {
+                        drop(shard);
+                        return self.inv(zone);
+                    };
+                    match self.update(conn, dir, pkt, commit, nat, zone, now) {
+                        Updated::Result(r, x) => return (r, x),
+                        Updated::Kill(r, x) => {
+                            shard.remove(&owner);
+                            drop(shard);
+                            self.release(zone);
+                            self.remove_alias(key, owner.tuple);
+                            return (r, x);
+                        }
+                        Updated::Invalid => {
+                            drop(shard);
+                            return self.inv(zone);
+                        }
+                        Updated::Reopen => {
+                            shard.remove(&owner);
+                            drop(shard);
+                            self.release(zone);
+                            self.remove_alias(key, owner.tuple);
+                        }
+                    }
+                }
+            }
+            Some(false) => {
+                shard.remove(&owner);
+                drop(shard);
+                self.release(zone);
+                self.expired.fetch_add(1, Relaxed);
+                self.remove_alias(key, owner.tuple);
+            }
+            None => {
+                // A stale alias (its connection went away between two locks).
+                drop(shard);
+                self.remove_alias(key, owner.tuple);
+            }
+        }
+        if depth >= 2 {
+            return self.inv(zone);
+        }
+        self.track(frame, zone, commit, nat, now, depth + 1)
+    }
+
+    /// Finds a free reply tuple for `conn` in `range` and reserves its key (an alias to
+    /// `owner`, the connection's own key).
+    fn bind(
+        &self,
+        zone: u16,
+        owner: Tuple,
+        conn: &mut Conn,
+        range: &NatRange,
+    ) -> Result<(), NatError> {
+        let ident = conn.orig.reverse();
+        for r in nat::candidates(&conn.orig, range)? {
+            let b = Binding {
+                kind: range.kind,
+                reply: r,
+            };
+            if r == ident {
+                // Untranslated: the connection's own key covers it.
+                conn.nat = Some(b);
+                return Ok(());
+            }
+            let rk = Key {
+                zone,
+                tuple: r.canonical(),
+            };
+            if rk.tuple == owner {
+                continue;
+            }
+            let mut s = self.shard_of(&rk);
+            if let Entry::Vacant(v) = s.entry(rk) {
+                v.insert(Slot::Alias(owner));
+                conn.nat = Some(b);
+                return Ok(());
+            }
+        }
+        Err(NatError::Exhausted)
+    }
+
+    /// Removes the alias at `key` if it still points at `owner`.
+    fn remove_alias(&self, key: Key, owner: Tuple) {
+        let mut s = self.shard_of(&key);
+        if matches!(s.get(&key), Some(Slot::Alias(o)) if *o == owner) {
+            s.remove(&key);
+        }
+    }
+
+    /// Removes the reply-key alias of a removed connection, if it has one.
+    fn drop_alias(&self, zone: u16, conn: &Conn, owner: Tuple) {
+        if let Some(b) = conn.nat {
+            let rk = Key {
+                zone,
+                tuple: b.reply.canonical(),
+            };
+            if rk.tuple != owner {
+                self.remove_alias(rk, owner);
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
     fn update(
         &self,
         conn: &mut Conn,
+        dir: Dir,
         pkt: &tuple::Packet<'_>,
         commit: &Commit,
+        nat: &Nat,
         zone: u16,
         now: u64,
     ) -> Updated {
-        let dir = if pkt.tuple == conn.orig {
-            Dir::Original
-        } else {
-            Dir::Reply
-        };
         let seen_reply_before = conn.seen_reply;
         let mut kill = false;
         let accepted_refresh: Option<u32>;
@@ -498,6 +764,10 @@ impl Tracker {
             Dir::Original if seen_reply_before => CtState::EST,
             Dir::Original => CtState::NEW,
         };
+        let xlate = translation(conn, dir, &pkt.tuple, nat);
+        if xlate.is_some() {
+            bits |= nat_bits(conn, dir);
+        }
         let r = CtResult {
             state: CtState(bits),
             zone,
@@ -510,29 +780,73 @@ impl Tracker {
             },
             committed: !kill,
             malformed: None,
+            nat_error: None,
         };
         if kill {
-            Updated::Kill(r)
+            Updated::Kill(r, xlate)
         } else {
-            Updated::Result(r)
+            Updated::Result(r, xlate)
         }
     }
 
-    fn related(&self, zone: u16, inner: &Tuple, now: u64) -> CtResult {
-        let key = Key {
+    fn related(&self, zone: u16, inner: &Tuple, nat: &Nat, now: u64) -> (CtResult, Option<Xlate>) {
+        let mut key = Key {
             zone,
             tuple: inner.canonical(),
         };
-        let shard = self.shard_of(&key);
+        let mut shard = self.shard_of(&key);
+        if let Some(Slot::Alias(owner)) = shard.get(&key) {
+            let alias = key.tuple;
+            key.tuple = *owner;
+            drop(shard);
+            shard = self.shard_of(&key);
+            match shard.get(&key) {
+                Some(Slot::Conn(c)) if c.nat.map(|b| b.reply.canonical()) == Some(alias) => {}
+                _ => {
+                    drop(shard);
+                    return self.inv(zone);
+                }
+            }
+        }
         match shard.get(&key) {
-            Some(c) if c.expires > now => {
-                // The quoted packet went in the original direction: the error comes back
-                // in the reply direction.
+            Some(Slot::Conn(c)) if c.expires > now => {
+                let reply = c.reply();
+                // The quoted packet went in the original direction (untranslated, or as
+                // translated): the error comes back in the reply direction.
+                let quoted_orig = *inner == c.orig || *inner == reply.reverse();
                 let mut bits = CtState::TRK | CtState::REL;
-                if *inner == c.orig {
+                if quoted_orig {
                     bits |= CtState::RPL;
                 }
-                CtResult {
+                let mut xlate = None;
+                if let (Some(b), false) = (c.nat, matches!(nat, Nat::Off)) {
+                    let (dir, inner_to, outer) = if quoted_orig && *inner == reply.reverse() {
+                        // Back to what the original side sent; the outer address of the
+                        // translated side becomes the original side's view.
+                        let outer = match b.kind {
+                            NatKind::Src => (false, c.orig.src),
+                            NatKind::Dst => (true, c.orig.dst),
+                        };
+                        (Dir::Reply, c.orig, outer)
+                    } else if !quoted_orig && *inner == c.orig.reverse() {
+                        let outer = match b.kind {
+                            NatKind::Src => (true, reply.dst),
+                            NatKind::Dst => (false, reply.src),
+                        };
+                        (Dir::Original, reply, outer)
+                    } else {
+                        (Dir::Original, *inner, (true, [0; 16]))
+                    };
+                    if inner_to != *inner {
+                        bits |= nat_bits(c, dir);
+                        xlate = Some(Xlate::Error {
+                            outer: Some(outer),
+                            inner_from: *inner,
+                            inner_to,
+                        });
+                    }
+                }
+                let r = CtResult {
                     state: CtState(bits),
                     zone,
                     mark: c.mark,
@@ -541,12 +855,13 @@ impl Tracker {
                     tcp_state: None,
                     committed: true,
                     malformed: None,
-                }
+                    nat_error: None,
+                };
+                (r, xlate)
             }
             _ => {
                 drop(shard);
-                self.invalid.fetch_add(1, Relaxed);
-                CtResult::invalid(zone, None)
+                self.inv(zone)
             }
         }
     }
@@ -558,22 +873,32 @@ impl Tracker {
             .sum()
     }
 
-    /// Removes the expired entries of shard `i` (modulo the shard count).
+    /// Removes the expired entries of shard `i` (modulo the shard count), then the reply
+    /// keys of the NATed ones (each in its own shard, after this one is released).
     pub fn sweep_shard(&self, i: usize, now: u64) -> usize {
         let mut shard = self.shards[i & (self.shards.len() - 1)]
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         let mut gone = Vec::new();
-        shard.retain(|k, c| {
-            let keep = c.expires > now;
-            if !keep {
-                gone.push(k.zone);
+        shard.retain(|k, s| match s {
+            Slot::Conn(c) if c.expires <= now => {
+                gone.push((k.zone, k.tuple, c.nat));
+                false
             }
-            keep
+            _ => true,
         });
         drop(shard);
-        for z in &gone {
+        for (z, owner, b) in &gone {
             self.release(*z);
+            if let Some(b) = b {
+                let rk = Key {
+                    zone: *z,
+                    tuple: b.reply.canonical(),
+                };
+                if rk.tuple != *owner {
+                    self.remove_alias(rk, *owner);
+                }
+            }
         }
         self.expired.fetch_add(gone.len() as u64, Relaxed);
         gone.len()
@@ -585,9 +910,10 @@ impl Tracker {
         for s in self.shards.iter() {
             let mut shard = s.lock().unwrap_or_else(|e| e.into_inner());
             let mut gone = Vec::new();
-            shard.retain(|k, _| {
+            shard.retain(|k, s| {
                 let keep = zone.is_some_and(|z| z != k.zone);
-                if !keep {
+                // Aliases go with their zone, uncounted.
+                if !keep && matches!(s, Slot::Conn(_)) {
                     gone.push(k.zone);
                 }
                 keep
@@ -601,57 +927,151 @@ impl Tracker {
         n
     }
 
-    /// Visits every entry (shard by shard) with its zone.
+    /// Visits every connection (shard by shard) with its zone.
     pub(crate) fn for_each(&self, mut f: impl FnMut(u16, &Conn)) {
         for s in self.shards.iter() {
             let shard = s.lock().unwrap_or_else(|e| e.into_inner());
-            for (k, c) in shard.iter() {
-                f(k.zone, c);
+            for (k, s) in shard.iter() {
+                if let Slot::Conn(c) = s {
+                    f(k.zone, c);
+                }
             }
         }
     }
 
-    /// Inserts a validated entry (restore); false if its key is taken or a limit refuses it.
+    /// Inserts a validated entry (restore); false if one of its keys is taken or a limit
+    /// refuses it.
     pub(crate) fn insert_restored(&self, zone: u16, conn: Conn) -> bool {
         let key = Key {
             zone,
             tuple: conn.orig.canonical(),
         };
-        let mut shard = self.shard_of(&key);
-        match shard.entry(key) {
-            Entry::Occupied(_) => false,
-            Entry::Vacant(v) => {
-                if !self.reserve(zone) {
-                    return false;
+        let alias = conn
+            .nat
+            .map(|b| Key {
+                zone,
+                tuple: b.reply.canonical(),
+            })
+            .filter(|rk| rk.tuple != key.tuple);
+        if let Some(rk) = alias {
+            let mut s = self.shard_of(&rk);
+            match s.entry(rk) {
+                Entry::Occupied(_) => return false,
+                Entry::Vacant(v) => {
+                    v.insert(Slot::Alias(key.tuple));
                 }
-                v.insert(conn);
-                true
             }
         }
+        let mut shard = self.shard_of(&key);
+        let ok = match shard.entry(key) {
+            Entry::Occupied(_) => false,
+            Entry::Vacant(v) => {
+                if self.reserve(zone) {
+                    v.insert(Slot::Conn(conn));
+                    true
+                } else {
+                    false
+                }
+            }
+        };
+        drop(shard);
+        if !ok {
+            if let Some(rk) = alias {
+                self.remove_alias(rk, key.tuple);
+            }
+        }
+        ok
     }
 
-    /// The state of a connection, looked up by either direction's tuple (tests, the CLI).
+    /// The state of a connection, looked up by either direction's tuple (the reply's as
+    /// translated by NAT) (tests, the CLI).
     pub fn lookup(&self, zone: u16, t: &Tuple, now: u64) -> Option<(Tuple, Option<TcpState>)> {
-        let key = Key {
+        let mut key = Key {
             zone,
             tuple: t.canonical(),
         };
-        let shard = self.shard_of(&key);
-        shard.get(&key).filter(|c| c.expires > now).map(|c| {
-            (
+        let mut shard = self.shard_of(&key);
+        if let Some(Slot::Alias(owner)) = shard.get(&key) {
+            key.tuple = *owner;
+            drop(shard);
+            shard = self.shard_of(&key);
+        }
+        match shard.get(&key) {
+            Some(Slot::Conn(c)) if c.expires > now => Some((
                 c.orig,
                 match c.proto {
                     ProtoState::Tcp(t) => Some(t.state),
                     _ => None,
                 },
-            )
-        })
+            )),
+            _ => None,
+        }
+    }
+
+    /// A connection's NAT binding (tests, the CLI).
+    pub fn binding(&self, zone: u16, orig: &Tuple) -> Option<(NatKind, Tuple)> {
+        let key = Key {
+            zone,
+            tuple: orig.canonical(),
+        };
+        match self.shard_of(&key).get(&key) {
+            Some(Slot::Conn(c)) => c.nat.map(|b| (b.kind, b.reply)),
+            _ => None,
+        }
     }
 }
 
+/// The direction of a packet with tuple `t` in `conn` (None: it shares the key but is
+/// neither direction, e.g. the untranslated reply of a NATed connection).
+fn direction(conn: &Conn, t: &Tuple) -> Option<Dir> {
+    if *t == conn.orig {
+        Some(Dir::Original)
+    } else if *t == conn.reply() {
+        Some(Dir::Reply)
+    } else {
+        None
+    }
+}
+
+/// The rewrite of a packet of `conn` in `dir`, when NAT is asked for and bound.
+fn translation(conn: &Conn, dir: Dir, from: &Tuple, nat: &Nat) -> Option<Xlate> {
+    if matches!(nat, Nat::Off) {
+        return None;
+    }
+    conn.nat?;
+    let to = match dir {
+        Dir::Original => conn.reply().reverse(),
+        Dir::Reply => conn.orig.reverse(),
+    };
+    Some(Xlate::Plain { from: *from, to })
+}
+
+/// The ct_state NAT bit of a translated packet: which of its addresses was rewritten
+/// (SNAT's replies get their destination rewritten: `dnat`, as OVS reports).
+fn nat_bits(conn: &Conn, dir: Dir) -> u8 {
+    match (conn.nat.map(|b| b.kind), dir) {
+        (Some(NatKind::Src), Dir::Original) | (Some(NatKind::Dst), Dir::Reply) => CtState::SNAT,
+        (Some(NatKind::Dst), Dir::Original) | (Some(NatKind::Src), Dir::Reply) => CtState::DNAT,
+        (None, _) => 0,
+    }
+}
+
+/// How `execute_nat` rewrites the frame after tracking it.
+enum Xlate {
+    Plain {
+        from: Tuple,
+        to: Tuple,
+    },
+    Error {
+        outer: Option<(bool, [u8; 16])>,
+        inner_from: Tuple,
+        inner_to: Tuple,
+    },
+}
+
 enum Updated {
-    Result(CtResult),
-    Kill(CtResult),
+    Result(CtResult, Option<Xlate>),
+    Kill(CtResult, Option<Xlate>),
     Invalid,
     Reopen,
 }

@@ -290,6 +290,12 @@ fn be32(b: &[u8], at: usize) -> u32 {
     u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
+/// Ones-complement sum of `b` folded into `acc` (not yet complemented); NAT recomputes
+/// ICMP checksums with it.
+pub(crate) fn sum_bytes(acc: u32, b: &[u8]) -> u32 {
+    sum(acc, b)
+}
+
 /// Ones-complement sum of `b` folded into `acc` (not yet complemented).
 fn sum(mut acc: u32, b: &[u8]) -> u32 {
     let mut chunks = b.chunks_exact(2);

@@ -212,14 +212,19 @@ impl Kernel {
         c
     }
 
-    /// Sends a frame and returns the kernel's verdict for it.
-    fn send(&mut self, frame: &[u8]) -> String {
-        let before = self.counters();
+    /// Injects a frame into the namespace.
+    fn inject(&mut self, frame: &[u8]) {
         let hex: String = frame.iter().map(|b| format!("{b:02x}")).collect();
         writeln!(self.tx, "{hex}").unwrap();
         let mut line = String::new();
         self.rx.read_line(&mut line).unwrap();
         assert_eq!(line.trim(), "ok", "injector");
+    }
+
+    /// Sends a frame and returns the kernel's verdict for it.
+    fn send(&mut self, frame: &[u8]) -> String {
+        let before = self.counters();
+        self.inject(frame);
         let deadline = Instant::now() + Duration::from_secs(3);
         loop {
             let after = self.counters();
@@ -728,6 +733,144 @@ fn cases() -> Vec<Case> {
     v
 }
 
+const NAT_RULES: &str = r#"
+table ip fvnat {
+    chain post {
+        type nat hook postrouting priority 100; policy accept;
+        oifname "o" meta l4proto { tcp, udp } snat to 198.51.100.1:5000
+    }
+}
+"#;
+
+/// Prints every frame arriving on an interface as a hex line.
+const CAPTURE: &str = r#"
+import socket, sys
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))
+s.bind((sys.argv[1], 0))
+print("ready", flush=True)
+while True:
+    print(s.recv(65535).hex(), flush=True)
+"#;
+
+/// (src, dst, sport, dport) of an IPv4 frame.
+type Addrs4 = ([u8; 4], [u8; 4], u16, u16);
+
+/// The addresses and ports, and the L4 bytes, of an IPv4 TCP/UDP frame.
+fn v4_l4(frame: &[u8]) -> Option<(Addrs4, Vec<u8>)> {
+    let p = tuple::parse(frame, false).ok()?.tuple;
+    if p.family != tuple::Family::V4 || !matches!(p.proto, 6 | 17) {
+        return None;
+    }
+    let ip = frame.get(14..)?;
+    let ihl = usize::from(ip[0] & 0x0f) * 4;
+    let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
+    let mut s = [0u8; 4];
+    let mut d = [0u8; 4];
+    s.copy_from_slice(&p.src[..4]);
+    d.copy_from_slice(&p.dst[..4]);
+    Some(((s, d, p.sport, p.dport), ip.get(ihl..total)?.to_vec()))
+}
+
+/// SNAT against nftables' `snat to 198.51.100.1:5000` (one address, one port, so the
+/// translation is the same whoever chooses): the kernel's forwarded frame, captured on the
+/// way out, and ours must carry the same addresses, ports and L4 bytes (checksum included);
+/// a second connection needing the same port is dropped by the kernel and refused by us.
+fn snat_cases(k: &mut Kernel, disagreements: &mut Vec<String>) {
+    use ferrovs_conntrack::{Commit, Nat, NatError, NatKind, NatRange};
+    use std::sync::mpsc;
+    k.flush();
+    let rules = std::env::temp_dir().join(format!("fvnat-{}.nft", std::process::id()));
+    std::fs::write(&rules, NAT_RULES).unwrap();
+    k.nsx(&["nft", "-f", rules.to_str().unwrap()]);
+    let _ = std::fs::remove_file(&rules);
+    let mut cap = Command::new("ip")
+        .args(["netns", "exec", &k.ns, "python3", "-c", CAPTURE, "o2"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut out = BufReader::new(cap.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready", "capture");
+    let (txc, rxc) = mpsc::channel::<Vec<u8>>();
+    std::thread::spawn(move || {
+        for l in out.lines() {
+            let Ok(l) = l else { break };
+            let b: Vec<u8> = (0..l.len() / 2)
+                .filter_map(|i| u8::from_str_radix(l.get(2 * i..2 * i + 2)?, 16).ok())
+                .collect();
+            if txc.send(b).is_err() {
+                break;
+            }
+        }
+    });
+    let ours = Tracker::new(Config::default());
+    let nat = Nat::Bind(
+        NatRange::addr(NatKind::Src, std::net::IpAddr::from([198, 51, 100, 1]))
+            .with_ports(5000, 5000),
+    );
+    let pkts = [
+        ("tcp syn", t(true, 41000, 1000, 0, TCP_SYN).frame, true),
+        (
+            "tcp syn, port taken",
+            t(true, 41001, 1000, 0, TCP_SYN).frame,
+            false,
+        ),
+        (
+            "tcp retransmitted syn",
+            t(true, 41000, 1000, 0, TCP_SYN).frame,
+            true,
+        ),
+        (
+            "udp",
+            Frame::v4(A4, R4, Proto::udp(41002, 53, b"query")),
+            true,
+        ),
+    ];
+    for (name, f, translated) in pkts {
+        let mut frame = f.macs(k.mac, [0x02, 0, 0, 0, 0, 0x99]).bytes();
+        while rxc.try_recv().is_ok() {}
+        k.inject(&frame);
+        let want = v4_l4(&frame).map(|(t, _)| (t.1, t.3));
+        let deadline = Instant::now() + Duration::from_secs(1);
+        let mut kernel = None;
+        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+            let Ok(b) = rxc.recv_timeout(left) else { break };
+            // The frame going to the same destination address and port.
+            if let Some((t, l4)) = v4_l4(&b) {
+                if Some((t.1, t.3)) == want {
+                    kernel = Some((t, l4));
+                    break;
+                }
+            }
+        }
+        let r = ours.execute_nat(&mut frame, 0, &Commit::COMMIT, &nat, 1);
+        let mine = if r.nat_error.is_some() {
+            None
+        } else {
+            v4_l4(&frame)
+        };
+        eprintln!(
+            "  snat {name}: kernel {:?} ours {:?} ({})",
+            kernel.as_ref().map(|x| x.0),
+            mine.as_ref().map(|x| x.0),
+            r.state
+        );
+        if kernel != mine || kernel.is_some() != translated {
+            disagreements.push(format!(
+                "snat {name}: kernel {:?}, ours {:?}",
+                kernel.map(|x| x.0),
+                mine.map(|x| x.0)
+            ));
+        }
+        if !translated && r.nat_error != Some(NatError::Exhausted) {
+            disagreements.push(format!("snat {name}: ours {:?}", r.nat_error));
+        }
+    }
+    let _ = cap.kill();
+    let _ = cap.wait();
+}
+
 fn tcp_sport(f: &Frame) -> Option<(bool, u16)> {
     match &f.proto {
         Proto::Tcp { sport, dport, .. } => Some((
@@ -807,6 +950,7 @@ fn kernel_conntrack_agrees() {
         }
     }
     eprintln!("{agreed}/{total} packets agree");
+    snat_cases(&mut k, &mut disagreements);
     assert!(
         disagreements.is_empty(),
         "disagreements with the kernel:\n{}",
