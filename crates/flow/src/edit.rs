@@ -5,7 +5,7 @@
 //! `NEEDS_CSUM`: the field holds the pseudo-header sum, not complemented) is updated as
 //! such when `partial_l4` is set.
 
-use crate::key::{Field, ETH_IPV4, ETH_IPV6, ETH_VLAN, IP_TCP, IP_UDP};
+use crate::key::{is_mpls, Field, ETH_IPV4, ETH_IPV6, ETH_VLAN, IP_TCP, IP_UDP};
 
 /// Why a rewrite could not be done (the frame is left as it was).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -145,6 +145,71 @@ fn rewrite(
     f[at..at + new.len()].copy_from_slice(new);
 }
 
+/// VLAN Ethertypes the MPLS edits step over (802.1Q and 802.1ad), as OVS inserts a label
+/// stack after every VLAN tag.
+const ETH_QINQ: u16 = 0x88a8;
+
+/// Offset of the Ethertype after the MAC addresses and any VLAN tags; `None` when the frame
+/// ends before it.
+pub fn ethertype_at(f: &[u8]) -> Option<usize> {
+    let mut at = 12;
+    loop {
+        let ty = u16::from_be_bytes(f.get(at..at + 2)?.try_into().ok()?);
+        if ty != ETH_VLAN && ty != ETH_QINQ {
+            return Some(at);
+        }
+        at += 4;
+    }
+}
+
+/// The offset of the top MPLS label stack entry of `f`, if it is an MPLS frame holding one.
+fn top_lse_at(f: &[u8]) -> Option<usize> {
+    let at = ethertype_at(f)?;
+    let ty = rd16(f, at);
+    (is_mpls(ty) && f.len() >= at + 6).then_some(at + 2)
+}
+
+fn set_mpls_field(f: &mut [u8], fld: Field, v: u32) -> Result<(), EditError> {
+    let at = top_lse_at(f).ok_or(EditError::Missing("MPLS"))?;
+    let lse = u32::from_be_bytes([f[at], f[at + 1], f[at + 2], f[at + 3]]);
+    let (mask, val) = match fld {
+        Field::MplsLabel => (0xffff_f000, (v & 0xfffff) << 12),
+        Field::MplsTc => (0xe00, (v & 7) << 9),
+        Field::MplsBos => (0x100, (v & 1) << 8),
+        _ => (0xff, v & 0xff),
+    };
+    f[at..at + 4].copy_from_slice(&((lse & !mask) | val).to_be_bytes());
+    Ok(())
+}
+
+/// Pushes an MPLS label stack entry: `frame` is the frame with 4 bytes of room in front
+/// (the frame itself starts at `frame[4..]`); afterwards `frame` is the frame with entry
+/// `lse` (label·tc·bos·ttl) after the MAC addresses and VLAN tags and Ethertype
+/// `ethertype`. False (nothing moved) when the frame has no complete Ethertype.
+pub fn push_mpls_in_place(frame: &mut [u8], ethertype: u16, lse: u32) -> bool {
+    let Some(at) = frame.get(4..).and_then(ethertype_at) else {
+        return false;
+    };
+    frame.copy_within(4..4 + at, 0);
+    frame[at..at + 2].copy_from_slice(&ethertype.to_be_bytes());
+    frame[at + 2..at + 6].copy_from_slice(&lse.to_be_bytes());
+    true
+}
+
+/// Pops the top MPLS label stack entry of an MPLS frame, the Ethertype becoming
+/// `ethertype`: the headers before it move 4 bytes on, the frame then starts at
+/// `frame[4..]`. False (the frame untouched) when it is not MPLS or holds no entry.
+pub fn pop_mpls_in_place(frame: &mut [u8], ethertype: u16) -> bool {
+    let Some(lse) = top_lse_at(frame) else {
+        return false;
+    };
+    // The new Ethertype takes the entry's last two bytes; the headers before move up to it.
+    let at = lse - 2;
+    frame[lse + 2..lse + 4].copy_from_slice(&ethertype.to_be_bytes());
+    frame.copy_within(0..at, 4);
+    true
+}
+
 /// Sets field `fld` of `frame` to `v` (see the module doc).
 pub fn set_field(frame: &mut [u8], fld: Field, v: u128, partial_l4: bool) -> Result<(), EditError> {
     match fld {
@@ -155,6 +220,9 @@ pub fn set_field(frame: &mut [u8], fld: Field, v: u128, partial_l4: bool) -> Res
             let at = if fld == Field::EthDst { 0 } else { 6 };
             frame[at..at + 6].copy_from_slice(&(v as u64).to_be_bytes()[2..]);
             return Ok(());
+        }
+        Field::MplsLabel | Field::MplsTc | Field::MplsTtl | Field::MplsBos => {
+            return set_mpls_field(frame, fld, v as u32);
         }
         _ => {}
     }

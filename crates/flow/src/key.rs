@@ -1,5 +1,5 @@
-//! The flow key: every header field a rule can match, extracted once per packet into twelve
-//! 64-bit words, so masking, hashing and comparing are word operations.
+//! The flow key: every header field a rule can match, extracted once per packet into
+//! seventeen 64-bit words, so masking, hashing and comparing are word operations.
 //!
 //! Layout (fixed; [`Field::layout`]): w0 in_port·eth_type·vlan_tci, w1 eth_dst·ip_proto·
 //! ip_tos, w2 eth_src·ip_ttl·ip_frag, w3 ipv4_src·ipv4_dst (ARP spa/tpa too), w4-w5
@@ -8,13 +8,22 @@
 //! every extracted key, written only by `write_metadata` during a translation). Addresses are
 //! integers of their big-endian value.
 //!
+//! MPLS (w14 bits 48..60 mpls_ttl·mpls_tc·mpls_bos, bits 60..62 the internal mpls payload
+//! kind; w16 bits 20..40 mpls_label): the top label stack entry of an Ethertype 0x8847/0x8848
+//! frame (after an optional VLAN tag). When that entry is also the bottom of the stack,
+//! extraction *parses through* into the payload: first nibble 4 → the IPv4 (and L4) fields,
+//! 6 → IPv6, anything else → ARP, exactly as for a frame of that Ethertype, while
+//! `eth_type` stays MPLS; [`Field::MplsPayload`] records which of the three was used. No
+//! rule can see those fields while `eth_type` is MPLS (OpenFlow's prerequisites); after
+//! `pop_mpls` a translation makes them visible (see `pipeline.rs`), where OVS recirculates.
+//!
 //! [`FlowKey::extract`] reads an untrusted frame with bounds-checked accessors only: a
 //! truncated or malformed header leaves the fields it could not read at 0.
 
 use std::net::Ipv4Addr;
 
 /// Words in a key.
-pub const KEY_WORDS: usize = 12;
+pub const KEY_WORDS: usize = 17;
 
 /// A packet's (or a mask's) match fields.
 #[derive(Clone, Copy, Eq, Default, Debug)]
@@ -74,11 +83,19 @@ pub enum Field {
     TunDst,
     /// OpenFlow metadata: pipeline-internal, 0 on input.
     Metadata,
+    /// MPLS: the top label stack entry's TTL, traffic class, bottom-of-stack bit.
+    MplsTtl,
+    MplsTc,
+    MplsBos,
+    /// Internal, not matchable: how the payload under a bottom-of-stack entry was parsed
+    /// ([`MPLS_PAYLOAD_IPV4`], [`MPLS_PAYLOAD_IPV6`], [`MPLS_PAYLOAD_ARP`]; 0: not at all).
+    MplsPayload,
+    MplsLabel,
 }
 
 impl Field {
     /// Every field.
-    pub const ALL: [Field; 20] = [
+    pub const ALL: [Field; 25] = [
         Field::InPort,
         Field::EthType,
         Field::VlanTci,
@@ -99,6 +116,11 @@ impl Field {
         Field::TunSrc,
         Field::TunDst,
         Field::Metadata,
+        Field::MplsTtl,
+        Field::MplsTc,
+        Field::MplsBos,
+        Field::MplsPayload,
+        Field::MplsLabel,
     ];
 
     /// (word, shift, bits). 128-bit fields take words `word` (high half) and `word + 1`.
@@ -125,6 +147,11 @@ impl Field {
             Field::TunSrc => (10, 0, 32),
             Field::TunDst => (10, 32, 32),
             Field::Metadata => (11, 0, 64),
+            Field::MplsTtl => (14, 48, 8),
+            Field::MplsTc => (14, 56, 3),
+            Field::MplsBos => (14, 59, 1),
+            Field::MplsPayload => (14, 60, 2),
+            Field::MplsLabel => (16, 20, 20),
         }
     }
 
@@ -150,6 +177,18 @@ pub const ETH_IPV4: u16 = 0x0800;
 pub const ETH_IPV6: u16 = 0x86dd;
 pub const ETH_ARP: u16 = 0x0806;
 pub const ETH_VLAN: u16 = 0x8100;
+pub const ETH_MPLS: u16 = 0x8847;
+pub const ETH_MPLS_MCAST: u16 = 0x8848;
+/// [`Field::MplsPayload`] values.
+pub const MPLS_PAYLOAD_IPV4: u8 = 1;
+pub const MPLS_PAYLOAD_IPV6: u8 = 2;
+pub const MPLS_PAYLOAD_ARP: u8 = 3;
+
+/// Whether `ty` is an MPLS Ethertype (unicast or multicast).
+#[inline]
+pub const fn is_mpls(ty: u16) -> bool {
+    ty == ETH_MPLS || ty == ETH_MPLS_MCAST
+}
 pub const IP_ICMP: u8 = 1;
 pub const IP_TCP: u8 = 6;
 pub const IP_UDP: u8 = 17;
@@ -262,6 +301,13 @@ impl FlowKey {
             let d = step(step(step(0x082e_fa98_ec4e_6c89, w[6]), w[7]), w[10]);
             b ^= c.rotate_left(17) ^ d.rotate_left(41);
         }
+        // The words after the first twelve (ND, ARP hardware addresses, MPLS, flow label).
+        if w[12..].iter().any(|&x| x != 0) {
+            let e = w[12..]
+                .iter()
+                .fold(0x4528_21e6_38d0_1377u64, |h, &x| step(h, x));
+            b ^= e.rotate_left(7);
+        }
         let h = (a ^ b.rotate_left(32)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         h ^ (h >> 31)
     }
@@ -340,7 +386,7 @@ impl FlowKey {
         };
         match w {
             Some([w0, w1, w2, w3, w8]) => {
-                self.0 = [w0, w1, w2, w3, 0, 0, 0, 0, w8, 0, 0, 0];
+                self.0 = [w0, w1, w2, w3, 0, 0, 0, 0, w8, 0, 0, 0, 0, 0, 0, 0, 0];
                 true
             }
             None => false,
@@ -380,17 +426,8 @@ impl FlowKey {
         match ty {
             ETH_IPV4 => extract_ipv4(&mut k, frame, l3),
             ETH_IPV6 => extract_ipv6(&mut k, frame, l3),
-            ETH_ARP => {
-                if let (Some(op), Some(spa), Some(tpa)) = (
-                    be16(frame, l3 + 6),
-                    be32(frame, l3 + 14),
-                    be32(frame, l3 + 24),
-                ) {
-                    k.set(Field::ArpOp, u128::from(op));
-                    k.set(Field::Ipv4Src, u128::from(spa));
-                    k.set(Field::Ipv4Dst, u128::from(tpa));
-                }
-            }
+            ETH_ARP => extract_arp(&mut k, frame, l3),
+            ETH_MPLS | ETH_MPLS_MCAST => extract_mpls(&mut k, frame, l3),
             _ => {}
         }
         k
@@ -430,6 +467,48 @@ fn ipv4_fast<const L3: usize>(frame: &[u8], in_port: u32, tci: u16) -> Option<[u
         be32(L3 + 12) | be32(L3 + 16) << 32,
         ports,
     ])
+}
+
+/// The top MPLS label stack entry at `l3` and, when it is the bottom of the stack, the
+/// payload under it (see the module doc). A truncated entry leaves every MPLS field 0.
+fn extract_mpls(k: &mut FlowKey, f: &[u8], l3: usize) {
+    let Some(lse) = be32(f, l3) else { return };
+    k.set(Field::MplsLabel, u128::from(lse >> 12));
+    k.set(Field::MplsTc, u128::from((lse >> 9) & 7));
+    k.set(Field::MplsBos, u128::from((lse >> 8) & 1));
+    k.set(Field::MplsTtl, u128::from(lse & 0xff));
+    if lse & 0x100 == 0 {
+        return;
+    }
+    let inner = l3 + 4;
+    // Nothing after the stack: nothing to parse, the payload kind stays 0.
+    let Some(&first) = f.get(inner) else { return };
+    // The payload's fields are written as a frame of the inferred Ethertype would have
+    // them; the MPLS words are not touched by these.
+    let kind = match first >> 4 {
+        4 => {
+            extract_ipv4(k, f, inner);
+            MPLS_PAYLOAD_IPV4
+        }
+        6 => {
+            extract_ipv6(k, f, inner);
+            MPLS_PAYLOAD_IPV6
+        }
+        _ => {
+            extract_arp(k, f, inner);
+            MPLS_PAYLOAD_ARP
+        }
+    };
+    k.set(Field::MplsPayload, u128::from(kind));
+}
+
+/// The ARP fields of the header at `l3` (all or none).
+fn extract_arp(k: &mut FlowKey, f: &[u8], l3: usize) {
+    if let (Some(op), Some(spa), Some(tpa)) = (be16(f, l3 + 6), be32(f, l3 + 14), be32(f, l3 + 24)) {
+        k.set(Field::ArpOp, u128::from(op));
+        k.set(Field::Ipv4Src, u128::from(spa));
+        k.set(Field::Ipv4Dst, u128::from(tpa));
+    }
 }
 
 /// The 6 bytes of a MAC stored as an integer.

@@ -143,7 +143,8 @@ fn random_rule(r: &mut Rng, table: u8) -> String {
     if r.below(3) == 0 {
         parts.push(format!("in_port=p{}", r.below(3)));
     }
-    let proto = ["", "ip", "tcp", "udp", "icmp", "arp", "ipv6", "tcp6"][r.below(8) as usize];
+    let proto = ["", "ip", "tcp", "udp", "icmp", "arp", "ipv6", "tcp6", "mpls", "mplsm"]
+        [r.below(10) as usize];
     if !proto.is_empty() {
         parts.push(proto.into());
     }
@@ -187,6 +188,16 @@ fn random_rule(r: &mut Rng, table: u8) -> String {
     if proto == "icmp" && r.below(2) == 0 {
         parts.push(format!("icmp_type={}", r.below(4)));
     }
+    let mpls = proto.starts_with("mpls");
+    if mpls && r.below(2) == 0 {
+        parts.push(format!("mpls_label={}", r.below(3)));
+    }
+    if mpls && r.below(3) == 0 {
+        parts.push(format!("mpls_bos={}", r.below(2)));
+    }
+    if mpls && r.below(4) == 0 {
+        parts.push(format!("mpls_tc={}", r.below(2)));
+    }
     let l4 = matches!(proto, "tcp" | "udp" | "tcp6");
     let mut actions = vec![];
     for _ in 0..1 + r.below(3) {
@@ -207,6 +218,22 @@ fn random_rule(r: &mut Rng, table: u8) -> String {
             _ => "in_port".into(),
         };
         actions.push(a);
+    }
+    // MPLS actions last among the applied ones (they change the Ethertype the later
+    // actions' prerequisites are checked against).
+    if mpls && r.below(2) == 0 {
+        actions.push(match r.below(8) {
+            0 => "pop_mpls:0x0800".into(),
+            1 => "pop_mpls:0x86dd".into(),
+            2 => "pop_mpls:0x0806".into(),
+            3 => "pop_mpls:0x8847".into(),
+            4 => "dec_mpls_ttl".into(),
+            5 => format!("set_mpls_ttl:{}", r.below(3)),
+            6 => format!("set_field:{}->mpls_label", r.below(3)),
+            _ => "push_mpls:0x8847".into(),
+        });
+    } else if !proto.is_empty() && r.below(4) == 0 {
+        actions.push(["push_mpls:0x8847", "push_mpls:0x8848"][r.below(2) as usize].into());
     }
     if r.below(5) == 0 {
         actions.push("clear_actions".into());
@@ -294,7 +321,18 @@ fn random_key(r: &mut Rng) -> FlowKey {
         (0x0806, 0),
         (0x86dd, 6),
         (0x86dd, 17),
-    ][r.below(6) as usize];
+        (0x8847, 6),
+        (0x8847, 17),
+        (0x8848, 6),
+    ][r.below(9) as usize];
+    if ty & 0xfff0 == 0x8840 {
+        // The top entry; under a bottom one, the payload parsed through (any kind).
+        k.set(Field::MplsLabel, u128::from(r.below(3)));
+        k.set(Field::MplsTc, u128::from(r.below(2)));
+        k.set(Field::MplsBos, u128::from(r.below(3) != 0));
+        k.set(Field::MplsTtl, [0, 1, 2, 64][r.below(4) as usize]);
+        k.set(Field::MplsPayload, u128::from(r.below(4)));
+    }
     k.set(Field::EthType, ty);
     k.set(Field::IpProto, proto);
     k.set(Field::EthDst, 0x0200_0000_0000 | u128::from(r.below(5)));
@@ -351,6 +389,13 @@ fn random_groups(r: &mut Rng) -> Vec<GroupSpec> {
                         format!("group:{}", u64::from(id) + 1 + r.below(u64::from(5 - id)))
                     }
                     6 => "dec_ttl".into(),
+                    7 if r.below(2) == 0 => match r.below(5) {
+                        0 => "push_mpls:0x8847".into(),
+                        1 => "pop_mpls:0x0800".into(),
+                        2 => "dec_mpls_ttl".into(),
+                        3 => format!("set_field:{}->mpls_label", r.below(3)),
+                        _ => "pop_mpls:0x8847".into(),
+                    },
                     _ => format!("output:p{}", r.below(3)),
                 });
             }

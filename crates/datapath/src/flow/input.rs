@@ -513,7 +513,9 @@ pub(crate) fn execute<'p>(
             DpAction::SetField(..)
             | DpAction::PushVlan { .. }
             | DpAction::SetVlanTci { .. }
-            | DpAction::PopVlan => {
+            | DpAction::PopVlan
+            | DpAction::PushMpls { .. }
+            | DpAction::PopMpls { .. } => {
                 if queued {
                     match sc.copy(pool, cur) {
                         Some(c) => cur = c,
@@ -578,6 +580,23 @@ fn modify(sc: &mut Scratch<'_>, i: usize, a: &DpAction) {
             let d = m.data_mut();
             if d.len() >= 18 && d[12..14] == [0x81, 0x00] {
                 ferrovs_packet::pop_vlan_in_place(d);
+                m.pull_front(4);
+                m.vnet = shift_vnet(m.vnet, -4);
+            }
+        }
+        DpAction::PushMpls { ethertype, lse } => {
+            // A 4-byte shim after the MAC addresses and VLAN tags (a frame cut before its
+            // Ethertype is left as it is).
+            if ferrovs_flow::edit::ethertype_at(m.data()).is_none() || m.push_front(4).is_none()
+            {
+                return;
+            }
+            if ferrovs_flow::edit::push_mpls_in_place(m.data_mut(), ethertype, lse) {
+                m.vnet = shift_vnet(m.vnet, 4);
+            }
+        }
+        DpAction::PopMpls { ethertype } => {
+            if ferrovs_flow::edit::pop_mpls_in_place(m.data_mut(), ethertype) {
                 m.pull_front(4);
                 m.vnet = shift_vnet(m.vnet, -4);
             }

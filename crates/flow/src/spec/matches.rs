@@ -4,7 +4,7 @@
 //! only when the match pins the protocol that carries it, and protocols never conflict.
 
 use crate::key::{
-    Field, ETH_ARP, ETH_IPV4, ETH_IPV6, FRAG_ANY, FRAG_LATER, IP_ICMP, IP_ICMPV6, IP_SCTP, IP_TCP,
+    is_mpls, Field, ETH_ARP, ETH_MPLS, ETH_MPLS_MCAST, ETH_IPV4, ETH_IPV6, FRAG_ANY, FRAG_LATER, IP_ICMP, IP_ICMPV6, IP_SCTP, IP_TCP,
     IP_UDP, VLAN_CFI,
 };
 use crate::matching::Match;
@@ -63,6 +63,8 @@ fn match_token(p: &mut Parsed, name: &str, value: Option<&str>) -> Result<(), Pa
         "udp6" => Some(shorthand(ETH_IPV6, Some(IP_UDP))),
         "sctp6" => Some(shorthand(ETH_IPV6, Some(IP_SCTP))),
         "icmp6" => Some(shorthand(ETH_IPV6, Some(IP_ICMPV6))),
+        "mpls" => Some(shorthand(ETH_MPLS, None)),
+        "mplsm" => Some(shorthand(ETH_MPLS_MCAST, None)),
         _ => None,
     };
     if let Some((ty, proto)) = sh {
@@ -221,6 +223,10 @@ fn match_token(p: &mut Parsed, name: &str, value: Option<&str>) -> Result<(), Pa
             let (a, m) = ipv4_masked(name, v)?;
             field(Field::TunDst, a, m);
         }
+        "mpls_label" => field(Field::MplsLabel, num(name, v, 0xfffff)?, 0xfffff),
+        "mpls_tc" => field(Field::MplsTc, num(name, v, 7)?, 7),
+        "mpls_bos" => field(Field::MplsBos, num(name, v, 1)?, 1),
+        "mpls_ttl" => field(Field::MplsTtl, num(name, v, 255)?, 0xff),
         _ => return Err(ParseError::UnknownField(name.into())),
     }
     Ok(())
@@ -274,6 +280,10 @@ const FIELD_NAMES: &[&str] = &[
     "metadata",
     "tun_src",
     "tun_dst",
+    "mpls_label",
+    "mpls_tc",
+    "mpls_bos",
+    "mpls_ttl",
 ];
 
 /// OpenFlow prerequisites: a field may only be matched when the match pins the protocol
@@ -296,6 +306,9 @@ fn check_prerequisites(p: &Parsed) -> Result<(), ParseError> {
             Field::ArpOp => ty == Some(ETH_ARP),
             Field::Ipv6Src | Field::Ipv6Dst => ty == Some(ETH_IPV6),
             Field::IpProto | Field::IpTos | Field::IpTtl | Field::IpFrag => ip,
+            Field::MplsLabel | Field::MplsTc | Field::MplsBos | Field::MplsTtl => {
+                ty.is_some_and(is_mpls)
+            }
             Field::TpSrc | Field::TpDst => {
                 if name.starts_with("icmpv6") {
                     ty == Some(ETH_IPV6) && proto == Some(IP_ICMPV6)
@@ -318,6 +331,9 @@ fn check_prerequisites(p: &Parsed) -> Result<(), ParseError> {
                 Field::Ipv4Src | Field::Ipv4Dst if name.starts_with("arp") => "arp",
                 Field::Ipv4Src | Field::Ipv4Dst => "ip or arp (dl_type=0x0800 or 0x0806)",
                 Field::ArpOp => "arp (dl_type=0x0806)",
+                Field::MplsLabel | Field::MplsTc | Field::MplsBos | Field::MplsTtl => {
+                    "mpls or mplsm (dl_type=0x8847 or 0x8848)"
+                }
                 Field::Ipv6Src | Field::Ipv6Dst => "ipv6 (dl_type=0x86dd)",
                 Field::TpSrc | Field::TpDst if name.starts_with("icmpv6") => "icmp6",
                 Field::TpSrc | Field::TpDst if name.starts_with("icmp") => "icmp",
