@@ -437,4 +437,60 @@ mod tests {
         assert_eq!(arp, before);
         assert!(set_field(&mut [0u8; 10], Field::EthSrc, 1, false).is_err());
     }
+
+    /// A 4-byte room in front of `f` (as `Mbuf::push_front` gives).
+    fn roomy(f: &[u8]) -> Vec<u8> {
+        let mut v = vec![0xee; 4];
+        v.extend_from_slice(f);
+        v
+    }
+
+    #[test]
+    fn mpls_push_pop_and_rewrites_are_byte_exact() {
+        let ip: Vec<u8> = (0u8..60).collect::<Vec<_>>();
+        let mut ip = ip;
+        ip[12..14].copy_from_slice(&[0x08, 0x00]);
+        // Push: the shim after the MACs, the new Ethertype before it.
+        let mut b = roomy(&ip);
+        assert!(push_mpls_in_place(&mut b, 0x8847, 0x0000_2140));
+        let mut want = ip[..12].to_vec();
+        want.extend_from_slice(&[0x88, 0x47, 0x00, 0x00, 0x21, 0x40]);
+        want.extend_from_slice(&ip[14..]);
+        assert_eq!(b, want);
+        // Rewrites of the entry's fields.
+        set_field(&mut b, Field::MplsLabel, 0xfffff, false).unwrap();
+        set_field(&mut b, Field::MplsTc, 2, false).unwrap();
+        set_field(&mut b, Field::MplsTtl, 7, false).unwrap();
+        assert_eq!(&b[14..18], &[0xff, 0xff, 0xf5, 0x07]);
+        set_field(&mut b, Field::MplsBos, 0, false).unwrap();
+        assert_eq!(b[16], 0xf4);
+        set_field(&mut b, Field::MplsBos, 1, false).unwrap();
+        // Pop: back to the frame as it was, with the given Ethertype.
+        assert!(pop_mpls_in_place(&mut b, 0x0800));
+        assert_eq!(&b[4..], &ip[..]);
+        // Not MPLS: nothing popped, nothing rewritten.
+        let mut c = ip.clone();
+        assert!(!pop_mpls_in_place(&mut c, 0x0800));
+        assert_eq!(c, ip);
+        assert_eq!(
+            set_field(&mut c, Field::MplsLabel, 1, false),
+            Err(EditError::Missing("MPLS"))
+        );
+        // Behind a VLAN tag (and an 802.1ad one): after every tag.
+        let mut t = ip.clone();
+        t.splice(12..12, [0x88, 0xa8, 0x00, 0x07, 0x81, 0x00, 0x00, 0x05]);
+        let mut b = roomy(&t);
+        assert!(push_mpls_in_place(&mut b, 0x8848, 0x0000_1140));
+        assert_eq!(&b[..20], &t[..20]);
+        assert_eq!(&b[20..26], &[0x88, 0x48, 0x00, 0x00, 0x11, 0x40]);
+        assert_eq!(&b[26..], &t[22..]);
+        assert!(pop_mpls_in_place(&mut b, 0x0800));
+        assert_eq!(&b[4..], &t[..]);
+        // Frames too short for an Ethertype or an entry are left alone.
+        let mut s = roomy(&ip[..13]);
+        assert!(!push_mpls_in_place(&mut s, 0x8847, 0));
+        let mut s = ip[..16].to_vec();
+        s[12..14].copy_from_slice(&[0x88, 0x47]);
+        assert!(!pop_mpls_in_place(&mut s, 0x0800));
+    }
 }

@@ -790,6 +790,117 @@ mod tests {
         assert_eq!(FlowKey::extract(&f, 1, Some(&t)).get(Field::TunId), 5);
     }
 
+    /// `udp4`'s frame with `lses` (label, bos) pushed under its Ethernet header (TC 5,
+    /// TTL 9 + index).
+    fn mpls_over(inner: &[u8], lses: &[(u32, bool)]) -> Vec<u8> {
+        let mut f = inner[..12].to_vec();
+        f.extend_from_slice(&ETH_MPLS.to_be_bytes());
+        for (i, &(label, bos)) in lses.iter().enumerate() {
+            let lse = label << 12 | 5 << 9 | u32::from(bos) << 8 | (9 + i as u32);
+            f.extend_from_slice(&lse.to_be_bytes());
+        }
+        f.extend_from_slice(&inner[14..]);
+        f
+    }
+
+    #[test]
+    fn mpls_top_entry_and_parse_through_of_the_bottom_one() {
+        let ip = udp4(None);
+        let plain = FlowKey::extract(&ip, 3, None);
+        let k = FlowKey::extract(&mpls_over(&ip, &[(0xabcde, true)]), 3, None);
+        assert_eq!(k.eth_type(), ETH_MPLS);
+        assert_eq!(k.get(Field::MplsLabel), 0xabcde);
+        assert_eq!(k.get(Field::MplsTc), 5);
+        assert_eq!(k.get(Field::MplsBos), 1);
+        assert_eq!(k.get(Field::MplsTtl), 9);
+        assert_eq!(k.get(Field::MplsPayload), u128::from(MPLS_PAYLOAD_IPV4));
+        // The payload's fields are those of the plain IPv4 frame.
+        for f in [
+            Field::IpProto,
+            Field::IpTos,
+            Field::IpTtl,
+            Field::Ipv4Src,
+            Field::Ipv4Dst,
+            Field::TpSrc,
+            Field::TpDst,
+        ] {
+            assert_eq!(k.get(f), plain.get(f), "{f:?}");
+        }
+        // Two labels: only the top one, nothing under it.
+        let k = FlowKey::extract(&mpls_over(&ip, &[(7, false), (8, true)]), 3, None);
+        assert_eq!((k.get(Field::MplsLabel), k.get(Field::MplsBos)), (7, 0));
+        assert_eq!(k.get(Field::MplsPayload), 0);
+        assert_eq!((k.get(Field::Ipv4Src), k.tp_dst()), (0, 0));
+        // Under a VLAN tag, and an ARP payload (first nibble 0).
+        let mut arp = vec![0u8; 42];
+        arp[12..14].copy_from_slice(&ETH_ARP.to_be_bytes());
+        arp[14..16].copy_from_slice(&1u16.to_be_bytes());
+        arp[20..22].copy_from_slice(&2u16.to_be_bytes());
+        arp[28..32].copy_from_slice(&[10, 0, 0, 1]);
+        arp[38..42].copy_from_slice(&[10, 0, 0, 2]);
+        let mut f = mpls_over(&arp, &[(3, true)]);
+        f.splice(12..12, [0x81, 0x00, 0x00, 0x05]);
+        let k = FlowKey::extract(&f, 1, None);
+        assert_eq!(k.vlan_tci(), 5 | VLAN_CFI);
+        assert_eq!(k.eth_type(), ETH_MPLS);
+        assert_eq!(k.get(Field::MplsLabel), 3);
+        assert_eq!(k.get(Field::MplsPayload), u128::from(MPLS_PAYLOAD_ARP));
+        assert_eq!(k.get(Field::ArpOp), 2);
+        assert_eq!(k.get(Field::Ipv4Dst), 0x0a00_0002);
+        // IPv6 under the label (nibble 6).
+        let mut v6 = vec![0u8; 14 + 40 + 8];
+        v6[12..14].copy_from_slice(&ETH_IPV6.to_be_bytes());
+        v6[14] = 0x60;
+        v6[20] = IP_UDP;
+        v6[21] = 33;
+        v6[54..56].copy_from_slice(&7u16.to_be_bytes());
+        let k = FlowKey::extract(&mpls_over(&v6, &[(1, true)]), 1, None);
+        assert_eq!(k.get(Field::MplsPayload), u128::from(MPLS_PAYLOAD_IPV6));
+        assert_eq!((k.get(Field::IpTtl), k.ip_proto(), k.tp_src()), (33, IP_UDP, 7));
+    }
+
+    #[test]
+    fn truncated_and_malformed_mpls_stacks() {
+        let f = mpls_over(&udp4(None), &[(0xabcde, true)]);
+        for n in 0..f.len() {
+            let k = FlowKey::extract(&f[..n], 0, None);
+            assert_eq!(k, FlowKey::extract_generic(&f[..n], 0, None));
+            if n < 18 {
+                // The entry is cut: no MPLS field at all.
+                assert_eq!(k.get(Field::MplsLabel), 0, "{n}");
+                assert_eq!(k.get(Field::MplsTtl), 0, "{n}");
+            } else {
+                assert_eq!(k.get(Field::MplsLabel), 0xabcde, "{n}");
+            }
+            if n == 18 {
+                assert_eq!(k.get(Field::MplsPayload), 0);
+            }
+        }
+        // A bad IPv4 header under the label: the entry, no IP fields (as for a plain
+        // frame of that header).
+        let mut f = mpls_over(&udp4(None), &[(1, true)]);
+        f[18] = 0x42; // version 4, IHL 2
+        let k = FlowKey::extract(&f, 0, None);
+        assert_eq!(k.get(Field::MplsLabel), 1);
+        assert_eq!(k.get(Field::Ipv4Src), 0);
+        // Random bytes after an MPLS Ethertype never panic.
+        let mut x = 0x0bad_5eed_u64;
+        for _ in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let len = (x % 90) as usize;
+            let mut f: Vec<u8> = (0..len).map(|i| (x >> (i % 57)) as u8).collect();
+            if len > 14 {
+                f[12..14].copy_from_slice(&ETH_MPLS.to_be_bytes());
+            }
+            if len > 18 && x & 1 == 0 {
+                f[16] |= 1; // bottom of stack: parse through
+            }
+            let _ = FlowKey::extract(&f, 0, None);
+        }
+    }
+
     #[test]
     fn equal_keys_hash_equal_and_words_matter() {
         let base = FlowKey::extract(&udp4(None), 3, None);

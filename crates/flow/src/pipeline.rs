@@ -668,7 +668,9 @@ fn push_mpls(st: &mut State, ety: u16) -> bool {
             _ => 0,
         };
         st.k.set(Field::MplsPayload, u128::from(kind));
-        tc << 9 | 1 << 8 | ttl
+        // Label 0 (IPv4 explicit null), 2 (IPv6 explicit null) over IPv6, as OVS.
+        let label = if ty == ETH_IPV6 { 2u32 } else { 0 };
+        label << 12 | tc << 9 | 1 << 8 | ttl
     };
     st.k.set(Field::MplsLabel, u128::from(lse >> 12));
     st.k.set(Field::MplsTc, u128::from((lse >> 9) & 7));

@@ -85,8 +85,9 @@ pub enum ActionSpec {
         mask: u64,
     },
     /// Push an MPLS label stack entry, the frame's Ethertype becoming 0x8847 or 0x8848
-    /// (`push_mpls:ET`): a copy of the top entry with bos 0 on an MPLS frame, else label 0,
-    /// bos 1, the IP TTL (64 without one) and TC from the DSCP, as OVS.
+    /// (`push_mpls:ET`): a copy of the top entry with bos 0 on an MPLS frame, else label 0
+    /// (2 over IPv6), bos 1, the IP TTL (64 without one or when 0) and TC from the DSCP's
+    /// low 3 bits, as OVS.
     PushMpls(u16),
     /// Pop the top MPLS entry, the frame's Ethertype becoming the argument (`pop_mpls:ET`).
     PopMpls(u16),
