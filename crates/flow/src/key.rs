@@ -504,7 +504,8 @@ fn extract_mpls(k: &mut FlowKey, f: &[u8], l3: usize) {
 
 /// The ARP fields of the header at `l3` (all or none).
 fn extract_arp(k: &mut FlowKey, f: &[u8], l3: usize) {
-    if let (Some(op), Some(spa), Some(tpa)) = (be16(f, l3 + 6), be32(f, l3 + 14), be32(f, l3 + 24)) {
+    if let (Some(op), Some(spa), Some(tpa)) = (be16(f, l3 + 6), be32(f, l3 + 14), be32(f, l3 + 24))
+    {
         k.set(Field::ArpOp, u128::from(op));
         k.set(Field::Ipv4Src, u128::from(spa));
         k.set(Field::Ipv4Dst, u128::from(tpa));
@@ -856,7 +857,10 @@ mod tests {
         v6[54..56].copy_from_slice(&7u16.to_be_bytes());
         let k = FlowKey::extract(&mpls_over(&v6, &[(1, true)]), 1, None);
         assert_eq!(k.get(Field::MplsPayload), u128::from(MPLS_PAYLOAD_IPV6));
-        assert_eq!((k.get(Field::IpTtl), k.ip_proto(), k.tp_src()), (33, IP_UDP, 7));
+        assert_eq!(
+            (k.get(Field::IpTtl), k.ip_proto(), k.tp_src()),
+            (33, IP_UDP, 7)
+        );
     }
 
     #[test]

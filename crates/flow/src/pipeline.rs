@@ -707,7 +707,9 @@ fn pop_mpls(st: &mut State, ety: u16) -> bool {
         let kind = st.k.get(Field::MplsPayload) as u8;
         matches!(
             (kind, ety),
-            (MPLS_PAYLOAD_IPV4, ETH_IPV4) | (MPLS_PAYLOAD_IPV6, ETH_IPV6) | (MPLS_PAYLOAD_ARP, ETH_ARP)
+            (MPLS_PAYLOAD_IPV4, ETH_IPV4)
+                | (MPLS_PAYLOAD_IPV6, ETH_IPV6)
+                | (MPLS_PAYLOAD_ARP, ETH_ARP)
         )
     } else {
         st.mpls_unknown = is_mpls(ety);
@@ -929,8 +931,7 @@ fn apply<'a>(
                 st.modified = true;
                 st.written.or_field(Field::MplsTtl, 0xff);
                 st.k.set(Field::MplsTtl, u128::from(ttl));
-                st.t
-                    .actions
+                st.t.actions
                     .push(DpAction::SetField(Field::MplsTtl, u128::from(ttl)));
             }
             ResolvedAction::DecMplsTtl => {
@@ -950,7 +951,8 @@ fn apply<'a>(
                 st.modified = true;
                 st.written.or_field(Field::MplsTtl, 0xff);
                 st.k.set(Field::MplsTtl, ttl - 1);
-                st.t.actions.push(DpAction::SetField(Field::MplsTtl, ttl - 1));
+                st.t.actions
+                    .push(DpAction::SetField(Field::MplsTtl, ttl - 1));
             }
         }
     }

@@ -143,8 +143,9 @@ fn random_rule(r: &mut Rng, table: u8) -> String {
     if r.below(3) == 0 {
         parts.push(format!("in_port=p{}", r.below(3)));
     }
-    let proto = ["", "ip", "tcp", "udp", "icmp", "arp", "ipv6", "tcp6", "mpls", "mplsm"]
-        [r.below(10) as usize];
+    let proto = [
+        "", "ip", "tcp", "udp", "icmp", "arp", "ipv6", "tcp6", "mpls", "mplsm",
+    ][r.below(10) as usize];
     if !proto.is_empty() {
         parts.push(proto.into());
     }
@@ -951,15 +952,36 @@ fn mpls_rules_parse_and_print_like_ovs_ofctl() {
         ]
     );
     for (rule, want) in [
-        ("mpls_label=5 actions=drop", "mpls_label requires mpls or mplsm"),
+        (
+            "mpls_label=5 actions=drop",
+            "mpls_label requires mpls or mplsm",
+        ),
         ("ip,mpls_bos=1 actions=drop", "mpls_bos requires mpls"),
-        ("mpls,nw_dst=10.0.0.1 actions=drop", "nw_dst requires ip or arp"),
-        ("ip actions=pop_mpls:0x0800", "pop_mpls requires the rule to match mpls"),
-        ("ip actions=dec_mpls_ttl", "dec_mpls_ttl requires the rule to match mpls"),
-        ("actions=set_field:1->mpls_label", "requires the rule to match mpls"),
+        (
+            "mpls,nw_dst=10.0.0.1 actions=drop",
+            "nw_dst requires ip or arp",
+        ),
+        (
+            "ip actions=pop_mpls:0x0800",
+            "pop_mpls requires the rule to match mpls",
+        ),
+        (
+            "ip actions=dec_mpls_ttl",
+            "dec_mpls_ttl requires the rule to match mpls",
+        ),
+        (
+            "actions=set_field:1->mpls_label",
+            "requires the rule to match mpls",
+        ),
         ("actions=push_mpls:0x0800", "must be 0x8847 or 0x8848"),
-        ("mpls actions=set_field:1->mpls_bos", "'mpls_bos' cannot be set"),
-        ("mpls actions=mod_nw_dst:10.0.0.1", "requires the rule to match ip"),
+        (
+            "mpls actions=set_field:1->mpls_bos",
+            "'mpls_bos' cannot be set",
+        ),
+        (
+            "mpls actions=mod_nw_dst:10.0.0.1",
+            "requires the rule to match ip",
+        ),
         (
             "ip actions=push_mpls:0x8847,mod_nw_dst:10.0.0.1",
             "requires the rule to match ip",
@@ -1025,7 +1047,10 @@ fn mpls_translations_follow_ovs() {
     k.set(Field::MplsPayload, u128::from(MPLS_PAYLOAD_ARP));
     assert_eq!(
         p.translate(&k).actions,
-        vec![DpAction::PopMpls { ethertype: 0x0800 }, DpAction::Output(12)]
+        vec![
+            DpAction::PopMpls { ethertype: 0x0800 },
+            DpAction::Output(12)
+        ]
     );
     // A non-bottom label popped: the new top is unknown, the translation ends at the goto.
     let k8 = mpls_key(8, false, 40, 0);

@@ -587,8 +587,7 @@ fn modify(sc: &mut Scratch<'_>, i: usize, a: &DpAction) {
         DpAction::PushMpls { ethertype, lse } => {
             // A 4-byte shim after the MAC addresses and VLAN tags (a frame cut before its
             // Ethertype is left as it is).
-            if ferrovs_flow::edit::ethertype_at(m.data()).is_none() || m.push_front(4).is_none()
-            {
+            if ferrovs_flow::edit::ethertype_at(m.data()).is_none() || m.push_front(4).is_none() {
                 return;
             }
             if ferrovs_flow::edit::push_mpls_in_place(m.data_mut(), ethertype, lse) {

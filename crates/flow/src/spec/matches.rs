@@ -4,8 +4,8 @@
 //! only when the match pins the protocol that carries it, and protocols never conflict.
 
 use crate::key::{
-    is_mpls, Field, ETH_ARP, ETH_MPLS, ETH_MPLS_MCAST, ETH_IPV4, ETH_IPV6, FRAG_ANY, FRAG_LATER, IP_ICMP, IP_ICMPV6, IP_SCTP, IP_TCP,
-    IP_UDP, VLAN_CFI,
+    is_mpls, Field, ETH_ARP, ETH_IPV4, ETH_IPV6, ETH_MPLS, ETH_MPLS_MCAST, FRAG_ANY, FRAG_LATER,
+    IP_ICMP, IP_ICMPV6, IP_SCTP, IP_TCP, IP_UDP, VLAN_CFI,
 };
 use crate::matching::Match;
 

@@ -6,8 +6,8 @@ use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use crate::key::{
-    Field, ETH_ARP, ETH_IPV4, ETH_IPV6, ETH_MPLS, ETH_MPLS_MCAST, FRAG_ANY, FRAG_LATER, IP_ICMP, IP_ICMPV6, IP_SCTP, IP_TCP,
-    IP_UDP,
+    Field, ETH_ARP, ETH_IPV4, ETH_IPV6, ETH_MPLS, ETH_MPLS_MCAST, FRAG_ANY, FRAG_LATER, IP_ICMP,
+    IP_ICMPV6, IP_SCTP, IP_TCP, IP_UDP,
 };
 use crate::matching::Match;
 
