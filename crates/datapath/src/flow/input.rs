@@ -594,12 +594,7 @@ fn modify(sc: &mut Scratch<'_>, i: usize, a: &DpAction) {
                 m.vnet = shift_vnet(m.vnet, 4);
             }
         }
-        DpAction::PopMpls { ethertype } => {
-            if ferrovs_flow::edit::pop_mpls_in_place(m.data_mut(), ethertype) {
-                m.pull_front(4);
-                m.vnet = shift_vnet(m.vnet, -4);
-            }
-        }
+        DpAction::PopMpls { ethertype } => pop_mpls(m, ethertype),
         _ => {}
     }
 }
@@ -608,6 +603,14 @@ fn modify(sc: &mut Scratch<'_>, i: usize, a: &DpAction) {
 #[inline]
 fn wire_tci(tci: u16) -> u16 {
     tci & !0x1000
+}
+
+/// Removes the top MPLS entry of an MPLS frame (others are left as they are).
+fn pop_mpls(m: &mut ferrovs_sys::pool::Mbuf<'_>, ethertype: u16) {
+    if ferrovs_flow::edit::pop_mpls_in_place(m.data_mut(), ethertype) {
+        m.pull_front(4);
+        m.vnet = shift_vnet(m.vnet, -4);
+    }
 }
 
 fn push_vlan(m: &mut ferrovs_sys::pool::Mbuf<'_>, tci: u16) {
