@@ -612,6 +612,11 @@ const DUMP_FIELDS: &[(Field, &str, Style)] = &[
     (Field::TunId, "tun_id", Style::Hex),
     (Field::TunSrc, "tun_src", Style::Ipv4),
     (Field::TunDst, "tun_dst", Style::Ipv4),
+    (Field::MplsLabel, "mpls_label", Style::Dec),
+    (Field::MplsTc, "mpls_tc", Style::Dec),
+    (Field::MplsTtl, "mpls_ttl", Style::Dec),
+    (Field::MplsBos, "mpls_bos", Style::Dec),
+    (Field::MplsPayload, "mpls_payload", Style::Dec),
 ];
 
 #[derive(Debug, Clone, Copy)]
@@ -705,6 +710,14 @@ pub fn format_dp_actions(actions: &[DpAction], names: &HashMap<u32, &str>) -> St
             DpAction::SetTunnelDst(ip) => format!("set(tun_dst={ip})"),
             DpAction::Meter(m) => format!("meter({m})"),
             DpAction::Controller(c) => format!("userspace(controller,max_len={})", c.max_len),
+            DpAction::PushMpls { ethertype, lse } => format!(
+                "push_mpls(label={},tc={},ttl={},bos={},eth_type={ethertype:#x})",
+                lse >> 12,
+                (lse >> 9) & 7,
+                lse & 0xff,
+                (lse >> 8) & 1
+            ),
+            DpAction::PopMpls { ethertype } => format!("pop_mpls(eth_type={ethertype:#x})"),
         })
         .collect::<Vec<_>>()
         .join(",")

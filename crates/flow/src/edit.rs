@@ -8,7 +8,8 @@
 //! such when `partial_l4` is set.
 
 use crate::key::{
-    Field, ETH_ARP, ETH_IPV4, ETH_IPV6, ETH_VLAN, IP_ICMP, IP_ICMPV6, IP_TCP, IP_UDP, ND_NA, ND_NS,
+    is_mpls, Field, ETH_ARP, ETH_IPV4, ETH_IPV6, ETH_VLAN, IP_ICMP, IP_ICMPV6, IP_TCP, IP_UDP,
+    ND_NA, ND_NS,
 };
 
 /// Why a rewrite could not be done (the frame is left as it was).
@@ -194,6 +195,71 @@ fn nd_offset(f: &[u8], lay: &Layout, fld: Field) -> Option<usize> {
     None
 }
 
+/// VLAN Ethertypes the MPLS edits step over (802.1Q and 802.1ad), as OVS inserts a label
+/// stack after every VLAN tag.
+const ETH_QINQ: u16 = 0x88a8;
+
+/// Offset of the Ethertype after the MAC addresses and any VLAN tags; `None` when the frame
+/// ends before it.
+pub fn ethertype_at(f: &[u8]) -> Option<usize> {
+    let mut at = 12;
+    loop {
+        let ty = u16::from_be_bytes(f.get(at..at + 2)?.try_into().ok()?);
+        if ty != ETH_VLAN && ty != ETH_QINQ {
+            return Some(at);
+        }
+        at += 4;
+    }
+}
+
+/// The offset of the top MPLS label stack entry of `f`, if it is an MPLS frame holding one.
+fn top_lse_at(f: &[u8]) -> Option<usize> {
+    let at = ethertype_at(f)?;
+    let ty = rd16(f, at);
+    (is_mpls(ty) && f.len() >= at + 6).then_some(at + 2)
+}
+
+fn set_mpls_field(f: &mut [u8], fld: Field, v: u32) -> Result<(), EditError> {
+    let at = top_lse_at(f).ok_or(EditError::Missing("MPLS"))?;
+    let lse = u32::from_be_bytes([f[at], f[at + 1], f[at + 2], f[at + 3]]);
+    let (mask, val) = match fld {
+        Field::MplsLabel => (0xffff_f000, (v & 0xfffff) << 12),
+        Field::MplsTc => (0xe00, (v & 7) << 9),
+        Field::MplsBos => (0x100, (v & 1) << 8),
+        _ => (0xff, v & 0xff),
+    };
+    f[at..at + 4].copy_from_slice(&((lse & !mask) | val).to_be_bytes());
+    Ok(())
+}
+
+/// Pushes an MPLS label stack entry: `frame` is the frame with 4 bytes of room in front
+/// (the frame itself starts at `frame[4..]`); afterwards `frame` is the frame with entry
+/// `lse` (label·tc·bos·ttl) after the MAC addresses and VLAN tags and Ethertype
+/// `ethertype`. False (nothing moved) when the frame has no complete Ethertype.
+pub fn push_mpls_in_place(frame: &mut [u8], ethertype: u16, lse: u32) -> bool {
+    let Some(at) = frame.get(4..).and_then(ethertype_at) else {
+        return false;
+    };
+    frame.copy_within(4..4 + at, 0);
+    frame[at..at + 2].copy_from_slice(&ethertype.to_be_bytes());
+    frame[at + 2..at + 6].copy_from_slice(&lse.to_be_bytes());
+    true
+}
+
+/// Pops the top MPLS label stack entry of an MPLS frame, the Ethertype becoming
+/// `ethertype`: the headers before it move 4 bytes on, the frame then starts at
+/// `frame[4..]`. False (the frame untouched) when it is not MPLS or holds no entry.
+pub fn pop_mpls_in_place(frame: &mut [u8], ethertype: u16) -> bool {
+    let Some(lse) = top_lse_at(frame) else {
+        return false;
+    };
+    // The new Ethertype takes the entry's last two bytes; the headers before move up to it.
+    let at = lse - 2;
+    frame[lse + 2..lse + 4].copy_from_slice(&ethertype.to_be_bytes());
+    frame.copy_within(0..at, 4);
+    true
+}
+
 /// Sets field `fld` of `frame` to `v` (see the module doc).
 pub fn set_field(frame: &mut [u8], fld: Field, v: u128, partial_l4: bool) -> Result<(), EditError> {
     match fld {
@@ -204,6 +270,9 @@ pub fn set_field(frame: &mut [u8], fld: Field, v: u128, partial_l4: bool) -> Res
             let at = if fld == Field::EthDst { 0 } else { 6 };
             frame[at..at + 6].copy_from_slice(&(v as u64).to_be_bytes()[2..]);
             return Ok(());
+        }
+        Field::MplsLabel | Field::MplsTc | Field::MplsTtl | Field::MplsBos => {
+            return set_mpls_field(frame, fld, v as u32);
         }
         _ => {}
     }
@@ -612,5 +681,61 @@ mod tests {
             (2, 0x0a0b_0c0d_0e0f, 0x0203_0405_0607)
         );
         assert_eq!(f[14..22], [0, 1, 8, 0, 6, 4, 0, 2]);
+    }
+
+    /// A 4-byte room in front of `f` (as `Mbuf::push_front` gives).
+    fn roomy(f: &[u8]) -> Vec<u8> {
+        let mut v = vec![0xee; 4];
+        v.extend_from_slice(f);
+        v
+    }
+
+    #[test]
+    fn mpls_push_pop_and_rewrites_are_byte_exact() {
+        let ip: Vec<u8> = (0u8..60).collect::<Vec<_>>();
+        let mut ip = ip;
+        ip[12..14].copy_from_slice(&[0x08, 0x00]);
+        // Push: the shim after the MACs, the new Ethertype before it.
+        let mut b = roomy(&ip);
+        assert!(push_mpls_in_place(&mut b, 0x8847, 0x0000_2140));
+        let mut want = ip[..12].to_vec();
+        want.extend_from_slice(&[0x88, 0x47, 0x00, 0x00, 0x21, 0x40]);
+        want.extend_from_slice(&ip[14..]);
+        assert_eq!(b, want);
+        // Rewrites of the entry's fields.
+        set_field(&mut b, Field::MplsLabel, 0xfffff, false).unwrap();
+        set_field(&mut b, Field::MplsTc, 2, false).unwrap();
+        set_field(&mut b, Field::MplsTtl, 7, false).unwrap();
+        assert_eq!(&b[14..18], &[0xff, 0xff, 0xf5, 0x07]);
+        set_field(&mut b, Field::MplsBos, 0, false).unwrap();
+        assert_eq!(b[16], 0xf4);
+        set_field(&mut b, Field::MplsBos, 1, false).unwrap();
+        // Pop: back to the frame as it was, with the given Ethertype.
+        assert!(pop_mpls_in_place(&mut b, 0x0800));
+        assert_eq!(&b[4..], &ip[..]);
+        // Not MPLS: nothing popped, nothing rewritten.
+        let mut c = ip.clone();
+        assert!(!pop_mpls_in_place(&mut c, 0x0800));
+        assert_eq!(c, ip);
+        assert_eq!(
+            set_field(&mut c, Field::MplsLabel, 1, false),
+            Err(EditError::Missing("MPLS"))
+        );
+        // Behind a VLAN tag (and an 802.1ad one): after every tag.
+        let mut t = ip.clone();
+        t.splice(12..12, [0x88, 0xa8, 0x00, 0x07, 0x81, 0x00, 0x00, 0x05]);
+        let mut b = roomy(&t);
+        assert!(push_mpls_in_place(&mut b, 0x8848, 0x0000_1140));
+        assert_eq!(&b[..20], &t[..20]);
+        assert_eq!(&b[20..26], &[0x88, 0x48, 0x00, 0x00, 0x11, 0x40]);
+        assert_eq!(&b[26..], &t[22..]);
+        assert!(pop_mpls_in_place(&mut b, 0x0800));
+        assert_eq!(&b[4..], &t[..]);
+        // Frames too short for an Ethertype or an entry are left alone.
+        let mut s = roomy(&ip[..13]);
+        assert!(!push_mpls_in_place(&mut s, 0x8847, 0));
+        let mut s = ip[..16].to_vec();
+        s[12..14].copy_from_slice(&[0x88, 0x47]);
+        assert!(!pop_mpls_in_place(&mut s, 0x0800));
     }
 }

@@ -11,6 +11,15 @@
 //! nd_tll), w16 bits 0..20 ipv6_label (flow label). ip_ecn is IpTos's low two bits.
 //! Addresses are integers of their big-endian value.
 //!
+//! MPLS (w14 bits 48..60 mpls_ttl·mpls_tc·mpls_bos, bits 60..62 the internal mpls payload
+//! kind; w16 bits 20..40 mpls_label): the top label stack entry of an Ethertype 0x8847/0x8848
+//! frame (after an optional VLAN tag). When that entry is also the bottom of the stack,
+//! extraction *parses through* into the payload: first nibble 4 → the IPv4 (and L4) fields,
+//! 6 → IPv6, anything else → ARP, exactly as for a frame of that Ethertype, while
+//! `eth_type` stays MPLS; [`Field::MplsPayload`] records which of the three was used. No
+//! rule can see those fields while `eth_type` is MPLS (OpenFlow's prerequisites); after
+//! `pop_mpls` a translation makes them visible (see `pipeline.rs`), where OVS recirculates.
+//!
 //! [`FlowKey::extract`] reads an untrusted frame with bounds-checked accessors only: a
 //! truncated or malformed header leaves the fields it could not read at 0.
 
@@ -85,11 +94,19 @@ pub enum Field {
     ArpTha,
     /// IPv6 flow label.
     Ipv6Flabel,
+    /// MPLS: the top label stack entry's TTL, traffic class, bottom-of-stack bit.
+    MplsTtl,
+    MplsTc,
+    MplsBos,
+    /// Internal, not matchable: how the payload under a bottom-of-stack entry was parsed
+    /// ([`MPLS_PAYLOAD_IPV4`], [`MPLS_PAYLOAD_IPV6`], [`MPLS_PAYLOAD_ARP`]; 0: not at all).
+    MplsPayload,
+    MplsLabel,
 }
 
 impl Field {
     /// Every field.
-    pub const ALL: [Field; 24] = [
+    pub const ALL: [Field; 29] = [
         Field::InPort,
         Field::EthType,
         Field::VlanTci,
@@ -114,6 +131,11 @@ impl Field {
         Field::ArpSha,
         Field::ArpTha,
         Field::Ipv6Flabel,
+        Field::MplsTtl,
+        Field::MplsTc,
+        Field::MplsBos,
+        Field::MplsPayload,
+        Field::MplsLabel,
     ];
 
     /// (word, shift, bits). 128-bit fields take words `word` (high half) and `word + 1`.
@@ -144,6 +166,11 @@ impl Field {
             Field::ArpSha => (14, 0, 48),
             Field::ArpTha => (15, 0, 48),
             Field::Ipv6Flabel => (16, 0, 20),
+            Field::MplsTtl => (14, 48, 8),
+            Field::MplsTc => (14, 56, 3),
+            Field::MplsBos => (14, 59, 1),
+            Field::MplsPayload => (14, 60, 2),
+            Field::MplsLabel => (16, 20, 20),
         }
     }
 
@@ -169,6 +196,18 @@ pub const ETH_IPV4: u16 = 0x0800;
 pub const ETH_IPV6: u16 = 0x86dd;
 pub const ETH_ARP: u16 = 0x0806;
 pub const ETH_VLAN: u16 = 0x8100;
+pub const ETH_MPLS: u16 = 0x8847;
+pub const ETH_MPLS_MCAST: u16 = 0x8848;
+/// [`Field::MplsPayload`] values.
+pub const MPLS_PAYLOAD_IPV4: u8 = 1;
+pub const MPLS_PAYLOAD_IPV6: u8 = 2;
+pub const MPLS_PAYLOAD_ARP: u8 = 3;
+
+/// Whether `ty` is an MPLS Ethertype (unicast or multicast).
+#[inline]
+pub const fn is_mpls(ty: u16) -> bool {
+    ty == ETH_MPLS || ty == ETH_MPLS_MCAST
+}
 pub const IP_ICMP: u8 = 1;
 pub const IP_TCP: u8 = 6;
 pub const IP_UDP: u8 = 17;
@@ -285,6 +324,13 @@ impl FlowKey {
                 d = step(step(d, w[13]), w[15]);
             }
             b ^= c.rotate_left(17) ^ d.rotate_left(41);
+        }
+        // The words after the first twelve (ND, ARP hardware addresses, MPLS, flow label).
+        if w[12..].iter().any(|&x| x != 0) {
+            let e = w[12..]
+                .iter()
+                .fold(0x4528_21e6_38d0_1377u64, |h, &x| step(h, x));
+            b ^= e.rotate_left(7);
         }
         let h = (a ^ b.rotate_left(32)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         h ^ (h >> 31)
@@ -404,21 +450,8 @@ impl FlowKey {
         match ty {
             ETH_IPV4 => extract_ipv4(&mut k, frame, l3),
             ETH_IPV6 => extract_ipv6(&mut k, frame, l3),
-            ETH_ARP => {
-                if let (Some(op), Some(sha), Some(spa), Some(tha), Some(tpa)) = (
-                    be16(frame, l3 + 6),
-                    be48(frame, l3 + 8),
-                    be32(frame, l3 + 14),
-                    be48(frame, l3 + 18),
-                    be32(frame, l3 + 24),
-                ) {
-                    k.set(Field::ArpOp, u128::from(op));
-                    k.set(Field::ArpSha, u128::from(sha));
-                    k.set(Field::Ipv4Src, u128::from(spa));
-                    k.set(Field::ArpTha, u128::from(tha));
-                    k.set(Field::Ipv4Dst, u128::from(tpa));
-                }
-            }
+            ETH_ARP => extract_arp(&mut k, frame, l3),
+            ETH_MPLS | ETH_MPLS_MCAST => extract_mpls(&mut k, frame, l3),
             _ => {}
         }
         k
@@ -458,6 +491,56 @@ fn ipv4_fast<const L3: usize>(frame: &[u8], in_port: u32, tci: u16) -> Option<[u
         be32(L3 + 12) | be32(L3 + 16) << 32,
         ports,
     ])
+}
+
+/// The top MPLS label stack entry at `l3` and, when it is the bottom of the stack, the
+/// payload under it (see the module doc). A truncated entry leaves every MPLS field 0.
+fn extract_mpls(k: &mut FlowKey, f: &[u8], l3: usize) {
+    let Some(lse) = be32(f, l3) else { return };
+    k.set(Field::MplsLabel, u128::from(lse >> 12));
+    k.set(Field::MplsTc, u128::from((lse >> 9) & 7));
+    k.set(Field::MplsBos, u128::from((lse >> 8) & 1));
+    k.set(Field::MplsTtl, u128::from(lse & 0xff));
+    if lse & 0x100 == 0 {
+        return;
+    }
+    let inner = l3 + 4;
+    // Nothing after the stack: nothing to parse, the payload kind stays 0.
+    let Some(&first) = f.get(inner) else { return };
+    // The payload's fields are written as a frame of the inferred Ethertype would have
+    // them; the MPLS words are not touched by these.
+    let kind = match first >> 4 {
+        4 => {
+            extract_ipv4(k, f, inner);
+            MPLS_PAYLOAD_IPV4
+        }
+        6 => {
+            extract_ipv6(k, f, inner);
+            MPLS_PAYLOAD_IPV6
+        }
+        _ => {
+            extract_arp(k, f, inner);
+            MPLS_PAYLOAD_ARP
+        }
+    };
+    k.set(Field::MplsPayload, u128::from(kind));
+}
+
+/// The ARP fields of the header at `l3` (all or none).
+fn extract_arp(k: &mut FlowKey, f: &[u8], l3: usize) {
+    if let (Some(op), Some(sha), Some(spa), Some(tha), Some(tpa)) = (
+        be16(f, l3 + 6),
+        be48(f, l3 + 8),
+        be32(f, l3 + 14),
+        be48(f, l3 + 18),
+        be32(f, l3 + 24),
+    ) {
+        k.set(Field::ArpOp, u128::from(op));
+        k.set(Field::ArpSha, u128::from(sha));
+        k.set(Field::Ipv4Src, u128::from(spa));
+        k.set(Field::ArpTha, u128::from(tha));
+        k.set(Field::Ipv4Dst, u128::from(tpa));
+    }
 }
 
 /// The 6 bytes of a MAC stored as an integer.
@@ -887,6 +970,120 @@ mod tests {
         };
         let f = udp4(None);
         assert_eq!(FlowKey::extract(&f, 1, Some(&t)).get(Field::TunId), 5);
+    }
+
+    /// `udp4`'s frame with `lses` (label, bos) pushed under its Ethernet header (TC 5,
+    /// TTL 9 + index).
+    fn mpls_over(inner: &[u8], lses: &[(u32, bool)]) -> Vec<u8> {
+        let mut f = inner[..12].to_vec();
+        f.extend_from_slice(&ETH_MPLS.to_be_bytes());
+        for (i, &(label, bos)) in lses.iter().enumerate() {
+            let lse = label << 12 | 5 << 9 | u32::from(bos) << 8 | (9 + i as u32);
+            f.extend_from_slice(&lse.to_be_bytes());
+        }
+        f.extend_from_slice(&inner[14..]);
+        f
+    }
+
+    #[test]
+    fn mpls_top_entry_and_parse_through_of_the_bottom_one() {
+        let ip = udp4(None);
+        let plain = FlowKey::extract(&ip, 3, None);
+        let k = FlowKey::extract(&mpls_over(&ip, &[(0xabcde, true)]), 3, None);
+        assert_eq!(k.eth_type(), ETH_MPLS);
+        assert_eq!(k.get(Field::MplsLabel), 0xabcde);
+        assert_eq!(k.get(Field::MplsTc), 5);
+        assert_eq!(k.get(Field::MplsBos), 1);
+        assert_eq!(k.get(Field::MplsTtl), 9);
+        assert_eq!(k.get(Field::MplsPayload), u128::from(MPLS_PAYLOAD_IPV4));
+        // The payload's fields are those of the plain IPv4 frame.
+        for f in [
+            Field::IpProto,
+            Field::IpTos,
+            Field::IpTtl,
+            Field::Ipv4Src,
+            Field::Ipv4Dst,
+            Field::TpSrc,
+            Field::TpDst,
+        ] {
+            assert_eq!(k.get(f), plain.get(f), "{f:?}");
+        }
+        // Two labels: only the top one, nothing under it.
+        let k = FlowKey::extract(&mpls_over(&ip, &[(7, false), (8, true)]), 3, None);
+        assert_eq!((k.get(Field::MplsLabel), k.get(Field::MplsBos)), (7, 0));
+        assert_eq!(k.get(Field::MplsPayload), 0);
+        assert_eq!((k.get(Field::Ipv4Src), k.tp_dst()), (0, 0));
+        // Under a VLAN tag, and an ARP payload (first nibble 0).
+        let mut arp = vec![0u8; 42];
+        arp[12..14].copy_from_slice(&ETH_ARP.to_be_bytes());
+        arp[14..16].copy_from_slice(&1u16.to_be_bytes());
+        arp[20..22].copy_from_slice(&2u16.to_be_bytes());
+        arp[28..32].copy_from_slice(&[10, 0, 0, 1]);
+        arp[38..42].copy_from_slice(&[10, 0, 0, 2]);
+        let mut f = mpls_over(&arp, &[(3, true)]);
+        f.splice(12..12, [0x81, 0x00, 0x00, 0x05]);
+        let k = FlowKey::extract(&f, 1, None);
+        assert_eq!(k.vlan_tci(), 5 | VLAN_CFI);
+        assert_eq!(k.eth_type(), ETH_MPLS);
+        assert_eq!(k.get(Field::MplsLabel), 3);
+        assert_eq!(k.get(Field::MplsPayload), u128::from(MPLS_PAYLOAD_ARP));
+        assert_eq!(k.get(Field::ArpOp), 2);
+        assert_eq!(k.get(Field::Ipv4Dst), 0x0a00_0002);
+        // IPv6 under the label (nibble 6).
+        let mut v6 = vec![0u8; 14 + 40 + 8];
+        v6[12..14].copy_from_slice(&ETH_IPV6.to_be_bytes());
+        v6[14] = 0x60;
+        v6[20] = IP_UDP;
+        v6[21] = 33;
+        v6[54..56].copy_from_slice(&7u16.to_be_bytes());
+        let k = FlowKey::extract(&mpls_over(&v6, &[(1, true)]), 1, None);
+        assert_eq!(k.get(Field::MplsPayload), u128::from(MPLS_PAYLOAD_IPV6));
+        assert_eq!(
+            (k.get(Field::IpTtl), k.ip_proto(), k.tp_src()),
+            (33, IP_UDP, 7)
+        );
+    }
+
+    #[test]
+    fn truncated_and_malformed_mpls_stacks() {
+        let f = mpls_over(&udp4(None), &[(0xabcde, true)]);
+        for n in 0..f.len() {
+            let k = FlowKey::extract(&f[..n], 0, None);
+            assert_eq!(k, FlowKey::extract_generic(&f[..n], 0, None));
+            if n < 18 {
+                // The entry is cut: no MPLS field at all.
+                assert_eq!(k.get(Field::MplsLabel), 0, "{n}");
+                assert_eq!(k.get(Field::MplsTtl), 0, "{n}");
+            } else {
+                assert_eq!(k.get(Field::MplsLabel), 0xabcde, "{n}");
+            }
+            if n == 18 {
+                assert_eq!(k.get(Field::MplsPayload), 0);
+            }
+        }
+        // A bad IPv4 header under the label: the entry, no IP fields (as for a plain
+        // frame of that header).
+        let mut f = mpls_over(&udp4(None), &[(1, true)]);
+        f[18] = 0x42; // version 4, IHL 2
+        let k = FlowKey::extract(&f, 0, None);
+        assert_eq!(k.get(Field::MplsLabel), 1);
+        assert_eq!(k.get(Field::Ipv4Src), 0);
+        // Random bytes after an MPLS Ethertype never panic.
+        let mut x = 0x0bad_5eed_u64;
+        for _ in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let len = (x % 90) as usize;
+            let mut f: Vec<u8> = (0..len).map(|i| (x >> (i % 57)) as u8).collect();
+            if len > 14 {
+                f[12..14].copy_from_slice(&ETH_MPLS.to_be_bytes());
+            }
+            if len > 18 && x & 1 == 0 {
+                f[16] |= 1; // bottom of stack: parse through
+            }
+            let _ = FlowKey::extract(&f, 0, None);
+        }
     }
 
     #[test]

@@ -18,8 +18,8 @@ use std::sync::Arc;
 
 use crate::classifier::Classifier;
 use crate::key::{
-    Field, FlowKey, ETH_ARP, ETH_IPV4, ETH_IPV6, ETH_VLAN, IP_ICMP, IP_ICMPV6, IP_TCP, IP_UDP,
-    ND_NA, ND_NS, VLAN_CFI,
+    is_mpls, Field, FlowKey, ETH_ARP, ETH_IPV4, ETH_IPV6, ETH_MPLS, ETH_VLAN, IP_ICMP, IP_ICMPV6,
+    IP_TCP, IP_UDP, MPLS_PAYLOAD_ARP, MPLS_PAYLOAD_IPV4, MPLS_PAYLOAD_IPV6, ND_NA, ND_NS, VLAN_CFI,
 };
 use crate::spec::{ActionSpec, FlowSpec, GroupSpec, GroupType};
 
@@ -67,6 +67,17 @@ pub enum DpAction {
     /// A copy of the packet as it is at this point to the OpenFlow controllers: a PACKET_IN
     /// with these fields.
     Controller(ControllerAction),
+    /// Insert the MPLS label stack entry `lse` (label·tc·bos·ttl, as on the wire) after the
+    /// Ethernet header and its VLAN tags, the Ethertype becoming `ethertype`.
+    PushMpls {
+        ethertype: u16,
+        lse: u32,
+    },
+    /// Remove the top MPLS label stack entry (if the frame is MPLS), the Ethertype becoming
+    /// `ethertype`.
+    PopMpls {
+        ethertype: u16,
+    },
 }
 
 /// What a PACKET_IN says about the rule that sent it.
@@ -118,6 +129,10 @@ pub enum ResolvedAction {
         value: u64,
         mask: u64,
     },
+    PushMpls(u16),
+    PopMpls(u16),
+    SetMplsTtl(u8),
+    DecMplsTtl,
 }
 
 /// One bucket of a compiled group.
@@ -253,6 +268,10 @@ fn resolve_action(
             value: *value,
             mask: *mask,
         },
+        ActionSpec::PushMpls(t) => ResolvedAction::PushMpls(*t),
+        ActionSpec::PopMpls(t) => ResolvedAction::PopMpls(*t),
+        ActionSpec::SetMplsTtl(t) => ResolvedAction::SetMplsTtl(*t),
+        ActionSpec::DecMplsTtl => ResolvedAction::DecMplsTtl,
     }
 }
 
@@ -493,6 +512,12 @@ struct State {
     written: FlowKey,
     /// VLAN tags pushed minus popped so far (the key holds only the outer tag).
     vlan_depth: i32,
+    /// MPLS label stack entries pushed minus popped so far.
+    mpls_depth: i32,
+    /// Set when a label that was not the bottom of the stack was popped: the key holds only
+    /// the top entry, so the new top's fields are unknown (0 in the key). A later table's
+    /// lookup, or an action that reads them, ends the translation (see [`walk_with_groups`]).
+    mpls_unknown: bool,
 }
 
 /// Finds a group by id.
@@ -518,10 +543,18 @@ pub fn walk_with_groups<'a>(
         set: Vec::new(),
         written: FlowKey::default(),
         vlan_depth: 0,
+        mpls_depth: 0,
+        mpls_unknown: false,
     };
     let mut table = 0usize;
     let mut ended = false;
     for _ in 0..MAX_VISITS {
+        if st.mpls_unknown {
+            // A later table could match the MPLS entry under a popped non-bottom label,
+            // which the key does not hold: the translation ends here, the packet goes only
+            // where the actions so far sent it (a documented limit; OVS keeps three entries).
+            break;
+        }
         let Some(rule) = lookup(table, &st.k, &mut st.t.mask) else {
             break;
         };
@@ -544,7 +577,7 @@ pub fn walk_with_groups<'a>(
         // OpenFlow's order; a group in the set replaces the output.
         set.sort_by_key(|a| set_slot(a).0);
         if set.iter().any(|a| matches!(a, ResolvedAction::Group(_))) {
-            set.retain(|a| set_slot(a).0 != 7);
+            set.retain(|a| set_slot(a).0 != 70);
         }
         let mut next = None;
         apply(&mut st, &set, &mut next, groups, 0);
@@ -556,19 +589,158 @@ pub fn walk_with_groups<'a>(
 /// An action's place in the action set: (order of execution, which slot it takes; an
 /// action replaces the one in its slot).
 fn set_slot(a: &ResolvedAction) -> (u8, u32) {
+    // OpenFlow 1.3 5.10: pop, push-MPLS, push-VLAN, decrement TTL, set, qos, group, output.
     match a {
-        ResolvedAction::PopVlan => (1, 0),
-        ResolvedAction::PushVlan(_) => (2, 0),
-        ResolvedAction::DecTtl => (3, 0),
-        ResolvedAction::SetField(f, _) => (4, *f as u32),
-        ResolvedAction::SetEcn(_) => (4, 1002),
-        ResolvedAction::SetVlanVid(_) => (4, 1000),
-        ResolvedAction::SetVlanPcp(_) => (4, 1001),
-        ResolvedAction::SetTunnel(_) => (4, Field::TunId as u32),
-        ResolvedAction::SetQueue(_) => (5, 0),
-        ResolvedAction::Group(_) => (6, 0),
-        _ => (7, 0),
+        ResolvedAction::PopVlan => (10, 0),
+        ResolvedAction::PopMpls(_) => (10, 1),
+        ResolvedAction::PushMpls(_) => (20, 0),
+        ResolvedAction::PushVlan(_) => (21, 0),
+        ResolvedAction::DecTtl => (30, 0),
+        ResolvedAction::DecMplsTtl => (30, 1),
+        ResolvedAction::SetField(f, _) => (40, *f as u32),
+        ResolvedAction::SetMplsTtl(_) => (40, Field::MplsTtl as u32),
+        ResolvedAction::SetEcn(_) => (40, 1002),
+        ResolvedAction::SetVlanVid(_) => (40, 1000),
+        ResolvedAction::SetVlanPcp(_) => (40, 1001),
+        ResolvedAction::SetTunnel(_) => (40, Field::TunId as u32),
+        ResolvedAction::SetQueue(_) => (50, 0),
+        ResolvedAction::Group(_) => (60, 0),
+        _ => (70, 0),
     }
+}
+
+/// The fields of the top MPLS label stack entry (and how the payload under it was parsed).
+const MPLS_LSE: [Field; 5] = [
+    Field::MplsLabel,
+    Field::MplsTc,
+    Field::MplsBos,
+    Field::MplsTtl,
+    Field::MplsPayload,
+];
+
+/// The top label stack entry of `k` as on the wire (label·tc·bos·ttl).
+fn lse_of(k: &FlowKey) -> u32 {
+    (k.get(Field::MplsLabel) as u32) << 12
+        | (k.get(Field::MplsTc) as u32) << 9
+        | (k.get(Field::MplsBos) as u32) << 8
+        | k.get(Field::MplsTtl) as u32
+}
+
+/// Fields a packet's key takes from its Ethernet header, its tunnel or the pipeline: the
+/// rest (L3, L4 and MPLS) depends on the Ethertype.
+fn is_l2_or_meta(f: Field) -> bool {
+    matches!(
+        f,
+        Field::InPort
+            | Field::EthType
+            | Field::VlanTci
+            | Field::EthDst
+            | Field::EthSrc
+            | Field::TunId
+            | Field::TunSrc
+            | Field::TunDst
+            | Field::Metadata
+    )
+}
+
+/// `push_mpls:ety` (see [`ActionSpec::PushMpls`]); false when the entry to copy is unknown.
+fn push_mpls(st: &mut State, ety: u16) -> bool {
+    st.t.mask.or_field(Field::EthType, 0xffff);
+    let ty = st.k.eth_type();
+    let lse = if is_mpls(ty) {
+        if st.mpls_unknown {
+            return false;
+        }
+        for f in MPLS_LSE {
+            st.t.mask.or_field(f, f.full());
+        }
+        // A copy of the top entry, no longer the bottom of the stack.
+        lse_of(&st.k) & !0x100
+    } else {
+        let (mut ttl, mut tc) = (64u32, 0u32);
+        if matches!(ty, ETH_IPV4 | ETH_IPV6) {
+            // OVS's flow_push_mpls: TC from the DSCP's low bits, the IP TTL unless 0.
+            st.t.mask.or_field(Field::IpTos, 0x1c);
+            st.t.mask.or_field(Field::IpTtl, 0xff);
+            tc = ((st.k.get(Field::IpTos) as u32) >> 2) & 7;
+            let t = st.k.get(Field::IpTtl) as u32;
+            if t != 0 {
+                ttl = t;
+            }
+        }
+        let kind = match ty {
+            ETH_IPV4 => MPLS_PAYLOAD_IPV4,
+            ETH_IPV6 => MPLS_PAYLOAD_IPV6,
+            ETH_ARP => MPLS_PAYLOAD_ARP,
+            _ => 0,
+        };
+        st.k.set(Field::MplsPayload, u128::from(kind));
+        // Label 0 (IPv4 explicit null), 2 (IPv6 explicit null) over IPv6, as OVS.
+        let label = if ty == ETH_IPV6 { 2u32 } else { 0 };
+        label << 12 | tc << 9 | 1 << 8 | ttl
+    };
+    st.k.set(Field::MplsLabel, u128::from(lse >> 12));
+    st.k.set(Field::MplsTc, u128::from((lse >> 9) & 7));
+    st.k.set(Field::MplsBos, u128::from((lse >> 8) & 1));
+    st.k.set(Field::MplsTtl, u128::from(lse & 0xff));
+    st.k.set(Field::EthType, u128::from(ety));
+    for f in MPLS_LSE.into_iter().chain([Field::EthType]) {
+        st.written.or_field(f, f.full());
+    }
+    st.modified = true;
+    st.mpls_depth += 1;
+    st.t.actions.push(DpAction::PushMpls {
+        ethertype: ety,
+        lse,
+    });
+    true
+}
+
+/// `pop_mpls:ety`: on a bottom-of-stack entry the parsed-through payload fields become the
+/// key's when they were parsed as `ety` says (else they are cleared, as extracting the
+/// popped frame would leave them); under a non-bottom entry the new top is unknown. False
+/// when the entry to pop is itself unknown.
+fn pop_mpls(st: &mut State, ety: u16) -> bool {
+    st.t.mask.or_field(Field::EthType, 0xffff);
+    if !is_mpls(st.k.eth_type()) {
+        return true;
+    }
+    if st.mpls_unknown {
+        return false;
+    }
+    st.t.mask.or_field(Field::MplsBos, 1);
+    let keep = if st.k.get(Field::MplsBos) == 1 {
+        st.t.mask.or_field(Field::MplsPayload, 3);
+        let kind = st.k.get(Field::MplsPayload) as u8;
+        matches!(
+            (kind, ety),
+            (MPLS_PAYLOAD_IPV4, ETH_IPV4)
+                | (MPLS_PAYLOAD_IPV6, ETH_IPV6)
+                | (MPLS_PAYLOAD_ARP, ETH_ARP)
+        )
+    } else {
+        st.mpls_unknown = is_mpls(ety);
+        false
+    };
+    for f in Field::ALL {
+        if is_l2_or_meta(f) {
+            continue;
+        }
+        // Only the key forgets a payload parsed as another protocol: the packet's bytes
+        // stay, so those fields are not "written" (a bucket's restore must not rewrite them).
+        if MPLS_LSE.contains(&f) {
+            st.written.or_field(f, f.full());
+            st.k.set(f, 0);
+        } else if !keep {
+            st.k.set(f, 0);
+        }
+    }
+    st.k.set(Field::EthType, u128::from(ety));
+    st.written.or_field(Field::EthType, 0xffff);
+    st.modified = true;
+    st.mpls_depth -= 1;
+    st.t.actions.push(DpAction::PopMpls { ethertype: ety });
+    true
 }
 
 /// Whether the key carries the header `f` lives in (a bucket's rewrite is not checked
@@ -618,6 +790,10 @@ fn carries(st: &mut State, f: Field) -> bool {
             // ND fields are extracted from code 0 only.
             st.k.tp_dst() == 0
                 && matches!(st.k.tp_src(), t if t == u16::from(ND_NS) || t == u16::from(ND_NA))
+        }
+        Field::MplsLabel | Field::MplsTc | Field::MplsTtl | Field::MplsBos => {
+            st.t.mask.or_field(Field::EthType, 0xffff);
+            is_mpls(ty)
         }
         _ => true,
     }
@@ -782,6 +958,46 @@ fn apply<'a>(
             ResolvedAction::Group(g) => run_group(st, g, groups, depth),
             ResolvedAction::Meter(m) => st.t.actions.push(DpAction::Meter(m)),
             ResolvedAction::Controller(c) => st.t.actions.push(DpAction::Controller(c)),
+            ResolvedAction::PushMpls(ety) => {
+                if !push_mpls(st, ety) {
+                    return false;
+                }
+            }
+            ResolvedAction::PopMpls(ety) => {
+                if !pop_mpls(st, ety) {
+                    return false;
+                }
+            }
+            ResolvedAction::SetMplsTtl(ttl) => {
+                if !carries(st, Field::MplsTtl) {
+                    continue;
+                }
+                st.modified = true;
+                st.written.or_field(Field::MplsTtl, 0xff);
+                st.k.set(Field::MplsTtl, u128::from(ttl));
+                st.t.actions
+                    .push(DpAction::SetField(Field::MplsTtl, u128::from(ttl)));
+            }
+            ResolvedAction::DecMplsTtl => {
+                if !carries(st, Field::MplsTtl) {
+                    continue;
+                }
+                if st.mpls_unknown {
+                    return false;
+                }
+                st.t.mask.or_field(Field::MplsTtl, 0xff);
+                let ttl = st.k.get(Field::MplsTtl);
+                if ttl <= 1 {
+                    // OVS sends a PACKET_IN with OFPR_INVALID_TTL only to a controller that
+                    // asked for that reason (not OpenFlow 1.3's default): it drops here.
+                    return false;
+                }
+                st.modified = true;
+                st.written.or_field(Field::MplsTtl, 0xff);
+                st.k.set(Field::MplsTtl, ttl - 1);
+                st.t.actions
+                    .push(DpAction::SetField(Field::MplsTtl, ttl - 1));
+            }
         }
     }
     true
@@ -859,21 +1075,48 @@ fn run_bucket<'a>(st: &mut State, b: &CompiledBucket, groups: &GroupLookup<'a>, 
     st.t.rules.push(b.stats.clone());
     let entry = st.k;
     let (written, vlan_depth) = (st.written, st.vlan_depth);
+    let (mpls_depth, mpls_unknown) = (st.mpls_depth, st.mpls_unknown);
     st.written = FlowKey::default();
     let mut next = None;
     apply(st, &b.actions, &mut next, groups, depth + 1);
-    restore(st, &entry, vlan_depth);
+    restore(st, &entry, vlan_depth, mpls_depth);
+    st.mpls_unknown = mpls_unknown;
     st.written.union(&written);
 }
 
 /// Emits the edits that bring the packet back to `entry`'s fields (those the bucket wrote;
 /// each joins the mask, since what is emitted depends on its entry value), and its VLAN
 /// tags back to `vlan_depth`.
-fn restore(st: &mut State, entry: &FlowKey, vlan_depth: i32) {
+fn restore(st: &mut State, entry: &FlowKey, vlan_depth: i32, mpls_depth: i32) {
     let delta = st.vlan_depth - vlan_depth;
     st.vlan_depth = vlan_depth;
+    // MPLS entries the bucket pushed are popped first (the fields under them are then
+    // restored as usual); one it popped is pushed back last, after the payload's fields.
+    let mdelta = st.mpls_depth - mpls_depth;
+    st.mpls_depth = mpls_depth;
+    if mdelta > 0 {
+        st.t.mask.or_field(Field::EthType, 0xffff);
+        for i in 0..mdelta {
+            let ethertype = if i + 1 == mdelta {
+                entry.eth_type()
+            } else {
+                ETH_MPLS
+            };
+            st.t.actions.push(DpAction::PopMpls { ethertype });
+        }
+    }
     for f in Field::ALL {
+        if matches!(f, Field::EthType | Field::MplsPayload)
+            || (mdelta != 0 && MPLS_LSE.contains(&f))
+        {
+            st.k.set(f, entry.get(f));
+            continue;
+        }
         if st.written.get(f) == 0 || matches!(f, Field::Metadata | Field::InPort) {
+            // Unwritten, but maybe forgotten by a pop_mpls (see there).
+            if f != Field::Metadata {
+                st.k.set(f, entry.get(f));
+            }
             continue;
         }
         let (now, was) = (st.k.get(f), entry.get(f));
@@ -914,6 +1157,17 @@ fn restore(st: &mut State, entry: &FlowKey, vlan_depth: i32) {
                     st.t.actions.push(DpAction::SetField(f, was));
                 }
             }
+        }
+    }
+    if mdelta < 0 {
+        for f in MPLS_LSE {
+            st.t.mask.or_field(f, f.full());
+        }
+        for _ in 0..-mdelta {
+            st.t.actions.push(DpAction::PushMpls {
+                ethertype: entry.eth_type(),
+                lse: lse_of(entry),
+            });
         }
     }
 }

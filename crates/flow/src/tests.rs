@@ -181,8 +181,8 @@ fn random_rule(r: &mut Rng, table: u8) -> String {
         parts.push(format!("in_port=p{}", r.below(3)));
     }
     let proto = [
-        "", "ip", "tcp", "udp", "icmp", "arp", "ipv6", "tcp6", "icmp6",
-    ][r.below(9) as usize];
+        "", "ip", "tcp", "udp", "icmp", "arp", "ipv6", "tcp6", "icmp6", "mpls", "mplsm",
+    ][r.below(11) as usize];
     if !proto.is_empty() {
         parts.push(proto.into());
     }
@@ -254,6 +254,16 @@ fn random_rule(r: &mut Rng, table: u8) -> String {
     if proto == "icmp" && r.below(2) == 0 {
         parts.push(format!("icmp_type={}", r.below(4)));
     }
+    let mpls = proto.starts_with("mpls");
+    if mpls && r.below(2) == 0 {
+        parts.push(format!("mpls_label={}", r.below(3)));
+    }
+    if mpls && r.below(3) == 0 {
+        parts.push(format!("mpls_bos={}", r.below(2)));
+    }
+    if mpls && r.below(4) == 0 {
+        parts.push(format!("mpls_tc={}", r.below(2)));
+    }
     let l4 = matches!(proto, "tcp" | "udp" | "tcp6");
     let mut actions = vec![];
     for _ in 0..1 + r.below(3) {
@@ -291,6 +301,22 @@ fn random_rule(r: &mut Rng, table: u8) -> String {
             _ => "in_port".into(),
         };
         actions.push(a);
+    }
+    // MPLS actions last among the applied ones (they change the Ethertype the later
+    // actions' prerequisites are checked against).
+    if mpls && r.below(2) == 0 {
+        actions.push(match r.below(8) {
+            0 => "pop_mpls:0x0800".into(),
+            1 => "pop_mpls:0x86dd".into(),
+            2 => "pop_mpls:0x0806".into(),
+            3 => "pop_mpls:0x8847".into(),
+            4 => "dec_mpls_ttl".into(),
+            5 => format!("set_mpls_ttl:{}", r.below(3)),
+            6 => format!("set_field:{}->mpls_label", r.below(3)),
+            _ => "push_mpls:0x8847".into(),
+        });
+    } else if !proto.is_empty() && r.below(4) == 0 {
+        actions.push(["push_mpls:0x8847", "push_mpls:0x8848"][r.below(2) as usize].into());
     }
     if r.below(5) == 0 {
         actions.push("clear_actions".into());
@@ -379,7 +405,18 @@ fn random_key(r: &mut Rng) -> FlowKey {
         (0x86dd, 6),
         (0x86dd, 17),
         (0x86dd, 58),
-    ][r.below(7) as usize];
+        (0x8847, 6),
+        (0x8847, 17),
+        (0x8848, 6),
+    ][r.below(10) as usize];
+    if ty & 0xfff0 == 0x8840 {
+        // The top entry; under a bottom one, the payload parsed through (any kind).
+        k.set(Field::MplsLabel, u128::from(r.below(3)));
+        k.set(Field::MplsTc, u128::from(r.below(2)));
+        k.set(Field::MplsBos, u128::from(r.below(3) != 0));
+        k.set(Field::MplsTtl, [0, 1, 2, 64][r.below(4) as usize]);
+        k.set(Field::MplsPayload, u128::from(r.below(4)));
+    }
     k.set(Field::EthType, ty);
     k.set(Field::IpProto, proto);
     k.set(Field::EthDst, 0x0200_0000_0000 | u128::from(r.below(5)));
@@ -450,6 +487,13 @@ fn random_groups(r: &mut Rng) -> Vec<GroupSpec> {
                         format!("group:{}", u64::from(id) + 1 + r.below(u64::from(5 - id)))
                     }
                     6 => "dec_ttl".into(),
+                    7 if r.below(2) == 0 => match r.below(5) {
+                        0 => "push_mpls:0x8847".into(),
+                        1 => "pop_mpls:0x0800".into(),
+                        2 => "dec_mpls_ttl".into(),
+                        3 => format!("set_field:{}->mpls_label", r.below(3)),
+                        _ => "pop_mpls:0x8847".into(),
+                    },
                     _ => format!("output:p{}", r.below(3)),
                 });
             }
@@ -979,4 +1023,240 @@ fn random_groups_print_back_to_themselves() {
     let g = parse_group("group_id=9,type=select,bucket=weight:0,output:p1").unwrap();
     assert_eq!(g.buckets[0].weight, 0);
     assert_eq!(parse_group(&g.to_string()).unwrap(), g);
+}
+
+/// MPLS rules in ovs-ofctl's syntax: what `ovs-ofctl dump-flows` prints for them parses and
+/// prints back the same; prerequisites follow the Ethertype through push/pop.
+#[test]
+fn mpls_rules_parse_and_print_like_ovs_ofctl() {
+    for text in [
+        "priority=32768,in_port=p0,mpls,mpls_label=5 actions=pop_mpls:0x0800,goto_table:1",
+        "priority=32768,mpls,mpls_label=6 actions=dec_mpls_ttl,set_mpls_ttl(9),set_field:7->mpls_label,set_field:3->mpls_tc,output:p1",
+        "priority=32768,mplsm,mpls_label=8,mpls_tc=2,mpls_bos=0 actions=pop_mpls:0x8847,goto_table:1",
+        "priority=32768,ip actions=push_mpls:0x8847,output:p1",
+        "priority=32768,arp actions=push_mpls:0x8848,set_field:12->mpls_label,output:p1",
+        "priority=32768,mpls actions=pop_mpls:0x0800,mod_nw_dst:10.0.0.1,output:p1",
+    ] {
+        let f = parse_flow(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+        assert_eq!(f.to_string(), text);
+    }
+    let f = parse_flow("mpls,mpls_ttl=3 actions=set_mpls_ttl:4,set_mpls_label:9,set_mpls_tc:1")
+        .unwrap();
+    assert_eq!(f.m.field(Field::MplsTtl), (3, 0xff));
+    assert_eq!(
+        f.actions,
+        vec![
+            ActionSpec::SetMplsTtl(4),
+            ActionSpec::SetField(Field::MplsLabel, 9),
+            ActionSpec::SetField(Field::MplsTc, 1),
+        ]
+    );
+    for (rule, want) in [
+        (
+            "mpls_label=5 actions=drop",
+            "mpls_label requires mpls or mplsm",
+        ),
+        ("ip,mpls_bos=1 actions=drop", "mpls_bos requires mpls"),
+        (
+            "mpls,nw_dst=10.0.0.1 actions=drop",
+            "nw_dst requires ip or arp",
+        ),
+        (
+            "ip actions=pop_mpls:0x0800",
+            "pop_mpls requires the rule to match mpls",
+        ),
+        (
+            "ip actions=dec_mpls_ttl",
+            "dec_mpls_ttl requires the rule to match mpls",
+        ),
+        (
+            "actions=set_field:1->mpls_label",
+            "requires the rule to match mpls",
+        ),
+        ("actions=push_mpls:0x0800", "must be 0x8847 or 0x8848"),
+        (
+            "mpls actions=set_field:1->mpls_bos",
+            "'mpls_bos' cannot be set",
+        ),
+        (
+            "mpls actions=mod_nw_dst:10.0.0.1",
+            "requires the rule to match ip",
+        ),
+        (
+            "ip actions=push_mpls:0x8847,mod_nw_dst:10.0.0.1",
+            "requires the rule to match ip",
+        ),
+        ("mpls,mpls_label=0x100000 actions=drop", "out of range"),
+    ] {
+        let e = parse_flow(rule).unwrap_err().to_string();
+        assert!(e.contains(want), "{rule}: got '{e}', want '{want}'");
+    }
+}
+
+fn mpls_key(label: u32, bos: bool, ttl: u8, payload: u8) -> FlowKey {
+    let mut k = ip_key(10, 64);
+    k.set(Field::EthType, 0x8847);
+    k.set(Field::MplsLabel, u128::from(label));
+    k.set(Field::MplsTc, 5);
+    k.set(Field::MplsBos, u128::from(bos));
+    k.set(Field::MplsTtl, u128::from(ttl));
+    k.set(Field::MplsPayload, u128::from(payload));
+    k
+}
+
+#[test]
+fn mpls_translations_follow_ovs() {
+    use crate::key::{MPLS_PAYLOAD_ARP, MPLS_PAYLOAD_IPV4};
+    // After pop_mpls a later table sees the inner IPv4 header (parsed through).
+    let p = pipeline_with(
+        &[
+            "priority=10,mpls,mpls_label=5 actions=pop_mpls:0x0800,goto_table:1",
+            "priority=10,mpls,mpls_label=6 actions=pop_mpls:0x0806,goto_table:1",
+            "priority=10,mpls,mpls_label=8 actions=pop_mpls:0x8847,goto_table:1",
+            "priority=10,mpls,mpls_label=9 actions=dec_mpls_ttl,output:p1",
+            "priority=10,mpls,mpls_label=10 actions=push_mpls:0x8848,output:p1",
+            "priority=10,mpls,mpls_label=11 actions=group:2",
+            "table=1,priority=10,ip,nw_dst=10.0.1.2 actions=dec_ttl,output:p1",
+            "table=1,priority=5,ip actions=output:p2",
+            "table=1,priority=1 actions=output:p0",
+        ],
+        &["group_id=2,type=indirect,bucket=mod_nw_dst:10.0.0.9,output:p1"],
+    );
+    let mut k = mpls_key(5, true, 40, MPLS_PAYLOAD_IPV4);
+    k.set(Field::Ipv4Dst, 0x0a00_0102);
+    let t = p.translate(&k);
+    assert_eq!(
+        t.actions,
+        vec![
+            DpAction::PopMpls { ethertype: 0x0800 },
+            DpAction::SetField(Field::IpTtl, 63),
+            DpAction::Output(11),
+        ]
+    );
+    // The megaflow: the label, the bottom bit, how the payload was parsed, the inner
+    // destination and TTL (not the MPLS TTL, not the source).
+    assert_eq!(t.mask.get(Field::MplsLabel), 0xfffff);
+    assert_eq!(t.mask.get(Field::MplsBos), 1);
+    assert_eq!(t.mask.get(Field::MplsPayload), 3);
+    assert_eq!(t.mask.get(Field::Ipv4Dst), 0xffff_ffff);
+    assert_eq!(t.mask.get(Field::IpTtl), 0xff);
+    assert_eq!(t.mask.get(Field::MplsTtl), 0);
+    assert_eq!(t.mask.get(Field::Ipv4Src), 0);
+    // The payload was ARP, popped as IPv4: the key forgets the ARP fields (the frame's
+    // IPv4 header is not one), so table 1's `ip` rule without nw_dst takes it.
+    k.set(Field::MplsPayload, u128::from(MPLS_PAYLOAD_ARP));
+    assert_eq!(
+        p.translate(&k).actions,
+        vec![
+            DpAction::PopMpls { ethertype: 0x0800 },
+            DpAction::Output(12)
+        ]
+    );
+    // A non-bottom label popped: the new top is unknown, the translation ends at the goto.
+    let k8 = mpls_key(8, false, 40, 0);
+    assert_eq!(
+        p.translate(&k8).actions,
+        vec![DpAction::PopMpls { ethertype: 0x8847 }]
+    );
+    // dec_mpls_ttl: decremented; at 1 (or 0) the packet is dropped.
+    assert_eq!(
+        p.translate(&mpls_key(9, true, 40, 1)).actions,
+        vec![DpAction::SetField(Field::MplsTtl, 39), DpAction::Output(11)]
+    );
+    for ttl in [0, 1] {
+        let t = p.translate(&mpls_key(9, true, ttl, 1));
+        assert!(t.actions.is_empty(), "{ttl}");
+        assert_eq!(t.mask.get(Field::MplsTtl), 0xff);
+    }
+    // push_mpls on MPLS: a copy of the top entry with bos 0.
+    let t = p.translate(&mpls_key(10, true, 40, 1));
+    assert_eq!(
+        t.actions,
+        vec![
+            DpAction::PushMpls {
+                ethertype: 0x8848,
+                lse: 10 << 12 | 5 << 9 | 40,
+            },
+            DpAction::Output(11)
+        ]
+    );
+    // No IP rewrite while the packet is MPLS (the key's IP fields are hidden; a bucket's
+    // rewrite is not checked against a match, the translation skips it).
+    assert_eq!(
+        p.translate(&mpls_key(11, true, 40, 1)).actions,
+        vec![DpAction::Output(11)]
+    );
+
+    // push_mpls on IP: label 0 (2 over IPv6), TC from the DSCP, TTL from the IP TTL (64
+    // when 0 or without IP), as OVS's flow_push_mpls.
+    let q = pipeline_with(&["priority=1 actions=push_mpls:0x8847,output:p1"], &[]);
+    let mut k = ip_key(10, 33);
+    k.set(Field::IpTos, 0xb8);
+    let t = q.translate(&k);
+    assert_eq!(
+        t.actions[0],
+        DpAction::PushMpls {
+            ethertype: 0x8847,
+            lse: 6 << 9 | 1 << 8 | 33
+        }
+    );
+    assert_eq!(t.mask.get(Field::IpTtl), 0xff);
+    k.set(Field::IpTtl, 0);
+    k.set(Field::IpTos, 0);
+    assert_eq!(
+        q.translate(&k).actions[0],
+        DpAction::PushMpls {
+            ethertype: 0x8847,
+            lse: 1 << 8 | 64
+        }
+    );
+    k.set(Field::EthType, 0x86dd);
+    k.set(Field::IpTtl, 5);
+    assert_eq!(
+        q.translate(&k).actions[0],
+        DpAction::PushMpls {
+            ethertype: 0x8847,
+            lse: 2 << 12 | 1 << 8 | 5
+        }
+    );
+    k.set(Field::EthType, 0x0806);
+    let t = q.translate(&k);
+    assert_eq!(
+        t.actions[0],
+        DpAction::PushMpls {
+            ethertype: 0x8847,
+            lse: 1 << 8 | 64
+        }
+    );
+    assert_eq!(t.mask.get(Field::IpTtl), 0);
+}
+
+#[test]
+fn a_bucket_that_pushes_or_pops_mpls_is_undone_for_the_next() {
+    let p = pipeline_with(
+        &["priority=1,mpls actions=group:1,output:p2"],
+        &["group_id=1,type=all,bucket=pop_mpls:0x0800,mod_nw_dst:10.0.0.9,output:p0,bucket=push_mpls:0x8847,output:p1"],
+    );
+    let mut k = mpls_key(4, true, 40, crate::key::MPLS_PAYLOAD_IPV4);
+    k.set(Field::InPort, 12);
+    let entry = 4 << 12 | 5 << 9 | 1 << 8 | 40;
+    assert_eq!(
+        p.translate(&k).actions,
+        vec![
+            DpAction::PopMpls { ethertype: 0x0800 },
+            DpAction::SetField(Field::Ipv4Dst, 0x0a00_0009),
+            DpAction::Output(10),
+            DpAction::SetField(Field::Ipv4Dst, k.get(Field::Ipv4Dst)),
+            DpAction::PushMpls {
+                ethertype: 0x8847,
+                lse: entry
+            },
+            DpAction::PushMpls {
+                ethertype: 0x8847,
+                lse: entry & !0x100
+            },
+            DpAction::Output(11),
+            DpAction::PopMpls { ethertype: 0x8847 },
+        ]
+    );
 }

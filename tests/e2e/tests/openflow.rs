@@ -80,6 +80,20 @@ const GROUP_RULES: &[&str] = &[
     "table=2,priority=5,ip,metadata=0x2,actions=mod_nw_ttl:9,group:4",
 ];
 
+/// MPLS matches and actions (OVS prints `set_mpls_ttl:9` as `set_mpls_ttl(9)` and
+/// `set_mpls_label:N` as `set_field:N->mpls_label`).
+const MPLS_RULES: &[&str] = &[
+    "priority=300,in_port=1,ip,actions=push_mpls:0x8847,output:2",
+    "priority=300,in_port=1,arp,actions=push_mpls:0x8848,output:2",
+    "priority=300,in_port=2,mpls,actions=push_mpls:0x8847,output:1",
+    "priority=300,in_port=1,mpls,mpls_label=5,actions=pop_mpls:0x0800,goto_table:1",
+    "priority=300,in_port=1,mpls,mpls_label=6,actions=dec_mpls_ttl,set_mpls_ttl:9,set_field:7->mpls_label,set_field:3->mpls_tc,output:2",
+    "priority=300,in_port=1,mplsm,mpls_label=8,mpls_tc=2,mpls_bos=0,actions=pop_mpls:0x8847,goto_table:1",
+    "table=1,priority=300,mpls,mpls_label=9,actions=output:2",
+    "priority=300,in_port=1,mpls,mpls_label=11,actions=set_mpls_label:12,set_mpls_tc:2,output:2",
+    "priority=300,mpls,mpls_label=13,actions=pop_mpls:0x0800,mod_nw_dst:10.0.0.1,output:2",
+];
+
 /// `dump-groups` or `dump-group-stats` lines (header left out), sorted.
 fn group_lines(sock: &Path, cmd: &str) -> Vec<String> {
     let out = ofctl_ok(sock, cmd, &[]);
@@ -147,6 +161,12 @@ fn sequence(sock: &Path) -> Vec<(String, Vec<String>)> {
         group_lines(sock, "dump-groups"),
     ));
     steps.push(("del-groups: rules".to_string(), flows(sock)));
+    for r in MPLS_RULES {
+        ofctl_ok(sock, "add-flow", &[r]);
+    }
+    steps.push(("add-flow mpls".to_string(), flows(sock)));
+    ofctl_ok(sock, "del-flows", &["mpls,mpls_label=6"]);
+    steps.push(("del-flows mpls_label".to_string(), flows(sock)));
     steps
 }
 
@@ -296,7 +316,6 @@ fn ovs_ofctl_programs_ferrovs_as_it_programs_ovs() {
             "priority=1,actions=meter:1,output:1",
             "OFPMMFC_INVALID_METER",
         ),
-        ("priority=1,ip,actions=push_mpls:0x8847", "OFPBAC_BAD_TYPE"),
         (
             "priority=1,ip,ct_state=+trk,actions=output:1",
             "OFPBMC_BAD_FIELD",

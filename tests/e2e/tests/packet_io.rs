@@ -558,3 +558,126 @@ fn flow_removed_on_hard_timeout_and_delete_as_ovs() {
     }
     assert_eq!(seen[0], seen[1], "ferrovs vs OVS");
 }
+
+/// The frames of a pcap file (OVS's dummy port `options:tx_pcap`), in order.
+fn pcap_frames(path: &Path) -> Vec<Vec<u8>> {
+    let b = std::fs::read(path).unwrap_or_default();
+    let mut v = Vec::new();
+    let mut at = 24;
+    while b.len() >= at + 16 {
+        let n = u32::from_le_bytes(b[at + 8..at + 12].try_into().unwrap()) as usize;
+        at += 16;
+        if b.len() < at + n {
+            break;
+        }
+        v.push(b[at..at + n].to_vec());
+        at += n;
+    }
+    v
+}
+
+/// MPLS on the wire: the same three frames into port 1 of ferrovs and of OVS, through the
+/// same rules (push_mpls over IPv4 with a label rewrite; pop_mpls and a later table matching
+/// and rewriting the inner UDP header; dec_mpls_ttl then a second entry pushed), leave port
+/// 2 byte for byte the same.
+#[test]
+fn mpls_frames_leave_byte_exact_as_ovs_sends_them() {
+    if !tools() {
+        return;
+    }
+    let f = start_ferrovs("mpls-wire");
+    let ovs_dir = run_dir("mpls-wire-ovs");
+    let ovs = start_ovs(&ovs_dir);
+    let pcap = ovs_dir.join("vm2.pcap");
+    let p = pcap.display().to_string();
+    ovs._db
+        .vsctl(&["set", "interface", "vm2", &format!("options:tx_pcap={p}")])
+        .expect("tx_pcap");
+    let rules = [
+        "priority=10,in_port=1,udp,nw_src=10.8.0.1,actions=push_mpls:0x8847,set_field:77->mpls_label,output:2",
+        "priority=10,in_port=1,mpls,mpls_label=78,actions=pop_mpls:0x0800,goto_table:1",
+        "priority=10,in_port=1,mpls,mpls_label=79,actions=dec_mpls_ttl,push_mpls:0x8848,set_field:5->mpls_tc,output:2",
+        "table=1,priority=10,udp,tp_dst=5678,actions=mod_nw_dst:10.8.0.3,output:2",
+    ];
+    for sock in [&f.sock, &ovs.mgmt] {
+        ofctl_ok(sock, "del-flows", &[]);
+        for r in rules {
+            ofctl_ok(sock, "add-flow", &[r]);
+        }
+    }
+    let dump = |s: &Path| {
+        let mut v: Vec<String> = ofctl_ok(s, "dump-flows", &["--no-stats"])
+            .lines()
+            .map(|l| l.trim().to_string())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(dump(&f.sock), dump(&ovs.mgmt));
+    // The UDP frame, then it under label 78 (TC 3, TTL 9), then under label 79.
+    let ip = &UDP_FRAME[28..];
+    let frames = [
+        UDP_FRAME.to_string(),
+        format!(
+            "{}8847{:08x}{ip}",
+            &UDP_FRAME[..24],
+            78 << 12 | 3 << 9 | 1 << 8 | 9
+        ),
+        format!(
+            "{}8847{:08x}{ip}",
+            &UDP_FRAME[..24],
+            79 << 12 | 3 << 9 | 1 << 8 | 9
+        ),
+    ];
+    // ferrovs's port 2 is a TAP in a namespace: a raw socket there takes what arrives.
+    let rx = Command::new("ip")
+        .args(["netns", "exec", &f.ns.1, "python3", "-c"])
+        .arg(
+            "import socket,sys\n\
+             s=socket.socket(socket.AF_PACKET,socket.SOCK_RAW,socket.htons(3))\n\
+             s.bind((sys.argv[1],0)); s.settimeout(8); n=0\n\
+             while n<3:\n\
+             \x20   d,a=s.recvfrom(65535)\n\
+             \x20   if a[2]==4 or d[:6]!=bytes.fromhex('020000000002'): continue\n\
+             \x20   print(d.hex(),flush=True); n+=1\n",
+        )
+        .arg(&f.taps.1)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    for fr in &frames {
+        send_raw(&f.ns.0, &f.taps.0, fr);
+        let o = Command::new("ovs-appctl")
+            .arg("-t")
+            .arg(&ovs.ctl)
+            .args(["netdev-dummy/receive", "vm1", fr])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let out = rx.wait_with_output().unwrap();
+    let got: Vec<Vec<u8>> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(hex)
+        .collect();
+    wait_until("OVS's three frames", 10, || pcap_frames(&pcap).len() >= 3);
+    let want = pcap_frames(&pcap);
+    assert_eq!(got.len(), 3, "ferrovs sent {got:02x?}");
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(
+            g, w,
+            "frame {i}: ferrovs (left) and OVS (right) differ:\n{g:02x?}\n{w:02x?}"
+        );
+    }
+    // What the rules did: label 77 with the IP TTL; the popped frame rewritten; TTL 8 under
+    // a second entry with TC 5.
+    assert_eq!(&want[0][12..18], &[0x88, 0x47, 0x00, 0x04, 0xd1, 0x40]);
+    assert_eq!(&want[1][12..14], &[0x08, 0x00]);
+    assert_eq!(&want[1][30..34], &[10, 8, 0, 3]);
+    assert_eq!(
+        &want[2][12..22],
+        &[0x88, 0x48, 0x00, 0x04, 0xfa, 0x08, 0x00, 0x04, 0xf7, 0x08]
+    );
+}

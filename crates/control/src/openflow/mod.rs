@@ -142,6 +142,9 @@ pub fn match_from_of(
             Of::TunIpv4Src => Field::TunSrc,
             Of::TunIpv4Dst => Field::TunDst,
             Of::Metadata => Field::Metadata,
+            Of::MplsLabel => Field::MplsLabel,
+            Of::MplsTc => Field::MplsTc,
+            Of::MplsBos => Field::MplsBos,
             // The flow key has no such field.
             _ => {
                 return Err(err(
@@ -266,6 +269,17 @@ pub fn match_to_of(m: &Match, in_port: Option<&str>, ports: &PortMap) -> ferrovs
     if flm != 0 {
         fields.push(oxm(Of::Ipv6Flabel, fl, flm, Field::Ipv6Flabel.full()));
     }
+    // MPLS (no OpenFlow 1.3 basic field for mpls_ttl, which only the CLI can match).
+    for (f, of) in [
+        (Field::MplsLabel, Of::MplsLabel),
+        (Field::MplsTc, Of::MplsTc),
+        (Field::MplsBos, Of::MplsBos),
+    ] {
+        let (v, mk) = m.field(f);
+        if mk != 0 {
+            fields.push(Oxm::exact(of, v));
+        }
+    }
     for (f, of) in [
         (Field::Metadata, Of::Metadata),
         (Field::TunId, Of::TunnelId),
@@ -320,6 +334,17 @@ fn action_from_of(a: &Action, ports: &PortMap) -> Result<ActionSpec, OfError> {
         // Accepted and ignored, as OVS does for a port without QoS queues.
         Action::SetQueue(q) => ActionSpec::SetQueue(*q),
         Action::DecNwTtl => ActionSpec::DecTtl,
+        Action::PushMpls(e @ (0x8847 | 0x8848)) => ActionSpec::PushMpls(*e),
+        Action::PushMpls(_) => {
+            return Err(err(
+                et::BAD_ACTION,
+                bac::BAD_ARGUMENT,
+                "push_mpls: the Ethertype must be 0x8847 or 0x8848",
+            ))
+        }
+        Action::PopMpls(e) => ActionSpec::PopMpls(*e),
+        Action::SetMplsTtl(t) => ActionSpec::SetMplsTtl(*t),
+        Action::DecMplsTtl => ActionSpec::DecMplsTtl,
         // Whether the group exists is checked against the bridge's groups
         // ([`apply_flow_mod`], [`apply_group_mod`]).
         Action::Group(g) => ActionSpec::Group(*g),
@@ -352,6 +377,8 @@ fn action_from_of(a: &Action, ports: &PortMap) -> Result<ActionSpec, OfError> {
                 Of::VlanPcp => ActionSpec::SetVlanPcp(v as u8),
                 Of::TunnelId => ActionSpec::SetTunnel(v as u64),
                 Of::TunIpv4Dst => ActionSpec::SetField(Field::TunDst, v),
+                Of::MplsLabel => ActionSpec::SetField(Field::MplsLabel, v),
+                Of::MplsTc => ActionSpec::SetField(Field::MplsTc, v),
                 _ => {
                     return Err(err(
                         et::BAD_ACTION,
@@ -568,6 +595,9 @@ pub fn instructions_to_of_with(
                 Field::TpSrc => set(Of::TcpSrc, *v),
                 Field::TpDst => set(Of::TcpDst, *v),
                 Field::TunDst => set(Of::TunIpv4Dst, *v),
+                Field::MplsLabel => set(Of::MplsLabel, *v),
+                Field::MplsTc => set(Of::MplsTc, *v),
+                Field::MplsTtl => Action::SetMplsTtl(*v as u8),
                 // The CLI sets no other field.
                 other => {
                     log::warn!("rule rewrites {other:?}, which has no OpenFlow form");
@@ -590,6 +620,10 @@ pub fn instructions_to_of_with(
             ActionSpec::Group(g) => apply.push(Action::Group(*g)),
             ActionSpec::DecTtl => apply.push(Action::DecNwTtl),
             ActionSpec::SetQueue(q) => apply.push(Action::SetQueue(*q)),
+            ActionSpec::PushMpls(t) => apply.push(Action::PushMpls(*t)),
+            ActionSpec::PopMpls(t) => apply.push(Action::PopMpls(*t)),
+            ActionSpec::SetMplsTtl(t) => apply.push(Action::SetMplsTtl(*t)),
+            ActionSpec::DecMplsTtl => apply.push(Action::DecMplsTtl),
             ActionSpec::ClearActions
             | ActionSpec::WriteActions(_)
             | ActionSpec::WriteMetadata { .. } => {}

@@ -513,7 +513,9 @@ pub(crate) fn execute<'p>(
             DpAction::SetField(..)
             | DpAction::PushVlan { .. }
             | DpAction::SetVlanTci { .. }
-            | DpAction::PopVlan => {
+            | DpAction::PopVlan
+            | DpAction::PushMpls { .. }
+            | DpAction::PopMpls { .. } => {
                 if queued {
                     match sc.copy(pool, cur) {
                         Some(c) => cur = c,
@@ -582,6 +584,17 @@ fn modify(sc: &mut Scratch<'_>, i: usize, a: &DpAction) {
                 m.vnet = shift_vnet(m.vnet, -4);
             }
         }
+        DpAction::PushMpls { ethertype, lse } => {
+            // A 4-byte shim after the MAC addresses and VLAN tags (a frame cut before its
+            // Ethertype is left as it is).
+            if ferrovs_flow::edit::ethertype_at(m.data()).is_none() || m.push_front(4).is_none() {
+                return;
+            }
+            if ferrovs_flow::edit::push_mpls_in_place(m.data_mut(), ethertype, lse) {
+                m.vnet = shift_vnet(m.vnet, 4);
+            }
+        }
+        DpAction::PopMpls { ethertype } => pop_mpls(m, ethertype),
         _ => {}
     }
 }
@@ -590,6 +603,14 @@ fn modify(sc: &mut Scratch<'_>, i: usize, a: &DpAction) {
 #[inline]
 fn wire_tci(tci: u16) -> u16 {
     tci & !0x1000
+}
+
+/// Removes the top MPLS entry of an MPLS frame (others are left as they are).
+fn pop_mpls(m: &mut ferrovs_sys::pool::Mbuf<'_>, ethertype: u16) {
+    if ferrovs_flow::edit::pop_mpls_in_place(m.data_mut(), ethertype) {
+        m.pull_front(4);
+        m.vnet = shift_vnet(m.vnet, -4);
+    }
 }
 
 /// Whether the frame's outer Ethertype is a VLAN tag: 802.1Q, or 802.1ad (which only a

@@ -3,7 +3,7 @@
 //! rewrite only of a field the match's protocol carries.
 
 use crate::key::{
-    Field, ETH_ARP, ETH_IPV4, ETH_IPV6, IP_ICMP, IP_ICMPV6, IP_TCP, IP_UDP, ND_NA, ND_NS,
+    is_mpls, Field, ETH_ARP, ETH_IPV4, ETH_IPV6, IP_ICMP, IP_ICMPV6, IP_TCP, IP_UDP, ND_NA, ND_NS,
 };
 use crate::matching::Match;
 
@@ -73,6 +73,7 @@ fn parse_action_in(a: &str, table: u8, m: Option<&Match>) -> Result<ActionSpec, 
         }
     };
     let ipv4 = ty == Some(ETH_IPV4);
+    let mpls = ty.is_some_and(is_mpls);
     let l4 = matches!(ty, Some(ETH_IPV4 | ETH_IPV6)) && matches!(proto, Some(IP_TCP | IP_UDP));
     let arp = ty == Some(ETH_ARP);
     let icmp4 = ipv4 && proto == Some(IP_ICMP);
@@ -144,6 +145,35 @@ fn parse_action_in(a: &str, table: u8, m: Option<&Match>) -> Result<ActionSpec, 
                 )));
             }
             ActionSpec::PushVlan(tpid)
+        }
+        ("push_mpls", _) => {
+            let t = num(name, need("an Ethertype")?, 0xffff)? as u16;
+            if !is_mpls(t) {
+                return Err(ParseError::Invalid(format!(
+                    "push_mpls:{t:#06x}: the Ethertype must be 0x8847 or 0x8848"
+                )));
+            }
+            ActionSpec::PushMpls(t)
+        }
+        ("pop_mpls", _) => {
+            require(mpls, "mpls or mplsm")?;
+            ActionSpec::PopMpls(num(name, need("an Ethertype")?, 0xffff)? as u16)
+        }
+        ("set_mpls_ttl", _) => {
+            require(mpls, "mpls or mplsm")?;
+            ActionSpec::SetMplsTtl(num(name, need("a TTL")?, 255)? as u8)
+        }
+        ("dec_mpls_ttl", None) => {
+            require(mpls, "mpls or mplsm")?;
+            ActionSpec::DecMplsTtl
+        }
+        ("set_mpls_label", _) => {
+            require(mpls, "mpls or mplsm")?;
+            ActionSpec::SetField(Field::MplsLabel, num(name, need("a label")?, 0xfffff)?)
+        }
+        ("set_mpls_tc", _) => {
+            require(mpls, "mpls or mplsm")?;
+            ActionSpec::SetField(Field::MplsTc, num(name, need("a traffic class")?, 7)?)
         }
         ("clear_actions", None) => ActionSpec::ClearActions,
         ("dec_ttl", None) => ActionSpec::DecTtl,
@@ -314,6 +344,18 @@ fn parse_action_in(a: &str, table: u8, m: Option<&Match>) -> Result<ActionSpec, 
                     ActionSpec::SetTunnel(num(f, v, u128::from(u64::MAX))? as u64)
                 }
                 "tun_dst" => ActionSpec::SetField(Field::TunDst, u128::from(self::ipv4(f, v)?)),
+                "mpls_label" => {
+                    require(mpls, "mpls or mplsm")?;
+                    ActionSpec::SetField(Field::MplsLabel, num(f, v, 0xfffff)?)
+                }
+                "mpls_tc" => {
+                    require(mpls, "mpls or mplsm")?;
+                    ActionSpec::SetField(Field::MplsTc, num(f, v, 7)?)
+                }
+                "mpls_ttl" => {
+                    require(mpls, "mpls or mplsm")?;
+                    ActionSpec::SetField(Field::MplsTtl, num(f, v, 255)?)
+                }
                 _ => {
                     return Err(ParseError::Invalid(format!(
                         "set_field: field '{f}' cannot be set"
@@ -360,4 +402,10 @@ const KEYWORD_ACTIONS: &[&str] = &[
     "write_actions",
     "clear_actions",
     "write_metadata",
+    "push_mpls",
+    "pop_mpls",
+    "set_mpls_ttl",
+    "dec_mpls_ttl",
+    "set_mpls_label",
+    "set_mpls_tc",
 ];

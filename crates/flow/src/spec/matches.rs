@@ -4,8 +4,8 @@
 //! only when the match pins the protocol that carries it, and protocols never conflict.
 
 use crate::key::{
-    Field, ETH_ARP, ETH_IPV4, ETH_IPV6, FRAG_ANY, FRAG_LATER, IP_ICMP, IP_ICMPV6, IP_SCTP, IP_TCP,
-    IP_UDP, ND_NA, ND_NS, VLAN_CFI,
+    is_mpls, Field, ETH_ARP, ETH_IPV4, ETH_IPV6, ETH_MPLS, ETH_MPLS_MCAST, FRAG_ANY, FRAG_LATER,
+    IP_ICMP, IP_ICMPV6, IP_SCTP, IP_TCP, IP_UDP, ND_NA, ND_NS, VLAN_CFI,
 };
 use crate::matching::Match;
 
@@ -63,6 +63,8 @@ fn match_token(p: &mut Parsed, name: &str, value: Option<&str>) -> Result<(), Pa
         "udp6" => Some(shorthand(ETH_IPV6, Some(IP_UDP))),
         "sctp6" => Some(shorthand(ETH_IPV6, Some(IP_SCTP))),
         "icmp6" => Some(shorthand(ETH_IPV6, Some(IP_ICMPV6))),
+        "mpls" => Some(shorthand(ETH_MPLS, None)),
+        "mplsm" => Some(shorthand(ETH_MPLS_MCAST, None)),
         _ => None,
     };
     if let Some((ty, proto)) = sh {
@@ -242,6 +244,10 @@ fn match_token(p: &mut Parsed, name: &str, value: Option<&str>) -> Result<(), Pa
             let (a, m) = ipv4_masked(name, v)?;
             field(Field::TunDst, a, m);
         }
+        "mpls_label" => field(Field::MplsLabel, num(name, v, 0xfffff)?, 0xfffff),
+        "mpls_tc" => field(Field::MplsTc, num(name, v, 7)?, 7),
+        "mpls_bos" => field(Field::MplsBos, num(name, v, 1)?, 1),
+        "mpls_ttl" => field(Field::MplsTtl, num(name, v, 255)?, 0xff),
         _ => return Err(ParseError::UnknownField(name.into())),
     }
     Ok(())
@@ -304,6 +310,10 @@ const FIELD_NAMES: &[&str] = &[
     "metadata",
     "tun_src",
     "tun_dst",
+    "mpls_label",
+    "mpls_tc",
+    "mpls_bos",
+    "mpls_ttl",
 ];
 
 /// OpenFlow prerequisites: a field may only be matched when the match pins the protocol
@@ -334,6 +344,9 @@ fn check_prerequisites(p: &Parsed) -> Result<(), ParseError> {
             Field::NdTarget => matches!(nd_type, Some(ND_NS | ND_NA)),
             Field::Ipv6Src | Field::Ipv6Dst | Field::Ipv6Flabel => ty == Some(ETH_IPV6),
             Field::IpProto | Field::IpTos | Field::IpTtl | Field::IpFrag => ip,
+            Field::MplsLabel | Field::MplsTc | Field::MplsBos | Field::MplsTtl => {
+                ty.is_some_and(is_mpls)
+            }
             Field::TpSrc | Field::TpDst => {
                 if name.starts_with("icmpv6") {
                     icmp6
@@ -362,6 +375,9 @@ fn check_prerequisites(p: &Parsed) -> Result<(), ParseError> {
                 Field::ArpSha | Field::ArpTha => "arp (dl_type=0x0806)",
                 Field::NdTarget => "icmp6,icmp_type=135 or icmp6,icmp_type=136",
                 Field::Ipv6Src | Field::Ipv6Dst | Field::Ipv6Flabel => "ipv6 (dl_type=0x86dd)",
+                Field::MplsLabel | Field::MplsTc | Field::MplsBos | Field::MplsTtl => {
+                    "mpls or mplsm (dl_type=0x8847 or 0x8848)"
+                }
                 Field::TpSrc | Field::TpDst if name.starts_with("icmpv6") => "icmp6",
                 Field::TpSrc | Field::TpDst if name.starts_with("icmp") => "icmp or icmp6",
                 Field::TpSrc | Field::TpDst if name.starts_with("tcp") => "tcp or tcp6",

@@ -87,6 +87,17 @@ pub enum ActionSpec {
         value: u64,
         mask: u64,
     },
+    /// Push an MPLS label stack entry, the frame's Ethertype becoming 0x8847 or 0x8848
+    /// (`push_mpls:ET`): a copy of the top entry with bos 0 on an MPLS frame, else label 0
+    /// (2 over IPv6), bos 1, the IP TTL (64 without one or when 0) and TC from the DSCP's
+    /// low 3 bits, as OVS.
+    PushMpls(u16),
+    /// Pop the top MPLS entry, the frame's Ethertype becoming the argument (`pop_mpls:ET`).
+    PopMpls(u16),
+    /// Set the top MPLS entry's TTL (`set_mpls_ttl:N`).
+    SetMplsTtl(u8),
+    /// Decrement the top MPLS entry's TTL; at 0 or 1 the packet is dropped (`dec_mpls_ttl`).
+    DecMplsTtl,
 }
 
 impl ActionSpec {
@@ -162,8 +173,16 @@ pub fn parse_flow(s: &str) -> Result<FlowSpec, ParseError> {
     }
     let table = p.table.unwrap_or(0);
     let mut actions = Vec::new();
+    // The match as each action sees it: push_mpls and pop_mpls change the Ethertype the
+    // later actions' prerequisites are checked against (as OVS's `ofpacts_check`).
+    let mut seen = p.m;
     for a in tokens(apart) {
-        actions.push(parse_action(a.trim(), table, &p.m)?);
+        let act = parse_action(a.trim(), table, &seen)?;
+        if let ActionSpec::PushMpls(t) | ActionSpec::PopMpls(t) = act {
+            seen.set(Field::EthType, u128::from(t), 0xffff);
+            seen.set(Field::IpProto, 0, 0);
+        }
+        actions.push(act);
     }
     if actions.is_empty() {
         return Err(ParseError::NoActions);

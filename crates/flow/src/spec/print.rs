@@ -6,8 +6,8 @@ use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use crate::key::{
-    Field, ETH_ARP, ETH_IPV4, ETH_IPV6, FRAG_ANY, FRAG_LATER, IP_ICMP, IP_ICMPV6, IP_SCTP, IP_TCP,
-    IP_UDP,
+    Field, ETH_ARP, ETH_IPV4, ETH_IPV6, ETH_MPLS, ETH_MPLS_MCAST, FRAG_ANY, FRAG_LATER, IP_ICMP,
+    IP_ICMPV6, IP_SCTP, IP_TCP, IP_UDP,
 };
 use crate::matching::Match;
 
@@ -78,6 +78,8 @@ fn fmt_match(out: &mut Vec<String>, m: &Match) {
                 ETH_IPV4 => out.push("ip".into()),
                 ETH_IPV6 => out.push("ipv6".into()),
                 ETH_ARP => out.push("arp".into()),
+                ETH_MPLS => out.push("mpls".into()),
+                ETH_MPLS_MCAST => out.push("mplsm".into()),
                 t => out.push(format!("dl_type={t:#06x}")),
             },
         }
@@ -200,6 +202,10 @@ fn fmt_match(out: &mut Vec<String>, m: &Match) {
     });
     put("tun_src", Field::TunSrc, &fmt_ipv4);
     put("tun_dst", Field::TunDst, &fmt_ipv4);
+    put("mpls_label", Field::MplsLabel, &|v, _| v.to_string());
+    put("mpls_tc", Field::MplsTc, &|v, _| v.to_string());
+    put("mpls_ttl", Field::MplsTtl, &|v, _| v.to_string());
+    put("mpls_bos", Field::MplsBos, &|v, _| v.to_string());
 }
 
 impl fmt::Display for ActionSpec {
@@ -229,6 +235,9 @@ impl fmt::Display for ActionSpec {
                 Field::ArpTha => write!(f, "set_field:{}->arp_tha", fmt_mac(*v)),
                 Field::NdTarget => write!(f, "set_field:{}->nd_target", Ipv6Addr::from(*v)),
                 Field::Ipv6Flabel => write!(f, "set_field:{v:#x}->ipv6_label"),
+                Field::MplsLabel => write!(f, "set_field:{v}->mpls_label"),
+                Field::MplsTc => write!(f, "set_field:{v}->mpls_tc"),
+                Field::MplsTtl => write!(f, "set_field:{v}->mpls_ttl"),
                 other => write!(f, "set_field:{v}->{other:?}"),
             },
             ActionSpec::SetEcn(v) => write!(f, "mod_nw_ecn:{v}"),
@@ -251,6 +260,10 @@ impl fmt::Display for ActionSpec {
                     write!(f, "write_metadata:{value:#x}/{mask:#x}")
                 }
             }
+            ActionSpec::PushMpls(t) => write!(f, "push_mpls:{t:#06x}"),
+            ActionSpec::PopMpls(t) => write!(f, "pop_mpls:{t:#06x}"),
+            ActionSpec::SetMplsTtl(t) => write!(f, "set_mpls_ttl({t})"),
+            ActionSpec::DecMplsTtl => write!(f, "dec_mpls_ttl"),
             ActionSpec::WriteActions(v) => {
                 let v: Vec<String> = v.iter().map(|a| a.to_string()).collect();
                 write!(f, "write_actions({})", v.join(","))
