@@ -276,6 +276,11 @@ impl BridgeRules {
         self.rules.iter_mut().map(|r| &mut r.installed)
     }
 
+    /// Group `id`'s install time, to set (a hot upgrade keeps the old daemon's).
+    pub fn group_installed_mut(&mut self, id: u32) -> Option<&mut Instant> {
+        self.groups.get_mut(&id).map(|g| &mut g.installed)
+    }
+
     /// The changes since the last call (`None`: build the pipeline from all rules), and a
     /// fresh log from here on.
     pub fn take_changes(&mut self) -> Option<Vec<RuleChange>> {
