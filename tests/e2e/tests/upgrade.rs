@@ -987,6 +987,33 @@ fn openflow_state_and_counters_survive_a_hot_upgrade() {
     wait_until("FLOW_REMOVED", 5, || ctl.saw(1, Controller::FLOW_REMOVED));
     assert_eq!(ctl.counts(), (2, 1));
 
+    // A restart (stop, start from the saved configuration) keeps SEND_FLOW_REM too.
+    ofctl_ok(
+        &sock,
+        "add-flow",
+        &["send_flow_rem,cookie=0x45,priority=40,ip,nw_dst=10.99.0.5,actions=drop"],
+    );
+    let (flows_saved, _, _) = flows_and_durations(&sock);
+    let old = daemon_pid(&dir);
+    Command::new("kill").arg(old.to_string()).status().unwrap();
+    wait_until("the daemon stopped", 10, || !alive(old));
+    let _sw2 = start_switch(&dir, pmd, &[]);
+    wait_until("the management socket after the restart", 10, || {
+        ofctl(&sock, "dump-flows", &[]).0
+    });
+    assert_eq!(flows_and_durations(&sock).0, flows_saved, "rules kept");
+    wait_until("the controller's third handshake", 10, || {
+        ctl.saw(2, Controller::FEATURES_REPLY)
+    });
+    ofctl_ok(
+        &sock,
+        "del-flows",
+        &["--strict", "priority=40,ip,nw_dst=10.99.0.5"],
+    );
+    wait_until("FLOW_REMOVED after the restart", 5, || {
+        ctl.saw(2, Controller::FLOW_REMOVED)
+    });
+
     if std::env::var_os("FERROVS_WRITE_FIXTURE").is_some() {
         capture_openflow_fixture(&dir);
     }
