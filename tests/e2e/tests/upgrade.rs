@@ -719,8 +719,11 @@ fn upgrades_across_an_older_build_both_ways() {
 /// each connection's message types (in arrival order) and whether it closed.
 struct Controller {
     port: u16,
-    conns: std::sync::Arc<std::sync::Mutex<Vec<(Vec<u8>, bool)>>>,
+    conns: ConnLog,
 }
+
+/// Per connection: the types of the messages it received, and whether it closed.
+type ConnLog = std::sync::Arc<std::sync::Mutex<Vec<(Vec<u8>, bool)>>>;
 
 impl Controller {
     const HELLO: u8 = 0;

@@ -152,6 +152,9 @@ fn kernel<E: std::error::Error + Send + Sync + 'static>(e: E) -> PortError {
     PortError::Kernel(Box::new(e))
 }
 
+/// Per bridge (by name): one thing per group, meter or rule.
+type PerBridge<T> = Vec<(String, Vec<T>)>;
+
 /// Longest a connecting daemon may take to say hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(2);
 /// Longest the new daemon may take to prepare (map memory, build ports).
@@ -1041,13 +1044,7 @@ impl Daemon {
     }
 
     /// Every bridge's group and meter counters (at the freeze: final), by id.
-    #[allow(clippy::type_complexity)]
-    fn group_and_meter_counters(
-        &self,
-    ) -> (
-        Vec<(String, Vec<GroupCounters>)>,
-        Vec<(String, Vec<MeterCounters>)>,
-    ) {
+    fn group_and_meter_counters(&self) -> (PerBridge<GroupCounters>, PerBridge<MeterCounters>) {
         let mut groups = Vec::new();
         let mut meters = Vec::new();
         for (name, b) in &self.bridges {
@@ -1096,8 +1093,8 @@ impl Daemon {
     /// lack is skipped) and takes over their install times (durations).
     fn restore_group_and_meter_counters(
         &mut self,
-        groups: &[(String, Vec<GroupCounters>)],
-        meters: &[(String, Vec<MeterCounters>)],
+        groups: &PerBridge<GroupCounters>,
+        meters: &PerBridge<MeterCounters>,
     ) {
         let now = Instant::now();
         let ago = |ms: u64| now.checked_sub(Duration::from_millis(ms));
