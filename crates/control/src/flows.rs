@@ -78,7 +78,8 @@ pub struct StoredRule {
     /// The `max_len` of each OpenFlow OUTPUT action of the rule, in order, as the FLOW_MOD
     /// that installed it gave them (OVS keeps and reports them; the pipeline ignores them
     /// for ports other than the controller). Empty: all 0, as ovs-ofctl and the CLI send.
-    /// Not part of the saved text form: a restart or hot upgrade reports 0 again.
+    /// Not part of the saved text form: a restart reports 0 again (a hot upgrade carries
+    /// them, `upgrade::RuleCounters::output_max_len`).
     pub output_max_len: Vec<u16>,
 }
 
