@@ -244,6 +244,11 @@ pub struct BridgeConfig {
     /// The bridge's groups in `ferrovs add-group` (ovs-ofctl) syntax, by group id.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub groups: Vec<String>,
+    /// Which of `flows` (positions from 0) were added with OpenFlow's
+    /// `OFPFF_SEND_FLOW_REM`: their removal is reported to the controllers after a restart
+    /// or hot upgrade too.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub send_flow_rem: Vec<u32>,
 }
 
 impl BridgeConfig {

@@ -78,7 +78,8 @@ pub struct StoredRule {
     /// The `max_len` of each OpenFlow OUTPUT action of the rule, in order, as the FLOW_MOD
     /// that installed it gave them (OVS keeps and reports them; the pipeline ignores them
     /// for ports other than the controller). Empty: all 0, as ovs-ofctl and the CLI send.
-    /// Not part of the saved text form: a restart or hot upgrade reports 0 again.
+    /// Not part of the saved text form: a restart reports 0 again (a hot upgrade carries
+    /// them, `upgrade::RuleCounters::output_max_len`).
     pub output_max_len: Vec<u16>,
 }
 
@@ -274,6 +275,11 @@ impl BridgeRules {
     /// themselves do not change.
     pub fn rules_installed_mut(&mut self) -> impl Iterator<Item = &mut Instant> {
         self.rules.iter_mut().map(|r| &mut r.installed)
+    }
+
+    /// Group `id`'s install time, to set (a hot upgrade keeps the old daemon's).
+    pub fn group_installed_mut(&mut self, id: u32) -> Option<&mut Instant> {
+        self.groups.get_mut(&id).map(|g| &mut g.installed)
     }
 
     /// The changes since the last call (`None`: build the pipeline from all rules), and a

@@ -118,6 +118,14 @@ pub enum Msg {
         /// an older peer leaves it out, and ignores it).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         rules: Vec<(String, Vec<RuleCounters>)>,
+        /// Per bridge: its groups' counters, by group id (added without a version change,
+        /// like `rules`).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        groups: Vec<(String, Vec<GroupCounters>)>,
+        /// Per bridge: its meters' counters, by meter id (added without a version change,
+        /// like `rules`).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        meters: Vec<(String, Vec<MeterCounters>)>,
     },
     /// either way: this side gives up (the old daemon carries on).
     Fail { error: String },
@@ -290,6 +298,48 @@ pub struct RuleCounters {
     /// Seconds since its last packet; `None`: no packet yet.
     #[serde(default)]
     pub idle_s: Option<u64>,
+    /// The `max_len` of each of its OUTPUT actions as the FLOW_MOD gave them (absent: all
+    /// 0, as ovs-ofctl sends them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub output_max_len: Vec<u16>,
+}
+
+/// One group's counters at the freeze (OpenFlow's group stats); its duration goes on from
+/// the same install time. The group itself travels in the configuration
+/// (`BridgeConfig::groups`).
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupCounters {
+    /// The group id.
+    pub id: u32,
+    #[serde(default)]
+    pub packets: u64,
+    #[serde(default)]
+    pub bytes: u64,
+    /// Per bucket, in the group's order: `[packets, bytes]`.
+    #[serde(default)]
+    pub buckets: Vec<(u64, u64)>,
+    /// Milliseconds since it was installed.
+    #[serde(default)]
+    pub age_ms: u64,
+}
+
+/// One meter's counters at the freeze (OpenFlow's meter stats); its duration goes on from
+/// the same time. The meter itself travels in the configuration (`BridgeConfig::meters`).
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MeterCounters {
+    /// The meter id.
+    pub id: u32,
+    /// Packets and bytes in.
+    #[serde(default)]
+    pub packets: u64,
+    #[serde(default)]
+    pub bytes: u64,
+    /// Per band, in the meter's order: `[packets, bytes]` it fired for.
+    #[serde(default)]
+    pub bands: Vec<(u64, u64)>,
+    /// Milliseconds since it was added.
+    #[serde(default)]
+    pub age_ms: u64,
 }
 
 /// Why handed-over state was refused.
@@ -656,6 +706,8 @@ mod tests {
             stats,
             ports,
             rules,
+            groups,
+            meters,
         } = m
         else {
             panic!("{m:?}")
@@ -663,6 +715,7 @@ mod tests {
         assert_eq!(stats[0].1[0].calls_coalesced, 0);
         assert!(ports.is_empty());
         assert!(rules.is_empty(), "an older peer sends no rule counters");
+        assert!(groups.is_empty() && meters.is_empty());
         // Rule counters (in the order of the configuration's rules), as written now.
         let m = same::<Msg>(json!({
             "msg": "bye",
@@ -678,6 +731,35 @@ mod tests {
         };
         assert_eq!(rules[0].1[0].packets, 3000);
         assert_eq!(rules[0].1[1].idle_s, None);
+        // OUTPUT max_len, group and meter counters, as written now.
+        let m = same::<Msg>(json!({
+            "msg": "bye",
+            "stats": [],
+            "ports": [],
+            "rules": [["br0", [
+                {"packets": 1, "bytes": 64, "age_ms": 10, "idle_s": 0,
+                 "output_max_len": [0, 128]},
+            ]]],
+            "groups": [["br0", [
+                {"id": 1, "packets": 30, "bytes": 1920, "buckets": [[10, 640], [20, 1280]],
+                 "age_ms": 1500},
+            ]]],
+            "meters": [["br0", [
+                {"id": 7, "packets": 30, "bytes": 1920, "bands": [[2, 128]], "age_ms": 900},
+            ]]],
+        }));
+        let Msg::Bye {
+            rules,
+            groups,
+            meters,
+            ..
+        } = m
+        else {
+            panic!("{m:?}")
+        };
+        assert_eq!(rules[0].1[0].output_max_len, vec![0, 128]);
+        assert_eq!(groups[0].1[0].buckets[1], (20, 1280));
+        assert_eq!(meters[0].1[0].bands, vec![(2, 128)]);
         let k: KernelState = serde_json::from_value(json!({
             "fd": 3,
             "xdp": {"umem": 4, "promisc": 5, "map": 6, "prog": 7, "link": 8, "ifindex": 9,

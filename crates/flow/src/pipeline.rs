@@ -170,6 +170,36 @@ impl GroupStats {
             buckets: g.buckets.iter().map(|_| Arc::default()).collect(),
         }
     }
+
+    /// The group's `(packets, bytes)` and each bucket's, in bucket order, now (plain data:
+    /// a hot upgrade carries them to the new daemon's [`GroupStats::restore`]).
+    pub fn snapshot(&self) -> ((u64, u64), Vec<(u64, u64)>) {
+        use std::sync::atomic::Ordering;
+        let get = |s: &RuleStats| {
+            (
+                s.packets.load(Ordering::Relaxed),
+                s.bytes.load(Ordering::Relaxed),
+            )
+        };
+        (
+            get(&self.group),
+            self.buckets.iter().map(|b| get(b)).collect(),
+        )
+    }
+
+    /// Adds counters taken by [`GroupStats::snapshot`] of the same group to these.
+    /// Buckets pair by position: counters for a bucket this group lacks are left out.
+    pub fn restore(&self, group: (u64, u64), buckets: &[(u64, u64)]) {
+        use std::sync::atomic::Ordering;
+        let add = |s: &RuleStats, (p, b): (u64, u64)| {
+            s.packets.fetch_add(p, Ordering::Relaxed);
+            s.bytes.fetch_add(b, Ordering::Relaxed);
+        };
+        add(&self.group, group);
+        for (s, &c) in self.buckets.iter().zip(buckets) {
+            add(s, c);
+        }
+    }
 }
 
 /// Most nested groups (a bucket's `group:N` into another group) a translation follows; a

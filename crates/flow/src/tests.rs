@@ -1260,3 +1260,22 @@ fn a_bucket_that_pushes_or_pops_mpls_is_undone_for_the_next() {
         ]
     );
 }
+
+#[test]
+fn group_counters_snapshot_and_restore_by_bucket() {
+    use std::sync::atomic::Ordering;
+    let g = parse_group("group_id=1,type=select,bucket=output:p1,bucket=output:p2").unwrap();
+    let old = GroupStats::for_group(&g);
+    old.group.packets.store(30, Ordering::Relaxed);
+    old.group.bytes.store(3000, Ordering::Relaxed);
+    old.buckets[0].packets.store(10, Ordering::Relaxed);
+    old.buckets[1].bytes.store(2000, Ordering::Relaxed);
+    let (group, buckets) = old.snapshot();
+    assert_eq!(group, (30, 3000));
+    assert_eq!(buckets, vec![(10, 0), (0, 2000)]);
+    let new = GroupStats::for_group(&g);
+    new.group.packets.store(1, Ordering::Relaxed);
+    // A bucket the new group lacks is left out.
+    new.restore(group, &[(10, 0), (0, 2000), (7, 7)]);
+    assert_eq!(new.snapshot(), ((31, 3000), vec![(10, 0), (0, 2000)]));
+}

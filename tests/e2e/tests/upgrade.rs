@@ -334,6 +334,59 @@ fn handed_over_state_of_every_released_schema_restores() {
         let back = serde_json::to_value(Msg::State(Box::new(st))).unwrap();
         assert_eq!(back, v, "schema {schema}: state does not round-trip");
     }
+    // Every other fixture too: the state of a bridge programmed over OpenFlow (rules,
+    // groups, meters, controllers) and the final counters that come with it.
+    let mut others = 0;
+    for e in std::fs::read_dir(fixtures()).unwrap() {
+        let p = e.unwrap().path();
+        let name = p.file_name().unwrap().to_string_lossy().to_string();
+        let text = std::fs::read_to_string(&p).unwrap();
+        let v: Value = serde_json::from_str(&text).unwrap();
+        if name.starts_with("upgrade-state-") {
+            let st = State::parse(text.as_bytes()).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let back = serde_json::to_value(Msg::State(Box::new(st))).unwrap();
+            assert_eq!(back, v, "{name}: state does not round-trip");
+        } else if name.starts_with("upgrade-bye-") {
+            let m: Msg =
+                serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let Msg::Bye {
+                rules,
+                groups,
+                meters,
+                ..
+            } = &m
+            else {
+                panic!("{name}: not a bye: {m:?}")
+            };
+            assert!(
+                !rules.is_empty() && !groups.is_empty() && !meters.is_empty(),
+                "{name}"
+            );
+            assert_eq!(
+                serde_json::to_value(&m).unwrap(),
+                v,
+                "{name}: does not round-trip"
+            );
+        } else {
+            continue;
+        }
+        others += 1;
+    }
+    assert!(
+        others >= 2 + (SCHEMA - MIN_SCHEMA + 1) as usize,
+        "{others} fixtures"
+    );
+    let of = State::parse(
+        std::fs::read_to_string(fixtures().join("upgrade-state-v1-openflow.json"))
+            .unwrap()
+            .as_bytes(),
+    )
+    .unwrap();
+    let br = &of.config.bridges[0];
+    assert!(br.flows.as_ref().is_some_and(|f| f.len() >= 4), "{br:?}");
+    assert!(!br.groups.is_empty() && !br.meters.is_empty() && !br.controllers.is_empty());
+    assert!(!br.send_flow_rem.is_empty(), "{br:?}");
+    assert!(of.ports.iter().all(|p| p.ofport.is_some()));
     let mut v: Value = serde_json::from_str(
         &std::fs::read_to_string(fixtures().join(format!("upgrade-state-v{SCHEMA}.json"))).unwrap(),
     )
@@ -659,4 +712,385 @@ fn upgrades_across_an_older_build_both_ways() {
     }
     let show = cli_json(&dir, &["show"]);
     assert_eq!(show["upgrades"], 2, "{show}");
+}
+
+/// A controller endpoint of the test's own: it accepts every connection the switch makes,
+/// answers HELLO with HELLO and FEATURES_REQUEST, ECHO_REQUEST with ECHO_REPLY, and keeps
+/// each connection's message types (in arrival order) and whether it closed.
+struct Controller {
+    port: u16,
+    conns: ConnLog,
+}
+
+/// Per connection: the types of the messages it received, and whether it closed.
+type ConnLog = std::sync::Arc<std::sync::Mutex<Vec<(Vec<u8>, bool)>>>;
+
+impl Controller {
+    const HELLO: u8 = 0;
+    const ECHO_REQUEST: u8 = 2;
+    const FEATURES_REPLY: u8 = 6;
+    const FLOW_REMOVED: u8 = 11;
+
+    fn start() -> Controller {
+        use std::io::{Read, Write};
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let conns = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = conns.clone();
+        std::thread::spawn(move || {
+            for s in l.incoming() {
+                let Ok(mut s) = s else { continue };
+                let i = {
+                    let mut c = log.lock().unwrap();
+                    c.push((Vec::new(), false));
+                    c.len() - 1
+                };
+                let log = log.clone();
+                std::thread::spawn(move || {
+                    let hdr = |ty: u8, xid: u32| {
+                        let mut h = vec![4, ty, 0, 8];
+                        h.extend_from_slice(&xid.to_be_bytes());
+                        h
+                    };
+                    let mut ok = s.write_all(&hdr(Self::HELLO, 1)).is_ok()
+                        && s.write_all(&hdr(5, 2)).is_ok(); // FEATURES_REQUEST
+                    while ok {
+                        let mut h = [0u8; 8];
+                        if s.read_exact(&mut h).is_err() {
+                            break;
+                        }
+                        let len = usize::from(u16::from_be_bytes([h[2], h[3]])).max(8);
+                        let mut m = h.to_vec();
+                        m.resize(len, 0);
+                        if s.read_exact(&mut m[8..]).is_err() {
+                            break;
+                        }
+                        if h[1] == Self::ECHO_REQUEST {
+                            let mut r = m.clone();
+                            r[1] = 3; // ECHO_REPLY
+                            ok = s.write_all(&r).is_ok();
+                        }
+                        log.lock().unwrap()[i].0.push(h[1]);
+                    }
+                    log.lock().unwrap()[i].1 = true;
+                });
+            }
+        });
+        Controller { port, conns }
+    }
+
+    /// (connections accepted, of which closed).
+    fn counts(&self) -> (usize, usize) {
+        let c = self.conns.lock().unwrap();
+        (c.len(), c.iter().filter(|(_, closed)| *closed).count())
+    }
+
+    /// Whether connection `i` has received a message of type `ty`.
+    fn saw(&self, i: usize, ty: u8) -> bool {
+        let c = self.conns.lock().unwrap();
+        c.get(i).is_some_and(|(m, _)| m.contains(&ty))
+    }
+}
+
+/// `ovs-ofctl dump-flows` lines (header left out), each without its counters and ages, and
+/// each rule's duration in seconds, sorted by rule.
+fn flows_and_durations(sock: &Path) -> (Vec<String>, Vec<f64>, Vec<u64>) {
+    let out = ofctl_ok(sock, "dump-flows", &[]);
+    let mut rows: Vec<(String, f64, u64)> = out
+        .lines()
+        .filter(|l| !l.starts_with("OFPST_FLOW"))
+        .map(|l| {
+            let mut dur = 0.0;
+            let mut packets = 0;
+            let kept: Vec<&str> = l
+                .trim()
+                .split(' ')
+                .filter(|w| {
+                    let w = w.trim_end_matches(',');
+                    if let Some(d) = w.strip_prefix("duration=") {
+                        dur = d.trim_end_matches('s').parse().unwrap();
+                        return false;
+                    }
+                    if let Some(p) = w.strip_prefix("n_packets=") {
+                        packets = p.parse().unwrap();
+                        return false;
+                    }
+                    !(w.starts_with("n_bytes=")
+                        || w.starts_with("idle_age=")
+                        || w.starts_with("hard_age="))
+                })
+                .collect();
+            (kept.join(" "), dur, packets)
+        })
+        .collect();
+    rows.sort_by(|a, b| a.0.cmp(&b.0));
+    (
+        rows.iter().map(|r| r.0.clone()).collect(),
+        rows.iter().map(|r| r.1).collect(),
+        rows.iter().map(|r| r.2).collect(),
+    )
+}
+
+/// The number after `name` in `text` (the first occurrence after `from`).
+fn count_after(text: &str, from: &str, name: &str) -> u64 {
+    let t = &text[text
+        .find(from)
+        .unwrap_or_else(|| panic!("no {from} in {text}"))..];
+    let v = t
+        .split(name)
+        .nth(1)
+        .unwrap_or_else(|| panic!("no {name} in {t}"));
+    v[..v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len())]
+        .parse()
+        .unwrap()
+}
+
+/// A bridge programmed over OpenFlow (a meter, a select group, rules with a cookie,
+/// timeouts and SEND_FLOW_REM) with a controller connected and traffic through the group:
+/// a hot upgrade keeps every rule, group and meter with their counters (they go on from
+/// where they were), the rules' durations, the port numbers and SEND_FLOW_REM; the
+/// controller sees exactly one reconnect, at once; every packet arrives or is a counted
+/// drop. With `FERROVS_WRITE_FIXTURE=1` it then captures the state and the final counters
+/// such a daemon hands over (`fixtures/upgrade-*-v1-openflow.json`).
+#[test]
+fn openflow_state_and_counters_survive_a_hot_upgrade() {
+    if !require(have("ovs-ofctl"), "ovs-ofctl (openvswitch-common)") {
+        return;
+    }
+    let dir = run_dir("upgrade-openflow");
+    let (pmd, _) = cores();
+    let _sw = start_switch(&dir, pmd, &[]);
+    let _stop = StopCurrent(dir.clone());
+    let sock = dir.join("br0.mgmt");
+    wait_until("management socket", 10, || sock.exists());
+    // The controller first: a bridge that gets its first controller flushes its tables
+    // (as OVS's).
+    let ctl = Controller::start();
+    let o = cli(
+        &dir,
+        &[
+            "set-controller",
+            "br0",
+            &format!("tcp:127.0.0.1:{}", ctl.port),
+        ],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    wait_until("the controller's handshake", 10, || {
+        ctl.saw(0, Controller::FEATURES_REPLY)
+    });
+
+    ofctl_ok(
+        &sock,
+        "add-meter",
+        &["meter=1,kbps,stats,band=type=drop,rate=100000000"],
+    );
+    ofctl_ok(
+        &sock,
+        "add-group",
+        &["group_id=1,type=select,bucket=weight:1,output:2,bucket=weight:1,output:2"],
+    );
+    for f in [
+        "priority=100,in_port=1,actions=meter:1,group:1",
+        "priority=100,in_port=2,actions=output:1",
+        "cookie=0x42,priority=50,idle_timeout=3000,hard_timeout=3600,ip,nw_dst=10.99.0.1,actions=drop",
+    ] {
+        ofctl_ok(&sock, "add-flow", &[f]);
+    }
+    ofctl_ok(
+        &sock,
+        "add-flow",
+        &["send_flow_rem,cookie=0x43,priority=40,ip,nw_dst=10.99.0.2,actions=drop"],
+    );
+    let ports_before = ofctl_ok(&sock, "dump-ports-desc", &[]);
+    let (mut flows_before, mut dur_before, mut group_before, mut meter_before) =
+        (vec![], vec![], 0, 0);
+    let mut rule_before = 0;
+    let pid = daemon_pid(&dir);
+    let count = 60_000;
+    with_traffic(&dir, count, 20_000, 0, || {
+        std::thread::sleep(Duration::from_millis(500));
+        let (f, d, p) = flows_and_durations(&sock);
+        (flows_before, dur_before) = (f, d);
+        rule_before = p.iter().max().copied().unwrap_or(0);
+        group_before = count_after(
+            &ofctl_ok(&sock, "dump-group-stats", &[]),
+            "group_id=1",
+            "packet_count=",
+        );
+        meter_before = count_after(
+            &ofctl_ok(&sock, "meter-stats", &[]),
+            "meter:1",
+            "packet_in_count:",
+        );
+        assert!(group_before > 0 && meter_before > 0 && rule_before > 0);
+        let r = upgrade(&dir, &[]).expect("upgrade");
+        assert_eq!(r["ok"], true, "{r}");
+    });
+    assert_ne!(daemon_pid(&dir), pid, "a new daemon serves");
+    // The new daemon binds the management socket on its first tick after the old one left.
+    wait_until("the management socket again", 10, || {
+        ofctl(&sock, "dump-flows", &[]).0
+    });
+    let show = cli_json(&dir, &["show"]);
+    let received = cli_json(&dir, &["port-stats", "vm2"])[0]["tx"]["packets"]
+        .as_u64()
+        .unwrap();
+    assert!(received > 0, "{show}");
+
+    // Every rule, with its cookie, timeouts and flags; durations go on.
+    let (flows_after, dur_after, packets_after) = flows_and_durations(&sock);
+    assert_eq!(flows_after, flows_before, "rules kept across the upgrade");
+    for kept in ["send_flow_rem", "hard_timeout=3600", "cookie=0x42"] {
+        assert!(
+            flows_after.iter().any(|l| l.contains(kept)),
+            "{kept}: {flows_after:?}"
+        );
+    }
+    for (a, b) in dur_after.iter().zip(&dur_before) {
+        assert!(
+            a >= b,
+            "durations go on: {dur_after:?} after {dur_before:?}"
+        );
+    }
+    // Counters go on from where they were: the whole run's packets, not only the new
+    // daemon's.
+    let rule_after = packets_after.iter().max().copied().unwrap_or(0);
+    let group_after = count_after(
+        &ofctl_ok(&sock, "dump-group-stats", &[]),
+        "group_id=1",
+        "packet_count=",
+    );
+    let meter_out = ofctl_ok(&sock, "meter-stats", &[]);
+    let meter_after = count_after(&meter_out, "meter:1", "packet_in_count:");
+    for (what, before, after) in [
+        ("rule", rule_before, rule_after),
+        ("group", group_before, group_after),
+        ("meter", meter_before, meter_after),
+    ] {
+        assert!(
+            after >= before && after >= received,
+            "{what}: {after} packets after the upgrade, {before} before, {received} \
+             forwarded in all"
+        );
+    }
+    let buckets = ofctl_ok(&sock, "dump-group-stats", &[]);
+    assert!(buckets.contains("bucket0:packet_count="), "{buckets}");
+    // The same port numbers.
+    assert_eq!(ofctl_ok(&sock, "dump-ports-desc", &[]), ports_before);
+
+    // The controller: one reconnect, at once, and nothing else.
+    wait_until("the controller's second handshake", 5, || {
+        ctl.saw(1, Controller::FEATURES_REPLY)
+    });
+    assert_eq!(ctl.counts(), (2, 1), "exactly one reconnect");
+    // SEND_FLOW_REM kept: deleting the rule tells the (new) connection.
+    ofctl_ok(
+        &sock,
+        "del-flows",
+        &["--strict", "priority=40,ip,nw_dst=10.99.0.2"],
+    );
+    wait_until("FLOW_REMOVED", 5, || ctl.saw(1, Controller::FLOW_REMOVED));
+    assert_eq!(ctl.counts(), (2, 1));
+
+    // A restart (stop, start from the saved configuration) keeps SEND_FLOW_REM too.
+    ofctl_ok(
+        &sock,
+        "add-flow",
+        &["send_flow_rem,cookie=0x45,priority=40,ip,nw_dst=10.99.0.5,actions=drop"],
+    );
+    let (flows_saved, _, _) = flows_and_durations(&sock);
+    let old = daemon_pid(&dir);
+    Command::new("kill").arg(old.to_string()).status().unwrap();
+    wait_until("the daemon stopped", 10, || !alive(old));
+    let _sw2 = start_switch(&dir, pmd, &[]);
+    wait_until("the management socket after the restart", 10, || {
+        ofctl(&sock, "dump-flows", &[]).0
+    });
+    assert_eq!(flows_and_durations(&sock).0, flows_saved, "rules kept");
+    wait_until("the controller's third handshake", 10, || {
+        ctl.saw(2, Controller::FEATURES_REPLY)
+    });
+    ofctl_ok(
+        &sock,
+        "del-flows",
+        &["--strict", "priority=40,ip,nw_dst=10.99.0.5"],
+    );
+    wait_until("FLOW_REMOVED after the restart", 5, || {
+        ctl.saw(2, Controller::FLOW_REMOVED)
+    });
+
+    if std::env::var_os("FERROVS_WRITE_FIXTURE").is_some() {
+        capture_openflow_fixture(&dir);
+    }
+}
+
+/// Plays the new daemon through a whole handover with the daemon serving `dir` (a guest
+/// sending meanwhile, so that its connection is in the state) and writes what it hands
+/// over: the state and the final counters.
+fn capture_openflow_fixture(dir: &Path) {
+    // A rule that asks for FLOW_REMOVED (the test's own one was deleted).
+    ofctl_ok(
+        &dir.join("br0.mgmt"),
+        "add-flow",
+        &["send_flow_rem,cookie=0x44,priority=30,ip,nw_dst=10.99.0.3,actions=drop"],
+    );
+    let (_, core) = cores();
+    let core = core.to_string();
+    let gen = bin("ferrovs-gen").display().to_string();
+    let vm1 = dir.join("vm1.sock").display().to_string();
+    let vm2 = dir.join("vm2.sock").display().to_string();
+    let _tx = Proc::spawn(
+        "tx-fixture",
+        dir,
+        taskset(),
+        &gen_args(
+            &core,
+            &gen,
+            &[
+                "--socket",
+                &vm1,
+                "--sink",
+                &vm2,
+                "--rate",
+                "1000",
+                "--quiet",
+                "--duration",
+                "10",
+                "txonly",
+            ],
+        ),
+    );
+    std::thread::sleep(Duration::from_millis(1000));
+    let mut ch =
+        Channel::new(ferrovs_sys::os::seqpacket_connect(&dir.join("ferrovs.upgrade")).unwrap())
+            .unwrap();
+    ch.send(
+        &Msg::Hello {
+            schema_min: MIN_SCHEMA,
+            schema_max: SCHEMA,
+            version: "fixture".into(),
+        },
+        &[],
+    )
+    .unwrap();
+    let (st, _fds) = ch.recv_state(Duration::from_secs(5)).unwrap();
+    let schema = st.schema;
+    ch.send(&Msg::Ready { prepare_us: 1 }, &[]).unwrap();
+    let (frozen, _) = ch.recv(Duration::from_secs(5)).unwrap();
+    assert!(matches!(frozen, Msg::Frozen { .. }), "{frozen:?}");
+    ch.send(&Msg::Resumed { t_resumed_ns: 1 }, &[]).unwrap();
+    let (bye, _) = ch.recv(Duration::from_secs(5)).unwrap();
+    assert!(matches!(bye, Msg::Bye { .. }), "{bye:?}");
+    let write = |what: &str, v: String| {
+        std::fs::write(
+            fixtures().join(format!("upgrade-{what}-v{schema}-openflow.json")),
+            v,
+        )
+        .unwrap()
+    };
+    write(
+        "state",
+        serde_json::to_string_pretty(&Msg::State(Box::new(st))).unwrap(),
+    );
+    write("bye", serde_json::to_string_pretty(&bye).unwrap());
 }

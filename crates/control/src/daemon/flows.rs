@@ -5,6 +5,11 @@ use ferrovs_proto::reply::{AddFlows, DelFlows, DelGroups, FlowEntry, GroupEntry,
 
 use super::*;
 
+/// A rule's OpenFlow identity (`packet_io::RuleId`): table, priority, input port, match.
+fn flow_id(s: &ferrovs_flow::FlowSpec) -> super::packet_io::RuleId {
+    (s.table, s.priority, s.in_port.clone(), s.m)
+}
+
 impl Daemon {
     /// The revalidator's periodic pass (see [`REVALIDATE_EVERY`]).
     pub(super) fn revalidator(&mut self) {
@@ -51,10 +56,44 @@ impl Daemon {
         };
         let flows = (!b.rules.is_plain_normal()).then(|| b.rules.texts());
         let groups = b.rules.group_texts();
+        let flow_rem: Vec<u32> = match self.openflow.send_flow_rem.get(bridge) {
+            Some(set) if !set.is_empty() && flows.is_some() => (b.rules.rules().iter())
+                .enumerate()
+                .filter(|(_, r)| set.contains(&flow_id(&r.spec)))
+                .map(|(i, _)| i as u32)
+                .collect(),
+            _ => Vec::new(),
+        };
         if let Some(c) = self.cfg_bridge(bridge) {
             c.flows = flows;
             c.groups = groups;
+            c.send_flow_rem = flow_rem;
         }
+    }
+
+    /// Marks the saved rules at `positions` (`BridgeConfig::send_flow_rem`) as added with
+    /// `OFPFF_SEND_FLOW_REM` (start-up, takeover: the bridge's rules are the saved ones, in
+    /// order). A position past the rules is ignored.
+    pub(super) fn restore_flow_rem(&mut self, bridge: &str, positions: &[u32]) {
+        let Some(b) = self.bridges.get(bridge) else {
+            return;
+        };
+        let rules = b.rules.rules();
+        let ids: Vec<_> = positions
+            .iter()
+            .filter_map(|&i| rules.get(i as usize))
+            .map(|r| flow_id(&r.spec))
+            .collect();
+        if ids.is_empty() {
+            return;
+        }
+        let set = self
+            .openflow
+            .send_flow_rem
+            .entry(bridge.to_string())
+            .or_default();
+        set.extend(ids);
+        self.sync_flows_config(bridge);
     }
 
     /// Applies `flow-limit` to every megaflow cache.

@@ -28,9 +28,10 @@ use ferrovs_vhost::stats::QueueStats;
 
 use super::*;
 use crate::upgrade::{
-    self, BridgeState as BridgeWire, Channel, ConnState, DeviceState, FdList, FdTable, KernelState,
-    LinkState, Msg, PortCounters, PortState as PortWire, RecvError, Report, RingPos, RuleCounters,
-    State, StateError, StatsSnapshot, XdpState, XskPos, MIN_SCHEMA, SCHEMA,
+    self, BridgeState as BridgeWire, Channel, ConnState, DeviceState, FdList, FdTable,
+    GroupCounters, KernelState, LinkState, MeterCounters, Msg, PortCounters, PortState as PortWire,
+    RecvError, Report, RingPos, RuleCounters, State, StateError, StatsSnapshot, XdpState, XskPos,
+    MIN_SCHEMA, SCHEMA,
 };
 
 /// Why a handover (old side) or a takeover (new side) failed. Either way the old daemon
@@ -150,6 +151,9 @@ fn io_at(step: &'static str) -> impl FnOnce(io::Error) -> HandoverError {
 fn kernel<E: std::error::Error + Send + Sync + 'static>(e: E) -> PortError {
     PortError::Kernel(Box::new(e))
 }
+
+/// Per bridge (by name): one thing per group, meter or rule.
+type PerBridge<T> = Vec<(String, Vec<T>)>;
 
 /// Longest a connecting daemon may take to say hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(2);
@@ -399,11 +403,14 @@ impl Daemon {
                     })
                     .collect();
                 let rules = self.rule_counters();
+                let (groups, meters) = self.group_and_meter_counters();
                 let _ = ch.send(
                     &Msg::Bye {
                         stats,
                         ports,
                         rules,
+                        groups,
+                        meters,
                     },
                     &[],
                 );
@@ -696,11 +703,14 @@ impl Daemon {
                     stats,
                     ports,
                     rules,
+                    groups,
+                    meters,
                 },
                 _,
             )) => {
                 d.restore_stats(&stats, &ports);
                 d.restore_rule_counters(&rules);
+                d.restore_group_and_meter_counters(&groups, &meters);
             }
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {}
             Ok((m, _)) => log::warn!("takeover: expected bye, got {m:?}"),
@@ -806,6 +816,7 @@ impl Daemon {
             if let Some(c) = state.config.bridges.iter().find(|c| c.name == b.name) {
                 d.restore_openflow_settings(c);
                 d.restore_meters(&b.name, &c.meters);
+                d.restore_flow_rem(&b.name, &c.send_flow_rem);
             }
             let macs = &d.bridges[&b.name].macs;
             for &(mac, vlan, port) in &b.macs {
@@ -978,6 +989,7 @@ impl Daemon {
                             bytes: r.stats.bytes.load(Ordering::Relaxed),
                             age_ms: r.installed.elapsed().as_millis() as u64,
                             idle_s: (used != 0).then(|| now_s.saturating_sub(used)),
+                            output_max_len: r.output_max_len.clone(),
                         }
                     })
                     .collect();
@@ -1006,6 +1018,7 @@ impl Daemon {
                 );
                 continue;
             }
+            let mut max_lens = Vec::new();
             for (r, c) in ours.iter().zip(counters) {
                 r.stats.packets.fetch_add(c.packets, Ordering::Relaxed);
                 r.stats.bytes.fetch_add(c.bytes, Ordering::Relaxed);
@@ -1013,12 +1026,116 @@ impl Daemon {
                     let used = now_s.saturating_sub(idle).max(1);
                     r.stats.used.fetch_max(used, Ordering::Relaxed);
                 }
+                if !c.output_max_len.is_empty() {
+                    max_lens.push((r.spec.clone(), c.output_max_len.clone()));
+                }
             }
             let b = self.bridges.get_mut(name).expect("looked up above");
             let now = Instant::now();
             for (r, c) in b.rules.rules_installed_mut().zip(counters) {
                 if let Some(t) = now.checked_sub(Duration::from_millis(c.age_ms)) {
                     *r = t;
+                }
+            }
+            for (spec, lens) in max_lens {
+                b.rules.set_output_max_len(&spec, lens);
+            }
+        }
+    }
+
+    /// Every bridge's group and meter counters (at the freeze: final), by id.
+    fn group_and_meter_counters(&self) -> (PerBridge<GroupCounters>, PerBridge<MeterCounters>) {
+        let mut groups = Vec::new();
+        let mut meters = Vec::new();
+        for (name, b) in &self.bridges {
+            // Megaflows push their packets to the groups' counters too.
+            b.cache.push_stats();
+            let gs: Vec<GroupCounters> = b
+                .rules
+                .groups()
+                .iter()
+                .map(|(&id, g)| {
+                    let ((packets, bytes), buckets) = g.stats.snapshot();
+                    GroupCounters {
+                        id,
+                        packets,
+                        bytes,
+                        buckets,
+                        age_ms: g.installed.elapsed().as_millis() as u64,
+                    }
+                })
+                .collect();
+            if !gs.is_empty() {
+                groups.push((name.clone(), gs));
+            }
+            let ms: Vec<MeterCounters> = b
+                .meter_specs
+                .iter()
+                .filter_map(|(&id, (_, since))| {
+                    let c = b.meters.get(id)?.counters();
+                    Some(MeterCounters {
+                        id,
+                        packets: c.packets,
+                        bytes: c.bytes,
+                        bands: c.bands,
+                        age_ms: since.elapsed().as_millis() as u64,
+                    })
+                })
+                .collect();
+            if !ms.is_empty() {
+                meters.push((name.clone(), ms));
+            }
+        }
+        (groups, meters)
+    }
+
+    /// Adds the old daemon's group and meter counters to ours (by id; a group or meter we
+    /// lack is skipped) and takes over their install times (durations).
+    fn restore_group_and_meter_counters(
+        &mut self,
+        groups: &PerBridge<GroupCounters>,
+        meters: &PerBridge<MeterCounters>,
+    ) {
+        let now = Instant::now();
+        let ago = |ms: u64| now.checked_sub(Duration::from_millis(ms));
+        for (name, gs) in groups {
+            let Some(b) = self.bridges.get_mut(name) else {
+                continue;
+            };
+            for c in gs {
+                let Some(g) = b.rules.groups().get(&c.id) else {
+                    log::warn!(
+                        "takeover: bridge {name}: counters of unknown group {}",
+                        c.id
+                    );
+                    continue;
+                };
+                g.stats.restore((c.packets, c.bytes), &c.buckets);
+                if let (Some(t), Some(at)) = (b.rules.group_installed_mut(c.id), ago(c.age_ms)) {
+                    *t = at;
+                }
+            }
+        }
+        for (name, ms) in meters {
+            let Some(b) = self.bridges.get_mut(name) else {
+                continue;
+            };
+            for c in ms {
+                let Some(m) = b.meters.get(c.id) else {
+                    log::warn!(
+                        "takeover: bridge {name}: counters of unknown meter {}",
+                        c.id
+                    );
+                    continue;
+                };
+                m.restore(&dp::meter::MeterCounters {
+                    packets: c.packets,
+                    bytes: c.bytes,
+                    bands: c.bands.clone(),
+                });
+                if let (Some((_, since)), Some(at)) = (b.meter_specs.get_mut(&c.id), ago(c.age_ms))
+                {
+                    *since = at;
                 }
             }
         }

@@ -392,6 +392,7 @@ impl Daemon {
                 .map_err(DaemonError::Config)?;
             d.restore_openflow_settings(b);
             d.restore_meters(&b.name, &b.meters);
+            d.restore_flow_rem(&b.name, &b.send_flow_rem);
             for p in &b.ports {
                 if let Err(e) = d.add_port(&b.name, p.clone()) {
                     // A port that cannot come up (socket taken...) is reported, not fatal.
