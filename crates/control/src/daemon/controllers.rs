@@ -75,6 +75,9 @@ pub(super) struct Controller {
     /// `sec_since_connect` and `sec_since_disconnect` in `Controller.status`).
     pub connected_at: Option<Instant>,
     pub disconnected_at: Option<Instant>,
+    /// The last failure, kept after a reconnect (OVS's rconn `last_error`, which
+    /// `Controller.status` shows until another failure replaces it).
+    pub ever_error: Option<String>,
 }
 
 /// What `Controller.is_connected`, `role` and `status` say of one controller (OVS's
@@ -185,6 +188,7 @@ impl Daemon {
                     last_error: None,
                     connected_at: None,
                     disconnected_at: None,
+                    ever_error: None,
                 });
             }
             bc.controllers
@@ -505,6 +509,7 @@ impl Daemon {
         let wait = c.backoff.failed(now);
         c.state = CState::Backoff(now + wait);
         c.last_error = Some(why.clone());
+        c.ever_error = Some(why.clone());
         limited!(
             self.logs,
             Info,
@@ -780,7 +785,7 @@ impl Daemon {
             state: Some(state),
             since_connect: since(c.connected_at),
             since_disconnect: since(c.disconnected_at),
-            last_error: c.last_error.clone(),
+            last_error: c.ever_error.clone(),
         })
     }
 

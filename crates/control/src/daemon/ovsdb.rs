@@ -853,8 +853,9 @@ impl IfaceReport {
 
 /// `Controller.is_connected`, `role` and `status` of a running controller, as ovs-vswitchd
 /// writes them: `status` has `state`, `sec_since_connect` once it connected,
-/// `sec_since_disconnect` once a connection ended and `last_error` while it is not
-/// connected (OVS's text: the system error without our context); a passive target has none.
+/// `sec_since_disconnect` once a connection ended and `last_error` once one failed, both
+/// kept after a reconnect (as OVS's rconn; the text is OVS's: the system error without our
+/// context); a passive target has none.
 fn controller_columns(
     r: &ControllerReport,
 ) -> (bool, Option<&'static str>, BTreeMap<String, String>) {
@@ -867,7 +868,7 @@ fn controller_columns(
         if let Some(t) = r.since_disconnect {
             st.insert("sec_since_disconnect".into(), t.as_secs().to_string());
         }
-        if let (false, Some(e)) = (r.connected, &r.last_error) {
+        if let Some(e) = &r.last_error {
             st.insert("last_error".into(), ovs_error_text(e));
         }
     }
