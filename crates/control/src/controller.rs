@@ -225,6 +225,11 @@ impl Probe {
     pub fn interval(&self) -> Option<Duration> {
         self.interval
     }
+
+    /// Whether an echo went out and nothing came back yet (OVS's rconn state `IDLE`).
+    pub fn echo_outstanding(&self) -> bool {
+        self.echo_sent.is_some()
+    }
 }
 
 /// A role number OpenFlow does not define.

@@ -8,13 +8,22 @@
 //! is left out and every other port is mapped as if it were not there. Nothing here panics
 //! on any input: every value a database may hold is either mapped or refused with a reason.
 //!
+//! The OpenFlow settings (`Bridge.controller`, `fail_mode`, `protocols`,
+//! `other_config:datapath-id`, the `Controller` rows) become the same [`BridgeConfig`] fields
+//! `ferrovs set-controller` and `set-bridge` set. A bad value (a target that does not parse,
+//! a datapath id that is not 16 hexadecimal digits, an unknown protocol) is left out with a
+//! precise line in [`Desired::warnings`] and counted in [`Desired::refused_settings`]; the
+//! rest of the bridge's settings and every other bridge apply as if it were not there.
+//! Columns ferrovs cannot honour (`connection_mode=in-band`, rate limits...) are ignored
+//! with a line in [`Desired::notes`].
+//!
 //! What each column means and what is not supported: `docs/ovsdb.md`.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
-use crate::config::{self, BridgeConfig, Config, PortConfig, PortType, OFPORT_MAX};
+use crate::config::{self, BridgeConfig, Config, FailMode, PortConfig, PortType, OFPORT_MAX};
 
 /// `Interface.type` values ferrovs runs (written to `Open_vSwitch.iface_types`).
 pub const IFACE_TYPES: &[&str] = &[
@@ -54,6 +63,28 @@ pub struct BridgeRow {
     pub other_config: BTreeMap<String, String>,
     /// Port row uuids.
     pub ports: Vec<String>,
+    /// Controller row uuids (`controller`).
+    pub controller: Vec<String>,
+    /// `fail_mode` (`None`: unset, standalone).
+    pub fail_mode: Option<String>,
+    /// `protocols` (empty: every version the switch speaks).
+    pub protocols: Vec<String>,
+}
+
+/// A `Controller` row's columns ferrovs reads.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ControllerRow {
+    pub target: String,
+    /// Milliseconds (the schema's minimum is 1000).
+    pub max_backoff: Option<i64>,
+    /// Milliseconds; 0 turns the probe off.
+    pub inactivity_probe: Option<i64>,
+    /// `in-band` or `out-of-band` (`None`: OVS's default, in-band where it applies).
+    pub connection_mode: Option<String>,
+    /// Columns that are set but that ferrovs does not honour, as `column=value` (filled by
+    /// the daemon from `type`, `controller_queue_size`, `controller_rate_limit`,
+    /// `controller_burst_limit`, `enable_async_messages`, `local_ip`...).
+    pub unsupported: Vec<String>,
 }
 
 /// A `Port` row's columns ferrovs reads.
@@ -87,6 +118,17 @@ pub struct Tables {
     pub bridges: BTreeMap<String, BridgeRow>,
     pub ports: BTreeMap<String, PortRow>,
     pub interfaces: BTreeMap<String, InterfaceRow>,
+    pub controllers: BTreeMap<String, ControllerRow>,
+}
+
+/// Which controller of which bridge a `Controller` row is (what its status columns report).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ControllerPlacement {
+    pub bridge: String,
+    /// The target as the bridge's configuration holds it.
+    pub target: String,
+    /// Why the row does not run (its target is refused), written to `status:last_error`.
+    pub error: Option<String>,
 }
 
 /// Where a configured interface runs.
@@ -114,9 +156,15 @@ pub struct Desired {
     pub ofport_hints: BTreeMap<String, u16>,
     /// Bridge name → its row's uuid and `other_config:datapath-id`.
     pub bridge_rows: BTreeMap<String, (String, Option<String>)>,
+    /// Controller row uuid → the bridge and controller it is.
+    pub controller_rows: BTreeMap<String, ControllerPlacement>,
     /// Problems with values that are not an interface's (unknown settings values...), each a
     /// log line.
     pub warnings: Vec<String>,
+    /// OpenFlow values left out because they are bad (each also in `warnings`).
+    pub refused_settings: usize,
+    /// Columns ferrovs ignores because it cannot do what they ask (logged once, as warnings).
+    pub notes: Vec<String>,
 }
 
 /// Settings `Open_vSwitch.other_config` carries over, with their conversion to ours.
@@ -469,14 +517,141 @@ pub fn desired(t: &Tables, run_dir: &Path) -> Desired {
             }
         }
         ports.sort_by(|a, b| a.name.cmp(&b.name));
-        d.bridges.push(BridgeConfig {
+        let mut bc = BridgeConfig {
             name: b.name.clone(),
             ports,
             flows: None,
             ..Default::default()
-        });
+        };
+        map_openflow(b, t, &mut bc, &mut d);
+        d.bridges.push(bc);
     }
     d
+}
+
+/// The OpenFlow settings of bridge row `b` into `bc` (the fields `ferrovs set-controller`
+/// and `set-bridge` set); each bad value is left out, counted and said in `d.warnings`.
+fn map_openflow(b: &BridgeRow, t: &Tables, bc: &mut BridgeConfig, d: &mut Desired) {
+    let name = &b.name;
+    fn bad(d: &mut Desired, line: String) {
+        d.refused_settings += 1;
+        d.warnings.push(line);
+    }
+    match b.fail_mode.as_deref() {
+        None => {}
+        Some(m) => match FailMode::parse(m) {
+            Ok(f) => bc.fail_mode = Some(f),
+            Err(e) => bad(d, format!("bridge {name}: fail_mode: {e}")),
+        },
+    }
+    for p in &b.protocols {
+        match crate::controller::protocol_versions(std::slice::from_ref(p)) {
+            Ok(_) => bc.protocols.push(p.clone()),
+            Err(e) => bad(d, format!("bridge {name}: protocols: {e}")),
+        }
+    }
+    bc.protocols.sort();
+    bc.protocols.dedup();
+    if !bc.protocols.is_empty() && !bc.protocols.iter().any(|p| p == "OpenFlow13") {
+        d.notes.push(format!(
+            "bridge {name}: protocols={} leaves out OpenFlow13, the only version ferrovs \
+             speaks: every OpenFlow connection to this bridge fails its HELLO",
+            bc.protocols.join(",")
+        ));
+    }
+    if let Some(id) = b.other_config.get("datapath-id") {
+        if config::valid_dpid(id) {
+            bc.datapath_id = Some(id.trim_start_matches("0x").to_ascii_lowercase());
+        } else {
+            bad(
+                d,
+                format!(
+                    "bridge {name}: other_config:datapath-id={id}: not 16 hexadecimal digits \
+                     (the id derived from the bridge's MAC address is used)"
+                ),
+            );
+        }
+    }
+    // Controllers, by target (the rows' order in the database means nothing).
+    let mut rows: Vec<(&String, &ControllerRow)> = b
+        .controller
+        .iter()
+        .filter_map(|u| t.controllers.get(u).map(|c| (u, c)))
+        .collect();
+    rows.sort_by(|a, b| (&a.1.target, a.0).cmp(&(&b.1.target, b.0)));
+    let mut backoffs = BTreeSet::new();
+    let mut probes = BTreeSet::new();
+    for (u, c) in rows {
+        let placement = |error: Option<String>| ControllerPlacement {
+            bridge: name.clone(),
+            target: c.target.clone(),
+            error,
+        };
+        if let Err(e) = crate::controller::Target::parse(&c.target) {
+            bad(d, format!("bridge {name}: controller: {e}"));
+            d.controller_rows
+                .insert(u.clone(), placement(Some(e.to_string())));
+            continue;
+        }
+        d.controller_rows.insert(u.clone(), placement(None));
+        if bc.controllers.contains(&c.target) {
+            // Two rows with one target are one controller (as OVS's).
+            continue;
+        }
+        bc.controllers.push(c.target.clone());
+        let ms = |v: i64| u32::try_from(v.max(0)).unwrap_or(u32::MAX);
+        if let Some(v) = c.max_backoff {
+            backoffs.insert(ms(v));
+            if bc.max_backoff_ms.is_none() {
+                bc.max_backoff_ms = Some(ms(v));
+            }
+        }
+        match c.inactivity_probe {
+            Some(v) if v < 0 => bad(
+                d,
+                format!(
+                    "bridge {name}: controller {}: inactivity_probe={v}: negative",
+                    c.target
+                ),
+            ),
+            Some(v) => {
+                probes.insert(ms(v));
+                if bc.inactivity_probe_ms.is_none() {
+                    bc.inactivity_probe_ms = Some(ms(v));
+                }
+            }
+            None => {}
+        }
+        if c.connection_mode.as_deref() == Some("in-band") {
+            d.notes.push(format!(
+                "bridge {name}: controller {}: connection_mode=in-band is not supported: \
+                 ferrovs reaches controllers out-of-band, through the host's stack",
+                c.target
+            ));
+        }
+        for col in &c.unsupported {
+            d.notes.push(format!(
+                "bridge {name}: controller {}: {col} is not supported (ignored)",
+                c.target
+            ));
+        }
+    }
+    for (what, set, used) in [
+        ("max_backoff", &backoffs, bc.max_backoff_ms),
+        ("inactivity_probe", &probes, bc.inactivity_probe_ms),
+    ] {
+        if set.len() > 1 {
+            d.notes.push(format!(
+                "bridge {name}: controllers ask for different {what} values ({}); ferrovs has \
+                 one per bridge and uses {} (the first controller's, by target)",
+                set.iter()
+                    .map(|v| v.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                used.unwrap_or_default()
+            ));
+        }
+    }
 }
 
 /// `Bridge.datapath_id`: `other_config:datapath-id` when it is 16 hexadecimal digits, else
@@ -775,6 +950,188 @@ mod tests {
         assert_eq!(a.len(), 16);
         assert_eq!(a, datapath_id(None, None, "br0"));
         assert_ne!(a, datapath_id(None, None, "br1"));
+    }
+
+    /// `db` with controllers on `br0`: (uuid, row).
+    fn with_controllers(rows: &[(&str, ControllerRow)]) -> Tables {
+        let mut t = db(&[("br0", "internal", &[])]);
+        for (u, r) in rows {
+            t.controllers.insert(u.to_string(), r.clone());
+            t.bridges
+                .get_mut("b0")
+                .unwrap()
+                .controller
+                .push(u.to_string());
+        }
+        t
+    }
+
+    fn ctl(target: &str) -> ControllerRow {
+        ControllerRow {
+            target: target.into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn openflow_settings_map_to_what_the_cli_sets() {
+        let mut t = with_controllers(&[
+            (
+                "c1",
+                ControllerRow {
+                    max_backoff: Some(2000),
+                    inactivity_probe: Some(0),
+                    connection_mode: Some("out-of-band".into()),
+                    ..ctl("tcp:127.0.0.1:6653")
+                },
+            ),
+            ("c0", ctl("unix:/run/c.sock")),
+        ]);
+        let b = t.bridges.get_mut("b0").unwrap();
+        b.fail_mode = Some("secure".into());
+        b.protocols = vec!["OpenFlow13".into(), "OpenFlow10".into()];
+        b.other_config = map(&[
+            ("datapath-id", "0000000000000ABC"),
+            ("disable-in-band", "true"),
+        ]);
+        let d = desired(&t, Path::new("/run"));
+        let bc = &d.bridges[0];
+        assert_eq!(
+            bc.controllers,
+            vec!["tcp:127.0.0.1:6653", "unix:/run/c.sock"],
+            "by target"
+        );
+        assert_eq!(bc.fail_mode, Some(FailMode::Secure));
+        assert_eq!(bc.protocols, vec!["OpenFlow10", "OpenFlow13"]);
+        assert_eq!(bc.datapath_id.as_deref(), Some("0000000000000abc"));
+        assert_eq!(bc.max_backoff_ms, Some(2000));
+        assert_eq!(bc.inactivity_probe_ms, Some(0));
+        bc.validate_openflow().unwrap();
+        assert_eq!(bc.dpid(), 0xabc);
+        assert!(d.warnings.is_empty() && d.notes.is_empty(), "{d:?}");
+        assert_eq!(d.refused_settings, 0);
+        assert_eq!(d.controller_rows["c0"].target, "unix:/run/c.sock");
+        assert_eq!(d.controller_rows["c1"].bridge, "br0");
+        // Nothing set: the defaults, as a bridge the CLI made.
+        let d = desired(&db(&[("br0", "internal", &[])]), Path::new("/run"));
+        let bc = &d.bridges[0];
+        assert!(bc.controllers.is_empty() && bc.protocols.is_empty());
+        assert_eq!(
+            (bc.fail_mode, bc.datapath_id.as_ref(), bc.max_backoff_ms),
+            (None, None, None)
+        );
+    }
+
+    #[test]
+    fn bad_openflow_values_are_left_out_counted_and_said() {
+        let mut t = with_controllers(&[
+            ("c0", ctl("tcp:1.2.3")),
+            ("c1", ctl("tcp:127.0.0.1:6653")),
+            (
+                "c2",
+                ControllerRow {
+                    inactivity_probe: Some(-5),
+                    ..ctl("unix:/x")
+                },
+            ),
+        ]);
+        let b = t.bridges.get_mut("b0").unwrap();
+        b.fail_mode = Some("loose".into());
+        b.protocols = vec!["OpenFlow13".into(), "OpenFlow99".into()];
+        b.other_config = map(&[("datapath-id", "abc")]);
+        // A second, good bridge is untouched by the first one's values.
+        let mut good = t.bridges["b0"].clone();
+        good.name = "br1".into();
+        good.ports.clear();
+        good.controller = vec!["c1".into()];
+        good.fail_mode = Some("secure".into());
+        good.protocols.clear();
+        good.other_config.clear();
+        t.bridges.insert("b1".into(), good);
+        t.root.as_mut().unwrap().1.bridges.push("b1".into());
+        let d = desired(&t, Path::new("/run"));
+        let bc = &d.bridges[0];
+        assert_eq!(bc.controllers, vec!["tcp:127.0.0.1:6653", "unix:/x"]);
+        assert_eq!(bc.fail_mode, None);
+        assert_eq!(bc.protocols, vec!["OpenFlow13"]);
+        assert_eq!(bc.datapath_id, None);
+        assert_eq!(bc.inactivity_probe_ms, None);
+        bc.validate_openflow().unwrap();
+        assert_eq!(d.refused_settings, 5, "{:?}", d.warnings);
+        let w = d.warnings.join("\n");
+        for want in [
+            "bridge br0: controller: bad controller target 'tcp:1.2.3'",
+            "bridge br0: fail_mode: unknown fail-mode 'loose'",
+            "bridge br0: protocols: unknown protocol 'OpenFlow99'",
+            "bridge br0: other_config:datapath-id=abc: not 16 hexadecimal digits",
+            "bridge br0: controller unix:/x: inactivity_probe=-5: negative",
+        ] {
+            assert!(w.contains(want), "{want} in\n{w}");
+        }
+        let refused = &d.controller_rows["c0"];
+        assert!(refused.error.as_deref().unwrap().contains("bad IP address"));
+        assert_eq!(d.controller_rows["c1"].error, None);
+        let b1 = &d.bridges[1];
+        assert_eq!(
+            (b1.name.as_str(), &b1.controllers, b1.fail_mode),
+            (
+                "br1",
+                &vec!["tcp:127.0.0.1:6653".to_string()],
+                Some(FailMode::Secure)
+            )
+        );
+        // Bridge br1's row of the shared controller: placed on br1 (the later bridge).
+        assert!(d.controller_rows.contains_key("c1"));
+    }
+
+    #[test]
+    fn what_ferrovs_cannot_do_is_noted_not_refused() {
+        let t = with_controllers(&[
+            (
+                "c0",
+                ControllerRow {
+                    connection_mode: Some("in-band".into()),
+                    max_backoff: Some(4000),
+                    inactivity_probe: Some(9000),
+                    unsupported: vec!["controller_rate_limit=100".into()],
+                    ..ctl("tcp:127.0.0.1:1")
+                },
+            ),
+            (
+                "c1",
+                ControllerRow {
+                    max_backoff: Some(1000),
+                    inactivity_probe: Some(9000),
+                    ..ctl("tcp:127.0.0.1:2")
+                },
+            ),
+        ]);
+        let mut t = t;
+        t.bridges.get_mut("b0").unwrap().protocols = vec!["OpenFlow10".into()];
+        let d = desired(&t, Path::new("/run"));
+        let bc = &d.bridges[0];
+        assert_eq!(bc.controllers.len(), 2);
+        assert_eq!(bc.max_backoff_ms, Some(4000), "the first by target");
+        assert_eq!(bc.inactivity_probe_ms, Some(9000));
+        assert_eq!(d.refused_settings, 0);
+        let n = d.notes.join("\n");
+        for want in [
+            "connection_mode=in-band is not supported",
+            "controller_rate_limit=100 is not supported (ignored)",
+            "different max_backoff values (1000, 4000)",
+            "protocols=OpenFlow10 leaves out OpenFlow13",
+        ] {
+            assert!(n.contains(want), "{want} in\n{n}");
+        }
+        assert!(!n.contains("inactivity_probe"), "{n}");
+        // Two rows with one target are one controller.
+        let t = with_controllers(&[
+            ("c0", ctl("tcp:127.0.0.1:1")),
+            ("c1", ctl("tcp:127.0.0.1:1")),
+        ]);
+        let d = desired(&t, Path::new("/run"));
+        assert_eq!(d.bridges[0].controllers.len(), 1);
+        assert_eq!(d.controller_rows.len(), 2);
     }
 
     #[test]

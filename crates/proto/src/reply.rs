@@ -109,6 +109,10 @@ pub struct OvsdbStatus {
     /// Interfaces refused because their rows are not a configuration ferrovs can run (each
     /// has its `error` column set), at the last apply.
     pub refused_interfaces: u64,
+    /// OpenFlow settings refused at the last apply (a controller target that does not
+    /// parse, a bad `other_config:datapath-id`...; each logged, the rest applied).
+    #[serde(default)]
+    pub refused_settings: u64,
     /// Messages or rows from the server that were malformed (each logged).
     pub refused_inputs: u64,
     /// `unix:PATH` or `tcp:IP:PORT`.

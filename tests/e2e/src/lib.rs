@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 pub mod guest;
+pub mod ofwire;
 pub mod ovsdb;
 
 use std::path::{Path, PathBuf};
@@ -423,4 +424,24 @@ pub fn ofctl_ok(sock: &Path, cmd: &str, args: &[&str]) -> String {
     let (ok, out, err) = ofctl(sock, cmd, args);
     assert!(ok, "ovs-ofctl {cmd} {args:?} on {}: {err}", sock.display());
     out
+}
+
+/// `ping -c COUNT` (50 ms apart, 1 s deadline each) from namespace `ns` to `to`: how many
+/// replies came back.
+pub fn ping(ns: &str, to: &str, count: u32) -> u64 {
+    let c = count.to_string();
+    let o = Net::exec(ns, &["ping", "-c", &c, "-i", "0.05", "-W", "1", to]);
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let line = out
+        .lines()
+        .find(|l| l.contains("packets transmitted"))
+        .unwrap_or_else(|| panic!("no ping summary: {out}"));
+    line.split(", ")
+        .nth(1)
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
 }

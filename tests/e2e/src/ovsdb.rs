@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use crate::{bin, have, start_switch, wait_until, Proc};
+use crate::{bin, have, is_root, start_switch, wait_until, Net, Proc};
 
 /// The schema Debian's openvswitch-common ships.
 pub const SCHEMA: &str = "/usr/share/openvswitch/vswitch.ovsschema";
@@ -189,4 +189,54 @@ pub fn start_switch_ovsdb(dir: &Path, core: usize, db: &OvsdbServer) -> Proc {
     let _ = bin("ferrovsd");
     let remote = db.remote();
     start_switch(dir, core, &["--ovsdb", &remote])
+}
+
+/// Whether Debian's ovs-vswitchd can run beside the database tools (and root, for its
+/// namespace).
+pub fn vswitchd_available() -> bool {
+    available() && is_root() && have("ip") && Path::new("/usr/sbin/ovs-vswitchd").exists()
+}
+
+/// Debian's ovs-vswitchd (userspace datapath: bridges with `datapath_type=netdev`) in a
+/// network namespace of its own, configured through its own `ovsdb-server` in `dir`: the
+/// reference a test compares ferrovs with. Killed on drop. Its controllers are best
+/// reached over Unix sockets (its loopback is not the test's).
+#[derive(Debug)]
+pub struct OvsVswitchd {
+    _vswitchd: Proc,
+    pub db: OvsdbServer,
+    _net: Net,
+}
+
+impl OvsVswitchd {
+    /// Starts the database and the daemon in namespace `fv{tag}PID`.
+    pub fn start(dir: &Path, tag: &str) -> OvsVswitchd {
+        let mut net = Net::new();
+        let ns = Net::name(tag);
+        net.netns(&ns);
+        let db = OvsdbServer::start(dir);
+        let d = dir.display().to_string();
+        let args = [
+            "netns".to_string(),
+            "exec".to_string(),
+            ns,
+            "/usr/bin/env".to_string(),
+            format!("OVS_RUNDIR={d}"),
+            format!("OVS_LOGDIR={d}"),
+            format!("OVS_DBDIR={d}"),
+            "/usr/sbin/ovs-vswitchd".to_string(),
+            db.remote(),
+            "--enable-dummy".to_string(),
+            format!("--unixctl={d}/ovs-vswitchd.ctl"),
+            format!("--pidfile={d}/ovs-vswitchd.pid"),
+            format!("--log-file={d}/ovs-vswitchd.log"),
+        ];
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let vswitchd = Proc::spawn("ovs-vswitchd", dir, Path::new("/usr/sbin/ip"), &args);
+        OvsVswitchd {
+            _vswitchd: vswitchd,
+            db,
+            _net: net,
+        }
+    }
 }

@@ -5,236 +5,12 @@
 //! controller restarts (with backoff), inactivity probes, fail-mode standalone and secure
 //! forwarding pings between two namespaces, and hostile controllers that change nothing.
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use ferrovs_e2e::ofwire::*;
 use ferrovs_e2e::*;
-
-const HELLO: u8 = 0;
-const ERROR: u8 = 1;
-const ECHO_REQUEST: u8 = 2;
-const ECHO_REPLY: u8 = 3;
-const FEATURES_REQUEST: u8 = 5;
-const FEATURES_REPLY: u8 = 6;
-const FLOW_MOD: u8 = 14;
-const ROLE_REQUEST: u8 = 24;
-const ROLE_REPLY: u8 = 25;
-const PORT_STATUS: u8 = 12;
-
-trait Stream: Read + Write + Send {}
-impl Stream for TcpStream {}
-impl Stream for UnixStream {}
-
-/// One accepted switch connection, seen from the controller.
-struct Switch {
-    s: Box<dyn Stream>,
-    /// ECHO_REQUESTs the switch sent (answered unless `mute`).
-    echoes: u32,
-    mute: bool,
-}
-
-fn header(ty: u8, len: usize, xid: u32) -> Vec<u8> {
-    let mut h = vec![4, ty];
-    h.extend_from_slice(&(len as u16).to_be_bytes());
-    h.extend_from_slice(&xid.to_be_bytes());
-    h
-}
-
-fn role_request(role: u32, gen: u64, xid: u32) -> Vec<u8> {
-    let mut m = header(ROLE_REQUEST, 24, xid);
-    m.extend_from_slice(&role.to_be_bytes());
-    m.extend_from_slice(&[0; 4]);
-    m.extend_from_slice(&gen.to_be_bytes());
-    m
-}
-
-/// FLOW_MOD add `priority=PRIO actions=drop` (an empty OXM match, no instructions).
-fn flow_mod_drop(prio: u16, xid: u32) -> Vec<u8> {
-    let mut m = header(FLOW_MOD, 56, xid);
-    m.extend_from_slice(&[0; 16]); // cookie, cookie_mask
-    m.extend_from_slice(&[0, 0]); // table 0, ADD
-    m.extend_from_slice(&[0; 4]); // timeouts
-    m.extend_from_slice(&prio.to_be_bytes());
-    m.extend_from_slice(&u32::MAX.to_be_bytes()); // buffer_id
-    m.extend_from_slice(&u32::MAX.to_be_bytes()); // out_port
-    m.extend_from_slice(&u32::MAX.to_be_bytes()); // out_group
-    m.extend_from_slice(&[0; 4]); // flags, pad
-    m.extend_from_slice(&[0, 1, 0, 4, 0, 0, 0, 0]); // OFPMT_OXM, length 4, padded
-    m
-}
-
-impl Switch {
-    fn new(s: Box<dyn Stream>) -> Switch {
-        Switch {
-            s,
-            echoes: 0,
-            mute: false,
-        }
-    }
-
-    fn send(&mut self, m: &[u8]) {
-        self.s.write_all(m).expect("send to the switch");
-    }
-
-    /// The next message (type, whole message); `None` when the switch closed.
-    fn recv(&mut self) -> Option<(u8, Vec<u8>)> {
-        let mut h = [0u8; 8];
-        self.s.read_exact(&mut h).ok()?;
-        let len = u16::from_be_bytes([h[2], h[3]]) as usize;
-        let mut m = h.to_vec();
-        m.resize(len.max(8), 0);
-        self.s.read_exact(&mut m[8..]).ok()?;
-        if h[1] == ECHO_REQUEST {
-            self.echoes += 1;
-            if !self.mute {
-                let mut r = m.clone();
-                r[1] = ECHO_REPLY;
-                self.send(&r);
-            }
-        }
-        Some((h[1], m))
-    }
-
-    /// Waits for a message of type `ty` (others are skipped).
-    fn expect(&mut self, ty: u8) -> Vec<u8> {
-        loop {
-            let (t, m) = self
-                .recv()
-                .unwrap_or_else(|| panic!("the switch closed while we waited for type {ty}"));
-            if t == ty {
-                return m;
-            }
-        }
-    }
-
-    /// HELLO both ways, then FEATURES: the datapath id.
-    fn handshake(&mut self) -> u64 {
-        let h = self.expect(HELLO);
-        assert!(h[0] >= 4, "the switch offers OpenFlow 1.3");
-        self.send(&header(HELLO, 8, 1));
-        self.send(&header(FEATURES_REQUEST, 8, 2));
-        let f = self.expect(FEATURES_REPLY);
-        u64::from_be_bytes(f[8..16].try_into().unwrap())
-    }
-
-    /// A ROLE_REQUEST: `Ok((role, generation))` or `Err((type, code))`.
-    fn role(&mut self, role: u32, gen: u64) -> Result<(u32, u64), (u16, u16)> {
-        self.send(&role_request(role, gen, 77));
-        loop {
-            let (t, m) = self.recv().expect("the switch answers ROLE_REQUEST");
-            match t {
-                ROLE_REPLY => {
-                    return Ok((
-                        u32::from_be_bytes(m[8..12].try_into().unwrap()),
-                        u64::from_be_bytes(m[16..24].try_into().unwrap()),
-                    ))
-                }
-                ERROR => return Err(error_of(&m)),
-                _ => {}
-            }
-        }
-    }
-
-    /// A FLOW_MOD followed by a BARRIER: the error it got, if any.
-    fn flow_mod(&mut self, prio: u16) -> Option<(u16, u16)> {
-        self.send(&flow_mod_drop(prio, 90));
-        self.send(&header(20, 8, 91));
-        loop {
-            let (t, m) = self.recv().expect("the switch answers FLOW_MOD");
-            match t {
-                ERROR => return Some(error_of(&m)),
-                21 => return None,
-                _ => {}
-            }
-        }
-    }
-}
-
-/// PORT_MOD (OpenFlow 1.3).
-fn port_mod(port: u32, hw: [u8; 6], config: u32, mask: u32) -> Vec<u8> {
-    let mut m = header(16, 40, 55);
-    m.extend_from_slice(&port.to_be_bytes());
-    m.extend_from_slice(&[0; 4]);
-    m.extend_from_slice(&hw);
-    m.extend_from_slice(&[0; 2]);
-    m.extend_from_slice(&config.to_be_bytes());
-    m.extend_from_slice(&mask.to_be_bytes());
-    m.extend_from_slice(&[0; 8]);
-    m
-}
-
-fn error_of(m: &[u8]) -> (u16, u16) {
-    (
-        u16::from_be_bytes([m[8], m[9]]),
-        u16::from_be_bytes([m[10], m[11]]),
-    )
-}
-
-/// The controller's listening socket (TCP on loopback, or a Unix socket).
-enum Listener {
-    Tcp(TcpListener),
-    Unix(UnixListener),
-}
-
-impl Listener {
-    fn tcp() -> Listener {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        l.set_nonblocking(true).unwrap();
-        Listener::Tcp(l)
-    }
-
-    fn tcp_at(port: u16) -> Listener {
-        let l = TcpListener::bind(("127.0.0.1", port)).unwrap();
-        l.set_nonblocking(true).unwrap();
-        Listener::Tcp(l)
-    }
-
-    fn unix(path: &Path) -> Listener {
-        let _ = std::fs::remove_file(path);
-        let l = UnixListener::bind(path).unwrap();
-        l.set_nonblocking(true).unwrap();
-        Listener::Unix(l)
-    }
-
-    fn port(&self) -> u16 {
-        match self {
-            Listener::Tcp(l) => l.local_addr().unwrap().port(),
-            Listener::Unix(_) => 0,
-        }
-    }
-
-    /// The next switch to connect, within `secs`.
-    fn accept(&self, secs: u64) -> Switch {
-        let t = Instant::now();
-        loop {
-            let s: Option<Box<dyn Stream>> = match self {
-                Listener::Tcp(l) => l.accept().ok().map(|(s, _)| {
-                    s.set_nonblocking(false).unwrap();
-                    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-                    s.set_write_timeout(Some(Duration::from_secs(20))).unwrap();
-                    Box::new(s) as Box<dyn Stream>
-                }),
-                Listener::Unix(l) => l.accept().ok().map(|(s, _)| {
-                    s.set_nonblocking(false).unwrap();
-                    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-                    s.set_write_timeout(Some(Duration::from_secs(20))).unwrap();
-                    Box::new(s) as Box<dyn Stream>
-                }),
-            };
-            if let Some(s) = s {
-                return Switch::new(s);
-            }
-            assert!(
-                t.elapsed() < Duration::from_secs(secs),
-                "no switch connected within {secs} s"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
 
 fn ovs_tools() -> bool {
     require(
@@ -246,53 +22,22 @@ fn ovs_tools() -> bool {
     )
 }
 
-/// Debian's ovs-vswitchd with a netdev bridge br0 in a namespace of its own, configured
-/// through its own ovsdb-server in `dir`; killed on drop.
-struct Ovs {
-    _vswitchd: Proc,
-    db: ovsdb::OvsdbServer,
-    _net: Net,
-}
-
-fn start_ovs(dir: &Path) -> Ovs {
-    let mut net = Net::new();
-    let ns = Net::name("ctlo");
-    net.netns(&ns);
-    let db = ovsdb::OvsdbServer::start(dir);
-    let d = dir.display().to_string();
-    let args = [
-        "netns".to_string(),
-        "exec".to_string(),
-        ns.clone(),
-        "/usr/bin/env".to_string(),
-        format!("OVS_RUNDIR={d}"),
-        format!("OVS_LOGDIR={d}"),
-        format!("OVS_DBDIR={d}"),
-        "/usr/sbin/ovs-vswitchd".to_string(),
-        db.remote(),
-        "--enable-dummy".to_string(),
-        format!("--unixctl={d}/ovs-vswitchd.ctl"),
-        format!("--pidfile={d}/ovs-vswitchd.pid"),
-        format!("--log-file={d}/ovs-vswitchd.log"),
-    ];
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let vswitchd = Proc::spawn("ovs-vswitchd", dir, Path::new("/usr/sbin/ip"), &args);
-    db.vsctl(&[
-        "add-br",
-        "br0",
-        "--",
-        "set",
-        "bridge",
-        "br0",
-        "datapath_type=netdev",
-        "other_config:datapath-id=00000000000000ab",
-    ])
-    .expect("add-br");
-    Ovs {
-        _vswitchd: vswitchd,
-        db,
-        _net: net,
-    }
+/// Debian's ovs-vswitchd with a netdev bridge br0 (datapath id 0xab).
+fn start_ovs(dir: &Path) -> ovsdb::OvsVswitchd {
+    let ovs = ovsdb::OvsVswitchd::start(dir, "ctlo");
+    ovs.db
+        .vsctl(&[
+            "add-br",
+            "br0",
+            "--",
+            "set",
+            "bridge",
+            "br0",
+            "datapath_type=netdev",
+            "other_config:datapath-id=00000000000000ab",
+        ])
+        .expect("add-br");
+    ovs
 }
 
 /// What a switch answers to the role sequence (two controllers A and B).
@@ -461,24 +206,6 @@ fn privileged() -> bool {
         is_root() && have("ip") && have("ping") && Path::new("/dev/net/tun").exists(),
         "root, iproute2, ping and /dev/net/tun (network namespaces, TAP)",
     )
-}
-
-fn ping(ns: &str, to: &str, count: u32) -> u64 {
-    let c = count.to_string();
-    let o = Net::exec(ns, &["ping", "-c", &c, "-i", "0.05", "-W", "1", to]);
-    let out = String::from_utf8_lossy(&o.stdout).into_owned();
-    let line = out
-        .lines()
-        .find(|l| l.contains("packets transmitted"))
-        .unwrap_or_else(|| panic!("no ping summary: {out}"));
-    line.split(", ")
-        .nth(1)
-        .unwrap()
-        .split(' ')
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap()
 }
 
 fn show_of(dir: &Path) -> serde_json::Value {

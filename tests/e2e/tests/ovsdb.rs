@@ -683,3 +683,250 @@ fn ovsdb_mode_hands_over_schema_3_only() {
     assert_eq!(port(&dir, "p1").unwrap()["state"], "connected");
     assert_eq!(cli_json(&dir, &["show"])["ovsdb"]["state"], "synced");
 }
+
+/// `Controller` columns ovs-vswitchd writes, with the timers' values left out (they depend
+/// on when one looks): `is_connected`, `role`, and `status` as `key=value` with
+/// `sec_since_*` shown by key only.
+fn controller_columns(db: &OvsdbServer, bridge: &str) -> String {
+    let get = |c: &str| db.get("Controller", bridge, c).unwrap();
+    let status = get("status");
+    let status: Vec<String> = status
+        .trim_matches(|c| c == '{' || c == '}')
+        .split(", ")
+        .filter(|kv| !kv.is_empty())
+        .map(|kv| {
+            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+            if k.starts_with("sec_since_") {
+                k.to_string()
+            } else {
+                format!("{k}={}", v.trim_matches('"'))
+            }
+        })
+        .collect();
+    format!(
+        "is_connected={} role={} status={{{}}}",
+        get("is_connected"),
+        get("role"),
+        status.join(", ")
+    )
+}
+
+/// Waits until `controller_columns` of `db` is `want`.
+fn wait_columns(db: &OvsdbServer, bridge: &str, want: &str, secs: u64) {
+    let t = std::time::Instant::now();
+    loop {
+        let got = controller_columns(db, bridge);
+        if got == want {
+            return;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(secs),
+            "Controller of {bridge}: {got}, expected {want}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The OpenFlow settings through the database, as `ovs-vsctl` drives ovs-vswitchd:
+/// `set-controller` connects (the controller sees the datapath id of
+/// `other_config:datapath-id`), `Controller.is_connected`/`role`/`status` and
+/// `Bridge.datapath_id` are written back as Debian's ovs-vswitchd (netdev, beside it in the
+/// same run) writes them for the same command sequence; `set-fail-mode` changes forwarding
+/// without a controller; `set controller` settings do not reconnect; `del-controller`
+/// closes the connection; a hot upgrade costs the controller one reconnect and nothing
+/// else; a bad target or datapath id on one bridge is logged, counted and written to its
+/// row while the other bridge works on.
+#[test]
+fn openflow_settings_through_ovsdb_as_ovs_vswitchd() {
+    use ferrovs_e2e::ofwire::*;
+    if !ready()
+        || !require(
+            ovsdb::vswitchd_available() && have("ping"),
+            "ovs-vswitchd, ping",
+        )
+    {
+        return;
+    }
+    let (dir, db, _sw) = setup("ovsdb-ofctl");
+    let _stop = StopCurrent(dir.clone());
+    let ovs_dir = dir.join("ovs");
+    std::fs::create_dir_all(&ovs_dir).unwrap();
+    let ovs = ovsdb::OvsVswitchd::start(&ovs_dir, "odbc");
+    let both = |args: &[&str]| {
+        db.vsctl(args).unwrap();
+        ovs.db.vsctl(args).unwrap();
+    };
+    both(&[
+        "add-br",
+        "br0",
+        "--",
+        "set",
+        "bridge",
+        "br0",
+        "datapath_type=netdev",
+        "other_config:datapath-id=0000000000000abc",
+        "other_config:disable-in-band=true",
+    ]);
+    for d in [&db, &ovs.db] {
+        d.wait_get("Bridge", "br0", "datapath_id", "0000000000000abc", 10);
+    }
+
+    // Two namespaces on br0 (ferrovs's TAPs): standalone without a controller forwards,
+    // secure does not, standalone again does.
+    let mut net = Net::new();
+    let (ns1, ns2) = (Net::name("odb1-"), Net::name("odb2-"));
+    let (t1, t2) = (Net::name("odt1"), Net::name("odt2"));
+    net.netns(&ns1);
+    net.netns(&ns2);
+    for (t, ns, a) in [(&t1, &ns1, "10.9.1.1/24"), (&t2, &ns2, "10.9.1.2/24")] {
+        db.add_port("br0", t, &["type=tap"]).unwrap();
+        net.move_into(t, ns, a);
+    }
+    assert_eq!(ping(&ns1, "10.9.1.2", 5), 5, "standalone, no controller");
+    both(&["set-fail-mode", "br0", "secure"]);
+    assert_eq!(ping(&ns1, "10.9.1.2", 5), 0, "secure, no controller");
+    both(&["set-fail-mode", "br0", "standalone"]);
+    assert_eq!(ping(&ns1, "10.9.1.2", 5), 5, "standalone again");
+
+    // A controller on a Unix socket for each switch.
+    let (fsock, osock) = (dir.join("ctl.sock"), ovs_dir.join("ctl.sock"));
+    let (fl, ol) = (Listener::unix(&fsock), Listener::unix(&osock));
+    db.vsctl(&[
+        "set-controller",
+        "br0",
+        &format!("unix:{}", fsock.display()),
+    ])
+    .unwrap();
+    ovs.db
+        .vsctl(&[
+            "set-controller",
+            "br0",
+            &format!("unix:{}", osock.display()),
+        ])
+        .unwrap();
+    let (mut f, mut o) = (fl.accept(10), ol.accept(20));
+    assert_eq!(
+        f.handshake(),
+        0xabc,
+        "FEATURES_REPLY: other_config:datapath-id"
+    );
+    assert_eq!(o.handshake(), 0xabc);
+    let connected = "is_connected=true role=other status={sec_since_connect, state=ACTIVE}";
+    wait_columns(&ovs.db, "br0", connected, 10);
+    wait_columns(&db, "br0", connected, 10);
+    // A role asked for shows in the row.
+    assert_eq!(f.role(2, 1), Ok((2, 1)));
+    assert_eq!(o.role(2, 1), Ok((2, 1)));
+    let master = connected.replace("role=other", "role=master");
+    wait_columns(&ovs.db, "br0", &master, 10);
+    wait_columns(&db, "br0", &master, 10);
+    let s = cli_json(&dir, &["show"]);
+    let of = &s["bridges"][0]["openflow"];
+    assert_eq!(of["datapath_id"], "0000000000000abc", "{of}");
+    assert_eq!(of["controllers"][0]["role"], "master", "{of}");
+    // The controller's own settings: no reconnect.
+    both(&[
+        "set",
+        "controller",
+        "br0",
+        "max_backoff=2000",
+        "inactivity_probe=0",
+        "connection_mode=out-of-band",
+    ]);
+    std::thread::sleep(Duration::from_secs(1));
+    let c = &cli_json(&dir, &["show"])["bridges"][0]["openflow"]["controllers"][0];
+    assert_eq!(
+        (c["connects"].as_u64(), &c["connected"]),
+        (Some(1), &true.into()),
+        "{c}"
+    );
+    // The controller side goes away: both back off and say why.
+    drop((f, o));
+    let _ = std::fs::remove_file(&fsock);
+    let _ = std::fs::remove_file(&osock);
+    let backoff = "is_connected=false role=[] status={last_error=No such file or directory, \
+                   sec_since_connect, sec_since_disconnect, state=BACKOFF}";
+    wait_columns(&ovs.db, "br0", backoff, 15);
+    wait_columns(&db, "br0", backoff, 15);
+    let (fl, ol) = (Listener::unix(&fsock), Listener::unix(&osock));
+    let (mut f, mut o) = (fl.accept(10), ol.accept(10));
+    f.handshake();
+    o.handshake();
+    // The last error and the time since the disconnection stay (OVS's rconn keeps them).
+    let connected = "is_connected=true role=other status={last_error=No such file or \
+                     directory, sec_since_connect, sec_since_disconnect, state=ACTIVE}";
+    wait_columns(&ovs.db, "br0", connected, 10);
+    wait_columns(&db, "br0", connected, 10);
+
+    // A hot upgrade: the controller sees one reconnect, at once, and the settings came from
+    // the database again (nothing lost, nothing twice).
+    upgrade(&dir, &[]).expect("upgrade");
+    let t = std::time::Instant::now();
+    while f.recv().is_some() {}
+    let mut f = fl.accept(5);
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    assert_eq!(f.handshake(), 0xabc, "datapath-id kept across the upgrade");
+    // (A new daemon: its first connection to this controller.)
+    let fresh = "is_connected=true role=other status={sec_since_connect, state=ACTIVE}";
+    wait_columns(&db, "br0", fresh, 10);
+    std::thread::sleep(Duration::from_secs(2));
+    let s = cli_json(&dir, &["show"]);
+    let of = &s["bridges"][0]["openflow"];
+    assert_eq!(of["controllers"].as_array().unwrap().len(), 1, "{of}");
+    assert_eq!(of["controllers"][0]["connects"], 1, "one reconnect: {of}");
+    assert_eq!(of["fail_mode"], "standalone", "{of}");
+    assert!(fl.try_accept().is_none(), "no second reconnect");
+
+    // del-controller closes it; standalone with none: NORMAL forwarding again.
+    both(&["del-controller", "br0"]);
+    assert!(
+        f.recv_until_closed(10),
+        "del-controller closes the connection"
+    );
+    assert!(o.recv_until_closed(10));
+    assert_eq!(ping(&ns1, "10.9.1.2", 5), 5, "standalone, controller gone");
+    for d in [&db, &ovs.db] {
+        assert_eq!(d.vsctl(&["list", "controller"]).unwrap().trim(), "");
+    }
+
+    // Bad values on a second bridge: logged, counted, in the row; br0 forwards on.
+    db.vsctl(&[
+        "add-br",
+        "brx",
+        "--",
+        "set",
+        "bridge",
+        "brx",
+        "datapath_type=netdev",
+        "other_config:datapath-id=xyz",
+    ])
+    .unwrap();
+    db.vsctl(&["set-controller", "brx", "tcp:1.2.3"]).unwrap();
+    let e = db.get("Controller", "brx", "status:last_error").unwrap();
+    assert!(e.contains("bad controller target 'tcp:1.2.3'"), "{e}");
+    assert_eq!(
+        db.get("Controller", "brx", "is_connected").unwrap(),
+        "false"
+    );
+    let dp = db.get("Bridge", "brx", "datapath_id").unwrap();
+    assert!(dp.len() == 16 && dp != "0000000000000xyz", "{dp}");
+    let s = cli_json(&dir, &["show"]);
+    assert_eq!(s["ovsdb"]["refused_settings"], 2, "{s}");
+    // (The daemon the upgrade started logs to ferrovsd.log.)
+    let log = ["ferrovsd.err", "ferrovsd.log"]
+        .iter()
+        .filter_map(|f| std::fs::read_to_string(dir.join(f)).ok())
+        .collect::<String>();
+    for want in [
+        "ovsdb: bridge brx: controller: bad controller target 'tcp:1.2.3'",
+        "ovsdb: bridge brx: other_config:datapath-id=xyz: not 16 hexadecimal digits",
+    ] {
+        assert!(log.contains(want), "{want} in the log");
+    }
+    assert_eq!(ping(&ns1, "10.9.1.2", 5), 5, "br0 forwards on");
+    // The CLI says where these settings live.
+    let o = cli(&dir, &["set-controller", "br0", "tcp:127.0.0.1:1"]);
+    assert!(!o.status.success());
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("use ovs-vsctl set-controller"), "{e}");
+}

@@ -71,6 +71,29 @@ pub(super) struct Controller {
     /// Connections made (HELLO exchanged or not).
     pub connects: u64,
     pub last_error: Option<String>,
+    /// When the last connection was made and when the last one ended (OVS's
+    /// `sec_since_connect` and `sec_since_disconnect` in `Controller.status`).
+    pub connected_at: Option<Instant>,
+    pub disconnected_at: Option<Instant>,
+    /// The last failure, kept after a reconnect (OVS's rconn `last_error`, which
+    /// `Controller.status` shows until another failure replaces it).
+    pub ever_error: Option<String>,
+}
+
+/// What `Controller.is_connected`, `role` and `status` say of one controller (OVS's
+/// `ofproto_controller_info`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct ControllerReport {
+    /// Connected, HELLO exchanged.
+    pub connected: bool,
+    /// `other` (equal), `master` or `slave`; `None` while not connected.
+    pub role: Option<&'static str>,
+    /// OVS's rconn state: `BACKOFF`, `CONNECTING`, `ACTIVE`, `IDLE` (an echo is out);
+    /// `None` for a passive target (OVS writes no status for those).
+    pub state: Option<&'static str>,
+    pub since_connect: Option<Duration>,
+    pub since_disconnect: Option<Duration>,
+    pub last_error: Option<String>,
 }
 
 /// A bridge's controllers and what they decide together.
@@ -163,6 +186,9 @@ impl Daemon {
                     listener: None,
                     connects: 0,
                     last_error: None,
+                    connected_at: None,
+                    disconnected_at: None,
+                    ever_error: None,
                 });
             }
             bc.controllers
@@ -483,6 +509,7 @@ impl Daemon {
         let wait = c.backoff.failed(now);
         c.state = CState::Backoff(now + wait);
         c.last_error = Some(why.clone());
+        c.ever_error = Some(why.clone());
         limited!(
             self.logs,
             Info,
@@ -504,6 +531,7 @@ impl Daemon {
         if let Some(c) = self.ctrl_find(&bridge, &target) {
             c.connects += 1;
             c.last_error = None;
+            c.connected_at = Some(Instant::now());
             if let CState::Connecting(t) = c.state {
                 c.state = CState::Connected(t);
             }
@@ -522,6 +550,11 @@ impl Daemon {
             |c| matches!(c.state, CState::Connecting(x) | CState::Connected(x) if x == t),
         );
         if is_this {
+            if let Some(c) = self.ctrl_find(bridge, target) {
+                if matches!(c.state, CState::Connected(_)) {
+                    c.disconnected_at = Some(Instant::now());
+                }
+            }
             self.ctrl_failed(
                 bridge,
                 target,
@@ -672,6 +705,22 @@ impl Daemon {
                 }
             }
         }
+        self.set_openflow_settings(bridge, new)
+    }
+
+    /// A bridge's OpenFlow settings become `new` (its `controllers` are not looked at: see
+    /// [`Daemon::set_controllers`]): a fail-mode change with no controller flushes the
+    /// rules (OVS's `connmgr_set_fail_mode`), a new `max_backoff` restarts the backoffs.
+    /// `ferrovs set-bridge` and the database (`daemon/ovsdb.rs`) both come here.
+    pub(super) fn set_openflow_settings(
+        &mut self,
+        bridge: &str,
+        mut new: BridgeConfig,
+    ) -> Result<(), ConfigError> {
+        let Some(cur) = self.bridge_cfg(bridge).cloned() else {
+            return Err(ConfigError::Invalid(format!("no bridge named {bridge}")));
+        };
+        new.controllers = cur.controllers.clone();
         new.validate_openflow()?;
         let mode_changed = new.fail_mode.unwrap_or_default() != cur.fail_mode.unwrap_or_default();
         let backoff_changed = new.max_backoff_ms != cur.max_backoff_ms;
@@ -691,6 +740,53 @@ impl Daemon {
             }
         }
         Ok(())
+    }
+
+    /// What the database's `Controller` row of `target` on `bridge` reports (`None`: no such
+    /// controller runs).
+    pub(super) fn controller_report(&self, bridge: &str, target: &str) -> Option<ControllerReport> {
+        let bc = self.openflow.ctrls.get(bridge)?;
+        let c = bc.controllers.iter().find(|c| c.target == target)?;
+        let now = Instant::now();
+        let since = |t: Option<Instant>| t.map(|t| now.duration_since(t));
+        let role_of = |c: &OfConn| match c.role {
+            Role::Master => "master",
+            Role::Slave => "slave",
+            Role::Equal => "other",
+        };
+        if c.parsed.is_passive() {
+            // OVS reports a listener's own status nowhere; a connection accepted on it
+            // shows as connected.
+            let conn = self.openflow.conns.values().find(|x| {
+                x.bridge == bridge && x.controller.as_deref() == Some(target) && x.negotiated
+            });
+            return Some(ControllerReport {
+                connected: conn.is_some(),
+                role: conn.map(role_of),
+                state: None,
+                since_connect: None,
+                since_disconnect: None,
+                last_error: None,
+            });
+        }
+        let conn = match c.state {
+            CState::Connected(t) => self.openflow.conns.get(&t).filter(|x| x.negotiated),
+            _ => None,
+        };
+        let state = match (c.state, conn) {
+            (CState::Backoff(_), _) => "BACKOFF",
+            (_, Some(x)) if x.probe.as_ref().is_some_and(|p| p.echo_outstanding()) => "IDLE",
+            (_, Some(_)) => "ACTIVE",
+            _ => "CONNECTING",
+        };
+        Some(ControllerReport {
+            connected: conn.is_some(),
+            role: conn.map(role_of),
+            state: Some(state),
+            since_connect: since(c.connected_at),
+            since_disconnect: since(c.disconnected_at),
+            last_error: c.ever_error.clone(),
+        })
     }
 
     /// What `show` says of a bridge's OpenFlow connections.
@@ -742,7 +838,7 @@ impl Daemon {
             .filter(|c| c.bridge == bridge && c.controller.is_none())
             .count();
         ShowOpenflow {
-            datapath_id: format!("{:016x}", cfg.map_or(0, |b| b.dpid())),
+            datapath_id: format!("{:016x}", self.bridge_dpid(bridge)),
             fail_mode: cfg
                 .and_then(|b| b.fail_mode)
                 .unwrap_or_default()

@@ -179,8 +179,22 @@ impl Daemon {
                     | Request::SetBridge { .. }
             );
             if managed {
+                let how = match req {
+                    Request::SetController { .. } => " set-controller",
+                    Request::DelController { .. } => " del-controller",
+                    Request::SetBridge { .. } => {
+                        " (set-fail-mode, set bridge BRIDGE protocols=... \
+                         other_config:datapath-id=..., set controller ... max_backoff=...)"
+                    }
+                    _ => "",
+                };
+                let what = if how.is_empty() {
+                    "bridges and ports"
+                } else {
+                    "OpenFlow controllers and bridge settings"
+                };
                 return Response::err(format!(
-                    "bridges and ports are configured through OVSDB ({}): use ovs-vsctl",
+                    "{what} are configured through OVSDB ({}): use ovs-vsctl{how}",
                     o.remote
                 ));
             }

@@ -244,18 +244,6 @@ pub fn mgmt_path(run_dir: &Path, bridge: &str) -> PathBuf {
     run_dir.join(format!("{bridge}.mgmt"))
 }
 
-/// A bridge's datapath id: the configured one, else the number of
-/// `vswitchdb::datapath_id`'s 16 hex digits derived from the name.
-fn datapath_id(config: &Config, bridge: &str) -> u64 {
-    match config.bridges.iter().find(|b| b.name == bridge) {
-        Some(b) => b.dpid(),
-        None => {
-            let s = crate::vswitchdb::datapath_id(None, None, bridge);
-            u64::from_str_radix(&s, 16).unwrap_or(0)
-        }
-    }
-}
-
 impl Daemon {
     /// Binds the management socket of `bridge` (bridge created, or retried on the tick).
     pub(super) fn of_listen(&mut self, bridge: &str) {
@@ -624,7 +612,7 @@ impl Daemon {
             Message::FeaturesRequest => reply(
                 c,
                 &Message::FeaturesReply(SwitchFeatures {
-                    datapath_id: datapath_id(&self.config, &c.bridge),
+                    datapath_id: self.bridge_dpid(&c.bridge),
                     n_buffers: 0,
                     n_tables: N_TABLES,
                     auxiliary_id: 0,

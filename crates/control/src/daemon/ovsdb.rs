@@ -23,6 +23,7 @@ use ferrovs_ovsdb::{ops, Atom, Datum, Event, Monitor, Remote, Row, Session, Stre
 
 use crate::vswitchdb::{self, Desired, Tables};
 
+use super::controllers::ControllerReport;
 use super::*;
 
 /// First reconnect delay; doubles up to [`BACKOFF_MAX`].
@@ -73,8 +74,12 @@ fn monitor() -> Monitor {
                 "other_config",
                 "ports",
                 "datapath_id",
+                "controller",
+                "fail_mode",
+                "protocols",
             ],
         )
+        .table("Controller", CONTROLLER_COLUMNS)
         .table(
             "Port",
             &["name", "tag", "trunks", "vlan_mode", "interfaces"],
@@ -96,6 +101,35 @@ fn monitor() -> Monitor {
         )
 }
 
+/// The `Controller` columns ferrovs reads: what it maps, what it notes as unsupported
+/// ([`CONTROLLER_UNSUPPORTED`]) and what it writes.
+const CONTROLLER_COLUMNS: &[&str] = &[
+    "target",
+    "max_backoff",
+    "inactivity_probe",
+    "connection_mode",
+    "type",
+    "controller_queue_size",
+    "controller_rate_limit",
+    "controller_burst_limit",
+    "enable_async_messages",
+    "local_ip",
+    "is_connected",
+    "role",
+    "status",
+];
+
+/// `Controller` columns that ask for something ferrovs does not do: set, each is noted
+/// (logged once) and ignored. (`enable_async_messages=true` is what ferrovs does anyway.)
+const CONTROLLER_UNSUPPORTED: &[&str] = &[
+    "type",
+    "controller_queue_size",
+    "controller_rate_limit",
+    "controller_burst_limit",
+    "enable_async_messages",
+    "local_ip",
+];
+
 /// The columns only the switch writes (`ovs-vswitchd`'s, and ours): a change to nothing else is
 /// the echo of our own write-back, and needs no remapping. (`Interface.ofport` is also read, to
 /// keep a port's number across restarts, but only ferrovs writes it: its echo changes nothing.)
@@ -105,6 +139,7 @@ const WRITTEN_ONLY: &[(&str, &[&str])] = &[
         &["cur_cfg", "ovs_version", "datapath_types", "iface_types"],
     ),
     ("Bridge", &["datapath_id"]),
+    ("Controller", &["is_connected", "role", "status"]),
     (
         "Interface",
         &[
@@ -217,6 +252,7 @@ impl OvsdbLink {
             connects: self.connects,
             last_error: self.last_error.clone(),
             refused_interfaces: self.desired.errors.len() as u64,
+            refused_settings: self.desired.refused_settings as u64,
             refused_inputs: self.refused_inputs,
             remote: self.remote.clone(),
             state: state.into(),
@@ -226,10 +262,13 @@ impl OvsdbLink {
 
     /// Logs `line` at `level` unless it was logged already (a row's error is said once,
     /// not at every reconfiguration); forgets lines that no longer hold.
-    fn log_new(&mut self, level: log::Level, lines: &[String]) {
-        let now: std::collections::BTreeSet<String> = lines.iter().cloned().collect();
-        for l in now.difference(&self.logged) {
-            log::log!(level, "ovsdb: {l}");
+    fn log_new(&mut self, lines: &[(log::Level, String)]) {
+        let now: std::collections::BTreeSet<String> =
+            lines.iter().map(|(_, l)| l.clone()).collect();
+        for (level, l) in lines {
+            if !self.logged.contains(l) {
+                log::log!(*level, "ovsdb: {l}");
+            }
         }
         self.logged = now;
     }
@@ -290,6 +329,44 @@ fn tables(s: &Session) -> Tables {
                 datapath_type: text(row, "datapath_type"),
                 other_config: smap(row, "other_config"),
                 ports: uuids(row, "ports"),
+                controller: uuids(row, "controller"),
+                fail_mode: row
+                    .get("fail_mode")
+                    .and_then(Datum::as_str)
+                    .map(String::from),
+                protocols: row
+                    .get("protocols")
+                    .map(|d| d.strings().into_iter().map(String::from).collect())
+                    .unwrap_or_default(),
+            },
+        );
+    }
+    for (u, row) in r.rows("Controller") {
+        let unsupported = CONTROLLER_UNSUPPORTED
+            .iter()
+            .filter_map(|c| {
+                let v = row.get(*c)?;
+                if v.is_empty() || (*c == "enable_async_messages" && v.as_bool() == Some(true)) {
+                    return None;
+                }
+                let shown = v
+                    .as_str()
+                    .map(String::from)
+                    .unwrap_or_else(|| v.to_json().to_string());
+                Some(format!("{c}={shown}"))
+            })
+            .collect();
+        t.controllers.insert(
+            u.to_string(),
+            vswitchdb::ControllerRow {
+                target: text(row, "target"),
+                max_backoff: int(row, "max_backoff"),
+                inactivity_probe: int(row, "inactivity_probe"),
+                connection_mode: row
+                    .get("connection_mode")
+                    .and_then(Datum::as_str)
+                    .map(String::from),
+                unsupported,
             },
         );
     }
@@ -604,15 +681,17 @@ impl Daemon {
         let Some(l) = self.ovsdb.as_deref_mut() else {
             return;
         };
-        let mut problems: Vec<String> = d.warnings.clone();
+        let err = |l: String| (log::Level::Error, l);
+        let mut problems: Vec<(log::Level, String)> = d.warnings.iter().cloned().map(err).collect();
         for (u, e) in &d.errors {
             let name = t.interfaces.get(u).map_or("?", |i| i.name.as_str());
-            problems.push(format!("interface {name}: {e}"));
+            problems.push(err(format!("interface {name}: {e}")));
         }
         for (p, e) in &failed {
-            problems.push(format!("interface {p}: {e}"));
+            problems.push(err(format!("interface {p}: {e}")));
         }
-        l.log_new(log::Level::Error, &problems);
+        problems.extend(d.notes.iter().map(|n| (log::Level::Warn, n.clone())));
+        l.log_new(&problems);
         l.desired = d;
         l.add_errors = failed;
         l.applied_cfg = next_cfg;
@@ -678,20 +757,21 @@ impl Daemon {
                 txn.push(ops::update("Interface", *u, &row));
             }
         }
-        for (name, (u, configured)) in &l.desired.bridge_rows {
+        for (name, (u, _)) in &l.desired.bridge_rows {
             let Ok(uuid) = u.parse::<Uuid>() else {
                 continue;
             };
             let Some(cur) = r.row("Bridge", &uuid) else {
                 continue;
             };
-            let id = self.bridge_datapath_id(name, configured.as_deref());
+            let id = format!("{:016x}", self.bridge_dpid(name));
             let mut row = Row::new();
             set_if_changed(&mut row, cur, "datapath_id", Datum::string(id));
             if !row.is_empty() {
                 txn.push(ops::update("Bridge", uuid, &row));
             }
         }
+        txn.extend(self.controller_updates(false));
         let Some(l) = self.ovsdb.as_deref_mut() else {
             return;
         };
@@ -733,6 +813,7 @@ impl Daemon {
             txn.push(ops::update("Interface", u, &row));
             written.push((u, d));
         }
+        txn.extend(self.controller_updates(true));
         let Some(l) = self.ovsdb.as_deref_mut() else {
             return;
         };
@@ -767,6 +848,49 @@ impl IfaceReport {
             error: Some(error),
             ..Default::default()
         }
+    }
+}
+
+/// `Controller.is_connected`, `role` and `status` of a running controller, as ovs-vswitchd
+/// writes them: `status` has `state`, `sec_since_connect` once it connected,
+/// `sec_since_disconnect` once a connection ended and `last_error` once one failed, both
+/// kept after a reconnect (as OVS's rconn; the text is OVS's: the system error without our
+/// context); a passive target has none.
+fn controller_columns(
+    r: &ControllerReport,
+) -> (bool, Option<&'static str>, BTreeMap<String, String>) {
+    let mut st = BTreeMap::new();
+    if let Some(state) = r.state {
+        st.insert("state".to_string(), state.to_string());
+        if let Some(t) = r.since_connect {
+            st.insert("sec_since_connect".into(), t.as_secs().to_string());
+        }
+        if let Some(t) = r.since_disconnect {
+            st.insert("sec_since_disconnect".into(), t.as_secs().to_string());
+        }
+        if let Some(e) = &r.last_error {
+            st.insert("last_error".into(), ovs_error_text(e));
+        }
+    }
+    (r.connected, r.role, st)
+}
+
+/// `status` of a `Controller` row whose target is refused.
+fn controller_error_status(e: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([("last_error".to_string(), e.to_string())])
+}
+
+/// A controller error as OVS words it: `cannot connect: Connection refused (os error 111)`
+/// is `Connection refused`; a connection the peer closed is `End of file`.
+fn ovs_error_text(e: &str) -> String {
+    let e = e.strip_prefix("cannot connect: ").unwrap_or(e);
+    let e = match e.rfind(" (os error ") {
+        Some(i) if e.ends_with(')') => &e[..i],
+        _ => e,
+    };
+    match e {
+        "connection closed" => "End of file".into(),
+        e => e.to_string(),
     }
 }
 
@@ -883,7 +1007,55 @@ impl Daemon {
                 }
             }
         }
+        self.apply_openflow(d);
         failed
+    }
+
+    /// The OpenFlow settings the database asks for, through the paths `ferrovs set-bridge`
+    /// and `set-controller` take (so a change flushes the rules exactly as theirs): the
+    /// settings first, then the controllers. A bridge whose settings did not change is not
+    /// touched (after a hot upgrade the handed-over settings are the database's: no
+    /// controller is reconnected).
+    fn apply_openflow(&mut self, d: &Desired) {
+        for want in &d.bridges {
+            let Some(cur) = self
+                .config
+                .bridges
+                .iter()
+                .find(|b| b.name == want.name)
+                .cloned()
+            else {
+                continue;
+            };
+            if !self.bridges.contains_key(&want.name) {
+                continue;
+            }
+            let new = BridgeConfig {
+                datapath_id: want.datapath_id.clone(),
+                protocols: want.protocols.clone(),
+                fail_mode: want.fail_mode,
+                max_backoff_ms: want.max_backoff_ms,
+                inactivity_probe_ms: want.inactivity_probe_ms,
+                ..cur.clone()
+            };
+            if new != cur {
+                log::info!("ovsdb: bridge {}: OpenFlow settings changed", want.name);
+                if let Err(e) = self.set_openflow_settings(&want.name, new) {
+                    // vswitchdb left every bad value out: not expected.
+                    limited!(self.logs, Error, &want.name, "ovsdb-of", "ovsdb: {e}");
+                }
+            }
+            if cur.controllers != want.controllers {
+                log::info!(
+                    "ovsdb: bridge {}: controllers [{}]",
+                    want.name,
+                    want.controllers.join(", ")
+                );
+                if let Err(e) = self.set_controllers(&want.name, &want.controllers) {
+                    limited!(self.logs, Error, &want.name, "ovsdb-of", "ovsdb: {e}");
+                }
+            }
+        }
     }
 
     /// `pmd-cpu-mask` and the other settings the database carries; a setting the database
@@ -1045,6 +1217,82 @@ impl Daemon {
             }
         }
         Some(s)
+    }
+
+    /// The updates of `Controller` rows whose `is_connected`, `role` or `status` differ from
+    /// the replica. As ovs-vswitchd: a change of state, role or error is written at the next
+    /// write-back; `sec_since_connect`/`sec_since_disconnect` alone only with the
+    /// statistics (`timers`), every [`STATS_EVERY`].
+    fn controller_updates(&self, timers: bool) -> Vec<Value> {
+        let Some(l) = self.ovsdb.as_deref() else {
+            return Vec::new();
+        };
+        let r = l.session.replica();
+        let mut out = Vec::new();
+        for (key, p) in &l.desired.controller_rows {
+            let Ok(u) = key.parse::<Uuid>() else { continue };
+            let Some(cur) = r.row("Controller", &u) else {
+                continue;
+            };
+            let (connected, role, status) = match &p.error {
+                Some(e) => (false, None, controller_error_status(e)),
+                None => match self.controller_report(&p.bridge, &p.target) {
+                    Some(rep) => controller_columns(&rep),
+                    None => continue,
+                },
+            };
+            let role = opt_string(role);
+            let status_d = string_map(&status);
+            let differs = |col: &str, v: &Datum| cur.get(col) != Some(v);
+            let changed = differs("is_connected", &Datum::boolean(connected))
+                || differs("role", &role)
+                || {
+                    let untimed = |m: BTreeMap<String, String>| {
+                        m.into_iter()
+                            .filter(|(k, _)| !k.starts_with("sec_since_"))
+                            .collect::<BTreeMap<_, _>>()
+                    };
+                    let have: BTreeMap<String, String> = cur
+                        .get("status")
+                        .map(|d| {
+                            d.str_map()
+                                .into_iter()
+                                .map(|(k, v)| (k.to_string(), v.to_string()))
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    let keys = |m: &BTreeMap<String, String>| {
+                        m.keys().cloned().collect::<std::collections::BTreeSet<_>>()
+                    };
+                    keys(&have) != keys(&status) || untimed(have) != untimed(status.clone())
+                }
+                || (timers && differs("status", &status_d));
+            if !changed {
+                continue;
+            }
+            let mut row = Row::new();
+            set_if_changed(&mut row, cur, "is_connected", Datum::boolean(connected));
+            set_if_changed(&mut row, cur, "role", role);
+            set_if_changed(&mut row, cur, "status", status_d);
+            if !row.is_empty() {
+                out.push(ops::update("Controller", u, &row));
+            }
+        }
+        out
+    }
+
+    /// The datapath id `bridge` runs with (FEATURES_REPLY, `Bridge.datapath_id`, `show`):
+    /// the configured one; else, configured through OVSDB, `0000` and the MAC of the bridge's
+    /// internal port, as ovs-vswitchd derives it; else the one derived from the name.
+    pub(super) fn bridge_dpid(&self, bridge: &str) -> u64 {
+        let cfg = self.config.bridges.iter().find(|b| b.name == bridge);
+        let configured = cfg.and_then(|b| b.datapath_id.as_deref());
+        let text = if self.ovsdb.is_some() {
+            self.bridge_datapath_id(bridge, configured)
+        } else {
+            vswitchdb::datapath_id(configured, None, bridge)
+        };
+        u64::from_str_radix(&text, 16).unwrap_or(0)
     }
 
     /// `Bridge.datapath_id` of `bridge`.
