@@ -207,10 +207,12 @@ def packetin(path, seconds, window):
     inflight = 0
     t0 = time.monotonic()
     end = t0 + seconds / 2
-    while time.monotonic() < end and base + sent < len(outs):
-        n = min(window - inflight, len(outs) - base - sent)
+    while time.monotonic() < end:
+        n = window - inflight
         if n > 0:
-            c.s.sendall(b"".join(outs[base + sent:base + sent + n]))
+            # The frames cycle through the prebuilt list (their numbers matter only above).
+            at = (base + sent) % (len(outs) - window)
+            c.s.sendall(b"".join(outs[at:at + n]))
             sent += n
             inflight += n
         k = c.count(PACKET_IN, 1.0)
