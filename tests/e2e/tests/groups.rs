@@ -161,7 +161,20 @@ impl Topo {
         let (n, b) = &self.ns[port - 1];
         let path = self.dir.join(format!("{name}.pcap"));
         let child = Command::new("ip")
-            .args(["netns", "exec", n, "tcpdump", "-i", b, "-nn", "-U", "-w"])
+            // --immediate-mode: each packet as it comes (else libpcap hands packets over in
+            // blocks with a 1 s timeout, and those still in a block at SIGINT are lost).
+            .args([
+                "netns",
+                "exec",
+                n,
+                "tcpdump",
+                "--immediate-mode",
+                "-i",
+                b,
+                "-nn",
+                "-U",
+                "-w",
+            ])
             .arg(&path)
             .args(["udp", "and", "dst", "host", DST_IP])
             .stdout(Stdio::null())
