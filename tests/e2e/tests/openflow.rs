@@ -588,7 +588,18 @@ fn rewritten_frames_leave_with_valid_checksums(
     let pcap = dir.join("rewritten.pcap");
     let dump = std::process::Command::new("ip")
         .args([
-            "netns", "exec", ns2, "tcpdump", "-i", t2, "-Q", "in", "-nn", "-U", "-w",
+            "netns",
+            "exec",
+            ns2,
+            "tcpdump",
+            "--immediate-mode",
+            "-i",
+            t2,
+            "-Q",
+            "in",
+            "-nn",
+            "-U",
+            "-w",
         ])
         .arg(&pcap)
         .args(["icmp or arp or icmp6"])
