@@ -206,6 +206,10 @@ pub struct OvsVswitchd {
     _vswitchd: Proc,
     pub db: OvsdbServer,
     _net: Net,
+    /// The network namespace it runs in.
+    pub ns: String,
+    /// Its run directory (sockets, logs, `BRIDGE.mgmt`).
+    pub dir: PathBuf,
 }
 
 impl OvsVswitchd {
@@ -219,7 +223,7 @@ impl OvsVswitchd {
         let args = [
             "netns".to_string(),
             "exec".to_string(),
-            ns,
+            ns.clone(),
             "/usr/bin/env".to_string(),
             format!("OVS_RUNDIR={d}"),
             format!("OVS_LOGDIR={d}"),
@@ -237,6 +241,41 @@ impl OvsVswitchd {
             _vswitchd: vswitchd,
             db,
             _net: net,
+            ns,
+            dir: dir.to_path_buf(),
         }
+    }
+
+    /// Adds the netdev bridge br0 (with `dummy`, dummy ports vm1 and vm2 as OpenFlow ports 1
+    /// and 2) and waits for its management socket, which it returns.
+    pub fn netdev_br0(&self, dummy: bool) -> PathBuf {
+        self.db
+            .vsctl(&[
+                "add-br",
+                "br0",
+                "--",
+                "set",
+                "bridge",
+                "br0",
+                "datapath_type=netdev",
+            ])
+            .expect("add-br");
+        if dummy {
+            for (p, n) in [("vm1", "1"), ("vm2", "2")] {
+                self.db
+                    .add_port("br0", p, &["type=dummy", &format!("ofport_request={n}")])
+                    .expect("add-port");
+            }
+        }
+        let mgmt = self.dir.join("br0.mgmt");
+        wait_until("OVS's br0.mgmt", 10, || {
+            std::os::unix::net::UnixStream::connect(&mgmt).is_ok()
+        });
+        mgmt
+    }
+
+    /// Its `ovs-appctl` target (`--target`).
+    pub fn unixctl(&self) -> PathBuf {
+        self.dir.join("ovs-vswitchd.ctl")
     }
 }

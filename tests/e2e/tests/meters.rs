@@ -136,71 +136,27 @@ fn sequence(sock: &Path) -> Vec<(String, Vec<String>)> {
     steps
 }
 
-/// Debian's ovs-vswitchd with bridge br0 (`datapath_type=netdev`) and dummy ports vm1/vm2
-/// as OpenFlow ports 1 and 2, in a network namespace of its own; killed on drop.
+/// Debian's ovs-vswitchd (IPv6 off in its namespace) with a netdev bridge br0.
 struct Ovs {
-    _vswitchd: Proc,
-    db: ferrovs_e2e::ovsdb::OvsdbServer,
-    _net: Net,
-    /// The network namespace ovs-vswitchd runs in.
-    ns: String,
+    sw: ferrovs_e2e::ovsdb::OvsVswitchd,
     mgmt: PathBuf,
 }
 
 /// OVS with br0; with `dummy`, dummy ports vm1 and vm2 as OpenFlow ports 1 and 2.
 fn start_ovs(dir: &Path, dummy: bool) -> Ovs {
-    let mut net = Net::new();
-    let ns = Net::name("ovsm");
-    net.netns(&ns);
-    Net::exec(&ns, &["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"]);
-    Net::exec(
-        &ns,
-        &["sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1"],
-    );
-    let db = ferrovs_e2e::ovsdb::OvsdbServer::start(dir);
-    let d = dir.display().to_string();
-    let args = [
-        "netns".to_string(),
-        "exec".to_string(),
-        ns.clone(),
-        "/usr/bin/env".to_string(),
-        format!("OVS_RUNDIR={d}"),
-        format!("OVS_LOGDIR={d}"),
-        format!("OVS_DBDIR={d}"),
-        "/usr/sbin/ovs-vswitchd".to_string(),
-        db.remote(),
-        "--enable-dummy".to_string(),
-        format!("--unixctl={d}/ovs-vswitchd.ctl"),
-        format!("--pidfile={d}/ovs-vswitchd.pid"),
-        format!("--log-file={d}/ovs-vswitchd.log"),
-    ];
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let vswitchd = Proc::spawn("ovs-vswitchd", dir, Path::new("/usr/sbin/ip"), &args);
-    db.vsctl(&[
-        "add-br",
-        "br0",
-        "--",
-        "set",
-        "bridge",
-        "br0",
-        "datapath_type=netdev",
-    ])
-    .expect("add-br");
-    if dummy {
-        for (p, n) in [("vm1", "1"), ("vm2", "2")] {
-            db.add_port("br0", p, &["type=dummy", &format!("ofport_request={n}")])
-                .expect("add-port");
-        }
+    let sw = ferrovs_e2e::ovsdb::OvsVswitchd::start(dir, "ovsm");
+    for k in ["all", "default"] {
+        Net::exec(
+            &sw.ns,
+            &[
+                "sysctl",
+                "-qw",
+                &format!("net.ipv6.conf.{k}.disable_ipv6=1"),
+            ],
+        );
     }
-    let mgmt = dir.join("br0.mgmt");
-    wait_until("OVS's br0.mgmt", 10, || UnixStream::connect(&mgmt).is_ok());
-    Ovs {
-        _vswitchd: vswitchd,
-        db,
-        _net: net,
-        ns,
-        mgmt,
-    }
+    let mgmt = sw.netdev_br0(dummy);
+    Ovs { sw, mgmt }
 }
 
 fn tools() -> bool {
@@ -515,9 +471,10 @@ fn a_pktps_meter_limits_a_flood_to_its_rate() {
         net.veth_into(&a, &b, ns, addr);
         // The host stack leaves UDP checksums to a veth's offload: complete them.
         Net::exec(ns, &["ethtool", "-K", &b, "tx", "off"]);
-        Net::ip(&["link", "set", &a, "netns", &ovs.ns]);
-        Net::ip(&["-n", &ovs.ns, "link", "set", &a, "up"]);
-        ovs.db
+        Net::ip(&["link", "set", &a, "netns", &ovs.sw.ns]);
+        Net::ip(&["-n", &ovs.sw.ns, "link", "set", &a, "up"]);
+        ovs.sw
+            .db
             .add_port("br0", &a, &[&format!("ofport_request={}", i + 1)])
             .expect("add-port");
         let m = Net::exec(ns, &["cat", &format!("/sys/class/net/{b}/address")]);

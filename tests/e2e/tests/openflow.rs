@@ -170,62 +170,17 @@ fn sequence(sock: &Path) -> Vec<(String, Vec<String>)> {
     steps
 }
 
-/// Debian's ovs-vswitchd with bridge br0 (`datapath_type=netdev`) and dummy ports vm1/vm2
-/// as OpenFlow ports 1 and 2, everything in `dir`; killed on drop.
-/// ovs-vswitchd runs in a network namespace of its own (its netdev datapath creates a TAP
-/// named `ovs-netdev`, which another OVS on the host may hold).
+/// Debian's ovs-vswitchd with a netdev bridge br0 and dummy ports vm1, vm2 (OpenFlow ports
+/// 1 and 2).
 struct Ovs {
-    _vswitchd: Proc,
-    _db: ferrovs_e2e::ovsdb::OvsdbServer,
-    _net: Net,
+    _sw: ferrovs_e2e::ovsdb::OvsVswitchd,
     mgmt: PathBuf,
 }
 
 fn start_ovs(dir: &Path) -> Ovs {
-    let mut net = Net::new();
-    let ns = Net::name("ovs");
-    net.netns(&ns);
-    let db = ferrovs_e2e::ovsdb::OvsdbServer::start(dir);
-    let d = dir.display().to_string();
-    let args = [
-        "netns".to_string(),
-        "exec".to_string(),
-        ns.clone(),
-        "/usr/bin/env".to_string(),
-        format!("OVS_RUNDIR={d}"),
-        format!("OVS_LOGDIR={d}"),
-        format!("OVS_DBDIR={d}"),
-        "/usr/sbin/ovs-vswitchd".to_string(),
-        db.remote(),
-        "--enable-dummy".to_string(),
-        format!("--unixctl={d}/ovs-vswitchd.ctl"),
-        format!("--pidfile={d}/ovs-vswitchd.pid"),
-        format!("--log-file={d}/ovs-vswitchd.log"),
-    ];
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let vswitchd = Proc::spawn("ovs-vswitchd", dir, Path::new("/usr/sbin/ip"), &args);
-    db.vsctl(&[
-        "add-br",
-        "br0",
-        "--",
-        "set",
-        "bridge",
-        "br0",
-        "datapath_type=netdev",
-    ])
-    .expect("add-br");
-    for (p, n) in [("vm1", "1"), ("vm2", "2")] {
-        db.add_port("br0", p, &["type=dummy", &format!("ofport_request={n}")])
-            .expect("add-port");
-    }
-    let mgmt = dir.join("br0.mgmt");
-    wait_until("OVS's br0.mgmt", 10, || UnixStream::connect(&mgmt).is_ok());
-    Ovs {
-        _vswitchd: vswitchd,
-        _db: db,
-        _net: net,
-        mgmt,
-    }
+    let sw = ferrovs_e2e::ovsdb::OvsVswitchd::start(dir, "ovs");
+    let mgmt = sw.netdev_br0(true);
+    Ovs { _sw: sw, mgmt }
 }
 
 fn tools() -> bool {

@@ -114,62 +114,19 @@ fn send_raw(ns: &str, dev: &str, hex: &str) {
     );
 }
 
-/// OVS (Debian's ovs-vswitchd) with a netdev bridge br0 and dummy ports vm1, vm2 (OpenFlow
-/// ports 1 and 2) in `dir`, in a namespace of its own; killed on drop.
+/// Debian's ovs-vswitchd with a netdev bridge br0 and dummy ports vm1, vm2 (OpenFlow ports
+/// 1 and 2).
 struct Ovs {
-    _vswitchd: Proc,
-    _db: ferrovs_e2e::ovsdb::OvsdbServer,
-    _net: Net,
+    sw: ferrovs_e2e::ovsdb::OvsVswitchd,
     mgmt: PathBuf,
     ctl: PathBuf,
 }
 
 fn start_ovs(dir: &Path) -> Ovs {
-    let mut net = Net::new();
-    let ns = Net::name("pio");
-    net.netns(&ns);
-    let db = ferrovs_e2e::ovsdb::OvsdbServer::start(dir);
-    let d = dir.display().to_string();
-    let args = [
-        "netns".to_string(),
-        "exec".to_string(),
-        ns.clone(),
-        "/usr/bin/env".to_string(),
-        format!("OVS_RUNDIR={d}"),
-        format!("OVS_LOGDIR={d}"),
-        format!("OVS_DBDIR={d}"),
-        "/usr/sbin/ovs-vswitchd".to_string(),
-        db.remote(),
-        "--enable-dummy".to_string(),
-        format!("--unixctl={d}/ovs-vswitchd.ctl"),
-        format!("--pidfile={d}/ovs-vswitchd.pid"),
-        format!("--log-file={d}/ovs-vswitchd.log"),
-    ];
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let vswitchd = Proc::spawn("ovs-vswitchd", dir, Path::new("/usr/sbin/ip"), &args);
-    db.vsctl(&[
-        "add-br",
-        "br0",
-        "--",
-        "set",
-        "bridge",
-        "br0",
-        "datapath_type=netdev",
-    ])
-    .expect("add-br");
-    for (p, n) in [("vm1", "1"), ("vm2", "2")] {
-        db.add_port("br0", p, &["type=dummy", &format!("ofport_request={n}")])
-            .expect("add-port");
-    }
-    let mgmt = dir.join("br0.mgmt");
-    wait_until("OVS's br0.mgmt", 10, || UnixStream::connect(&mgmt).is_ok());
-    Ovs {
-        _vswitchd: vswitchd,
-        _db: db,
-        _net: net,
-        mgmt,
-        ctl: dir.join("ovs-vswitchd.ctl"),
-    }
+    let sw = ferrovs_e2e::ovsdb::OvsVswitchd::start(dir, "pio");
+    let mgmt = sw.netdev_br0(true);
+    let ctl = sw.unixctl();
+    Ovs { sw, mgmt, ctl }
 }
 
 fn tools() -> bool {
@@ -590,7 +547,8 @@ fn mpls_frames_leave_byte_exact_as_ovs_sends_them() {
     let ovs = start_ovs(&ovs_dir);
     let pcap = ovs_dir.join("vm2.pcap");
     let p = pcap.display().to_string();
-    ovs._db
+    ovs.sw
+        .db
         .vsctl(&["set", "interface", "vm2", &format!("options:tx_pcap={p}")])
         .expect("tx_pcap");
     let rules = [
