@@ -336,6 +336,9 @@ pub struct Migration {
     pub postcopy: bool,
     pub postcopy_pages_fetched: u64,
     pub postcopy_pages_missing: u64,
+    /// Postcopy migrations the port took part in (POSTCOPY_LISTEN answered).
+    #[serde(default)]
+    pub postcopy_listens: u64,
     pub rarp_announces: u64,
 }
 

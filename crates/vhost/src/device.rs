@@ -142,6 +142,8 @@ pub struct MigrationInfo {
     pub pages_fetched: u64,
     /// SEND_RARP requests received.
     pub rarps: u64,
+    /// Postcopy migrations this device took part in (POSTCOPY_LISTEN answered).
+    pub postcopy_listens: u64,
 }
 
 /// A vhost-user net device (one port).
@@ -165,6 +167,7 @@ pub struct Device {
     /// SEND_RARP: a MAC to announce from this port (taken by the daemon).
     announce: Option<[u8; 6]>,
     rarps: u64,
+    postcopy_listens: u64,
 }
 
 impl Device {
@@ -187,6 +190,7 @@ impl Device {
             reply_fds: Vec::new(),
             announce: None,
             rarps: 0,
+            postcopy_listens: 0,
         }
     }
 
@@ -220,6 +224,7 @@ impl Device {
             pages_missing: pc.missing,
             pages_fetched: pc.fetched,
             rarps: self.rarps,
+            postcopy_listens: self.postcopy_listens,
         }
     }
 
@@ -556,7 +561,10 @@ impl Device {
                 return Ok(Some(Vec::new()));
             }
             Request::PostcopyListen => match std::mem::take(&mut self.postcopy) {
-                Postcopy::Advised(uf) => self.postcopy = Postcopy::Listening(uf),
+                Postcopy::Advised(uf) => {
+                    self.postcopy_listens += 1;
+                    self.postcopy = Postcopy::Listening(uf);
+                }
                 other => {
                     self.postcopy = other;
                     return Err(DeviceError::Postcopy(

@@ -510,13 +510,18 @@ fn migration_under_traffic(name: &str, postcopy: bool, guest_announce: bool) {
     }
     // The switch logged the pages it wrote while the source migrated precopy (a postcopy
     // may switch over before the switch wrote any); at the destination of a postcopy it
-    // found pages it wrote into missing, and had them fetched. It announced the guest
-    // itself only when asked to (SEND_RARP, a guest without GUEST_ANNOUNCE).
+    // registered the guest's memory for the migration (POSTCOPY_LISTEN) and ended it, and
+    // every page it found missing was brought in (whether any was missing depends on
+    // whether the guest's RX buffers arrived before the switch wrote into them: CI saw
+    // runs with none). It announced the guest itself only when asked to (SEND_RARP, a
+    // guest without GUEST_ANNOUNCE).
     if postcopy {
         let m = &port(&stats1, "vmb")["migration"];
-        assert!(
-            m["postcopy_pages_missing"].as_u64() > Some(0),
-            "no page missing at the destination: {m}"
+        assert_eq!(m["postcopy_listens"].as_u64(), Some(1), "{m}");
+        assert_eq!(m["postcopy"].as_bool(), Some(false), "postcopy ended: {m}");
+        let missing = m["postcopy_pages_missing"].as_u64().unwrap_or(0);
+        eprintln!(
+            "migration-postcopy: the switch found {missing} pages missing at the destination"
         );
     } else {
         assert!(

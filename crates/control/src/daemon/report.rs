@@ -346,6 +346,7 @@ fn port_stats(p: &PortState) -> PortStats {
                 postcopy: m.postcopy,
                 postcopy_pages_fetched: m.pages_fetched,
                 postcopy_pages_missing: m.pages_missing,
+                postcopy_listens: m.postcopy_listens,
                 rarp_announces: m.rarps,
             }
         }),
