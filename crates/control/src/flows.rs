@@ -724,6 +724,18 @@ pub fn format_dp_actions(actions: &[DpAction], names: &HashMap<u32, &str>) -> St
                 (lse >> 8) & 1
             ),
             DpAction::PopMpls { ethertype } => format!("pop_mpls(eth_type={ethertype:#x})"),
+            DpAction::Ct(c) => {
+                let mut s = format!("ct(zone={}", c.zone);
+                if c.commit {
+                    s.push_str(",commit");
+                }
+                s.push(')');
+                if let Some(t) = c.recirc {
+                    s.push_str(&format!(",recirc({:#x})", ferrovs_flow::ct::recirc_id(t)));
+                }
+                s
+            }
+            DpAction::CtClear => "ct_clear".into(),
         })
         .collect::<Vec<_>>()
         .join(",")

@@ -1,5 +1,5 @@
 //! The flow key: every header field a rule can match, extracted once per packet into
-//! seventeen 64-bit words, so masking, hashing and comparing are word operations.
+//! twenty-one 64-bit words, so masking, hashing and comparing are word operations.
 //!
 //! Layout (fixed; [`Field::layout`]): w0 in_port·eth_type·vlan_tci, w1 eth_dst·ip_proto·
 //! ip_tos, w2 eth_src·ip_ttl·ip_frag, w3 ipv4_src·ipv4_dst (ARP spa/tpa too), w4-w5
@@ -9,6 +9,10 @@
 //! nd_target (ICMPv6 neighbour solicitation/advertisement), w14 bits 0..48 arp_sha (also
 //! ND's source link-layer address option, nd_sll, as OVS), w15 bits 0..48 arp_tha (also
 //! nd_tll), w16 bits 0..20 ipv6_label (flow label). ip_ecn is IpTos's low two bits.
+//! Connection tracking (0 in every extracted key, set by a `ct()` action for the
+//! recirculated pass, see `ct.rs`): w8 bits 48..64 recirc_id, w16 bits 40..48 ct_state and
+//! 48..64 ct_zone, w15 bits 48..56 ct_nw_proto, w17 ct_mark·ct_tp_src·ct_tp_dst, w18
+//! ct_nw_src·ct_nw_dst, w19-w20 ct_label.
 //! Addresses are integers of their big-endian value.
 //!
 //! MPLS (w14 bits 48..60 mpls_ttl·mpls_tc·mpls_bos, bits 60..62 the internal mpls payload
@@ -26,7 +30,7 @@
 use std::net::Ipv4Addr;
 
 /// Words in a key.
-pub const KEY_WORDS: usize = 17;
+pub const KEY_WORDS: usize = 21;
 
 /// A packet's (or a mask's) match fields.
 #[derive(Clone, Copy, Eq, Default, Debug)]
@@ -102,11 +106,26 @@ pub enum Field {
     /// ([`MPLS_PAYLOAD_IPV4`], [`MPLS_PAYLOAD_IPV6`], [`MPLS_PAYLOAD_ARP`]; 0: not at all).
     MplsPayload,
     MplsLabel,
+    /// Internal, not matchable by a rule: 0 on the first pass, `T + 1` when the packet
+    /// resumes in table T after `ct(table=T)` ([`crate::ct::recirc_id`]).
+    RecircId,
+    /// Connection tracking (set by a `ct()` action before a recirculation, 0 on input):
+    /// the state bits ([`crate::ct::state`]), zone, mark, label and the connection's
+    /// original-direction tuple (IPv4 addresses only: `ct_ipv6_*` are not in the key).
+    CtState,
+    CtZone,
+    CtMark,
+    CtLabel,
+    CtNwSrc,
+    CtNwDst,
+    CtNwProto,
+    CtTpSrc,
+    CtTpDst,
 }
 
 impl Field {
     /// Every field.
-    pub const ALL: [Field; 29] = [
+    pub const ALL: [Field; 39] = [
         Field::InPort,
         Field::EthType,
         Field::VlanTci,
@@ -136,6 +155,16 @@ impl Field {
         Field::MplsBos,
         Field::MplsPayload,
         Field::MplsLabel,
+        Field::RecircId,
+        Field::CtState,
+        Field::CtZone,
+        Field::CtMark,
+        Field::CtLabel,
+        Field::CtNwSrc,
+        Field::CtNwDst,
+        Field::CtNwProto,
+        Field::CtTpSrc,
+        Field::CtTpDst,
     ];
 
     /// (word, shift, bits). 128-bit fields take words `word` (high half) and `word + 1`.
@@ -171,6 +200,16 @@ impl Field {
             Field::MplsBos => (14, 59, 1),
             Field::MplsPayload => (14, 60, 2),
             Field::MplsLabel => (16, 20, 20),
+            Field::RecircId => (8, 48, 16),
+            Field::CtState => (16, 40, 8),
+            Field::CtZone => (16, 48, 16),
+            Field::CtNwProto => (15, 48, 8),
+            Field::CtMark => (17, 0, 32),
+            Field::CtTpSrc => (17, 32, 16),
+            Field::CtTpDst => (17, 48, 16),
+            Field::CtNwSrc => (18, 0, 32),
+            Field::CtNwDst => (18, 32, 32),
+            Field::CtLabel => (19, 0, 128),
         }
     }
 
@@ -410,7 +449,9 @@ impl FlowKey {
         };
         match w {
             Some([w0, w1, w2, w3, w8]) => {
-                self.0 = [w0, w1, w2, w3, 0, 0, 0, 0, w8, 0, 0, 0, 0, 0, 0, 0, 0];
+                self.0 = [
+                    w0, w1, w2, w3, 0, 0, 0, 0, w8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                ];
                 true
             }
             None => false,
@@ -874,7 +915,7 @@ mod tests {
         }
         // An IPv4 key has none of the new words.
         let k = FlowKey::extract(&udp4(None), 1, None);
-        assert_eq!(k.0[12..], [0; 5]);
+        assert_eq!(k.0[12..], [0; KEY_WORDS - 12]);
     }
 
     #[test]

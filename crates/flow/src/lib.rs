@@ -2,6 +2,8 @@
 //!
 //! * [`key`]: the flow key (every matchable header field and the metadata in twelve words)
 //!   and its extraction from an untrusted frame.
+//! * [`ct`]: the `ct()` action (connection tracking) as a rule writes it and as the datapath
+//!   executes it, and recirculation ids.
 //! * [`matching`]: a rule's match (key + mask).
 //! * [`classifier`]: tuple-space search with priority pruning, reporting which key bits a
 //!   decision depended on (the megaflow mask).
@@ -17,6 +19,7 @@
 #![forbid(unsafe_code)]
 
 pub mod classifier;
+pub mod ct;
 pub mod edit;
 pub mod key;
 pub mod matching;

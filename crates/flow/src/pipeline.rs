@@ -17,6 +17,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use crate::classifier::Classifier;
+use crate::ct::{CtAction, CtSpec};
 use crate::key::{
     is_mpls, Field, FlowKey, ETH_ARP, ETH_IPV4, ETH_IPV6, ETH_MPLS, ETH_VLAN, IP_ICMP, IP_ICMPV6,
     IP_TCP, IP_UDP, MPLS_PAYLOAD_ARP, MPLS_PAYLOAD_IPV4, MPLS_PAYLOAD_IPV6, ND_NA, ND_NS, VLAN_CFI,
@@ -34,7 +35,7 @@ pub struct RuleStats {
 
 /// What the datapath does with a packet (a cached megaflow's actions). Dropping is the
 /// empty list.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DpAction {
     Output(u32),
     /// Back out of the port it came in on.
@@ -78,6 +79,11 @@ pub enum DpAction {
     PopMpls {
         ethertype: u16,
     },
+    /// Run the packet through connection tracking (`ct()`, see [`crate::ct`]); with
+    /// `recirc`, the packet is then looked up again and these actions end there.
+    Ct(Arc<CtAction>),
+    /// Forget the packet's connection-tracking state (`ct_clear`).
+    CtClear,
 }
 
 /// What a PACKET_IN says about the rule that sent it.
@@ -133,6 +139,8 @@ pub enum ResolvedAction {
     PopMpls(u16),
     SetMplsTtl(u8),
     DecMplsTtl,
+    Ct(Box<CtSpec>),
+    CtClear,
 }
 
 /// One bucket of a compiled group.
@@ -302,6 +310,8 @@ fn resolve_action(
         ActionSpec::PopMpls(t) => ResolvedAction::PopMpls(*t),
         ActionSpec::SetMplsTtl(t) => ResolvedAction::SetMplsTtl(*t),
         ActionSpec::DecMplsTtl => ResolvedAction::DecMplsTtl,
+        ActionSpec::Ct(c) => ResolvedAction::Ct(c.clone()),
+        ActionSpec::CtClear => ResolvedAction::CtClear,
     }
 }
 
@@ -1008,6 +1018,8 @@ fn apply<'a>(
                 st.t.actions
                     .push(DpAction::SetField(Field::MplsTtl, u128::from(ttl)));
             }
+            // Placeholder until the ct() translation lands: the packet goes no further.
+            ResolvedAction::Ct(_) | ResolvedAction::CtClear => return false,
             ResolvedAction::DecMplsTtl => {
                 if !carries(st, Field::MplsTtl) {
                     continue;

@@ -624,6 +624,8 @@ pub fn instructions_to_of_with(
             ActionSpec::PopMpls(t) => apply.push(Action::PopMpls(*t)),
             ActionSpec::SetMplsTtl(t) => apply.push(Action::SetMplsTtl(*t)),
             ActionSpec::DecMplsTtl => apply.push(Action::DecMplsTtl),
+            // Placeholder until the Nicira ct actions are in the codec.
+            ActionSpec::Ct(_) | ActionSpec::CtClear => {}
             ActionSpec::ClearActions
             | ActionSpec::WriteActions(_)
             | ActionSpec::WriteMetadata { .. } => {}

@@ -548,6 +548,8 @@ pub(crate) fn execute<'p>(
                 }
                 sent = true;
             }
+            // Placeholder until connection tracking is wired: the packet goes no further.
+            DpAction::Ct(_) | DpAction::CtClear => break,
         }
     }
     if sent {

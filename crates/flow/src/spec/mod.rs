@@ -98,6 +98,11 @@ pub enum ActionSpec {
     SetMplsTtl(u8),
     /// Decrement the top MPLS entry's TTL; at 0 or 1 the packet is dropped (`dec_mpls_ttl`).
     DecMplsTtl,
+    /// Connection tracking: `ct(commit,zone=N,table=T,nat(...),exec(...))` (see
+    /// [`crate::ct`]).
+    Ct(Box<crate::ct::CtSpec>),
+    /// `ct_clear`: the packet's `ct_*` fields back to untracked.
+    CtClear,
 }
 
 impl ActionSpec {

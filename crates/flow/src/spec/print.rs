@@ -264,6 +264,9 @@ impl fmt::Display for ActionSpec {
             ActionSpec::PopMpls(t) => write!(f, "pop_mpls:{t:#06x}"),
             ActionSpec::SetMplsTtl(t) => write!(f, "set_mpls_ttl({t})"),
             ActionSpec::DecMplsTtl => write!(f, "dec_mpls_ttl"),
+            // Placeholder until the ct() syntax lands.
+            ActionSpec::Ct(_) => write!(f, "ct"),
+            ActionSpec::CtClear => write!(f, "ct_clear"),
             ActionSpec::WriteActions(v) => {
                 let v: Vec<String> = v.iter().map(|a| a.to_string()).collect();
                 write!(f, "write_actions({})", v.join(","))

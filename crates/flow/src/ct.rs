@@ -1,0 +1,128 @@
+//! Connection tracking in the pipeline: OVS's `ct()` action as written in a rule
+//! ([`CtSpec`]) and as the datapath executes it ([`CtAction`]), and the `ct_state` bits.
+//!
+//! The tracker itself is `ferrovs_conntrack` (the datapath calls it); this crate only knows
+//! what a rule asks of it. `ct(table=T)` *recirculates*: the translation ends at the action
+//! (the datapath action carries the table to resume in), the executor runs the tracker,
+//! re-extracts the packet's key with the `ct_*` fields and [`crate::Field::RecircId`] set,
+//! and the packet is looked up again — the second pass starts in table T. The recirculation
+//! id is `T + 1`: everything else a resumed translation needs (in_port, metadata, tunnel)
+//! travels in the key, so the same freeze point always has the same id, in every pipeline
+//! generation and across a hot upgrade (nothing to intern, nothing to hand over).
+//! See `docs/conntrack.md`.
+
+use std::net::IpAddr;
+
+/// The `ct_state` bits, with OVS's values (`ct_state=+trk+est`).
+pub mod state {
+    pub const NEW: u8 = 0x01;
+    pub const EST: u8 = 0x02;
+    pub const REL: u8 = 0x04;
+    pub const RPL: u8 = 0x08;
+    pub const INV: u8 = 0x10;
+    pub const TRK: u8 = 0x20;
+    pub const SNAT: u8 = 0x40;
+    pub const DNAT: u8 = 0x80;
+    /// Names in OVS's order of printing.
+    pub const NAMES: [(u8, &str); 8] = [
+        (NEW, "new"),
+        (EST, "est"),
+        (REL, "rel"),
+        (RPL, "rpl"),
+        (INV, "inv"),
+        (TRK, "trk"),
+        (SNAT, "snat"),
+        (DNAT, "dnat"),
+    ];
+}
+
+/// Source or destination translation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NatKind {
+    Src,
+    Dst,
+}
+
+/// `nat(src|dst=IP[-IP][:PORT[-PORT]])`: an inclusive address range of one family and an
+/// optional inclusive port range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct NatSpec {
+    pub kind: NatKind,
+    pub addr_min: IpAddr,
+    pub addr_max: IpAddr,
+    pub ports: Option<(u16, u16)>,
+}
+
+/// The `nat` part of a `ct()` action.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum CtNat {
+    /// No `nat`: the frame is never rewritten.
+    #[default]
+    Off,
+    /// `nat` without arguments: a packet of a connection with a binding is translated.
+    Apply,
+    /// `nat(src=...)`/`nat(dst=...)`: with `commit`, a new connection gets a binding from
+    /// the range; a packet of an existing connection is translated by its binding.
+    Bind(NatSpec),
+}
+
+/// `ct(...)` as written in a rule.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct CtSpec {
+    /// `commit`: the connection enters the table (if new and valid).
+    pub commit: bool,
+    /// `force` (with commit): an existing connection in the other direction is ended first.
+    pub force: bool,
+    /// `zone=N` (0 when absent).
+    pub zone: u16,
+    /// `table=T`: recirculate, the packet continuing in table T with its `ct_*` fields set.
+    pub table: Option<u8>,
+    pub nat: CtNat,
+    /// `exec(set_field:V/M->ct_mark)` (commit only).
+    pub mark: Option<(u32, u32)>,
+    /// `exec(set_field:V/M->ct_label)` (commit only).
+    pub label: Option<(u128, u128)>,
+}
+
+/// What the datapath executes for a `ct()` action (see the module doc).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CtAction {
+    pub zone: u16,
+    pub commit: bool,
+    pub force: bool,
+    pub nat: CtNat,
+    pub mark: Option<(u32, u32)>,
+    pub label: Option<(u128, u128)>,
+    /// `Some(T)`: after tracking, the packet is looked up again with recirculation id
+    /// `T + 1`, resuming in table T.
+    pub recirc: Option<u8>,
+}
+
+impl CtAction {
+    /// The datapath action for a rule's `ct()`.
+    pub fn from_spec(s: &CtSpec) -> CtAction {
+        CtAction {
+            zone: s.zone,
+            commit: s.commit,
+            force: s.force,
+            nat: s.nat,
+            mark: s.mark,
+            label: s.label,
+            recirc: s.table,
+        }
+    }
+}
+
+/// The recirculation id of a resumption in table `t`.
+pub const fn recirc_id(t: u8) -> u16 {
+    t as u16 + 1
+}
+
+/// The table a recirculation id resumes in (None: 0, the first pass).
+pub const fn recirc_table(id: u16) -> Option<u8> {
+    if id == 0 || id > 256 {
+        None
+    } else {
+        Some((id - 1) as u8)
+    }
+}
