@@ -96,11 +96,15 @@ pub struct CtAction {
     /// `Some(T)`: after tracking, the packet is looked up again with recirculation id
     /// `T + 1`, resuming in table T.
     pub recirc: Option<u8>,
+    /// The OpenFlow metadata the translation had reached at the action: the recirculated
+    /// key carries it (the frozen part of the translation that the packet's own key
+    /// cannot give back).
+    pub metadata: u64,
 }
 
 impl CtAction {
-    /// The datapath action for a rule's `ct()`.
-    pub fn from_spec(s: &CtSpec) -> CtAction {
+    /// The datapath action for a rule's `ct()` reached with OpenFlow metadata `metadata`.
+    pub fn from_spec(s: &CtSpec, metadata: u64) -> CtAction {
         CtAction {
             zone: s.zone,
             commit: s.commit,
@@ -109,6 +113,7 @@ impl CtAction {
             mark: s.mark,
             label: s.label,
             recirc: s.table,
+            metadata,
         }
     }
 }

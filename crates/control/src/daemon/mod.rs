@@ -256,6 +256,9 @@ pub struct Daemon {
     db_settings: std::collections::BTreeSet<String>,
     /// The bridges' OpenFlow management sockets and their connections.
     openflow: openflow::OfState,
+    /// The connection tracker every bridge's `ct()` actions share (zones keep them apart),
+    /// as OVS's one conntrack per datapath.
+    conntrack: Arc<ferrovs_conntrack::Tracker>,
 }
 
 /// Takes slot `id` (a takeover restores the old daemon's ids).
@@ -448,6 +451,7 @@ impl Daemon {
             ovsdb: None,
             db_settings: Default::default(),
             openflow: Default::default(),
+            conntrack: Arc::new(ferrovs_conntrack::Tracker::new(Default::default())),
         };
         let t = d.token(Source::CtlListener, "");
         d.epoll

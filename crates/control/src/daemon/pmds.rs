@@ -212,6 +212,7 @@ impl Daemon {
                 cache: b.cache.clone(),
                 meters: b.meters.clone(),
                 packet_in: packet_in.clone(),
+                conntrack: self.conntrack.clone(),
             });
             let default_rule = (b.pipeline.is_none() && !self.is_fail_open(name))
                 .then(|| b.rules.rules().first().map(|r| r.stats.clone()))

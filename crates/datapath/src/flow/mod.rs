@@ -45,6 +45,8 @@ pub struct BridgeFlows {
     pub meters: Arc<crate::meter::MeterTable>,
     /// Where `controller` actions send packets (`None`: they drop them).
     pub packet_in: Option<Arc<crate::packet_io::PacketInQueue>>,
+    /// The connection tracker `DpAction::Ct` runs (one per daemon, shared by bridges).
+    pub conntrack: Arc<ferrovs_conntrack::Tracker>,
 }
 
 /// Flow-path counters of one PMD (kept locally, published with the PMD's other counters).

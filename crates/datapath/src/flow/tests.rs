@@ -48,6 +48,7 @@ fn switch(rules: &[String]) -> Snapshot {
             cache: Arc::new(MegaflowCache::new(0)),
             meters: Default::default(),
             packet_in: None,
+            conntrack: Arc::new(ferrovs_conntrack::Tracker::new(Default::default())),
         }),
         default_rule: None,
     };
