@@ -234,6 +234,8 @@ pub struct Counters {
     pub expired: u64,
     /// Commits with NAT refused (no free tuple in the range, or a range that cannot apply).
     pub nat_exhausted: u64,
+    /// IP fragments seen (not reassembled: each is `+trk+inv`, counted in `invalid` too).
+    pub fragments: u64,
 }
 
 /// The connection tracker (see the module documentation).
@@ -252,6 +254,7 @@ pub struct Tracker {
     limit_hits: AtomicU64,
     expired: AtomicU64,
     nat_exhausted: AtomicU64,
+    fragments: AtomicU64,
 }
 
 const NO_OVERRIDE: u32 = u32::MAX;
@@ -276,6 +279,7 @@ impl Tracker {
             limit_hits: AtomicU64::new(0),
             expired: AtomicU64::new(0),
             nat_exhausted: AtomicU64::new(0),
+            fragments: AtomicU64::new(0),
         }
     }
 
@@ -310,6 +314,7 @@ impl Tracker {
             limit_hits: self.limit_hits.load(Relaxed),
             expired: self.expired.load(Relaxed),
             nat_exhausted: self.nat_exhausted.load(Relaxed),
+            fragments: self.fragments.load(Relaxed),
         }
     }
 
@@ -410,6 +415,9 @@ impl Tracker {
             Ok(p) => p,
             Err(e) => {
                 self.invalid.fetch_add(1, Relaxed);
+                if e == Malformed::Fragment {
+                    self.fragments.fetch_add(1, Relaxed);
+                }
                 return (CtResult::invalid(zone, Some(e)), None);
             }
         };

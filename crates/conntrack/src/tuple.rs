@@ -18,7 +18,7 @@
 //!   directions of a connection: the table keys and shards on it.
 //!
 //! ICMP errors carry the tuple of the packet they quote (`inner`): the table looks it up to
-//! report the error as related (ct_state `rel`). Fragments are not reassembled yet: a fragment
+//! report the error as related (ct_state `rel`). Fragments are not reassembled: a fragment
 //! is [`Malformed::Fragment`] (see `docs/conntrack.md`).
 //!
 //! Thread-safety: plain functions over borrowed bytes; a [`Tuple`] is `Copy`.

@@ -90,6 +90,20 @@ fn invalid_packets_are_counted() {
     assert_eq!(st(&t.execute(&[1, 2, 3], 0, true, 0)), "inv+trk");
     assert_eq!(t.counters().invalid, 2);
     assert_eq!(t.counters().entries, 0);
+    // A first fragment (more-fragments set), even a SYN: not reassembled, invalid, counted.
+    let mut f = tcp(true, 100, 0, TCP_SYN);
+    f[14 + 6] |= 0x20;
+    f[24..26].copy_from_slice(&[0, 0]);
+    let sum = f[14..34]
+        .chunks(2)
+        .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+        .sum::<u32>();
+    let sum = (sum & 0xffff) + (sum >> 16);
+    f[24..26].copy_from_slice(&(!((sum & 0xffff) + (sum >> 16)) as u16).to_be_bytes());
+    assert_eq!(st(&t.execute(&f, 0, true, 0)), "inv+trk");
+    assert_eq!(t.counters().fragments, 1);
+    assert_eq!(t.counters().invalid, 3);
+    assert_eq!(t.counters().entries, 0);
 }
 
 #[test]
