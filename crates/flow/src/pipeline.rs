@@ -1059,8 +1059,8 @@ fn apply<'a>(
                     .push(DpAction::Ct(Arc::new(CtAction::from_spec(spec, metadata))));
                 if spec.table.is_some() {
                     // Recirculation: the rest happens on the next pass (which starts in
-                    // table T with the ct fields set). As OVS freezes here too, the
-                    // pending action set is not executed; unlike OVS, this rule's later
+                    // table T with the ct fields set). Unlike OVS, the pending action set
+                    // is dropped (OVS freezes it with the packet) and this rule's later
                     // actions are not run on the untracked packet (docs/conntrack.md).
                     return false;
                 }
