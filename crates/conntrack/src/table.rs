@@ -904,6 +904,49 @@ impl Tracker {
         gone.len()
     }
 
+    /// `ct(commit, force)`'s first step: if the packet of `frame` belongs to a connection of
+    /// `zone` in that connection's *reply* direction, the connection is ended (removed with
+    /// its NAT alias), so the commit that follows tracks the packet anew with its own
+    /// direction as the original (OVS's `force`). Returns whether one was ended. A packet of
+    /// no connection, of its original direction, malformed, or an ICMP error changes
+    /// nothing. Locks one shard at a time (two when the packet's key is a NAT alias).
+    pub fn end_reply_conn(&self, frame: &[u8], zone: u16) -> bool {
+        let Ok(pkt) = tuple::parse(frame, self.cfg.verify_checksums) else {
+            return false;
+        };
+        if let L4::IcmpError { .. } = pkt.l4 {
+            return false;
+        }
+        let mut key = Key {
+            zone,
+            tuple: pkt.tuple.canonical(),
+        };
+        let mut shard = self.shard_of(&key);
+        if let Some(Slot::Alias(owner)) = shard.get(&key) {
+            let owner = *owner;
+            drop(shard);
+            key = Key {
+                zone,
+                tuple: owner,
+            };
+            shard = self.shard_of(&key);
+        }
+        let reply = matches!(
+            shard.get(&key),
+            Some(Slot::Conn(c)) if direction(c, &pkt.tuple) == Some(Dir::Reply)
+        );
+        if !reply {
+            return false;
+        }
+        let gone = shard.remove(&key);
+        drop(shard);
+        self.release(zone);
+        if let Some(Slot::Conn(c)) = gone {
+            self.drop_alias(zone, &c, key.tuple);
+        }
+        true
+    }
+
     /// Removes every entry (of one zone, or all); returns how many.
     pub fn flush(&self, zone: Option<u16>) -> usize {
         let mut n = 0;

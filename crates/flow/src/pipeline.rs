@@ -586,7 +586,11 @@ pub fn walk_with_groups<'a>(
         mpls_depth: 0,
         mpls_unknown: false,
     };
-    let mut table = 0usize;
+    // Stand-in (ctflow writes the real one): a recirculated key resumes in its table, and
+    // the recirculation id is part of every decision.
+    st.t.mask.or_field(Field::RecircId, Field::RecircId.full());
+    let resumed = crate::ct::recirc_table(key.get(Field::RecircId) as u16);
+    let mut table = resumed.map_or(0, usize::from);
     let mut ended = false;
     for _ in 0..MAX_VISITS {
         if st.mpls_unknown {
@@ -622,7 +626,9 @@ pub fn walk_with_groups<'a>(
         let mut next = None;
         apply(&mut st, &set, &mut next, groups, 0);
     }
-    st.t.mask.set(Field::Metadata, 0);
+    if resumed.is_none() {
+        st.t.mask.set(Field::Metadata, 0);
+    }
     st.t
 }
 
@@ -1018,8 +1024,32 @@ fn apply<'a>(
                 st.t.actions
                     .push(DpAction::SetField(Field::MplsTtl, u128::from(ttl)));
             }
-            // Placeholder until the ct() translation lands: the packet goes no further.
-            ResolvedAction::Ct(_) | ResolvedAction::CtClear => return false,
+            // Minimal stand-in for the ct() translation (helper ctflow writes the real one):
+            // emit the action; a recirculating one ends the translation.
+            ResolvedAction::Ct(ref c) => {
+                let md = st.k.get(Field::Metadata) as u64;
+                st.t.actions
+                    .push(DpAction::Ct(Arc::new(CtAction::from_spec(c, md))));
+                if c.table.is_some() {
+                    return false;
+                }
+            }
+            ResolvedAction::CtClear => {
+                st.t.actions.push(DpAction::CtClear);
+                for f in [
+                    Field::CtState,
+                    Field::CtZone,
+                    Field::CtMark,
+                    Field::CtLabel,
+                    Field::CtNwSrc,
+                    Field::CtNwDst,
+                    Field::CtNwProto,
+                    Field::CtTpSrc,
+                    Field::CtTpDst,
+                ] {
+                    st.k.set(f, 0);
+                }
+            }
             ResolvedAction::DecMplsTtl => {
                 if !carries(st, Field::MplsTtl) {
                     continue;

@@ -410,6 +410,10 @@ pub struct FlowCounters {
     pub megaflow_hits: u64,
     pub packets: u64,
     pub upcalls: u64,
+    /// Passes after a packet's first (`ct(table=T)` recirculations); absent from older
+    /// daemons.
+    #[serde(default)]
+    pub recirculations: u64,
 }
 
 /// A bridge's megaflow cache.
