@@ -24,6 +24,8 @@ pub mod megaflow;
 pub mod upcall;
 
 #[cfg(test)]
+mod ct_tests;
+#[cfg(test)]
 mod tests;
 
 use std::sync::Arc;
