@@ -803,7 +803,8 @@ pub(crate) fn execute_in<'p>(
 }
 
 /// Runs packet `i` through the tracker for `c` at datapath time `now` (seconds): with
-/// NAT, the frame is rewritten in place.
+/// NAT, the frame is rewritten in place. A packet with a partial L4 checksum (checksum
+/// offload) is tracked without verifying it, and NAT keeps it partial.
 #[inline]
 fn conntrack(
     t: &Tracker,
@@ -818,31 +819,29 @@ fn conntrack(
         label: c.label,
     };
     let now = ct_now_ms(now);
+    let m = sc.at_mut(i);
+    let partial = m.vnet.needs_csum();
     if c.force && c.commit {
-        t.end_reply_conn(sc.at(i).data(), c.zone);
+        t.end_reply_conn(m.data(), c.zone, partial);
     }
-    match c.nat {
-        CtNat::Off => t.execute_with(sc.at(i).data(), c.zone, &commit, now),
-        CtNat::Apply => t.execute_nat(sc.at_mut(i).data_mut(), c.zone, &commit, &Nat::Apply, now),
-        CtNat::Bind(n) => {
-            let range = NatRange {
-                kind: match n.kind {
-                    NatKind::Src => ferrovs_conntrack::NatKind::Src,
-                    NatKind::Dst => ferrovs_conntrack::NatKind::Dst,
-                },
-                addr_min: n.addr_min,
-                addr_max: n.addr_max,
-                ports: n.ports,
-            };
-            t.execute_nat(
-                sc.at_mut(i).data_mut(),
-                c.zone,
-                &commit,
-                &Nat::Bind(range),
-                now,
-            )
-        }
+    let nat = match c.nat {
+        CtNat::Off => Nat::Off,
+        CtNat::Apply => Nat::Apply,
+        CtNat::Bind(n) => Nat::Bind(NatRange {
+            kind: match n.kind {
+                NatKind::Src => ferrovs_conntrack::NatKind::Src,
+                NatKind::Dst => ferrovs_conntrack::NatKind::Dst,
+            },
+            addr_min: n.addr_min,
+            addr_max: n.addr_max,
+            ports: n.ports,
+        }),
+    };
+    if nat == Nat::Off && !partial {
+        // Nothing to rewrite: the frame stays shared.
+        return t.execute_with(m.data(), c.zone, &commit, now);
     }
+    t.execute_offloaded(m.data_mut(), c.zone, &commit, &nat, now, partial)
 }
 
 impl Exec<'_> {
