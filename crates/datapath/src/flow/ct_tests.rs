@@ -202,18 +202,18 @@ fn stateful_firewall_passes_a_handshake_one_way_only() {
     // A → B: SYN, SYN-ACK, ACK, data.
     let syn = tcp(A, B, 40000, 80, 100, 0, SYN);
     assert_eq!(
-        burst(&snap, &pool, c, 0, &[syn.clone()]),
+        burst(&snap, &pool, c, 0, std::slice::from_ref(&syn)),
         (vec![(1, vec![syn])], 0)
     );
     assert_eq!(c.counters.recirculations, 1);
     let synack = tcp(B, A, 80, 40000, 500, 101, SYN | ACK);
     assert_eq!(
-        burst(&snap, &pool, c, 1, &[synack.clone()]),
+        burst(&snap, &pool, c, 1, std::slice::from_ref(&synack)),
         (vec![(0, vec![synack])], 0)
     );
     let ack = tcp(A, B, 40000, 80, 101, 501, ACK);
     assert_eq!(
-        burst(&snap, &pool, c, 0, &[ack.clone()]),
+        burst(&snap, &pool, c, 0, std::slice::from_ref(&ack)),
         (vec![(1, vec![ack])], 0)
     );
     // B → A new: dropped (after its recirculation).
@@ -344,7 +344,7 @@ fn nat_after_an_output_rewrites_a_copy() {
     let snap = switch(&[r]);
     let mut fx = FlowCtx::default();
     let f = tcp(A, B, 40000, 80, 100, 0, SYN);
-    let (o, d) = burst(&snap, &pool, &mut fx, 0, &[f.clone()]);
+    let (o, d) = burst(&snap, &pool, &mut fx, 0, std::slice::from_ref(&f));
     assert_eq!(d, 0);
     assert_eq!(o[1].0, 2);
     assert_eq!(o[1].1, vec![f], "vm3 gets the frame as it was");
@@ -383,7 +383,7 @@ fn a_packet_output_before_recirculating_is_not_counted_as_dropped() {
     let snap = switch(&[r, drop]);
     let mut fx = FlowCtx::default();
     let f = tcp(A, B, 40000, 80, 100, 0, SYN);
-    let (o, d) = burst(&snap, &pool, &mut fx, 0, &[f.clone()]);
+    let (o, d) = burst(&snap, &pool, &mut fx, 0, std::slice::from_ref(&f));
     assert_eq!((o, d), (vec![(2, vec![f])], 0));
     assert_eq!(fx.counters.recirculations, 1);
 }
