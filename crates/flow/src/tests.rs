@@ -1984,3 +1984,37 @@ fn ct_rules_print_as_the_real_ovs_ofctl() {
         assert_eq!(parse_flow(&ours.to_string()).unwrap(), ours);
     }
 }
+
+#[test]
+fn ct_without_a_table_goes_on_with_the_state_from_before() {
+    let p = pipeline_with(
+        &[
+            "priority=10,ip actions=ct(zone=1,nat),mirror:p0,goto_table:1",
+            "table=1,priority=10,ct_state=-trk actions=output:p1",
+            "table=1,priority=5,ct_state=+trk actions=output:p2",
+        ],
+        &[],
+    );
+    let t = p.translate(&ip_key(13, 64));
+    let ct = ct::CtAction {
+        zone: 1,
+        commit: false,
+        force: false,
+        nat: ct::CtNat::Apply,
+        mark: None,
+        label: None,
+        recirc: None,
+        metadata: 0,
+    };
+    // The mirror gets the packet as received (NAT may have rewritten it); the later lookup
+    // sees the key's ct_state as it was (untracked), as OVS.
+    assert_eq!(
+        t.actions,
+        vec![
+            DpAction::Output(10),
+            DpAction::Ct(Arc::new(ct)),
+            DpAction::Output(11)
+        ]
+    );
+    assert_eq!(t.mask.get(Field::RecircId), Field::RecircId.full());
+}
