@@ -18,7 +18,7 @@ for t in vhost_message virtqueue control_request config packet flow upgrade_stat
     extra=()
     if [ "$t" = flow ]; then
         mkdir -p fuzz/corpus/flow
-        extra=(fuzz/corpus/flow fuzz/seeds/flow -- -dict=fuzz/flow.dict)
+        extra=("$PWD/fuzz/corpus/flow" "$PWD/fuzz/seeds/flow" -- -dict="$PWD/fuzz/flow.dict")
     else
         extra=(--)
     fi

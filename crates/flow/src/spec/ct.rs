@@ -6,7 +6,7 @@
 //! that order whatever the order written; `zone=0` left out; a NAT range collapsed when
 //! its ends are equal, IPv6 addresses bracketed only when ports follow; an `exec` mark or
 //! label of every bit as `set_field:V->ct_mark`, of some bits as OVS's `load:V->
-//! NXM_NX_CT_MARK[a..b]` per contiguous run of the mask. Hex numbers print as C's `%#x`
+//! NXM_NX_CT_MARK[a..b]` per contiguous run of the mask (at most 64 bits a load). Hex numbers print as C's `%#x`
 //! does (`0`, not `0x0`). Differences, each refused with a [`ParseError`] naming it: a
 //! zone from a field (`zone=NXM_NX_REG0[0..15]`), `alg=`, NAT flags (`random`, `hash`,
 //! `persistent`), `nat(src)` without a range, a second `nat`, ports above 65535 (OVS
@@ -455,7 +455,7 @@ fn parse_exec(inner: &str, c: &mut CtSpec) -> Result<(), ParseError> {
 }
 
 /// An exec write's text: the whole field as `set_field`, else one `load` per contiguous
-/// run of the mask (as OVS prints it).
+/// run of the mask, a run longer than 64 bits as several (as OVS prints it).
 fn fmt_write(out: &mut Vec<String>, v: u128, m: u128, width: u32, name: &str, nxm: &str) {
     let full = if width == 128 {
         u128::MAX
@@ -476,19 +476,21 @@ fn fmt_write(out: &mut Vec<String>, v: u128, m: u128, width: u32, name: &str, nx
         while bit < width && m >> bit & 1 == 1 {
             bit += 1;
         }
-        let hi = bit - 1;
-        let n = hi - lo + 1;
-        let run = if n == 128 {
-            v
-        } else {
-            (v >> lo) & ((1u128 << n) - 1)
-        };
-        let range = if lo == hi {
-            format!("{lo}")
-        } else {
-            format!("{lo}..{hi}")
-        };
-        out.push(format!("load:{}->{nxm}[{range}]", chex(run)));
+        // A load carries at most 64 bits: a longer run is several, from its low end.
+        let end = bit;
+        let mut lo = lo;
+        while lo < end {
+            let hi = (lo + 63).min(end - 1);
+            let n = hi - lo + 1;
+            let run = (v >> lo) & ((1u128 << n) - 1);
+            let range = if lo == hi {
+                format!("{lo}")
+            } else {
+                format!("{lo}..{hi}")
+            };
+            out.push(format!("load:{}->{nxm}[{range}]", chex(run)));
+            lo = hi + 1;
+        }
     }
 }
 

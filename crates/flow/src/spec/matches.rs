@@ -270,7 +270,16 @@ fn match_token(p: &mut Parsed, name: &str, value: Option<&str>) -> Result<(), Pa
             let (a, m) = ipv4_masked(name, v)?;
             field(Field::CtNwDst, a, m);
         }
-        "ct_nw_proto" => field(Field::CtNwProto, no_mask(name, v, 0xff)?, 0xff),
+        "ct_nw_proto" => {
+            let pr = no_mask(name, v, 0xff)?;
+            if pr == 0 {
+                // OVS takes it for no match at all (and its ct_tp_* with it).
+                return Err(ParseError::Invalid(
+                    "ct_nw_proto=0 matches no protocol (OVS drops it): leave it out".into(),
+                ));
+            }
+            field(Field::CtNwProto, pr, 0xff);
+        }
         "ct_tp_src" => {
             let (a, m) = with_mask(name, v, 0xffff, |s| num(name, s, 0xffff))?;
             field(Field::CtTpSrc, a, m);
