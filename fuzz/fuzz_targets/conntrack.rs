@@ -4,7 +4,10 @@
 //! then the frame) fed to one `Tracker`; nothing may panic, and the table's entry counter
 //! must equal what an export sees. With bit 1 of the first byte set the frames go through
 //! `execute_nat` (bits 2-3 pick no NAT, `ct(nat)`, an IPv4 SNAT or an IPv6 DNAT range, small
-//! enough to exhaust), and a frame that was valid leaves valid (its checksums verify). First byte odd: the rest is the JSON of a `TableState`;
+//! enough to exhaust), and a frame that was valid leaves valid (its checksums verify); bit 4
+//! treats the frames as having a partial L4 checksum (`execute_offloaded`, checksum
+//! offload: nothing verified there), bit 5 runs `end_reply_conn` (`force`) before each
+//! commit. First byte odd: the rest is the JSON of a `TableState`;
 //! a restore must not panic, and a state that restores exports into one that restores again.
 #![no_main]
 use ferrovs_conntrack::{Commit, Config, Nat, NatKind, NatRange, TableState, Tracker};
@@ -47,11 +50,15 @@ fuzz_target!(|data: &[u8]| {
             rest = &rest[2 + len..];
             now += u64::from(flags >> 4) * 1000;
             let (zone, commit) = (u16::from(flags & 3), flags & 4 != 0);
+            let partial = mode & 0x10 != 0;
+            if commit && mode & 0x20 != 0 {
+                t.end_reply_conn(frame, zone, partial);
+            }
             let r = if mode & 2 != 0 {
                 let mut f = frame.to_vec();
                 let c = if commit { Commit::COMMIT } else { Commit::LOOKUP };
-                let r = t.execute_nat(&mut f, zone, &c, &nat, now);
-                if !r.state.has(ferrovs_conntrack::CtState::INV) {
+                let r = t.execute_offloaded(&mut f, zone, &c, &nat, now, partial);
+                if !partial && !r.state.has(ferrovs_conntrack::CtState::INV) {
                     // A valid frame (checksums verified on the way in) leaves valid.
                     assert!(
                         ferrovs_conntrack::tuple::parse(&f, true).is_ok(),

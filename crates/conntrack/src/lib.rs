@@ -11,8 +11,8 @@
 //! The design, the states and the differences from Linux and OVS are in `docs/conntrack.md`.
 //! * [`nat`]: SNAT/DNAT bindings, the search for a free tuple and the rewrite of frames.
 //!
-//! No pipeline integration yet: the `ct()` action, recirculation and `ct_*` matches come
-//! later.
+//! The datapath's PMDs call [`Tracker::execute_with`] / [`Tracker::execute_offloaded`] for
+//! the `ct()` action (`crates/datapath/src/flow/input.rs`).
 #![forbid(unsafe_code)]
 
 pub mod build;

@@ -10,6 +10,16 @@
 //! (copy on write), so what was output earlier is sent unmodified. `Normal` runs the L2
 //! learning decision on the packet then ([`crate::l2::decide`]): MAC learning stays per
 //! packet, and cached flows never hold a learned port.
+//!
+//! Connection tracking: `ct` runs the bridge's [`ferrovs_conntrack::Tracker`] on the packet
+//! (with NAT it rewrites the frame, so a queued packet is copied first). `ct(table=T)` ends
+//! the packet's actions and hands it, with its key made again from its frame plus the
+//! recirculation id and the tracker's `ct_*` verdict, to the next *pass*: after the burst's
+//! pass, the recirculated packets go through EMC, megaflow cache, upcall and execution
+//! together, at most [`MAX_PASSES`] passes (then dropped, `recirc_depth_exceeded`). Nothing
+//! here allocates per packet (the recirculation slots are the [`FlowCtx`]'s, `BURST` of
+//! them, made once); the tracker's shard mutex is the only lock taken. Its clock is the
+//! burst's ([`ct_now_ms`]); the packet path never sweeps it.
 
 use std::sync::Arc;
 
@@ -202,15 +212,17 @@ fn recirculate<'p>(
     fx.next.clear();
     let m = fx.cur.pkts.len();
     if passes >= MAX_PASSES {
-        b.inp.rx_drops.drop(DropReason::RecircDepth, m as u64);
+        // A packet output on an earlier pass went somewhere: not a drop.
         let sent = fx
             .cur
             .carried
             .iter()
             .filter(|(_, s)| s & carried::SENT != 0)
             .count();
+        let n = (m - sent) as u64;
+        b.inp.rx_drops.drop(DropReason::RecircDepth, n);
         fx.cur.clear();
-        return (m - sent) as u64;
+        return n;
     }
     fx.counters.recirculations += m as u64;
     pass(b, bf, sc, fx, m, true)
@@ -805,7 +817,6 @@ pub(crate) fn execute_in<'p>(
 /// Runs packet `i` through the tracker for `c` at datapath time `now` (seconds): with
 /// NAT, the frame is rewritten in place. A packet with a partial L4 checksum (checksum
 /// offload) is tracked without verifying it, and NAT keeps it partial.
-#[inline]
 fn conntrack(
     t: &Tracker,
     sc: &mut Scratch<'_>,
@@ -849,7 +860,6 @@ impl Exec<'_> {
     /// now, the input port and tunnel it came with, the metadata the translation had
     /// reached, the recirculation id of table `t` and the tracker's verdict `r`. False when
     /// the next pass is full.
-    #[inline]
     #[allow(clippy::too_many_arguments)]
     fn push(
         &mut self,
