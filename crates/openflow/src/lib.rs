@@ -59,12 +59,15 @@ pub mod error;
 mod framer;
 pub mod message;
 pub mod multipart;
+pub mod nicira;
 pub mod oxm;
 pub mod port;
 mod wire;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod ct_tests;
 
 pub use action::{Action, Instruction};
 pub use error::OfError;
