@@ -126,7 +126,10 @@ fn ovs_ct_commit_mark_nat() {
                     }),
                 ],
             })),
-            Action::Output { port: 1, max_len: 0 },
+            Action::Output {
+                port: 1,
+                max_len: 0
+            },
         ]
     );
 }
@@ -237,7 +240,11 @@ fn refusals_as_ovs() {
         (&[(0x90, &[0, 0, 0, 0])], a(bac::BAD_ARGUMENT)),
         // A NAT too short for its options (24 bytes: the ports run past it), as OVS.
         (
-            &[(0x82, &[0, 0x18]), (0x98, &[0xff, 0xff, 0, 0x10]), (0x5a, &[0, 0x40])],
+            &[
+                (0x82, &[0, 0x18]),
+                (0x98, &[0xff, 0xff, 0, 0x10]),
+                (0x5a, &[0, 0x40]),
+            ],
             a(bac::BAD_ARGUMENT),
         ),
         // Without commit, ct nests only a bare nat: set_field is refused.
@@ -246,8 +253,14 @@ fn refusals_as_ovs() {
         (&[(0x76, &[0xd2])], a(bac::BAD_ARGUMENT)),
         // A zone from an unknown field; from a known field but 8 bits; beyond its field.
         (&[(0x64, &[0, 0, 0x44, 0x04])], a(bac::BAD_SET_TYPE)),
-        (&[(0x64, &[0, 1, 0xd6, 0x04]), (0x68, &[0, 7])], a(bac::BAD_SET_LEN)),
-        (&[(0x64, &[0, 1, 0xd6, 0x04]), (0x68, &[0x04, 0x4f])], a(bac::BAD_SET_LEN)),
+        (
+            &[(0x64, &[0, 1, 0xd6, 0x04]), (0x68, &[0, 7])],
+            a(bac::BAD_SET_LEN),
+        ),
+        (
+            &[(0x64, &[0, 1, 0xd6, 0x04]), (0x68, &[0x04, 0x4f])],
+            a(bac::BAD_SET_LEN),
+        ),
         // An unknown Nicira subtype; another experimenter.
         (&[(0x60, &[0, 0x63])], a(bac::BAD_EXP_TYPE)),
         (&[(0x5f, &[0x21])], a(bac::BAD_EXPERIMENTER)),
@@ -279,13 +292,26 @@ fn refusals_as_ovs() {
     );
     refused(
         nat_top,
-        &[(0x48, &[0, 0x19, 0, 0x10, 0, 1, 0xd6, 4, 0, 0, 0, 1, 0, 0, 0, 0])],
+        &[(
+            0x48,
+            &[0, 0x19, 0, 0x10, 0, 1, 0xd6, 4, 0, 0, 0, 1, 0, 0, 0, 0],
+        )],
         et::BAD_ACTION,
         bac::BAD_SET_ARGUMENT,
     );
     // reg_load of a value wider than its bits, bits beyond the field.
-    refused(CT_LOADS, &[(0x76, &[1])], et::BAD_ACTION, bac::BAD_SET_ARGUMENT);
-    refused(CT_LOADS, &[(0x6a, &[0x20, 0x07])], et::BAD_ACTION, bac::BAD_SET_LEN);
+    refused(
+        CT_LOADS,
+        &[(0x76, &[1])],
+        et::BAD_ACTION,
+        bac::BAD_SET_ARGUMENT,
+    );
+    refused(
+        CT_LOADS,
+        &[(0x6a, &[0x20, 0x07])],
+        et::BAD_ACTION,
+        bac::BAD_SET_LEN,
+    );
     // ct_nw_proto without ct_state=+trk-inv (here +trk only).
     refused(CT_MATCH, &[(0x45, &[0x20])], et::BAD_MATCH, bmc::BAD_PREREQ);
 }

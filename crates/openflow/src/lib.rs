@@ -65,9 +65,9 @@ pub mod port;
 mod wire;
 
 #[cfg(test)]
-mod tests;
-#[cfg(test)]
 mod ct_tests;
+#[cfg(test)]
+mod tests;
 
 pub use action::{Action, Instruction};
 pub use error::OfError;

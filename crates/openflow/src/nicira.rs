@@ -130,8 +130,7 @@ pub fn nxm_header(field: Field) -> u32 {
 /// The field an unmasked NXM header names (`OFPBAC_BAD_SET_TYPE` when unknown).
 fn field_of_header(header: u32) -> Result<Field, OfError> {
     let unknown = bad(bac::BAD_SET_TYPE, "NXM header of an unknown field");
-    let f = Field::from_wire((header >> 16) as u16, ((header >> 9) & 0x7f) as u8)
-        .ok_or(unknown)?;
+    let f = Field::from_wire((header >> 16) as u16, ((header >> 9) & 0x7f) as u8).ok_or(unknown)?;
     if header & 0x100 != 0 || (header & 0xff) as u8 != f.info().len {
         return Err(unknown);
     }

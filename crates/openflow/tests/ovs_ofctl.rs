@@ -860,7 +860,6 @@ fn add_flow_refusals() {
             et::BAD_ACTION,
             bac::BAD_SET_TYPE,
         ),
-
     ];
     for (flow, t, c) in cases {
         let (got, text) = capture("add-flow", &[flow]);

@@ -13,9 +13,7 @@
 
 use ferrovs_flow::ct::{CtNat, CtSpec, NatKind, NatSpec};
 use ferrovs_openflow::error::{bac, et};
-use ferrovs_openflow::nicira::{
-    ct_flags, nat_flags, CtZoneSrc, NxCt, NxNat, NX_CT_RECIRC_NONE,
-};
+use ferrovs_openflow::nicira::{ct_flags, nat_flags, CtZoneSrc, NxCt, NxNat, NX_CT_RECIRC_NONE};
 use ferrovs_openflow::oxm::Field as Of;
 use ferrovs_openflow::{Action, OfError, Oxm};
 
@@ -68,7 +66,9 @@ pub fn ct_from_of(ct: &NxCt) -> Result<CtSpec, OfError> {
         CtZoneSrc::Field { .. } => return Err(arg("a ct zone taken from a field")),
     };
     if ct.alg != 0 {
-        return Err(arg("ct's application-layer gateways (alg) are not supported"));
+        return Err(arg(
+            "ct's application-layer gateways (alg) are not supported",
+        ));
     }
     let table = match ct.recirc_table {
         NX_CT_RECIRC_NONE => None,
@@ -136,12 +136,12 @@ fn writes(field: Of, value: u128, mask: u128, width: u32, out: &mut Vec<Action>)
     }
     let mut bit = 0u32;
     while bit < width {
-        if mask >> bit & 1 == 0 {
+        if (mask >> bit) & 1 == 0 {
             bit += 1;
             continue;
         }
         let mut end = bit;
-        while end < width && end - bit < 64 && mask >> end & 1 == 1 {
+        while end < width && end - bit < 64 && (mask >> end) & 1 == 1 {
             end += 1;
         }
         let nbits = end - bit;
