@@ -208,8 +208,11 @@ fn ovs_ct_match_fields() {
     assert_eq!(get(Field::CtTpDst), (0x100, 0xff00));
 }
 
+/// Bytes written at an offset.
+type Patch<'a> = (usize, &'a [u8]);
+
 /// The flow-mod of `hex` with one patch (offset, bytes) decodes to the error `code`.
-fn refused(hex: &str, patches: &[(usize, &[u8])], type_: u16, code: u16) {
+fn refused(hex: &str, patches: &[Patch], type_: u16, code: u16) {
     let mut b = unhex(hex);
     for (at, bytes) in patches {
         b[*at..*at + bytes.len()].copy_from_slice(bytes);
@@ -223,7 +226,7 @@ fn refusals_as_ovs() {
     // Offsets into CT_COMMIT_NAT: the ct action starts at 0x58, its nested set_field at
     // 0x70, the nat at 0x80 (flags at 0x8c, range_present at 0x8e).
     let a = |code| (et::BAD_ACTION, code);
-    let cases: &[(&[(usize, &[u8])], (u16, u16))] = &[
+    let cases: &[(&[Patch], (u16, u16))] = &[
         // nat: src with dst, hash with random, an unknown flag.
         (&[(0x8c, &[0, 3])], a(bac::BAD_ARGUMENT)),
         (&[(0x8c, &[0, 0x19])], a(bac::BAD_ARGUMENT)),

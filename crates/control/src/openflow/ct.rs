@@ -83,7 +83,8 @@ pub fn ct_from_of(ct: &NxCt) -> Result<CtSpec, OfError> {
         ..CtSpec::default()
     };
     let mut nat_seen = false;
-    let (mut mark, mut label): (Option<(u128, u128)>, Option<(u128, u128)>) = (None, None);
+    let mut mark: Option<(u128, u128)> = None;
+    let mut label: Option<(u128, u128)> = None;
     for a in &ct.actions {
         let (field, v, m) = match a {
             Action::Nat(n) => {

@@ -155,6 +155,9 @@ fn ct_encodes_as_ovs() {
     assert_eq!(ct_to_of(&s[3]).recirc_table, 2);
 }
 
+/// A change to an `NXAST_CT`.
+type Edit = Box<dyn Fn(&mut NxCt)>;
+
 #[test]
 fn ct_refusals() {
     let base = ct_to_of(&specs()[1]);
@@ -166,7 +169,7 @@ fn ct_refusals() {
     };
     let arg = (et::BAD_ACTION, bac::BAD_ARGUMENT);
     let nat = |c: &mut NxCt, n: NxNat| c.actions[0] = Action::Nat(n);
-    let cases: Vec<Box<dyn Fn(&mut NxCt)>> = vec![
+    let cases: Vec<Edit> = vec![
         Box::new(|c| {
             c.zone = CtZoneSrc::Field {
                 field: Of::Metadata,
