@@ -2,14 +2,17 @@
 //!
 //! Each is a TLV whose length is a multiple of 8 and at least 8; a length that breaks this,
 //! runs past its list or differs from the type's fixed size is `OFPBAC_BAD_LEN` /
-//! `OFPBIC_BAD_LEN`. Experimenter actions and instructions (Nicira's `resubmit`, `ct`,
-//! `learn`, `note`, register moves and loads, …) are refused as `OFPBAC_BAD_EXPERIMENTER`
-//! / `OFPBIC_BAD_EXPERIMENTER`. Checks that need the flow's context (an output to
+//! `OFPBIC_BAD_LEN`. Of the experimenter actions, Nicira's connection-tracking ones (`ct`,
+//! `nat` inside it, `ct_clear`, and `reg_load` of `ct_mark`/`ct_label` inside `ct`) are
+//! decoded (see [`crate::nicira`]); Nicira's others (`resubmit`, `learn`, `note`, …) are
+//! `OFPBAC_BAD_EXP_TYPE`, another experimenter's `OFPBAC_BAD_EXPERIMENTER`, and experimenter
+//! instructions `OFPBIC_BAD_EXPERIMENTER`. Checks that need the flow's context (an output to
 //! `OFPP_TABLE` outside PACKET_OUT, a goto to an earlier table) are made by the message
 //! that carries the list.
 
 use crate::error::{bac, bic, bmc, OfError};
-use crate::oxm::Oxm;
+use crate::nicira::{self, NxCt, NxNat};
+use crate::oxm::{Field, Oxm};
 use crate::port;
 use crate::wire::{pad8, Put, Reader};
 
@@ -62,6 +65,34 @@ pub enum Action {
     PushPbb(u16),
     /// `OFPAT_POP_PBB`.
     PopPbb,
+    /// Nicira `NXAST_CT`: `ct(...)`.
+    Ct(Box<NxCt>),
+    /// Nicira `NXAST_CT_CLEAR`.
+    CtClear,
+    /// Nicira `NXAST_NAT` (only nested in [`Action::Ct`]).
+    Nat(NxNat),
+    /// Nicira `NXAST_REG_LOAD` of `n_bits` bits at `ofs` of `ct_mark` or `ct_label` (only
+    /// nested in [`Action::Ct`]; ovs-ofctl's form of a masked `set_field`).
+    RegLoad {
+        /// The field written.
+        field: Field,
+        /// The first bit.
+        ofs: u16,
+        /// How many bits (1..=64).
+        nbits: u16,
+        /// The bits' value.
+        value: u64,
+    },
+}
+
+/// Where an action list sits: a `ct` action's nested list takes only `nat` and writes of
+/// `ct_mark`/`ct_label`, which no other list takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ActionContext {
+    /// An instruction's list (apply, write), a bucket's, a PACKET_OUT's.
+    Top,
+    /// `NXAST_CT`'s nested actions.
+    Ct,
 }
 
 /// `OFPAT_*` numbers.
@@ -109,14 +140,33 @@ impl Action {
             Action::SetField(_) => at::SET_FIELD,
             Action::PushPbb(_) => at::PUSH_PBB,
             Action::PopPbb => at::POP_PBB,
+            Action::Ct(_) | Action::CtClear | Action::Nat(_) | Action::RegLoad { .. } => {
+                at::EXPERIMENTER
+            }
         }
     }
 
     pub(crate) fn encode(&self, out: &mut Vec<u8>) {
         let start = out.len();
-        out.put_u16(self.type_());
-        out.put_u16(0);
         match self {
+            Action::Ct(ct) => nicira::encode_ct(ct, out),
+            Action::CtClear => nicira::encode_ct_clear(out),
+            Action::Nat(nat) => nicira::encode_nat(nat, out),
+            Action::RegLoad {
+                field,
+                ofs,
+                nbits,
+                value,
+            } => nicira::encode_reg_load(*field, *ofs, *nbits, *value, out),
+            _ => {
+                out.put_u16(self.type_());
+                out.put_u16(0);
+            }
+        }
+        match self {
+            Action::Ct(_) | Action::CtClear | Action::Nat(_) | Action::RegLoad { .. } => {
+                out.pad8_from(start)
+            }
             Action::Output { port, max_len } => {
                 out.put_u32(*port);
                 out.put_u16(*max_len);
@@ -142,13 +192,13 @@ impl Action {
                 out.pad8_from(start);
             }
         }
-        let len = (out.len() - start) as u16;
+        let len = crate::wire::len16(out.len() - start, "action");
         out.patch_u16(start + 2, len);
     }
 
     /// Decodes one action from the start of `buf` (its length already checked to be a
     /// multiple of 8, at least 8 and within `buf`).
-    fn decode_one(type_: u16, body: &[u8]) -> Result<Action, OfError> {
+    fn decode_one(type_: u16, body: &[u8], ctx: ActionContext) -> Result<Action, OfError> {
         let len = body.len() + 4;
         let fixed = |n: usize| {
             if len == n {
@@ -222,20 +272,21 @@ impl Action {
                 }
                 Action::Group(g)
             }
-            at::SET_FIELD => Action::SetField(decode_set_field(body)?),
-            at::EXPERIMENTER => {
-                return Err(bad(
-                    bac::BAD_EXPERIMENTER,
-                    "experimenter actions are not supported",
-                ))
-            }
+            at::SET_FIELD => Action::SetField(decode_set_field(body, ctx)?),
+            at::EXPERIMENTER => return nicira::decode_experimenter(body, ctx),
             _ => return Err(bad(bac::BAD_TYPE, "unknown action type")),
         };
+        if ctx == ActionContext::Ct && !matches!(a, Action::SetField(_)) {
+            return Err(bad(
+                bac::BAD_ARGUMENT,
+                "ct nests an action other than nat or a write of ct_mark/ct_label",
+            ));
+        }
         Ok(a)
     }
 }
 
-fn decode_set_field(body: &[u8]) -> Result<Oxm, OfError> {
+fn decode_set_field(body: &[u8], ctx: ActionContext) -> Result<Oxm, OfError> {
     if body.len() < 4 {
         return Err(bad(bac::BAD_SET_LEN, "set_field without an OXM header"));
     }
@@ -255,6 +306,24 @@ fn decode_set_field(body: &[u8]) -> Result<Oxm, OfError> {
     if oxm.mask.is_some() {
         return Err(bad(bac::BAD_SET_ARGUMENT, "set_field with a mask"));
     }
+    // ct_mark and ct_label are written by a ct action's nested set_field only (OVS's
+    // ofpacts_verify_nested); inside ct, nothing else is written.
+    match (ctx, nicira::is_ct_writable(oxm.field)) {
+        (ActionContext::Ct, true) => return Ok(oxm),
+        (ActionContext::Ct, false) => {
+            return Err(bad(
+                bac::BAD_ARGUMENT,
+                "ct nests a set_field of other than ct_mark/ct_label",
+            ))
+        }
+        (ActionContext::Top, true) => {
+            return Err(bad(
+                bac::BAD_SET_ARGUMENT,
+                "set_field of a ct field outside a ct action",
+            ))
+        }
+        (ActionContext::Top, false) => {}
+    }
     if !oxm.field.info().settable {
         return Err(bad(bac::BAD_SET_TYPE, "set_field of a read-only field"));
     }
@@ -262,7 +331,15 @@ fn decode_set_field(body: &[u8]) -> Result<Oxm, OfError> {
 }
 
 /// Decodes an action list that fills `buf` exactly.
-pub(crate) fn decode_actions(mut buf: &[u8]) -> Result<Vec<Action>, OfError> {
+pub(crate) fn decode_actions(buf: &[u8]) -> Result<Vec<Action>, OfError> {
+    decode_actions_in(buf, ActionContext::Top)
+}
+
+/// [`decode_actions`] of a list in `ctx`.
+pub(crate) fn decode_actions_in(
+    mut buf: &[u8],
+    ctx: ActionContext,
+) -> Result<Vec<Action>, OfError> {
     let mut out = Vec::new();
     while !buf.is_empty() {
         let mut r = Reader::new(buf, bad(bac::BAD_LEN, "action header runs past its list"));
@@ -274,7 +351,7 @@ pub(crate) fn decode_actions(mut buf: &[u8]) -> Result<Vec<Action>, OfError> {
                 "action length not a multiple of 8 within its list",
             ));
         }
-        out.push(Action::decode_one(type_, &buf[4..len])?);
+        out.push(Action::decode_one(type_, &buf[4..len], ctx)?);
         buf = &buf[len..];
     }
     Ok(out)

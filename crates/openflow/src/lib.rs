@@ -59,10 +59,13 @@ pub mod error;
 mod framer;
 pub mod message;
 pub mod multipart;
+pub mod nicira;
 pub mod oxm;
 pub mod port;
 mod wire;
 
+#[cfg(test)]
+mod ct_tests;
 #[cfg(test)]
 mod tests;
 

@@ -77,6 +77,22 @@ pub enum Field {
     CtZone,
     /// `NXM_NX_CT_MARK`.
     CtMark,
+    /// `NXM_NX_CT_LABEL` (128 bits).
+    CtLabel,
+    /// `NXM_NX_CT_NW_PROTO`: the original direction's IP protocol.
+    CtNwProto,
+    /// `NXM_NX_CT_NW_SRC`: the original direction's IPv4 source.
+    CtNwSrc,
+    /// `NXM_NX_CT_NW_DST`.
+    CtNwDst,
+    /// `NXM_NX_CT_IPV6_SRC`: the original direction's IPv6 source.
+    CtIpv6Src,
+    /// `NXM_NX_CT_IPV6_DST`.
+    CtIpv6Dst,
+    /// `NXM_NX_CT_TP_SRC`: the original direction's transport source port.
+    CtTpSrc,
+    /// `NXM_NX_CT_TP_DST`.
+    CtTpDst,
 }
 
 /// What the wire says of a field: its class and number, its width, whether it may carry a
@@ -125,7 +141,7 @@ const N: u16 = CLASS_NXM_1;
 
 impl Field {
     /// Every field, in declaration order.
-    pub const ALL: [Field; 45] = [
+    pub const ALL: [Field; 53] = [
         Field::InPort,
         Field::InPhyPort,
         Field::Metadata,
@@ -171,6 +187,14 @@ impl Field {
         Field::CtState,
         Field::CtZone,
         Field::CtMark,
+        Field::CtLabel,
+        Field::CtNwProto,
+        Field::CtNwSrc,
+        Field::CtNwDst,
+        Field::CtIpv6Src,
+        Field::CtIpv6Dst,
+        Field::CtTpSrc,
+        Field::CtTpDst,
     ];
 
     /// The field's wire description.
@@ -222,6 +246,14 @@ impl Field {
             CtState => fi(N, 105, 4, true, 32, false, "nx_ct_state"),
             CtZone => fi(N, 106, 2, false, 16, false, "nx_ct_zone"),
             CtMark => fi(N, 107, 4, true, 32, false, "nx_ct_mark"),
+            CtLabel => fi(N, 108, 16, true, 128, false, "nx_ct_label"),
+            CtNwProto => fi(N, 119, 1, false, 8, false, "nx_ct_nw_proto"),
+            CtNwSrc => fi(N, 120, 4, true, 32, false, "nx_ct_nw_src"),
+            CtNwDst => fi(N, 121, 4, true, 32, false, "nx_ct_nw_dst"),
+            CtIpv6Src => fi(N, 122, 16, true, 128, false, "nx_ct_ipv6_src"),
+            CtIpv6Dst => fi(N, 123, 16, true, 128, false, "nx_ct_ipv6_dst"),
+            CtTpSrc => fi(N, 124, 2, true, 16, false, "nx_ct_tp_src"),
+            CtTpDst => fi(N, 125, 2, true, 16, false, "nx_ct_tp_dst"),
         }
     }
 
@@ -422,9 +454,18 @@ impl Match {
             let p = u128::from(OFPVID_PRESENT);
             o.value_u128() & p != 0 && o.mask_u128() & p != 0
         });
+        // OVS's "CT valid" prerequisite of the original-direction fields: the match pins
+        // ct_state's trk and inv bits to +trk-inv.
+        let ct_valid = self.get(Field::CtState).is_some_and(|o| {
+            let (v, m) = (o.value_u128(), o.mask_u128());
+            m & 0x30 == 0x30 && v & 0x30 == 0x20
+        });
         for o in &self.fields {
             use Field::*;
             let ok = match o.field {
+                CtNwProto | CtNwSrc | CtNwDst | CtIpv6Src | CtIpv6Dst | CtTpSrc | CtTpDst => {
+                    ct_valid
+                }
                 InPhyPort => self.get(InPort).is_some(),
                 VlanPcp => vlan_present,
                 IpDscp | IpEcn | IpProto => is_ip,

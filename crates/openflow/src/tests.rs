@@ -537,6 +537,9 @@ fn prereqs_for(f: Field) -> Match {
         Ipv6NdTll => vec![e(0x86dd), p(58), Oxm::exact(Icmpv6Type, 136)],
         MplsLabel | MplsTc | MplsBos => vec![e(0x8847)],
         PbbIsid => vec![e(0x88e7)],
+        CtNwProto | CtNwSrc | CtNwDst | CtIpv6Src | CtIpv6Dst | CtTpSrc | CtTpDst => {
+            vec![Oxm::masked(CtState, 0x20, 0x30)]
+        }
         _ => vec![],
     };
     Match { fields }
@@ -754,6 +757,13 @@ fn action_refusals() {
             act(
                 at::EXPERIMENTER,
                 &[0, 0, 0x23, 0x20, 0, 1, 0, 0, 0, 0, 0, 0],
+            ),
+            bac::BAD_EXP_TYPE,
+        ),
+        (
+            act(
+                at::EXPERIMENTER,
+                &[0, 0, 0x23, 0x21, 0, 1, 0, 0, 0, 0, 0, 0],
             ),
             bac::BAD_EXPERIMENTER,
         ),

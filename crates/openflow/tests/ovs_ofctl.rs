@@ -741,6 +741,17 @@ const FLOWS: &[&str] = &[
     "cookie=0x123456789,idle_timeout=10,hard_timeout=20,priority=500,send_flow_rem,check_overlap,actions=drop",
     "reset_counts,no_packet_counts,no_byte_counts,priority=1,actions=drop",
     "ct_state=+trk+est,ct_zone=5,ct_mark=0x1/0xff,ip,actions=output:1",
+    "table=0,ip,ct_state=-trk,actions=ct(table=1,zone=5)",
+    "table=1,ct_state=+trk+new,tcp,actions=ct(commit,zone=5,nat(src=10.0.0.1-10.0.0.2:1000-2000),exec(set_field:0x1->ct_mark)),output:1",
+    "ct_state=+trk+est-rel,ct_mark=1/1,actions=ct_clear,output:2",
+    "ip,ct_state=+trk-inv,ct_label=0x1/0xff,ct_nw_proto=6,ct_nw_src=10.0.0.1,ct_nw_dst=10.0.0.0/24,ct_tp_src=80,ct_tp_dst=0x100/0xff00,ct_zone=5,actions=drop",
+    "ipv6,ct_state=+trk-inv,ct_ipv6_src=2001:db8::1,ct_ipv6_dst=2001:db8::/32,actions=drop",
+    "ip,actions=ct(commit,exec(set_field:0x1/0xff->ct_label,set_field:0x1/0xf0f->ct_mark,set_field:0xab->ct_label))",
+    "ip,actions=ct(commit,force,zone=65535,nat(src=10.0.0.1-10.0.0.2,persistent,random))",
+    "ipv6,actions=ct(commit,nat(dst=[fe80::1]:80))",
+    "ip,actions=ct(table=2,zone=1,nat)",
+    "tcp,actions=ct(commit,alg=ftp)",
+    "ip,actions=ct(commit,zone=NXM_NX_CT_MARK[0..15])",
     "in_port=LOCAL,actions=output:1,output:2,output:3",
     "metadata=0x1,in_port=2,dl_type=0x86dd,nw_proto=58,icmpv6_type=128,actions=drop",
 ];
@@ -835,22 +846,19 @@ fn add_flow_refusals() {
         ),
         // Registers are Nicira extension fields.
         ("reg0=1,actions=drop", et::BAD_MATCH, bmc::BAD_FIELD),
-        // Nicira actions.
-        (
-            "actions=resubmit(,2)",
-            et::BAD_ACTION,
-            bac::BAD_EXPERIMENTER,
-        ),
-        ("actions=note:01", et::BAD_ACTION, bac::BAD_EXPERIMENTER),
+        // Nicira actions other than the connection-tracking ones.
+        ("actions=resubmit(,2)", et::BAD_ACTION, bac::BAD_EXP_TYPE),
+        ("actions=note:01", et::BAD_ACTION, bac::BAD_EXP_TYPE),
+        // A register is a field this codec does not know.
         (
             "actions=load:1->NXM_NX_REG0[]",
             et::BAD_ACTION,
-            bac::BAD_EXPERIMENTER,
+            bac::BAD_SET_TYPE,
         ),
         (
-            "ip,actions=ct(commit)",
+            "ip,actions=ct(commit,zone=NXM_NX_REG0[0..15])",
             et::BAD_ACTION,
-            bac::BAD_EXPERIMENTER,
+            bac::BAD_SET_TYPE,
         ),
     ];
     for (flow, t, c) in cases {

@@ -271,10 +271,6 @@ fn ovs_ofctl_programs_ferrovs_as_it_programs_ovs() {
             "priority=1,actions=meter:1,output:1",
             "OFPMMFC_INVALID_METER",
         ),
-        (
-            "priority=1,ip,ct_state=+trk,actions=output:1",
-            "OFPBMC_BAD_FIELD",
-        ),
         // OpenFlow 1.3 has no mask for nd_target (OVS's extension), and ferrovs's decoder
         // follows the specification.
         (

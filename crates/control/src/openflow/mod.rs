@@ -145,7 +145,28 @@ pub fn match_from_of(
             Of::MplsLabel => Field::MplsLabel,
             Of::MplsTc => Field::MplsTc,
             Of::MplsBos => Field::MplsBos,
-            // The flow key has no such field.
+            // The tracker's eight ct_state bits, as OVS keeps them: a value beyond them
+            // is BAD_VALUE, a mask beyond them is cut to them.
+            Of::CtState => {
+                if v >> 8 != 0 {
+                    return Err(err(
+                        et::BAD_MATCH,
+                        bmc::BAD_VALUE,
+                        "ct_state bits the tracker does not have",
+                    ));
+                }
+                out.set(Field::CtState, v, mask & 0xff);
+                continue;
+            }
+            Of::CtZone => Field::CtZone,
+            Of::CtMark => Field::CtMark,
+            Of::CtLabel => Field::CtLabel,
+            Of::CtNwProto => Field::CtNwProto,
+            Of::CtNwSrc => Field::CtNwSrc,
+            Of::CtNwDst => Field::CtNwDst,
+            Of::CtTpSrc => Field::CtTpSrc,
+            Of::CtTpDst => Field::CtTpDst,
+            // The flow key has no such field (ct_ipv6_src/dst among them).
             _ => {
                 return Err(err(
                     et::BAD_MATCH,
@@ -291,6 +312,27 @@ pub fn match_to_of(m: &Match, in_port: Option<&str>, ports: &PortMap) -> ferrovs
             fields.push(oxm(of, v, mk, f.full()));
         }
     }
+    // Conntrack. ct_state is 32 bits on the wire and 8 in the key: it is always sent
+    // masked (as OVS keeps it), never as an exact match of the 24 bits the key lacks.
+    let (st, stm) = m.field(Field::CtState);
+    if stm != 0 {
+        fields.push(Oxm::masked(Of::CtState, st, stm));
+    }
+    for (f, of) in [
+        (Field::CtZone, Of::CtZone),
+        (Field::CtMark, Of::CtMark),
+        (Field::CtLabel, Of::CtLabel),
+        (Field::CtNwSrc, Of::CtNwSrc),
+        (Field::CtNwDst, Of::CtNwDst),
+        (Field::CtNwProto, Of::CtNwProto),
+        (Field::CtTpSrc, Of::CtTpSrc),
+        (Field::CtTpDst, Of::CtTpDst),
+    ] {
+        let (v, mk) = m.field(f);
+        if mk != 0 {
+            fields.push(oxm(of, v, mk, f.full()));
+        }
+    }
     ferrovs_openflow::Match { fields }
 }
 
@@ -379,6 +421,8 @@ fn action_from_of(a: &Action, ports: &PortMap) -> Result<ActionSpec, OfError> {
                 Of::TunIpv4Dst => ActionSpec::SetField(Field::TunDst, v),
                 Of::MplsLabel => ActionSpec::SetField(Field::MplsLabel, v),
                 Of::MplsTc => ActionSpec::SetField(Field::MplsTc, v),
+                // (ct_mark and ct_label are written inside ct only: the codec refuses
+                // them here.)
                 _ => {
                     return Err(err(
                         et::BAD_ACTION,
@@ -388,6 +432,8 @@ fn action_from_of(a: &Action, ports: &PortMap) -> Result<ActionSpec, OfError> {
                 }
             }
         }
+        Action::Ct(c) => ActionSpec::Ct(Box::new(ct::ct_from_of(c)?)),
+        Action::CtClear => ActionSpec::CtClear,
         _ => return Err(bad_type()),
     })
 }
@@ -624,8 +670,8 @@ pub fn instructions_to_of_with(
             ActionSpec::PopMpls(t) => apply.push(Action::PopMpls(*t)),
             ActionSpec::SetMplsTtl(t) => apply.push(Action::SetMplsTtl(*t)),
             ActionSpec::DecMplsTtl => apply.push(Action::DecMplsTtl),
-            // Placeholder until the Nicira ct actions are in the codec.
-            ActionSpec::Ct(_) | ActionSpec::CtClear => {}
+            ActionSpec::Ct(c) => apply.push(Action::Ct(Box::new(ct::ct_to_of(c)))),
+            ActionSpec::CtClear => apply.push(Action::CtClear),
             ActionSpec::ClearActions
             | ActionSpec::WriteActions(_)
             | ActionSpec::WriteMetadata { .. } => {}
@@ -1213,6 +1259,9 @@ pub fn aggregate(rules: &BridgeRules, sel: &Selector) -> AggregateStats {
     a
 }
 
+pub mod ct;
+#[cfg(test)]
+mod ct_tests;
 pub mod meters;
 #[cfg(test)]
 mod tests;

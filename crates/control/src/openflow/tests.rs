@@ -442,7 +442,7 @@ fn what_the_pipeline_lacks_is_refused_with_its_code() {
     let fields = [
         vec![x(Of::InPhyPort, 1), x(Of::InPort, 1)],
         vec![v6.clone(), x(Of::Ipv6Exthdr, 1)],
-        vec![x(Of::CtState, 1)],
+        vec![Oxm::masked(Of::CtState, 0x20, 0x30), x(Of::CtIpv6Src, 1)],
     ];
     for m in fields {
         let f = fm(fc::ADD, 0, 1, m.clone(), vec![out(1)]);

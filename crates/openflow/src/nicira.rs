@@ -1,0 +1,430 @@
+//! Nicira experimenter actions (vendor `0x00002320`) for connection tracking: `NXAST_CT`
+//! (`ct(...)`), `NXAST_NAT` (`nat(...)`, only inside `ct`), `NXAST_CT_CLEAR`, and
+//! `NXAST_REG_LOAD` (ovs-ofctl's encoding of a masked `set_field` of `ct_mark`/`ct_label`
+//! inside `ct`'s `exec`).
+//!
+//! Layouts (big-endian, after the experimenter header `type=0xffff, len, vendor, subtype`):
+//! * `NXAST_CT` (24 bytes + nested actions): `flags` (commit 1, force 2), `zone_src` (an NXM
+//!   header, 0 for an immediate zone), `zone` (the immediate zone, or the source's
+//!   `ofs << 6 | (n_bits - 1)`), `recirc_table` (0xff: none), 3 pad, `alg`, then an action
+//!   list.
+//! * `NXAST_NAT` (16 bytes + options, padded to 8): 2 pad, `flags` (src 1, dst 2,
+//!   persistent 4, hash 8, random 16), `range_present` (ipv4 min 1, ipv4 max 2, ipv6 min 4,
+//!   ipv6 max 8, port min 16, port max 32), then the present options in that order.
+//! * `NXAST_CT_CLEAR` (16 bytes): 6 pad.
+//! * `NXAST_REG_LOAD` (24 bytes): `ofs_nbits`, `dst` (an NXM header), `value` (u64).
+//!
+//! The refusals are OVS's (`decode_NXAST_RAW_CT`, `decode_NXAST_RAW_NAT`,
+//! `ofpacts_verify_nested`): a wrong length is `OFPBAC_BAD_LEN`; an unknown NAT flag, src
+//! with dst, hash with random, a range whose presence bits or order do not make sense, or a
+//! nested action `ct` does not take is `OFPBAC_BAD_ARGUMENT`; a field-sourced zone of an
+//! unknown field is `OFPBAC_BAD_SET_TYPE`, of other than 16 bits or beyond its field
+//! `OFPBAC_BAD_SET_LEN`; NAT or a write of `ct_mark`/`ct_label` outside `ct` is
+//! `OFPBAC_BAD_SET_ARGUMENT`; a Nicira subtype this codec does not decode is
+//! `OFPBAC_BAD_EXP_TYPE`.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use crate::action::{at, decode_actions_in, encode_actions, Action, ActionContext};
+use crate::error::{bac, OfError};
+use crate::oxm::Field;
+use crate::wire::{Put, Reader};
+
+/// Nicira's experimenter (vendor) id.
+pub const NX_VENDOR_ID: u32 = 0x0000_2320;
+
+/// `NXAST_*` subtypes this codec decodes.
+pub mod nxast {
+    pub const REG_LOAD: u16 = 7;
+    pub const CT: u16 = 35;
+    pub const NAT: u16 = 36;
+    pub const CT_CLEAR: u16 = 43;
+}
+
+/// `NX_CT_F_*` flags of `NXAST_CT`.
+pub mod ct_flags {
+    pub const COMMIT: u16 = 1;
+    pub const FORCE: u16 = 2;
+}
+
+/// `NX_NAT_F_*` flags of `NXAST_NAT`.
+pub mod nat_flags {
+    pub const SRC: u16 = 1;
+    pub const DST: u16 = 2;
+    pub const PERSISTENT: u16 = 4;
+    pub const PROTO_HASH: u16 = 8;
+    pub const PROTO_RANDOM: u16 = 16;
+    /// Every defined flag.
+    pub const MASK: u16 = 31;
+}
+
+/// `NX_NAT_RANGE_*` presence bits of `NXAST_NAT`.
+pub mod nat_range {
+    pub const IPV4_MIN: u16 = 1;
+    pub const IPV4_MAX: u16 = 2;
+    pub const IPV6_MIN: u16 = 4;
+    pub const IPV6_MAX: u16 = 8;
+    pub const PROTO_MIN: u16 = 16;
+    pub const PROTO_MAX: u16 = 32;
+}
+
+/// `recirc_table` of a `ct` that does not recirculate.
+pub const NX_CT_RECIRC_NONE: u8 = 0xff;
+
+/// Where a `ct` action's zone comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CtZoneSrc {
+    /// `zone=N`.
+    Imm(u16),
+    /// `zone=FIELD[ofs..ofs+15]`: 16 bits of a field (OVS allows exactly 16).
+    Field {
+        /// The source field.
+        field: Field,
+        /// The first bit.
+        ofs: u16,
+    },
+}
+
+/// `NXAST_CT`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct NxCt {
+    /// `NX_CT_F_*`.
+    pub flags: u16,
+    /// The zone.
+    pub zone: CtZoneSrc,
+    /// The table to recirculate to ([`NX_CT_RECIRC_NONE`]: none).
+    pub recirc_table: u8,
+    /// The application-layer gateway's port (0: none; 21 ftp, 69 tftp).
+    pub alg: u16,
+    /// Nested actions: [`Action::Nat`], and writes of `ct_mark`/`ct_label`
+    /// ([`Action::SetField`], [`Action::RegLoad`]).
+    pub actions: Vec<Action>,
+}
+
+/// `NXAST_NAT`. Address options are one family; a max without its min never occurs in a
+/// decoded value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct NxNat {
+    /// `NX_NAT_F_*`.
+    pub flags: u16,
+    /// The range's first address.
+    pub addr_min: Option<IpAddr>,
+    /// The range's last address (absent: the first).
+    pub addr_max: Option<IpAddr>,
+    /// The first port.
+    pub port_min: Option<u16>,
+    /// The last port (absent: the first).
+    pub port_max: Option<u16>,
+}
+
+const fn bad(code: u16, reason: &'static str) -> OfError {
+    OfError::action(code, reason)
+}
+
+/// The NXM header of `field` without a mask (what `zone_src` and `dst` carry).
+pub fn nxm_header(field: Field) -> u32 {
+    let i = field.info();
+    (u32::from(i.class) << 16) | (u32::from(i.code) << 9) | u32::from(i.len)
+}
+
+/// The field an unmasked NXM header names (`OFPBAC_BAD_SET_TYPE` when unknown).
+fn field_of_header(header: u32) -> Result<Field, OfError> {
+    let unknown = bad(bac::BAD_SET_TYPE, "NXM header of an unknown field");
+    let f = Field::from_wire((header >> 16) as u16, ((header >> 9) & 0x7f) as u8).ok_or(unknown)?;
+    if header & 0x100 != 0 || (header & 0xff) as u8 != f.info().len {
+        return Err(unknown);
+    }
+    Ok(f)
+}
+
+/// `ofs << 6 | (n_bits - 1)`.
+fn ofs_nbits(ofs: u16, nbits: u16) -> u16 {
+    (ofs << 6) | (nbits.saturating_sub(1) & 0x3f)
+}
+
+/// Whether `f` is one a `ct` action's `exec` may write.
+pub fn is_ct_writable(f: Field) -> bool {
+    matches!(f, Field::CtMark | Field::CtLabel)
+}
+
+/// Writes the experimenter header of a Nicira action (length patched by the caller).
+fn put_header(out: &mut Vec<u8>, subtype: u16) {
+    out.put_u16(at::EXPERIMENTER);
+    out.put_u16(0);
+    out.put_u32(NX_VENDOR_ID);
+    out.put_u16(subtype);
+}
+
+pub(crate) fn encode_ct(ct: &NxCt, out: &mut Vec<u8>) {
+    put_header(out, nxast::CT);
+    out.put_u16(ct.flags);
+    match ct.zone {
+        CtZoneSrc::Imm(z) => {
+            out.put_u32(0);
+            out.put_u16(z);
+        }
+        CtZoneSrc::Field { field, ofs } => {
+            out.put_u32(nxm_header(field));
+            out.put_u16(ofs_nbits(ofs, 16));
+        }
+    }
+    out.put_u8(ct.recirc_table);
+    out.put_zeros(3);
+    out.put_u16(ct.alg);
+    encode_actions(&ct.actions, out);
+}
+
+pub(crate) fn encode_ct_clear(out: &mut Vec<u8>) {
+    put_header(out, nxast::CT_CLEAR);
+    out.put_zeros(6);
+}
+
+pub(crate) fn encode_nat(nat: &NxNat, out: &mut Vec<u8>) {
+    put_header(out, nxast::NAT);
+    out.put_zeros(2);
+    out.put_u16(nat.flags);
+    let mut present = 0;
+    let mut opts = Vec::new();
+    for (a, v4, v6) in [
+        (nat.addr_min, nat_range::IPV4_MIN, nat_range::IPV6_MIN),
+        (nat.addr_max, nat_range::IPV4_MAX, nat_range::IPV6_MAX),
+    ] {
+        match a {
+            Some(IpAddr::V4(a)) => {
+                present |= v4;
+                opts.extend_from_slice(&a.octets());
+            }
+            Some(IpAddr::V6(a)) => {
+                present |= v6;
+                opts.extend_from_slice(&a.octets());
+            }
+            None => {}
+        }
+    }
+    for (p, bit) in [
+        (nat.port_min, nat_range::PROTO_MIN),
+        (nat.port_max, nat_range::PROTO_MAX),
+    ] {
+        if let Some(p) = p {
+            present |= bit;
+            opts.put_u16(p);
+        }
+    }
+    out.put_u16(present);
+    out.extend_from_slice(&opts);
+}
+
+pub(crate) fn encode_reg_load(field: Field, ofs: u16, nbits: u16, value: u64, out: &mut Vec<u8>) {
+    put_header(out, nxast::REG_LOAD);
+    out.put_u16(ofs_nbits(ofs, nbits));
+    out.put_u32(nxm_header(field));
+    out.put_u64(value);
+}
+
+/// Decodes a Nicira action's body: `body` follows the 4-byte action header (its length
+/// checked to be a multiple of 8 and within its list) and starts with the vendor id.
+pub(crate) fn decode_experimenter(body: &[u8], ctx: ActionContext) -> Result<Action, OfError> {
+    let len = body.len() + 4;
+    let mut r = Reader::new(body, bad(bac::BAD_LEN, "experimenter action too short"));
+    let vendor = r.u32()?;
+    if vendor != NX_VENDOR_ID {
+        return Err(bad(
+            bac::BAD_EXPERIMENTER,
+            "experimenter action of an unknown experimenter",
+        ));
+    }
+    let subtype = r.u16()?;
+    let a = match subtype {
+        nxast::CT => {
+            if len < 24 {
+                return Err(bad(bac::BAD_LEN, "NXAST_CT shorter than 24 bytes"));
+            }
+            if ctx == ActionContext::Ct {
+                return Err(bad(bac::BAD_ARGUMENT, "ct nested inside ct"));
+            }
+            let flags = r.u16()?;
+            let zone_src = r.u32()?;
+            let zone_v = r.u16()?;
+            let zone = if zone_src == 0 {
+                CtZoneSrc::Imm(zone_v)
+            } else {
+                let field = field_of_header(zone_src)?;
+                let (ofs, nbits) = (zone_v >> 6, (zone_v & 0x3f) + 1);
+                if u32::from(ofs) + u32::from(nbits) > u32::from(field.info().len) * 8 {
+                    return Err(bad(bac::BAD_SET_LEN, "ct zone bits beyond their field"));
+                }
+                if nbits != 16 {
+                    return Err(bad(bac::BAD_SET_LEN, "ct zone from a field not of 16 bits"));
+                }
+                CtZoneSrc::Field { field, ofs }
+            };
+            let recirc_table = r.u8()?;
+            r.skip(3)?;
+            let alg = r.u16()?;
+            let actions = decode_actions_in(r.rest(), ActionContext::Ct)?;
+            if flags & ct_flags::COMMIT == 0
+                && actions.iter().any(|a| {
+                    !matches!(a, Action::Nat(n) if n.flags == 0 && n.addr_min.is_none()
+                        && n.port_min.is_none())
+                })
+            {
+                return Err(bad(
+                    bac::BAD_ARGUMENT,
+                    "ct without commit nests more than a bare nat",
+                ));
+            }
+            Action::Ct(Box::new(NxCt {
+                flags,
+                zone,
+                recirc_table,
+                alg,
+                actions,
+            }))
+        }
+        nxast::CT_CLEAR => {
+            if len != 16 {
+                return Err(bad(bac::BAD_LEN, "NXAST_CT_CLEAR not 16 bytes"));
+            }
+            if ctx == ActionContext::Ct {
+                return Err(bad(bac::BAD_ARGUMENT, "ct_clear nested inside ct"));
+            }
+            Action::CtClear
+        }
+        nxast::NAT => {
+            if len < 16 {
+                return Err(bad(bac::BAD_LEN, "NXAST_NAT shorter than 16 bytes"));
+            }
+            r.skip(2)?;
+            let nat = decode_nat(&mut r)?;
+            if ctx != ActionContext::Ct {
+                return Err(bad(bac::BAD_SET_ARGUMENT, "nat outside a ct action"));
+            }
+            Action::Nat(nat)
+        }
+        nxast::REG_LOAD => {
+            if len != 24 {
+                return Err(bad(bac::BAD_LEN, "NXAST_REG_LOAD not 24 bytes"));
+            }
+            let on = r.u16()?;
+            let field = field_of_header(r.u32()?)?;
+            let value = r.u64()?;
+            let (ofs, nbits) = (on >> 6, (on & 0x3f) + 1);
+            if u32::from(ofs) + u32::from(nbits) > u32::from(field.info().len) * 8 {
+                return Err(bad(bac::BAD_SET_LEN, "reg_load bits beyond their field"));
+            }
+            if nbits < 64 && value >> nbits != 0 {
+                return Err(bad(
+                    bac::BAD_SET_ARGUMENT,
+                    "reg_load value wider than its bits",
+                ));
+            }
+            if !is_ct_writable(field) {
+                return Err(bad(
+                    bac::BAD_SET_TYPE,
+                    "reg_load of a field other than ct_mark or ct_label",
+                ));
+            }
+            if ctx != ActionContext::Ct {
+                return Err(bad(
+                    bac::BAD_SET_ARGUMENT,
+                    "write of a ct field outside a ct action",
+                ));
+            }
+            Action::RegLoad {
+                field,
+                ofs,
+                nbits,
+                value,
+            }
+        }
+        _ => {
+            return Err(bad(
+                bac::BAD_EXP_TYPE,
+                "Nicira action of a subtype not supported",
+            ))
+        }
+    };
+    Ok(a)
+}
+
+fn decode_nat(r: &mut Reader<'_>) -> Result<NxNat, OfError> {
+    let arg = |reason| bad(bac::BAD_ARGUMENT, reason);
+    let flags = r.u16()?;
+    let present = r.u16()?;
+    if flags & !nat_flags::MASK != 0
+        || (flags & nat_flags::SRC != 0 && flags & nat_flags::DST != 0)
+        || (flags & nat_flags::PROTO_HASH != 0 && flags & nat_flags::PROTO_RANDOM != 0)
+    {
+        return Err(arg("nat flags unknown or contradictory"));
+    }
+    let short = || arg("nat range option runs past the action");
+    let v4 = |r: &mut Reader<'_>| {
+        r.array::<4>()
+            .map(|b| IpAddr::V4(Ipv4Addr::from(b)))
+            .map_err(|_| short())
+    };
+    let v6 = |r: &mut Reader<'_>| {
+        r.array::<16>()
+            .map(|b| IpAddr::V6(Ipv6Addr::from(b)))
+            .map_err(|_| short())
+    };
+    let mut nat = NxNat {
+        flags,
+        ..NxNat::default()
+    };
+    use nat_range::*;
+    if present & IPV4_MIN != 0 {
+        if present & (IPV6_MIN | IPV6_MAX) != 0 {
+            return Err(arg("nat range of both families"));
+        }
+        let min = v4(r)?;
+        if min == IpAddr::V4(Ipv4Addr::UNSPECIFIED) {
+            return Err(arg("nat range from 0.0.0.0"));
+        }
+        nat.addr_min = Some(min);
+        if present & IPV4_MAX != 0 {
+            let max = v4(r)?;
+            if max < min {
+                return Err(arg("nat address range ends before it starts"));
+            }
+            nat.addr_max = Some(max);
+        }
+    } else if present & IPV4_MAX != 0 {
+        return Err(arg("nat range with a max address and no min"));
+    } else if present & IPV6_MIN != 0 {
+        let min = v6(r)?;
+        if min == IpAddr::V6(Ipv6Addr::UNSPECIFIED) {
+            return Err(arg("nat range from ::"));
+        }
+        nat.addr_min = Some(min);
+        if present & IPV6_MAX != 0 {
+            let max = v6(r)?;
+            if max < min {
+                return Err(arg("nat address range ends before it starts"));
+            }
+            nat.addr_max = Some(max);
+        }
+    } else if present & IPV6_MAX != 0 {
+        return Err(arg("nat range with a max address and no min"));
+    }
+    if present & PROTO_MIN != 0 {
+        if nat.addr_min.is_none() {
+            return Err(arg("nat port range without addresses"));
+        }
+        let min = r.u16().map_err(|_| short())?;
+        if min == 0 {
+            return Err(arg("nat port range from 0"));
+        }
+        nat.port_min = Some(min);
+        if present & PROTO_MAX != 0 {
+            let max = r.u16().map_err(|_| short())?;
+            if max < min {
+                return Err(arg("nat port range ends before it starts"));
+            }
+            nat.port_max = Some(max);
+        }
+    } else if present & PROTO_MAX != 0 {
+        return Err(arg("nat range with a max port and no min"));
+    }
+    Ok(nat)
+}
