@@ -454,6 +454,45 @@ fn firewall_rules() -> Vec<String> {
     .collect()
 }
 
+/// The control for the firewall: the same rig with stateless rules passes everything both
+/// ways (so what the firewall refuses, it refuses by its state).
+fn stateless_baseline(kind: Kind) {
+    if !tools(kind, &["ping", "ss"]) {
+        return;
+    }
+    let rig = Rig::new(kind, "base", 5, 2);
+    rig.flows(&[
+        "cookie=0x1,priority=10,in_port=1,actions=output:2".to_string(),
+        "cookie=0x2,priority=10,in_port=2,actions=output:1".to_string(),
+    ]);
+    let (a, b) = (rig.h(1), rig.h(2));
+    assert_eq!(ping(&a.ns, &b.ip, 5), 5, "ping A→B");
+    assert_eq!(ping(&b.ns, &a.ip, 5), 5, "ping B→A");
+    let _sa = rig.spawn_peer(1, "name-a", &["name-server", "a", "8080"]);
+    let _sb = rig.spawn_peer(2, "name-b", &["name-server", "b", "8080"]);
+    rig.wait_listen(1, 8080);
+    rig.wait_listen(2, 8080);
+    for (from, to, name) in [(1, b, "b"), (2, a, "a")] {
+        let r = rig.peer(from, &["name-client", &to.ip, "8080", "2", "43000"]);
+        for c in r.as_array().unwrap() {
+            assert_eq!(c["name"], name, "{r}");
+            assert_eq!(c["bytes"], 16 * 16384, "{r}");
+        }
+    }
+    let r = rig.peer(1, &["udp-rel", &b.ip, "9999", "3"]);
+    assert_eq!(r["result"], "refused", "B's port unreachable");
+}
+
+#[test]
+fn stateless_baseline_on_ovs() {
+    stateless_baseline(Kind::Ovs);
+}
+
+#[test]
+fn stateless_baseline_on_ferrovs() {
+    stateless_baseline(Kind::Ferrovs);
+}
+
 fn stateful_firewall(kind: Kind) {
     if !tools(kind, &["iperf3", "ping", "ss"]) {
         return;
