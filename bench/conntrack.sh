@@ -86,8 +86,8 @@ while [ $# -gt 0 ]; do
         *) echo "unknown argument $1" >&2; exit 2 ;;
     esac
 done
-# The ferrovs config key of the global connection limit (issue 19's CLI work names it).
-ct_max_key=${FERROVS_CT_MAX_KEY:-conntrack-max-entries}
+# The ferrovs config key of the global connection limit (`ferrovs config set ct-max-entries N`).
+ct_max_key=${FERROVS_CT_MAX_KEY:-ct-max-entries}
 for t in jq ovs-ofctl ovs-appctl dpdk-testpmd; do
     command -v "$t" >/dev/null || { echo "bench: $t is missing (scripts/deps.sh)" >&2; exit 1; }
 done
@@ -308,7 +308,7 @@ setup_testpmd() {
 setup_gen() {
     local out=$1 p
     setsid taskset -c "$gen" "$bin/ferrovs-gen" --socket "$port_a" --sink "$port_b" --size 64 \
-        --ring 1024 --rate 0 --duration $((setup_secs + 1)) --settle 1 --quiet --ip-flows 8000000 txonly \
+        --ring 1024 --rate 0 --duration $((setup_secs + 2)) --settle 1 --quiet --ip-flows 8000000 txonly \
         >"$out.gen" 2>"$out.err" &
     p=$!
     track "$p"
@@ -338,9 +338,9 @@ for round in $(seq "$rounds"); do
                 jq -e . >/dev/null 2>&1 <<<"$g" || g='{}'
                 rec=$(jq -c -n --arg sys "$s" --argjson round "$round" --argjson flows "$f" --argjson g "$g" \
                     --argjson h1 "$h1" --argjson h2 "$h2" --argjson e0 "$e0" --argjson e1 "$e1" \
-                    --argjson limit "$limit" --argjson try "$try" '
+                    --argjson limit "$limit" --argjson n_warm "$try" '
                     {cell: "established", sys: $sys, round: $round, flows: $flows, mpps: $g.mpps,
-                     sent: $g.sent, received: $g.received, lost: $g.lost, warm_ups: $try,
+                     sent: $g.sent, received: $g.received, lost: $g.lost, warm_ups: $n_warm,
                      entries_after_warm: $e0, entries: $e1, ct_limit: $limit,
                      hits_new: ($h2.new - $h1.new), hits_est: ($h2.est - $h1.est)}
                     | .est_fraction = (if (.hits_new + .hits_est) > 0
