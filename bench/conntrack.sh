@@ -30,7 +30,8 @@
 #     (est_fraction, 1.0 = every connection was established) and the warm-ups it took; the
 #     entries each switch held after the cell (OVS `dpctl/ct-get-nconns`, the count that
 #     `dpctl/dump-conntrack | wc -l` gives without printing a million lines; ferrovs
-#     `conntrack-stats`'s entries).
+#     `conntrack-stats`'s entries); busy PMD cycles per packet (ferrovs pmd-stats, OVS
+#     pmd-stats-show's "avg processing cycles per packet").
 #     Source: ferrovs-gen, our own generator. testpmd cannot be the source here: every port
 #     testpmd forwards on also transmits (flowgen/txonly send on each forwarding stream;
 #     `port 1 txq 0 stop` is unsupported by net_virtio_user), so a testpmd that drains port 2
@@ -204,6 +205,21 @@ rule_hits() {
                 END { printf "{\"new\":%d,\"est\":%d}\n", nw, es }' ;;
     esac
 }
+# PMD cycles: ferrovs {busy_cycles, rx_packets} (cumulative), OVS clears its counters.
+pmd_mark() {
+    case $sys in
+        ferrovs) fv pmd-stats --json | jq -c '.[0] | {busy_cycles, rx_packets}' ;;
+        ovs) ovs_pmd_clear "$_ovs_dir"; echo '{}' ;;
+    esac
+}
+# Busy PMD cycles per received packet since pmd_mark printed $1.
+pmd_cpp() {
+    case $sys in
+        ferrovs) fv pmd-stats --json | jq --argjson m "$1" '.[0] |
+            ((.busy_cycles - $m.busy_cycles) / ([.rx_packets - $m.rx_packets, 1] | max) | round)' ;;
+        ovs) ovs_cycles_per_packet "$_ovs_dir" | awk 'NF { printf "%.0f\n", $1; ok = 1 } END { if (!ok) print "null" }' ;;
+    esac
+}
 alive() {
     case $sys in
         ferrovs) kill -0 "$fv_pid" 2>/dev/null ;;
@@ -331,16 +347,17 @@ for round in $(seq "$rounds"); do
             rec=
             for try in $(seq "$warm_tries"); do
                 warm "$f" || { log "round $round $s flows $f: no warm-up"; break; }
-                e0=$(ct_entries); h1=$(rule_hits)
+                e0=$(ct_entries); h1=$(rule_hits); m=$(pmd_mark)
                 g=$(measure "$f" "$work/$s-$round-$f")
-                h2=$(rule_hits); e1=$(ct_entries)
+                cpp=$(pmd_cpp "$m"); h2=$(rule_hits); e1=$(ct_entries)
                 alive || { log "$s died in the cell flows=$f"; break; }
                 jq -e . >/dev/null 2>&1 <<<"$g" || g='{}'
                 rec=$(jq -c -n --arg sys "$s" --argjson round "$round" --argjson flows "$f" --argjson g "$g" \
                     --argjson h1 "$h1" --argjson h2 "$h2" --argjson e0 "$e0" --argjson e1 "$e1" \
-                    --argjson limit "$limit" --argjson n_warm "$try" '
+                    --argjson limit "$limit" --argjson n_warm "$try" --argjson cpp "${cpp:-null}" '
                     {cell: "established", sys: $sys, round: $round, flows: $flows, mpps: $g.mpps,
                      sent: $g.sent, received: $g.received, lost: $g.lost, warm_ups: $n_warm,
+                     cycles_per_packet: $cpp,
                      entries_after_warm: $e0, entries: $e1, ct_limit: $limit,
                      hits_new: ($h2.new - $h1.new), hits_est: ($h2.est - $h1.est)}
                     | .est_fraction = (if (.hits_new + .hits_est) > 0
@@ -381,6 +398,7 @@ jq -s --arg date "$(date -u +%F)" --argjson rounds "$rounds" --argjson secs "$se
       sys: .[0].sys, flows: .[0].flows,
       mpps: (map(.mpps) | median), mpps_by_round: map(.mpps),
       est_fraction: (map(.est_fraction) | median), warm_ups: (map(.warm_ups) | max),
+      cycles_per_packet: (map(.cycles_per_packet) | median),
       entries: (map(.entries) | median),
       lost: (map(.lost) | median)})) as $cells |
   ($setup | group_by([.sys, .source]) | map({
