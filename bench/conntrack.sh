@@ -232,6 +232,7 @@ alive() {
 start_reflector() {
     local d=$work/refl
     mkdir -p "$d"
+    rm -f "$d/log"
     setsid dpdk-testpmd --lcores "0@$gen,1@$gen" --main-lcore 0 --no-pci --no-huge -m 512 \
         --single-file-segments --file-prefix "ctbench-refl-$$" \
         --vdev "net_virtio_user0,path=$port_b,queues=1,queue_size=1024" -- \
@@ -248,7 +249,7 @@ start_reflector() {
 gen_args() { [ "$1" -gt 1 ] && echo "--ip-flows $1"; true; }
 warm() {
     local f=$1 dur
-    # --duration counts the 1 s settle.
+    # Every flow --warm-passes times at --warm-rate, and 1 s more.
     dur=$(((warm_passes * f + warm_rate - 1) / warm_rate + 1))
     [ "$dur" -lt 3 ] && dur=3
     start_reflector || return 1
