@@ -13,5 +13,14 @@ fi
 command -v cargo-fuzz >/dev/null || cargo install --quiet --locked cargo-fuzz
 for t in vhost_message virtqueue control_request config packet flow upgrade_state ovsdb_session openflow_message conntrack; do
     echo "fuzz: $t for ${secs}s"
-    cargo +nightly fuzz run "$t" -- -max_total_time="$secs" -rss_limit_mb=2048 2>&1 | tail -3
+    # The flow target starts from the rules in fuzz/seeds/flow (connection tracking's
+    # among them) with the syntax's keywords as a dictionary.
+    extra=()
+    if [ "$t" = flow ]; then
+        mkdir -p fuzz/corpus/flow
+        extra=(fuzz/corpus/flow fuzz/seeds/flow -- -dict=fuzz/flow.dict)
+    else
+        extra=(--)
+    fi
+    cargo +nightly fuzz run "$t" "${extra[@]}" -max_total_time="$secs" -rss_limit_mb=2048 2>&1 | tail -3
 done

@@ -391,7 +391,9 @@ fn set_addr(b: &mut [u8], family: Family, l3: usize, src: bool, new: &[u8; 16], 
         fix(b, l3 + 10, &old[..n], &new[..n], false, false);
     }
     if let Some((at, udp, pseudo)) = l4.0 {
-        if pseudo {
+        if l4.1 {
+            fix_partial(b, at, &old[..n], &new[..n]);
+        } else if pseudo {
             fix(
                 b,
                 at,
@@ -404,23 +406,34 @@ fn set_addr(b: &mut [u8], family: Family, l3: usize, src: bool, new: &[u8; 16], 
     }
 }
 
-/// Where an L4 checksum is: (offset, is UDP, covers the pseudo header).
+/// Where an L4 checksum is: (offset, is UDP, covers the pseudo header), and whether it is
+/// *partial* (checksum offload, TCP and UDP only: the field holds the folded pseudo-header
+/// sum, not complemented, the rest to be computed by whoever completes it).
 #[derive(Clone, Copy)]
-struct L4Csum(Option<(usize, bool, bool)>);
+struct L4Csum(Option<(usize, bool, bool)>, bool);
 
-fn l4_csum(family: Family, proto: u8, l4: usize, end: usize) -> L4Csum {
+fn l4_csum(family: Family, proto: u8, l4: usize, end: usize, partial: bool) -> L4Csum {
     let (at, udp, pseudo) = match (proto, family) {
         (IPPROTO_TCP, _) => (l4 + 16, false, true),
         (IPPROTO_UDP, _) => (l4 + 6, true, true),
         (IPPROTO_ICMP, Family::V4) => (l4 + 2, false, false),
         (IPPROTO_ICMPV6, Family::V6) => (l4 + 2, false, true),
-        _ => return L4Csum(None),
+        _ => return L4Csum(None, false),
     };
-    L4Csum((at + 2 <= end).then_some((at, udp, pseudo)))
+    let partial = partial && matches!(proto, IPPROTO_TCP | IPPROTO_UDP);
+    L4Csum((at + 2 <= end).then_some((at, udp, pseudo)), partial)
+}
+
+/// Updates the partial checksum (a pseudo-header sum, see [`L4Csum`]) at `at` for `old` →
+/// `new`: the sum itself moves by `new - old` (RFC 1624 on its complement).
+fn fix_partial(b: &mut [u8], at: usize, old: &[u8], new: &[u8]) {
+    let Some(c) = get16(b, at) else { return };
+    put16(b, at, !csum_replace(!c, old, new));
 }
 
 /// Rewrites the packet at `l3` from tuple `from` to tuple `to` (addresses, then ports or
 /// the ICMP id).
+#[allow(clippy::too_many_arguments)]
 fn rewrite_ip(
     b: &mut [u8],
     family: Family,
@@ -429,11 +442,12 @@ fn rewrite_ip(
     inner: bool,
     from: &Tuple,
     to: &Tuple,
+    partial: bool,
 ) {
     let Some((l4, proto, end)) = locate_ip(b, l3, limit, family, inner) else {
         return;
     };
-    let cs = l4_csum(family, proto, l4, end);
+    let cs = l4_csum(family, proto, l4, end, partial);
     set_addr(b, family, l3, true, &to.src, cs);
     set_addr(b, family, l3, false, &to.dst, cs);
     let udp4 = proto == IPPROTO_UDP && family == Family::V4;
@@ -451,7 +465,8 @@ fn rewrite_ip(
             continue;
         }
         put16(b, at, new);
-        if let Some((c, _, _)) = cs.0 {
+        // Ports are not in the pseudo header: a partial checksum does not cover them yet.
+        if let (Some((c, _, _)), false) = (cs.0, cs.1) {
             fix(b, c, &old.to_be_bytes(), &new.to_be_bytes(), udp, udp4);
         }
     }
@@ -459,12 +474,19 @@ fn rewrite_ip(
 
 /// Rewrites a frame whose tuple is `from` so that it carries `to`.
 pub fn rewrite(frame: &mut [u8], from: &Tuple, to: &Tuple) {
+    rewrite_offloaded(frame, from, to, false);
+}
+
+/// [`rewrite`] for a frame whose TCP or UDP checksum may be partial (`l4_partial`: checksum
+/// offload, the field holding the pseudo-header sum): that sum follows the addresses, and
+/// the ports are left to whoever completes the checksum.
+pub fn rewrite_offloaded(frame: &mut [u8], from: &Tuple, to: &Tuple, l4_partial: bool) {
     if from == to {
         return;
     }
     if let Some((l3, family)) = locate_eth(frame) {
         let limit = frame.len();
-        rewrite_ip(frame, family, l3, limit, false, from, to);
+        rewrite_ip(frame, family, l3, limit, false, from, to, l4_partial);
     }
 }
 
@@ -485,10 +507,19 @@ pub fn rewrite_icmp_error(
     };
     if let Some((src, a)) = outer {
         // The ICMP checksum is recomputed below, so no L4 checksum to fix here.
-        set_addr(frame, family, l3, src, &a, L4Csum(None));
+        set_addr(frame, family, l3, src, &a, L4Csum(None, false));
     }
     // The quote ends where the outer packet does (not at the frame's padding).
-    rewrite_ip(frame, family, l4 + 8, end, true, inner_from, inner_to);
+    rewrite_ip(
+        frame,
+        family,
+        l4 + 8,
+        end,
+        true,
+        inner_from,
+        inner_to,
+        false,
+    );
     if end > frame.len() || l4 + 4 > end {
         return;
     }

@@ -234,6 +234,8 @@ pub struct Counters {
     pub expired: u64,
     /// Commits with NAT refused (no free tuple in the range, or a range that cannot apply).
     pub nat_exhausted: u64,
+    /// IP fragments seen (not reassembled: each is `+trk+inv`, counted in `invalid` too).
+    pub fragments: u64,
 }
 
 /// The connection tracker (see the module documentation).
@@ -252,6 +254,7 @@ pub struct Tracker {
     limit_hits: AtomicU64,
     expired: AtomicU64,
     nat_exhausted: AtomicU64,
+    fragments: AtomicU64,
 }
 
 const NO_OVERRIDE: u32 = u32::MAX;
@@ -276,6 +279,7 @@ impl Tracker {
             limit_hits: AtomicU64::new(0),
             expired: AtomicU64::new(0),
             nat_exhausted: AtomicU64::new(0),
+            fragments: AtomicU64::new(0),
         }
     }
 
@@ -310,6 +314,7 @@ impl Tracker {
             limit_hits: self.limit_hits.load(Relaxed),
             expired: self.expired.load(Relaxed),
             nat_exhausted: self.nat_exhausted.load(Relaxed),
+            fragments: self.fragments.load(Relaxed),
         }
     }
 
@@ -360,7 +365,8 @@ impl Tracker {
     /// a connection with a NAT binding is tracked but not translated (see
     /// [`Tracker::execute_nat`]).
     pub fn execute_with(&self, frame: &[u8], zone: u16, commit: &Commit, now: u64) -> CtResult {
-        self.track(frame, zone, commit, &Nat::Off, now, 0).0
+        self.track(frame, zone, commit, &Nat::Off, now, Retry::first(false))
+            .0
     }
 
     /// `execute_with` and NAT: `ct(commit, nat(src|dst=...))` binds a committed new
@@ -378,9 +384,28 @@ impl Tracker {
         nat: &Nat,
         now: u64,
     ) -> CtResult {
-        let (r, x) = self.track(frame, zone, commit, nat, now, 0);
+        self.execute_offloaded(frame, zone, commit, nat, now, false)
+    }
+
+    /// [`Tracker::execute_nat`] for a frame whose TCP or UDP checksum may be *partial*
+    /// (`l4_partial`: checksum offload from a guest or NIC, the field holding only the
+    /// pseudo-header sum): its L4 checksum is not verified (the IPv4 header's still is, per
+    /// the configuration) and a NAT rewrite keeps it partial (see
+    /// [`nat::rewrite_offloaded`]).
+    pub fn execute_offloaded(
+        &self,
+        frame: &mut [u8],
+        zone: u16,
+        commit: &Commit,
+        nat: &Nat,
+        now: u64,
+        l4_partial: bool,
+    ) -> CtResult {
+        let (r, x) = self.track(frame, zone, commit, nat, now, Retry::first(l4_partial));
         match x {
-            Some(Xlate::Plain { from, to }) => nat::rewrite(frame, &from, &to),
+            Some(Xlate::Plain { from, to }) => {
+                nat::rewrite_offloaded(frame, &from, &to, l4_partial)
+            }
             Some(Xlate::Error {
                 outer,
                 inner_from,
@@ -396,7 +421,8 @@ impl Tracker {
         (CtResult::invalid(zone, None), None)
     }
 
-    /// The tracking of one packet; `depth` bounds the retries after a stale alias.
+    /// The tracking of one packet; `depth` bounds the retries after a stale alias (and says
+    /// whether the L4 checksum is partial).
     fn track(
         &self,
         frame: &[u8],
@@ -404,12 +430,16 @@ impl Tracker {
         commit: &Commit,
         nat: &Nat,
         now: u64,
-        depth: u8,
+        depth: Retry,
     ) -> (CtResult, Option<Xlate>) {
-        let pkt = match tuple::parse(frame, self.cfg.verify_checksums) {
+        let v = self.cfg.verify_checksums;
+        let pkt = match tuple::parse_with(frame, v, v && !depth.l4_partial) {
             Ok(p) => p,
             Err(e) => {
                 self.invalid.fetch_add(1, Relaxed);
+                if e == Malformed::Fragment {
+                    self.fragments.fetch_add(1, Relaxed);
+                }
                 return (CtResult::invalid(zone, Some(e)), None);
             }
         };
@@ -464,10 +494,10 @@ impl Tracker {
                     if c.nat.is_some() {
                         drop(shard);
                         self.drop_alias(zone, &c, key.tuple);
-                        if depth >= 2 {
+                        if depth.n >= 2 {
                             return self.inv(zone);
                         }
-                        return self.track(frame, zone, commit, nat, now, depth + 1);
+                        return self.track(frame, zone, commit, nat, now, depth.next());
                     }
                 }
             }
@@ -582,7 +612,7 @@ impl Tracker {
         commit: &Commit,
         nat: &Nat,
         now: u64,
-        depth: u8,
+        depth: Retry,
     ) -> (CtResult, Option<Xlate>) {
         let zone = key.zone;
         let mut shard = self.shard_of(&owner);
@@ -634,10 +664,10 @@ impl Tracker {
                 self.remove_alias(key, owner.tuple);
             }
         }
-        if depth >= 2 {
+        if depth.n >= 2 {
             return self.inv(zone);
         }
-        self.track(frame, zone, commit, nat, now, depth + 1)
+        self.track(frame, zone, commit, nat, now, depth.next())
     }
 
     /// Finds a free reply tuple for `conn` in `range` and reserves its key (an alias to
@@ -904,6 +934,48 @@ impl Tracker {
         gone.len()
     }
 
+    /// `ct(commit, force)`'s first step: if the packet of `frame` belongs to a connection of
+    /// `zone` in that connection's *reply* direction, the connection is ended (removed with
+    /// its NAT alias), so the commit that follows tracks the packet anew with its own
+    /// direction as the original (OVS's `force`). `l4_partial` as in
+    /// [`Tracker::execute_offloaded`]. Returns whether one was ended. A packet of
+    /// no connection, of its original direction, malformed, or an ICMP error changes
+    /// nothing. Locks one shard at a time (two when the packet's key is a NAT alias).
+    pub fn end_reply_conn(&self, frame: &[u8], zone: u16, l4_partial: bool) -> bool {
+        let v = self.cfg.verify_checksums;
+        let Ok(pkt) = tuple::parse_with(frame, v, v && !l4_partial) else {
+            return false;
+        };
+        if let L4::IcmpError { .. } = pkt.l4 {
+            return false;
+        }
+        let mut key = Key {
+            zone,
+            tuple: pkt.tuple.canonical(),
+        };
+        let mut shard = self.shard_of(&key);
+        if let Some(Slot::Alias(owner)) = shard.get(&key) {
+            let owner = *owner;
+            drop(shard);
+            key = Key { zone, tuple: owner };
+            shard = self.shard_of(&key);
+        }
+        let reply = matches!(
+            shard.get(&key),
+            Some(Slot::Conn(c)) if direction(c, &pkt.tuple) == Some(Dir::Reply)
+        );
+        if !reply {
+            return false;
+        }
+        let gone = shard.remove(&key);
+        drop(shard);
+        self.release(zone);
+        if let Some(Slot::Conn(c)) = gone {
+            self.drop_alias(zone, &c, key.tuple);
+        }
+        true
+    }
+
     /// Removes every entry (of one zone, or all); returns how many.
     pub fn flush(&self, zone: Option<u16>) -> usize {
         let mut n = 0;
@@ -1023,6 +1095,27 @@ impl Tracker {
 
 /// The direction of a packet with tuple `t` in `conn` (None: it shares the key but is
 /// neither direction, e.g. the untranslated reply of a NATed connection).
+/// How many times one packet's tracking was retried after a stale NAT alias (bounded), and
+/// whether its L4 checksum is partial (not verified).
+#[derive(Debug, Clone, Copy)]
+struct Retry {
+    n: u8,
+    l4_partial: bool,
+}
+
+impl Retry {
+    fn first(l4_partial: bool) -> Retry {
+        Retry { n: 0, l4_partial }
+    }
+
+    fn next(self) -> Retry {
+        Retry {
+            n: self.n + 1,
+            ..self
+        }
+    }
+}
+
 fn direction(conn: &Conn, t: &Tuple) -> Option<Dir> {
     if *t == conn.orig {
         Some(Dir::Original)

@@ -18,7 +18,7 @@
 //!   directions of a connection: the table keys and shards on it.
 //!
 //! ICMP errors carry the tuple of the packet they quote (`inner`): the table looks it up to
-//! report the error as related (ct_state `rel`). Fragments are not reassembled yet: a fragment
+//! report the error as related (ct_state `rel`). Fragments are not reassembled: a fragment
 //! is [`Malformed::Fragment`] (see `docs/conntrack.md`).
 //!
 //! Thread-safety: plain functions over borrowed bytes; a [`Tuple`] is `Copy`.
@@ -259,6 +259,13 @@ pub struct Packet<'a> {
 /// Parses a frame. `verify_checksums` checks the IPv4 header and the L4 checksums (Linux does
 /// in PREROUTING with `nf_conntrack_checksum=1`, its default; OVS's userspace tracker too).
 pub fn parse(frame: &[u8], verify_checksums: bool) -> Result<Packet<'_>, Malformed> {
+    parse_with(frame, verify_checksums, verify_checksums)
+}
+
+/// [`parse`] with the IPv4 header checksum (`verify_ip`) and the L4 checksums (`verify_l4`)
+/// checked or not separately: a frame with checksum offload has a partial L4 checksum,
+/// which only the device completes (OVS trusts those too).
+pub fn parse_with(frame: &[u8], verify_ip: bool, verify_l4: bool) -> Result<Packet<'_>, Malformed> {
     if frame.len() < 14 {
         return Err(Malformed::ShortEthernet);
     }
@@ -276,8 +283,8 @@ pub fn parse(frame: &[u8], verify_checksums: bool) -> Result<Packet<'_>, Malform
     }
     let l3 = &frame[off..];
     match ethertype {
-        ETH_P_IPV4 => parse_ipv4(l3, verify_checksums, false),
-        ETH_P_IPV6 => parse_ipv6(l3, verify_checksums, false),
+        ETH_P_IPV4 => parse_ipv4(l3, verify_ip, verify_l4, false),
+        ETH_P_IPV6 => parse_ipv6(l3, verify_l4, false),
         _ => Err(Malformed::NotIp),
     }
 }
@@ -326,7 +333,12 @@ fn l4_checksum(family: Family, src: &[u8; 16], dst: &[u8; 16], proto: u8, seg: &
 
 /// Parses an IPv4 packet. `inner` (a packet quoted by an ICMP error) may be truncated after
 /// the first 8 bytes of its L4 header and has no checksum to verify.
-fn parse_ipv4(b: &[u8], verify: bool, inner: bool) -> Result<Packet<'_>, Malformed> {
+fn parse_ipv4(
+    b: &[u8],
+    verify_ip: bool,
+    verify: bool,
+    inner: bool,
+) -> Result<Packet<'_>, Malformed> {
     if b.len() < 20 || b[0] >> 4 != 4 {
         return Err(Malformed::BadIpHeader);
     }
@@ -335,7 +347,7 @@ fn parse_ipv4(b: &[u8], verify: bool, inner: bool) -> Result<Packet<'_>, Malform
     if ihl < 20 || b.len() < ihl || total < ihl || (!inner && total > b.len()) {
         return Err(Malformed::BadIpHeader);
     }
-    if verify && !inner && sum(0, &b[..ihl]) != 0xffff {
+    if verify_ip && !inner && sum(0, &b[..ihl]) != 0xffff {
         return Err(Malformed::BadIpChecksum);
     }
     let frag = be16(b, 6);
@@ -502,7 +514,7 @@ fn parse_l4(
                 }
                 let quoted = &l4[8..];
                 let innerp = if family == Family::V4 {
-                    parse_ipv4(quoted, false, true)
+                    parse_ipv4(quoted, false, false, true)
                 } else {
                     parse_ipv6(quoted, false, true)
                 }

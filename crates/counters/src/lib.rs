@@ -65,6 +65,8 @@ reasons! {
     TunnelMismatch => "tunnel_mismatch",
     PostcopyPending => "postcopy_page_pending",
     DirtyLogFault => "dirty_log_fault",
+    // A packet recirculated (`ct(table=T)`) more times than the datapath allows.
+    RecircDepth => "recirc_depth_exceeded",
 }
 
 pub const NUM_REASONS: usize = DropReason::ALL.len();

@@ -80,6 +80,7 @@ pub struct FlowStats {
     pub upcalls: AtomicU64,
     pub emc_inserts: AtomicU64,
     pub emc_skipped: AtomicU64,
+    pub recirculations: AtomicU64,
 }
 
 impl FlowStats {
@@ -90,6 +91,8 @@ impl FlowStats {
         self.upcalls.store(c.upcalls, Ordering::Relaxed);
         self.emc_inserts.store(c.emc_inserts, Ordering::Relaxed);
         self.emc_skipped.store(c.emc_skipped, Ordering::Relaxed);
+        self.recirculations
+            .store(c.recirculations, Ordering::Relaxed);
     }
 
     pub fn load(&self) -> crate::flow::FlowCounters {
@@ -100,6 +103,7 @@ impl FlowStats {
             upcalls: self.upcalls.load(Ordering::Relaxed),
             emc_inserts: self.emc_inserts.load(Ordering::Relaxed),
             emc_skipped: self.emc_skipped.load(Ordering::Relaxed),
+            recirculations: self.recirculations.load(Ordering::Relaxed),
         }
     }
 }
@@ -514,7 +518,7 @@ impl<'p> Worker<'p> {
                     plain_l2(&b, &mut self.sc);
                 }
                 (crate::packet_io::PacketOutActions::Actions(a), _) => {
-                    crate::flow::input::execute(&b, &mut self.sc, 0, a);
+                    crate::flow::input::execute_actions(&b, &mut self.sc, &mut self.fx, 0, a);
                 }
             }
             sent += self.sc.flush(snap, self.index, &mut self.timers).0;

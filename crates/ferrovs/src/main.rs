@@ -500,6 +500,14 @@ fn print_pmd_stats(v: &Vec<PmdStats>) {
                 f.emc_skipped,
                 pct(f.emc_skipped)
             );
+            // Only with connection tracking's recirculations (the line above is unchanged).
+            if f.recirculations > 0 {
+                println!(
+                    "  recirculations: {}  avg. passes per packet: {:.2}",
+                    f.recirculations,
+                    (f.packets + f.recirculations) as f64 / n
+                );
+            }
         }
     }
     // The megaflow caches are shared by the PMDs: printed once.

@@ -8,6 +8,16 @@
 //! is used; a table miss drops. The result carries the mask of every key bit the decision
 //! consulted — the megaflow it can be cached as.
 //!
+//! Connection tracking (see [`crate::ct`]): `ct(...)` emits [`DpAction::Ct`] with the
+//! metadata reached so far; with `table=T` the translation ends there (the datapath tracks
+//! the packet and looks it up again with recirculation id `T + 1`), without it the later
+//! actions follow with the key's `ct_*` fields unchanged. A key with a non-zero
+//! recirculation id starts in the table the id names instead of 0, and the id is in every
+//! mask, so a first pass's megaflow never matches a resumed pass's key or the reverse.
+//! `ct_clear` emits [`DpAction::CtClear`] and zeroes the key's `ct_*` fields for later
+//! lookups. The `ct_*` fields a lookup reads join the mask through the classifier, as any
+//! match field; nothing else reads them.
+//!
 //! Thread-safety: immutable once built; the control plane builds a new one per change and
 //! PMDs share it (`Arc<Pipeline>`).
 
@@ -17,7 +27,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use crate::classifier::Classifier;
-use crate::ct::{CtAction, CtSpec};
+use crate::ct::{CtAction, CtNat, CtSpec};
 use crate::key::{
     is_mpls, Field, FlowKey, ETH_ARP, ETH_IPV4, ETH_IPV6, ETH_MPLS, ETH_VLAN, IP_ICMP, IP_ICMPV6,
     IP_TCP, IP_UDP, MPLS_PAYLOAD_ARP, MPLS_PAYLOAD_IPV4, MPLS_PAYLOAD_IPV6, ND_NA, ND_NS, VLAN_CFI,
@@ -568,8 +578,9 @@ type GroupLookup<'g> = dyn Fn(u32) -> Option<&'g Arc<CompiledGroup>> + 'g;
 /// set back (datapath edits restoring the entry values, whose fields join the mask), and the
 /// actions after the group see the packet as before it (as OVS). `select` picks a live
 /// bucket by a hash of the L2-L4 addresses and ports, all of which join the mask, so a
-/// cached decision holds for every packet it matches. Metadata is 0 on input and written
-/// only by rules already consulted, so its bits leave the mask at the end.
+/// cached decision holds for every packet it matches. Metadata is 0 on a first pass's input
+/// and written only by rules already consulted, so its bits leave the mask at the end; a
+/// resumed pass (recirculation id not 0) keeps them (its metadata comes from the key).
 pub fn walk_with_groups<'a>(
     key: &FlowKey,
     lookup: impl Fn(usize, &FlowKey, &mut FlowKey) -> Option<&'a Arc<CompiledRule>>,
@@ -586,7 +597,16 @@ pub fn walk_with_groups<'a>(
         mpls_depth: 0,
         mpls_unknown: false,
     };
-    let mut table = 0usize;
+    // Recirculation: the same key bits with another recirculation id are another
+    // packet (another pass), so the id is always in the mask; a resumed pass starts in
+    // the table its id names (an id no `ct(table=T)` gives drops).
+    st.t.mask.or_field(Field::RecircId, Field::RecircId.full());
+    let recirc = key.get(Field::RecircId) as u16;
+    let mut table = match (recirc, crate::ct::recirc_table(recirc)) {
+        (0, _) => 0usize,
+        (_, Some(t)) => usize::from(t),
+        (_, None) => return st.t,
+    };
     let mut ended = false;
     for _ in 0..MAX_VISITS {
         if st.mpls_unknown {
@@ -622,7 +642,11 @@ pub fn walk_with_groups<'a>(
         let mut next = None;
         apply(&mut st, &set, &mut next, groups, 0);
     }
-    st.t.mask.set(Field::Metadata, 0);
+    if recirc == 0 {
+        // A first pass's metadata is 0 on input; a resumed pass's is the key's own (the
+        // value frozen at its ct action), which the rules' matches put in the mask.
+        st.t.mask.set(Field::Metadata, 0);
+    }
     st.t
 }
 
@@ -1018,8 +1042,37 @@ fn apply<'a>(
                 st.t.actions
                     .push(DpAction::SetField(Field::MplsTtl, u128::from(ttl)));
             }
-            // Placeholder until the ct() translation lands: the packet goes no further.
-            ResolvedAction::Ct(_) | ResolvedAction::CtClear => return false,
+            // Connection tracking is not run inside a group's bucket (whose effects are
+            // set back after it): the rule syntax refuses it there, a bucket that holds
+            // it anyway (OpenFlow) skips it.
+            ResolvedAction::Ct(_) | ResolvedAction::CtClear if depth > 0 => {}
+            ResolvedAction::Ct(ref spec) => {
+                // The action carries the metadata: on a resumed pass its bits come from
+                // the key (a first pass's mask drops them at the end, they are 0 there).
+                st.t.mask.or_field(Field::Metadata, Field::Metadata.full());
+                let metadata = st.k.get(Field::Metadata) as u64;
+                if spec.nat != CtNat::Off {
+                    // The tracker may rewrite the frame: a later mirror needs the original.
+                    st.modified = true;
+                }
+                st.t.actions
+                    .push(DpAction::Ct(Arc::new(CtAction::from_spec(spec, metadata))));
+                if spec.table.is_some() {
+                    // Recirculation: the rest happens on the next pass (which starts in
+                    // table T with the ct fields set). Unlike OVS, the pending action set
+                    // is dropped (OVS freezes it with the packet) and this rule's later
+                    // actions are not run on the untracked packet (docs/conntrack.md).
+                    return false;
+                }
+                // Without a table the key's ct fields stay as they were (as OVS): a later
+                // lookup sees the state from before this action.
+            }
+            ResolvedAction::CtClear => {
+                st.t.actions.push(DpAction::CtClear);
+                for f in CT_FIELDS {
+                    st.k.set(f, 0);
+                }
+            }
             ResolvedAction::DecMplsTtl => {
                 if !carries(st, Field::MplsTtl) {
                     continue;
@@ -1044,6 +1097,19 @@ fn apply<'a>(
     }
     true
 }
+
+/// The fields `ct_clear` sets back to untracked (0).
+const CT_FIELDS: [Field; 9] = [
+    Field::CtState,
+    Field::CtZone,
+    Field::CtMark,
+    Field::CtLabel,
+    Field::CtNwSrc,
+    Field::CtNwDst,
+    Field::CtNwProto,
+    Field::CtTpSrc,
+    Field::CtTpDst,
+];
 
 /// The fields a `select` group hashes (all join the mask).
 const SELECT_FIELDS: [Field; 10] = [

@@ -410,6 +410,14 @@ pub struct FlowCounters {
     pub megaflow_hits: u64,
     pub packets: u64,
     pub upcalls: u64,
+    /// Passes after a packet's first (`ct(table=T)` recirculations); left out when zero
+    /// (so replies without connection tracking are as before), absent from older daemons.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub recirculations: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A bridge's megaflow cache.

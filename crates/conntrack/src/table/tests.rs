@@ -90,6 +90,20 @@ fn invalid_packets_are_counted() {
     assert_eq!(st(&t.execute(&[1, 2, 3], 0, true, 0)), "inv+trk");
     assert_eq!(t.counters().invalid, 2);
     assert_eq!(t.counters().entries, 0);
+    // A first fragment (more-fragments set), even a SYN: not reassembled, invalid, counted.
+    let mut f = tcp(true, 100, 0, TCP_SYN);
+    f[14 + 6] |= 0x20;
+    f[24..26].copy_from_slice(&[0, 0]);
+    let sum = f[14..34]
+        .chunks(2)
+        .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+        .sum::<u32>();
+    let sum = (sum & 0xffff) + (sum >> 16);
+    f[24..26].copy_from_slice(&(!((sum & 0xffff) + (sum >> 16)) as u16).to_be_bytes());
+    assert_eq!(st(&t.execute(&f, 0, true, 0)), "inv+trk");
+    assert_eq!(t.counters().fragments, 1);
+    assert_eq!(t.counters().invalid, 3);
+    assert_eq!(t.counters().entries, 0);
 }
 
 #[test]
@@ -507,5 +521,71 @@ fn sweep_while_packets_flow() {
     assert_eq!(
         (0..3).map(|z| u64::from(t.zone_entries(z))).sum::<u64>(),
         c.entries
+    );
+}
+
+#[test]
+fn a_million_half_open_syns_stay_within_their_zone_limit() {
+    // A SYN flood from a million (address, port) pairs committed in zone 1, limited to
+    // 10 000 entries: the table holds 10 000, every other commit is refused and counted, and
+    // zone 2 (its own limit) still commits. The flood costs no entries beyond the limit.
+    let t = Tracker::new(Config {
+        shards: 16,
+        max_entries: 20_000,
+        default_zone_limit: Some(10_000),
+        ..Config::default()
+    });
+    let mut committed = 0u32;
+    for i in 0..1_000_000u32 {
+        let src = [10, 1, (i >> 16) as u8, (i >> 8) as u8];
+        let f = Frame::v4(
+            src,
+            B,
+            Proto::tcp(1024 + (i & 0xff) as u16, 80, i, 0, TCP_SYN),
+        );
+        let r = t.execute(&f.bytes(), 1, true, 0);
+        assert!(r.state.has(CtState::NEW), "{i}: {}", r.state);
+        committed += u32::from(r.committed);
+    }
+    assert_eq!(committed, 10_000);
+    assert_eq!(t.zone_entries(1), 10_000);
+    assert_eq!(t.counters().entries, 10_000);
+    assert_eq!(t.counters().limit_hits, 990_000);
+    let r = t.execute(&tcp(true, 100, 0, TCP_SYN), 2, true, 0);
+    assert!(r.committed, "zone 2 is not starved by zone 1's flood");
+    // Half-open entries expire on the SYN_SENT timeout, freeing the zone.
+    let gone = t.sweep(u64::from(crate::tcp::TcpTimeouts::default().syn_sent) * 1000 + 1);
+    assert_eq!(gone, 10_001);
+    assert_eq!(t.counters().entries, 0);
+}
+
+#[test]
+fn an_out_of_window_flood_changes_nothing() {
+    let t = small();
+    t.execute(&tcp(true, 100, 0, TCP_SYN), 0, true, 0);
+    t.execute(&tcp(false, 500, 101, TCP_SYN | TCP_ACK), 0, true, 0);
+    assert_eq!(
+        st(&t.execute(&tcp(true, 101, 501, TCP_ACK), 0, true, 0)),
+        "est+trk"
+    );
+    let invalid = t.counters().invalid;
+    // 100 000 segments far outside either window (a quarter of the sequence space ahead:
+    // half of it would be ambiguous, as in Linux), data and RSTs alike.
+    for i in 0..100_000u32 {
+        let seq = 0x4000_0000u32 + i.wrapping_mul(7919) % 0x1000_0000;
+        let flags = if i % 2 == 0 { TCP_ACK } else { TCP_RST };
+        let r = t.execute(&tcp(i % 3 == 0, seq, seq, flags), 0, true, 0);
+        assert_eq!(st(&r), "inv+trk", "{i}");
+    }
+    assert_eq!(t.counters().invalid - invalid, 100_000);
+    assert_eq!(t.counters().entries, 1);
+    // The connection still passes its in-window segments both ways.
+    assert_eq!(
+        st(&t.execute(&tcp(true, 101, 501, TCP_ACK), 0, true, 0)),
+        "est+trk"
+    );
+    assert_eq!(
+        st(&t.execute(&tcp(false, 501, 101, TCP_ACK), 0, true, 0)),
+        "est+rpl+trk"
     );
 }

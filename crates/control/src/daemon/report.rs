@@ -164,6 +164,7 @@ impl Daemon {
                         megaflow_hits: f.megaflow_hits,
                         packets: f.packets,
                         upcalls: f.upcalls,
+                        recirculations: f.recirculations,
                     },
                     hugepages: s.hugepages.load(Ordering::Relaxed),
                     idle_cycles: idle,

@@ -13,8 +13,11 @@
 
 use std::sync::Arc;
 
+use ferrovs_conntrack::tuple::Family;
+use ferrovs_conntrack::{Commit, Nat, NatRange, Tracker};
 use ferrovs_counters::DropReason;
-use ferrovs_flow::{DpAction, FlowKey};
+use ferrovs_flow::ct::{recirc_id, CtAction, CtNat, NatKind};
+use ferrovs_flow::{DpAction, Field, FlowKey};
 use ferrovs_vhost::virtqueue::BURST;
 
 use super::emc::Emc;
@@ -28,10 +31,15 @@ use crate::output::{add_output, add_outputs, Burst, Scratch};
 #[derive(Debug)]
 pub struct FlowCtx {
     pub emc: Emc,
+    /// The keys of the pass being looked up, by slot (see [`process`]).
     keys: Vec<FlowKey>,
     hashes: Vec<u64>,
     misses: Vec<u16>,
     groups: Groups,
+    /// The packets of the recirculation pass being executed (by slot).
+    cur: Recirc,
+    /// The packets the pass being executed recirculates: the next pass.
+    next: Recirc,
     /// Execute output-only groups at once ([`execute_outputs`]); off: packet by packet with
     /// [`execute`] (the plain path, which tests compare the grouped one with).
     pub(crate) batch_outputs: bool,
@@ -46,6 +54,8 @@ impl Default for FlowCtx {
             hashes: vec![0; BURST],
             misses: Vec::with_capacity(BURST),
             groups: Groups::default(),
+            cur: Recirc::default(),
+            next: Recirc::default(),
             batch_outputs: true,
             counters: FlowCounters::default(),
         }
@@ -55,6 +65,70 @@ impl Default for FlowCtx {
 // `process` marks a burst's packets in a 64-bit mask.
 const _: () = assert!(BURST <= 64);
 
+/// Most passes one packet makes through the caches in a burst (the first and up to five
+/// recirculations); a packet recirculated beyond is dropped (`recirc_depth_exceeded`), as
+/// OVS drops at its recirculation depth limit.
+pub const MAX_PASSES: usize = 6;
+
+/// A packet's execution state carried into a later pass ([`Recirc`]).
+mod carried {
+    /// The packet is in an output list: a modification works on a copy.
+    pub const QUEUED: u8 = 1;
+    /// The packet went somewhere already: going nowhere later is no drop.
+    pub const SENT: u8 = 2;
+}
+
+/// The packets one pass hands to the next (`ct(table=T)`), allocated once: slot `j` is
+/// packet `pkts[j]` (an index of the [`Scratch`]) with key `keys[j]` (its frame after the
+/// tracker, the recirculation id and the `ct_*` fields). A pass recirculates each of its
+/// packets at most once (the actions end at a recirculating `ct`), so `BURST` slots hold
+/// any pass. `carried` lists the few packets whose state is not the fresh one
+/// ([`carried`]): a packet output before its `ct`.
+#[derive(Debug)]
+struct Recirc {
+    pkts: Vec<u16>,
+    keys: Vec<FlowKey>,
+    carried: Vec<(u16, u8)>,
+}
+
+impl Default for Recirc {
+    fn default() -> Self {
+        Recirc {
+            pkts: Vec::with_capacity(BURST),
+            keys: vec![FlowKey::default(); BURST],
+            carried: Vec::with_capacity(BURST),
+        }
+    }
+}
+
+impl Recirc {
+    #[inline]
+    fn clear(&mut self) {
+        self.pkts.clear();
+        self.carried.clear();
+    }
+
+    /// The carried state of packet `i` (0: fresh).
+    #[inline]
+    fn state_of(&self, i: u16) -> u8 {
+        if self.carried.is_empty() {
+            return 0;
+        }
+        self.carried
+            .iter()
+            .find(|(p, _)| *p == i)
+            .map_or(0, |(_, s)| *s)
+    }
+}
+
+/// Where a packet's execution hands a recirculation ([`FlowCtx`]'s next pass), and the state
+/// the packet enters this pass with.
+pub(crate) struct Exec<'x> {
+    next: &'x mut Recirc,
+    /// [`carried`] bits.
+    state: u8,
+}
+
 /// A classification that makes no VLAN edit on output (OpenFlow outputs send the packet as
 /// it is).
 const AS_IS: Classified = Classified {
@@ -62,6 +136,15 @@ const AS_IS: Classified = Classified {
     tagged: false,
     decision: Decision::Flood,
 };
+
+/// The connection tracker's clock for a burst at datapath time `now_s` (seconds of the
+/// daemon's clock, which every PMD reads once per iteration): milliseconds, whole seconds
+/// (the tracker's timeouts are whole seconds). Whoever sweeps the tracker uses the same
+/// clock.
+#[inline]
+pub fn ct_now_ms(now_s: u32) -> u64 {
+    u64::from(now_s) * 1000
+}
 
 /// Decides and queues for output every packet of `sc.batch` (received on `b.inp` of
 /// `b.bridge`, whose rules are `bf`); returns how many were dropped.
@@ -72,33 +155,100 @@ const AS_IS: Classified = Classified {
 /// only output the packet as it is ([`outputs_only`]) are resolved once for the whole group,
 /// whose packets join each output's list together. Other actions run packet by packet, in
 /// order.
+///
+/// That is one *pass*. Packets whose actions recirculate (`ct(table=T)`) come back with a
+/// new key (the frame after the tracker, [`Field::RecircId`] and the `ct_*` fields) and go
+/// through another pass — EMC, megaflow cache, upcall, execution — together, after the
+/// whole burst's pass; at most [`MAX_PASSES`] passes.
 pub(crate) fn process<'p>(
     b: &Burst<'_, 'p>,
     bf: &BridgeFlows,
     sc: &mut Scratch<'p>,
     fx: &mut FlowCtx,
 ) -> u64 {
-    let (inp, now) = (b.inp, b.now);
+    let inp = b.inp;
     let n = sc.batch.len();
+    // Every port's rx_burst takes at most BURST packets (the scratch's packet indices rely
+    // on it too).
+    debug_assert!(n <= BURST);
+    let tun = inp.tunnel_key();
+    for (m, k) in sc.batch.iter().zip(fx.keys.iter_mut()) {
+        k.extract_into(m.data(), inp.id, tun.as_ref());
+    }
+    fx.counters.packets += n as u64;
+    fx.next.clear();
+    let mut dropped = pass(b, bf, sc, fx, n, false);
+    let mut passes = 1;
+    while !fx.next.pkts.is_empty() {
+        dropped += recirculate(b, bf, sc, fx, passes);
+        passes += 1;
+    }
+    dropped
+}
+
+/// Runs the packets the last pass recirculated through pass number `passes` (or drops them
+/// beyond [`MAX_PASSES`]); returns how many were dropped.
+#[cold]
+#[inline(never)]
+fn recirculate<'p>(
+    b: &Burst<'_, 'p>,
+    bf: &BridgeFlows,
+    sc: &mut Scratch<'p>,
+    fx: &mut FlowCtx,
+    passes: usize,
+) -> u64 {
+    std::mem::swap(&mut fx.cur, &mut fx.next);
+    std::mem::swap(&mut fx.keys, &mut fx.cur.keys);
+    fx.next.clear();
+    let m = fx.cur.pkts.len();
+    if passes >= MAX_PASSES {
+        b.inp.rx_drops.drop(DropReason::RecircDepth, m as u64);
+        let sent = fx
+            .cur
+            .carried
+            .iter()
+            .filter(|(_, s)| s & carried::SENT != 0)
+            .count();
+        fx.cur.clear();
+        return (m - sent) as u64;
+    }
+    fx.counters.recirculations += m as u64;
+    pass(b, bf, sc, fx, m, true)
+}
+
+/// One pass over `n` packets whose keys are `fx.keys[..n]`: slot `j` is packet `j` of the
+/// burst (`recirc` false), or packet `fx.cur.pkts[j]` (a recirculation).
+#[inline(always)]
+fn pass<'p>(
+    b: &Burst<'_, 'p>,
+    bf: &BridgeFlows,
+    sc: &mut Scratch<'p>,
+    fx: &mut FlowCtx,
+    n: usize,
+    recirc: bool,
+) -> u64 {
+    let (inp, now) = (b.inp, b.now);
     let FlowCtx {
         emc,
         keys,
         hashes,
         misses,
         groups,
+        cur,
+        next,
         batch_outputs,
         counters,
     } = fx;
     misses.clear();
     groups.clear();
-    // Every port's rx_burst takes at most BURST packets (the scratch's packet indices rely
-    // on it too).
-    debug_assert!(n <= BURST);
-    let tun = inp.tunnel_key();
-    for (m, k) in sc.batch.iter().zip(keys.iter_mut()) {
-        k.extract_into(m.data(), inp.id, tun.as_ref());
-    }
-    counters.packets += n as u64;
+    // The size of slot j's packet.
+    let len = |sc: &Scratch<'p>, j: usize| {
+        if recirc {
+            sc.at(usize::from(cur.pkts[j])).len()
+        } else {
+            sc.batch[j].len()
+        }
+    };
     let use_emc = !emc.bypass_burst();
     if use_emc {
         // Packets whose key equals the previous packet's (bit i): a burst is often runs of
@@ -122,7 +272,7 @@ pub(crate) fn process<'p>(
         // EMC does not change during this pass): the same group, or a miss.
         let (mut prev_group, mut hits) = (None, 0u64);
         for i in 0..n {
-            let bytes = sc.batch[i].len();
+            let bytes = len(sc, i);
             if repeat & (1 << i) != 0 {
                 match prev_group {
                     Some(g) => {
@@ -162,7 +312,7 @@ pub(crate) fn process<'p>(
                 Some((st, f)) => {
                     counters.megaflow_hits += 1;
                     st_hits.add(&mf, st);
-                    groups.add(f, i, sc.batch[i].len());
+                    groups.add(f, i, len(sc, i));
                     if use_emc {
                         counters.emc_inserts += emc.maybe_insert(&keys[i], hashes[i], f) as u64;
                     }
@@ -185,17 +335,24 @@ pub(crate) fn process<'p>(
             } else {
                 counters.megaflow_hits += 1;
             }
-            groups.add(&f, i, sc.batch[i].len());
+            groups.add(&f, i, len(sc, i));
             if use_emc {
                 counters.emc_inserts += emc.maybe_insert(&keys[i], hashes[i], &f) as u64;
             }
         }
     }
-    // Execution, group by group (in the order the groups were made).
+    // Execution, group by group (in the order the groups were made). The keys are not
+    // read any more: recirculations write the next pass's into `next.keys`.
     let mut dropped = 0u64;
     for g in groups.list[..groups.len].iter_mut() {
         let Some(f) = g.flow.take() else { continue };
         f.hit(g.pkts.len() as u64, g.bytes, now);
+        if recirc {
+            // Slots to packets.
+            for p in g.pkts.iter_mut() {
+                *p = cur.pkts[usize::from(*p)];
+            }
+        }
         let mut actions: &[DpAction] = &f.actions;
         // A meter first (the usual place of OpenFlow's meter instruction) meters the whole
         // group at once; the packets it drops take no further action.
@@ -206,15 +363,20 @@ pub(crate) fn process<'p>(
                 continue;
             }
         }
-        if *batch_outputs && outputs_only(actions) {
+        if *batch_outputs && cur.carried.is_empty() && outputs_only(actions) {
             dropped += execute_outputs(b, sc, &g.pkts, actions);
         } else {
             for &i in &g.pkts {
-                dropped += execute(b, sc, i as usize, actions);
+                let state = if recirc { cur.state_of(i) } else { 0 };
+                let mut x = Exec { next, state };
+                dropped += execute_in(b, sc, i as usize, actions, &mut x);
             }
         }
     }
     groups.len = 0;
+    if recirc {
+        cur.clear();
+    }
     dropped
 }
 
@@ -233,7 +395,7 @@ fn meter_group(
     let mut sizes = [0u32; BURST];
     let n = pkts.len().min(BURST);
     for (s, &i) in sizes.iter_mut().zip(pkts.iter()) {
-        *s = sc.batch[usize::from(i)].len() as u32;
+        *s = sc.at(usize::from(i)).len() as u32;
     }
     let drop = m.run(meter::now_ms(), &sizes[..n]);
     if drop == 0 {
@@ -436,14 +598,65 @@ fn execute_outputs<'p>(
     pkts.len() as u64
 }
 
-/// Executes `actions` on packet `i`; returns 1 if the packet went nowhere (counted as a
-/// `flow_drop`, or by the reason `Normal` gave), else 0.
-#[inline]
+/// Executes `actions` on packet `i` outside a burst's pass (a packet-out's own actions),
+/// then the passes of its recirculations if they have any; returns 1 if the packet went
+/// nowhere, else 0.
+pub(crate) fn execute_actions<'p>(
+    b: &Burst<'_, 'p>,
+    sc: &mut Scratch<'p>,
+    fx: &mut FlowCtx,
+    i: usize,
+    actions: &[DpAction],
+) -> u64 {
+    fx.next.clear();
+    let mut x = Exec {
+        next: &mut fx.next,
+        state: 0,
+    };
+    let mut dropped = execute_in(b, sc, i, actions, &mut x);
+    if let Some(bf) = b.bridge.flows.as_ref() {
+        let mut passes = 1;
+        while !fx.next.pkts.is_empty() {
+            dropped += recirculate(b, bf, sc, fx, passes);
+            passes += 1;
+        }
+    }
+    fx.next.clear();
+    dropped
+}
+
+/// [`execute_in`] for a packet that recirculates nowhere (tests' reference path).
+#[cfg(test)]
 pub(crate) fn execute<'p>(
     b: &Burst<'_, 'p>,
     sc: &mut Scratch<'p>,
     i: usize,
     actions: &[DpAction],
+) -> u64 {
+    let mut next = Recirc::default();
+    execute_in(
+        b,
+        sc,
+        i,
+        actions,
+        &mut Exec {
+            next: &mut next,
+            state: 0,
+        },
+    )
+}
+
+/// Executes `actions` on packet `i` (in the state `x.state` an earlier pass left it in);
+/// returns 1 if the packet went nowhere (counted as a `flow_drop`, or by the reason
+/// `Normal` gave), else 0. A recirculating `ct` hands the packet to `x.next` and ends the
+/// actions (the packet is then neither sent nor dropped yet: 0).
+#[inline]
+pub(crate) fn execute_in<'p>(
+    b: &Burst<'_, 'p>,
+    sc: &mut Scratch<'p>,
+    i: usize,
+    actions: &[DpAction],
+    x: &mut Exec<'_>,
 ) -> u64 {
     let Burst {
         snap,
@@ -454,8 +667,8 @@ pub(crate) fn execute<'p>(
     } = *b;
     let mut cur = i;
     // `cur` is in an output list: modify a copy from now on.
-    let mut queued = false;
-    let mut sent = false;
+    let mut queued = x.state & carried::QUEUED != 0;
+    let mut sent = x.state & carried::SENT != 0;
     let mut normal_drop = None;
     for a in actions {
         match *a {
@@ -548,8 +761,37 @@ pub(crate) fn execute<'p>(
                 }
                 sent = true;
             }
-            // Placeholder until connection tracking is wired: the packet goes no further.
-            DpAction::Ct(_) | DpAction::CtClear => break,
+            DpAction::Ct(ref c) => {
+                let Some(bf) = bridge.flows.as_ref() else {
+                    break;
+                };
+                // NAT may rewrite the frame: a queued packet is copied first.
+                if queued && c.nat != CtNat::Off {
+                    match sc.copy(pool, cur) {
+                        Some(k) => cur = k,
+                        None => {
+                            inp.rx_drops.drop(DropReason::NoMbuf, 1);
+                            return (!sent) as u64;
+                        }
+                    }
+                    queued = false;
+                }
+                let r = conntrack(&bf.conntrack, sc, cur, c, now);
+                if let Some(t) = c.recirc {
+                    let state = if queued { carried::QUEUED } else { 0 }
+                        | if sent { carried::SENT } else { 0 };
+                    if !x.push(sc, inp, cur, c, t, &r, state) {
+                        // No slot left (cannot happen: one recirculation per packet and
+                        // pass): counted as too deep.
+                        inp.rx_drops.drop(DropReason::RecircDepth, 1);
+                        return (!sent) as u64;
+                    }
+                    return 0;
+                }
+            }
+            // The packet's ct metadata lives only in the key of a recirculated pass, which
+            // the next `ct` makes afresh: nothing to execute.
+            DpAction::CtClear => {}
         }
     }
     if sent {
@@ -558,6 +800,111 @@ pub(crate) fn execute<'p>(
     inp.rx_drops
         .drop(normal_drop.unwrap_or(DropReason::FlowDrop), 1);
     1
+}
+
+/// Runs packet `i` through the tracker for `c` at datapath time `now` (seconds): with
+/// NAT, the frame is rewritten in place. A packet with a partial L4 checksum (checksum
+/// offload) is tracked without verifying it, and NAT keeps it partial.
+#[inline]
+fn conntrack(
+    t: &Tracker,
+    sc: &mut Scratch<'_>,
+    i: usize,
+    c: &CtAction,
+    now: u32,
+) -> ferrovs_conntrack::CtResult {
+    let commit = Commit {
+        commit: c.commit,
+        mark: c.mark,
+        label: c.label,
+    };
+    let now = ct_now_ms(now);
+    let m = sc.at_mut(i);
+    let partial = m.vnet.needs_csum();
+    if c.force && c.commit {
+        t.end_reply_conn(m.data(), c.zone, partial);
+    }
+    let nat = match c.nat {
+        CtNat::Off => Nat::Off,
+        CtNat::Apply => Nat::Apply,
+        CtNat::Bind(n) => Nat::Bind(NatRange {
+            kind: match n.kind {
+                NatKind::Src => ferrovs_conntrack::NatKind::Src,
+                NatKind::Dst => ferrovs_conntrack::NatKind::Dst,
+            },
+            addr_min: n.addr_min,
+            addr_max: n.addr_max,
+            ports: n.ports,
+        }),
+    };
+    if nat == Nat::Off && !partial {
+        // Nothing to rewrite: the frame stays shared.
+        return t.execute_with(m.data(), c.zone, &commit, now);
+    }
+    t.execute_offloaded(m.data_mut(), c.zone, &commit, &nat, now, partial)
+}
+
+impl Exec<'_> {
+    /// Hands packet `i` (in `state`) to the next pass, its key made from its frame as it is
+    /// now, the input port and tunnel it came with, the metadata the translation had
+    /// reached, the recirculation id of table `t` and the tracker's verdict `r`. False when
+    /// the next pass is full.
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    fn push(
+        &mut self,
+        sc: &Scratch<'_>,
+        inp: &crate::port::Port,
+        i: usize,
+        c: &CtAction,
+        t: u8,
+        r: &ferrovs_conntrack::CtResult,
+        state: u8,
+    ) -> bool {
+        let n = &mut *self.next;
+        let j = n.pkts.len();
+        if j >= BURST {
+            return false;
+        }
+        let k = &mut n.keys[j];
+        k.extract_into(sc.at(i).data(), inp.id, inp.tunnel_key().as_ref());
+        set_ct_fields(k, c, t, r);
+        n.pkts.push(i as u16);
+        if state != 0 {
+            n.carried.push((i as u16, state));
+        }
+        true
+    }
+}
+
+/// The fields a recirculated key takes from the pipeline and the tracker (see
+/// [`ferrovs_flow::ct`]): the metadata, the recirculation id of table `t`, `ct_state`,
+/// `ct_zone`, `ct_mark`, `ct_label` and the connection's original-direction tuple
+/// (`ct_nw_src`/`ct_nw_dst` for IPv4 only; ICMP's `ct_tp_src`/`ct_tp_dst` are its type and
+/// code).
+#[inline]
+pub(crate) fn set_ct_fields(k: &mut FlowKey, c: &CtAction, t: u8, r: &ferrovs_conntrack::CtResult) {
+    k.set(Field::Metadata, u128::from(c.metadata));
+    k.set(Field::RecircId, u128::from(recirc_id(t)));
+    k.set(Field::CtState, u128::from(r.state.0));
+    k.set(Field::CtZone, u128::from(r.zone));
+    k.set(Field::CtMark, u128::from(r.mark));
+    k.set(Field::CtLabel, r.label);
+    if let Some(o) = &r.orig {
+        k.set(Field::CtNwProto, u128::from(o.proto));
+        if o.family == Family::V4 {
+            let a = |b: &[u8; 16]| u128::from(u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+            k.set(Field::CtNwSrc, a(&o.src));
+            k.set(Field::CtNwDst, a(&o.dst));
+        }
+        let (sp, dp) = if o.is_icmp() {
+            (o.dport >> 8, o.dport & 0xff)
+        } else {
+            (o.sport, o.dport)
+        };
+        k.set(Field::CtTpSrc, u128::from(sp));
+        k.set(Field::CtTpDst, u128::from(dp));
+    }
 }
 
 /// Applies one modifying action to packet `i` in place. A packet without the header the

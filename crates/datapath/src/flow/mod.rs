@@ -24,6 +24,8 @@ pub mod megaflow;
 pub mod upcall;
 
 #[cfg(test)]
+mod ct_tests;
+#[cfg(test)]
 mod tests;
 
 use std::sync::Arc;
@@ -62,4 +64,7 @@ pub struct FlowCounters {
     pub emc_inserts: u64,
     /// Packets that skipped the EMC while it was bypassed for its low hit rate.
     pub emc_skipped: u64,
+    /// Passes after a packet's first (`ct(table=T)`): each is also counted in the cache
+    /// levels above, as OVS counts recirculated passes.
+    pub recirculations: u64,
 }

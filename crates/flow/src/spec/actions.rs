@@ -18,6 +18,13 @@ pub(super) fn parse_action(a: &str, table: u8, m: &Match) -> Result<ActionSpec, 
 /// of a header the packet lacks does nothing, as in OVS), and no instructions.
 pub(super) fn parse_bucket_action(a: &str) -> Result<ActionSpec, ParseError> {
     let act = parse_action_in(a, 0, None)?;
+    if matches!(act, ActionSpec::Ct(_) | ActionSpec::CtClear) {
+        // A bucket runs on a copy of the packet the translation sets back afterwards;
+        // a tracker's verdict (or its recirculation) cannot be set back.
+        return Err(ParseError::Invalid(format!(
+            "{act}: connection tracking is for rules, not group buckets (ferrovs)"
+        )));
+    }
     if act.instruction_rank() != 0 {
         return Err(ParseError::Invalid(format!(
             "{}: instructions are for rules, not group buckets",
@@ -37,6 +44,8 @@ fn settable(a: &ActionSpec) -> bool {
             | ActionSpec::WriteActions(_)
             | ActionSpec::ClearActions
             | ActionSpec::WriteMetadata { .. }
+            | ActionSpec::Ct(_)
+            | ActionSpec::CtClear
     )
 }
 
@@ -176,6 +185,21 @@ fn parse_action_in(a: &str, table: u8, m: Option<&Match>) -> Result<ActionSpec, 
             ActionSpec::SetField(Field::MplsTc, num(name, need("a traffic class")?, 7)?)
         }
         ("clear_actions", None) => ActionSpec::ClearActions,
+        ("ct", _) => {
+            // OVS: ct() needs the rule to match IPv4 or IPv6 (a bucket: checked at run).
+            let family = if lenient {
+                super::ct::Family::Any
+            } else {
+                super::ct::Family::of(ty).ok_or_else(|| {
+                    ParseError::Invalid(format!("{name} requires the rule to match ip or ipv6"))
+                })?
+            };
+            let (cs, csm) = m.field(Field::CtState);
+            let inv = u128::from(crate::ct::state::INV);
+            let invalid_only = cs & csm & inv != 0;
+            ActionSpec::Ct(Box::new(super::ct::parse_ct(arg, family, invalid_only)?))
+        }
+        ("ct_clear", None) | ("ct_clear", Some("")) => ActionSpec::CtClear,
         ("dec_ttl", None) => ActionSpec::DecTtl,
         ("mod_nw_ttl", _) => {
             require(matches!(ty, Some(ETH_IPV4 | ETH_IPV6)), "ip or ipv6")?;
@@ -408,4 +432,6 @@ const KEYWORD_ACTIONS: &[&str] = &[
     "dec_mpls_ttl",
     "set_mpls_label",
     "set_mpls_tc",
+    "ct",
+    "ct_clear",
 ];

@@ -248,9 +248,50 @@ fn match_token(p: &mut Parsed, name: &str, value: Option<&str>) -> Result<(), Pa
         "mpls_tc" => field(Field::MplsTc, num(name, v, 7)?, 7),
         "mpls_bos" => field(Field::MplsBos, num(name, v, 1)?, 1),
         "mpls_ttl" => field(Field::MplsTtl, num(name, v, 255)?, 0xff),
+        "ct_state" => {
+            let (a, m) = super::ct::parse_ct_state(v)?;
+            field(Field::CtState, a, m);
+        }
+        "ct_zone" => field(Field::CtZone, no_mask(name, v, 0xffff)?, 0xffff),
+        "ct_mark" => {
+            let full = Field::CtMark.full();
+            let (a, m) = with_mask(name, v, full, |s| num(name, s, full))?;
+            field(Field::CtMark, a, m);
+        }
+        "ct_label" => {
+            let (a, m) = with_mask(name, v, u128::MAX, |s| num(name, s, u128::MAX))?;
+            field(Field::CtLabel, a, m);
+        }
+        "ct_nw_src" => {
+            let (a, m) = ipv4_masked(name, v)?;
+            field(Field::CtNwSrc, a, m);
+        }
+        "ct_nw_dst" => {
+            let (a, m) = ipv4_masked(name, v)?;
+            field(Field::CtNwDst, a, m);
+        }
+        "ct_nw_proto" => field(Field::CtNwProto, no_mask(name, v, 0xff)?, 0xff),
+        "ct_tp_src" => {
+            let (a, m) = with_mask(name, v, 0xffff, |s| num(name, s, 0xffff))?;
+            field(Field::CtTpSrc, a, m);
+        }
+        "ct_tp_dst" => {
+            let (a, m) = with_mask(name, v, 0xffff, |s| num(name, s, 0xffff))?;
+            field(Field::CtTpDst, a, m);
+        }
         _ => return Err(ParseError::UnknownField(name.into())),
     }
     Ok(())
+}
+
+/// A field OVS matches only exactly (`ct_zone`, `ct_nw_proto`): a mask is refused.
+fn no_mask(name: &str, v: &str, max: u128) -> Result<u128, ParseError> {
+    if v.contains('/') {
+        return Err(ParseError::Invalid(format!(
+            "{name}: '{v}': {name} cannot be masked"
+        )));
+    }
+    num(name, v, max)
 }
 
 /// Field names the parser knows (for "needs a value" vs "unknown" errors).
@@ -314,6 +355,15 @@ const FIELD_NAMES: &[&str] = &[
     "mpls_tc",
     "mpls_bos",
     "mpls_ttl",
+    "ct_state",
+    "ct_zone",
+    "ct_mark",
+    "ct_label",
+    "ct_nw_src",
+    "ct_nw_dst",
+    "ct_nw_proto",
+    "ct_tp_src",
+    "ct_tp_dst",
 ];
 
 /// OpenFlow prerequisites: a field may only be matched when the match pins the protocol
@@ -328,8 +378,15 @@ fn check_prerequisites(p: &Parsed) -> Result<(), ParseError> {
     let icmp6 = ty == Some(ETH_IPV6) && proto == Some(IP_ICMPV6);
     // An ND message: ICMPv6 with the type matched exactly.
     let nd_type = (icmp6 && icmp_tym & 0xff == 0xff).then_some(icmp_ty as u8);
+    // OVS's "CT" prerequisite: a ct_state match implying a valid connection.
+    let (cs, csm) = p.m.field(Field::CtState);
+    let ct_valid = super::ct::ct_valid(cs, csm);
+    let ct_proto = p.m.field(Field::CtNwProto).1 != 0;
     for (name, f) in &p.named {
         let ok = match f {
+            Field::CtNwSrc | Field::CtNwDst => ct_valid && ty == Some(ETH_IPV4),
+            Field::CtNwProto => ct_valid,
+            Field::CtTpSrc | Field::CtTpDst => ct_valid && ct_proto,
             Field::Ipv4Src | Field::Ipv4Dst => {
                 if name.starts_with("arp") {
                     ty == Some(ETH_ARP)
@@ -367,6 +424,15 @@ fn check_prerequisites(p: &Parsed) -> Result<(), ParseError> {
         };
         if !ok {
             let need = match f {
+                Field::CtNwSrc | Field::CtNwDst => {
+                    "ip and a ct_state implying a connection (+new, +est, +rel, +rpl, +snat, +dnat or +trk-inv)"
+                }
+                Field::CtNwProto => {
+                    "a ct_state implying a connection (+new, +est, +rel, +rpl, +snat, +dnat or +trk-inv)"
+                }
+                Field::CtTpSrc | Field::CtTpDst => {
+                    "ct_nw_proto and a ct_state implying a connection (+new, +est, +rel, +rpl, +snat, +dnat or +trk-inv)"
+                }
                 Field::Ipv4Src | Field::Ipv4Dst if name.starts_with("arp") => "arp",
                 Field::Ipv4Src | Field::Ipv4Dst => "ip or arp (dl_type=0x0800 or 0x0806)",
                 Field::ArpOp => "arp (dl_type=0x0806)",

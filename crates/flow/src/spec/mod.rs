@@ -19,15 +19,17 @@
 //! * `matches`: match fields by name, shorthands (`tcp`, `arp`, ...) and OpenFlow's
 //!   prerequisites;
 //! * `actions`: actions by name, checked against the rule's table and match;
+//! * `ct`: connection tracking's syntax: `ct(...)`'s arguments, `ct_state`'s flags;
 //! * `print`: the canonical text of rules, filters and actions.
 //!
 //! Calls go one way: this file → `matches`, `actions`, `values`; `matches`, `actions` →
-//! `values`; `print` uses only the types here. No file calls back into its caller.
+//! `ct`, `values`; `ct` → `values`; `print` uses only the types here and `ct`'s printers. No file calls back into its caller.
 
 use crate::matching::Match;
 use crate::Field;
 
 mod actions;
+mod ct;
 mod groups;
 mod matches;
 mod print;

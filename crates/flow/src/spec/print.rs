@@ -52,8 +52,38 @@ fn fmt_num(v: u128, m: u128, full: u128) -> String {
     }
 }
 
+/// The `ct_*` match fields, in OVS's order (which prints them before the protocol).
+fn fmt_ct_match(out: &mut Vec<String>, m: &Match) {
+    use super::ct::{chex, fmt_ct_state};
+    let mut put = |name: &str, f: Field, s: &dyn Fn(u128, u128) -> String| {
+        let (v, mk) = m.field(f);
+        if mk != 0 {
+            out.push(format!("{name}={}", s(v, mk)));
+        }
+    };
+    let hex = |full: u128| {
+        move |v: u128, mk: u128| {
+            if mk == full {
+                chex(v)
+            } else {
+                format!("{}/{}", chex(v), chex(mk))
+            }
+        }
+    };
+    put("ct_state", Field::CtState, &fmt_ct_state);
+    put("ct_zone", Field::CtZone, &|v, _| v.to_string());
+    put("ct_mark", Field::CtMark, &hex(Field::CtMark.full()));
+    put("ct_label", Field::CtLabel, &hex(u128::MAX));
+    put("ct_nw_src", Field::CtNwSrc, &fmt_ipv4);
+    put("ct_nw_dst", Field::CtNwDst, &fmt_ipv4);
+    put("ct_nw_proto", Field::CtNwProto, &|v, _| v.to_string());
+    put("ct_tp_src", Field::CtTpSrc, &|v, mk| fmt_num(v, mk, 0xffff));
+    put("ct_tp_dst", Field::CtTpDst, &|v, mk| fmt_num(v, mk, 0xffff));
+}
+
 /// The match fields in text (shared by rules and filters).
 fn fmt_match(out: &mut Vec<String>, m: &Match) {
+    fmt_ct_match(out, m);
     let (ty, tym) = m.field(Field::EthType);
     let (pr, prm) = m.field(Field::IpProto);
     let mut proto_done = false;
@@ -264,8 +294,7 @@ impl fmt::Display for ActionSpec {
             ActionSpec::PopMpls(t) => write!(f, "pop_mpls:{t:#06x}"),
             ActionSpec::SetMplsTtl(t) => write!(f, "set_mpls_ttl({t})"),
             ActionSpec::DecMplsTtl => write!(f, "dec_mpls_ttl"),
-            // Placeholder until the ct() syntax lands.
-            ActionSpec::Ct(_) => write!(f, "ct"),
+            ActionSpec::Ct(c) => write!(f, "{}", super::ct::fmt_ct(c)),
             ActionSpec::CtClear => write!(f, "ct_clear"),
             ActionSpec::WriteActions(v) => {
                 let v: Vec<String> = v.iter().map(|a| a.to_string()).collect();
