@@ -44,8 +44,9 @@
 #              testpmd sends on both ports (see above) and the switch commits every packet
 #              from either (those from port 2 go out to their own input port: nowhere).
 #     gen      ferrovs-gen txonly --sink --ip-flows 8 000 000 (source address per packet).
-#     Rate: new connections per second = growth of the switch's connection count, sampled
-#     every 0.2 s, from 1 s (the settle) after the count reached 100 to its last growth,
+#     Rate: new connections per second = growth of the switch's connection count (if it
+#     cannot say it: of the packets through the commit rule, "counted_by"), sampled
+#     every 0.2 s, from 1 s (the settle) after the count grew by 100 to its last growth,
 #     leaving out samples at 90 % of the table's limit and above (--ct-max, set on both:
 #     OVS `dpctl/ct-set-maxconns`, ferrovs the config key in $FERROVS_CT_MAX_KEY if it has
 #     one, else its default; the limit in force is reported). Before every cell both tables
@@ -270,27 +271,32 @@ measure() {
     wait "$gp" || true
     tail -1 "$out.gen"
 }
-# Samples "time entries" every 0.2 s into $1 while $2 (a pid) runs, until 1 s (the settle)
-# + --setup-seconds after the count reached 100.
+# Samples "time entries commits" every 0.2 s into $1 while $2 (a pid) runs, until 1 s (the
+# settle) + --setup-seconds after the count grew by 100, or 20 s more than that in all.
+# commits: packets through the commit rule, the count used when the switch cannot say its
+# entries.
 sample_entries() {
-    local f=$1 p=$2 e t first=
+    local f=$1 p=$2 e c t first= t_end base=
+    t_end=$(awk -v t="$(now)" -v s="$setup_secs" 'BEGIN { printf "%.6f", t + s + 21 }')
     : >"$f"
     while kill -0 "$p" 2>/dev/null; do
-        t=$(now); e=$(ct_entries)
-        echo "$t $e" >>"$f"
-        [ -z "$first" ] && [ "$e" != null ] && [ "$e" -ge 100 ] && first=$t
+        t=$(now); e=$(ct_entries); c=$(rule_hits | jq .new)
+        echo "$t $e $c" >>"$f"
+        [ "$e" = null ] && e=$c
+        [ -z "$base" ] && base=$e
+        [ -z "$first" ] && [ $((e - base)) -ge 100 ] && first=$t
         [ -n "$first" ] && awk -v a="$first" -v b="$t" -v s="$setup_secs" 'BEGIN { exit !(b - a >= s + 1) }' && break
+        awk -v a="$t_end" -v b="$t" 'BEGIN { exit !(b >= a) }' && { log "setup: no connections counted"; break; }
         sleep 0.2
     done
 }
 # New connections per second from the samples in $1 (limit $2): from 1 s after the count
-# first reached 100 to its last growth, leaving out samples from 90 % of the limit on.
+# first grew by 100 to its last growth, leaving out samples from 90 % of the limit on.
 setup_rate() {
     awk -v lim="$2" '
-        $2 == "null" { next }
-        { n++; t[n] = $1; e[n] = $2 }
+        { n++; t[n] = $1; e[n] = ($2 == "null" ? $3 : $2) }
         END {
-            for (i = 1; i <= n && e[i] < 100; i++);
+            for (i = 1; i <= n && e[i] - e[1] < 100; i++);
             if (i > n) { print "null"; exit }
             t1 = t[i] + 1
             for (a = i; a <= n && t[a] < t1; a++);
@@ -300,6 +306,8 @@ setup_rate() {
             if (a <= n && b > a && t[b] > t[a]) printf "%.0f\n", (e[b] - e[a]) / (t[b] - t[a]); else print "null"
         }' "$1"
 }
+# What the samples in $1 counted: "entries", or "commit_rule_packets" without an entry count.
+counted_by() { awk 'NR == 1 { print ($2 == "null" ? "commit_rule_packets" : "entries") }' "$1"; }
 stop_pid() {
     kill -INT "$1" 2>/dev/null || true
     for _ in $(seq 50); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
@@ -376,13 +384,13 @@ for round in $(seq "$rounds"); do
                 gen) setup_gen "$o" ;;
                 *) log "unknown setup source $src"; continue ;;
             esac
-            rate=$(setup_rate "$o.samples" "$limit")
+            rate=$(setup_rate "$o.samples" "$limit"); by=$(counted_by "$o.samples")
             e1=$(ct_entries)
             g='{}'
             [ -f "$o.gen" ] && g=$(tail -1 "$o.gen") && { jq -e . >/dev/null 2>&1 <<<"$g" || g='{}'; }
-            jq -c -n --arg sys "$s" --arg src "$src" --argjson round "$round" --argjson rate "$rate" \
+            jq -c -n --arg sys "$s" --arg src "$src" --argjson round "$round" --argjson rate "$rate" --arg by "$by" \
                 --argjson e1 "$e1" --argjson limit "$limit" --argjson g "$g" '
-                {cell: "setup", sys: $sys, source: $src, round: $round, new_per_s: $rate,
+                {cell: "setup", sys: $sys, source: $src, round: $round, new_per_s: $rate, counted_by: $by,
                  entries: $e1, ct_limit: $limit, gen_mpps: $g.mpps}' | tee -a "$results" >&2
         done
         stop_system
@@ -405,6 +413,7 @@ jq -s --arg date "$(date -u +%F)" --argjson rounds "$rounds" --argjson secs "$se
   ($setup | group_by([.sys, .source]) | map({
       sys: .[0].sys, source: .[0].source,
       new_per_s: (map(.new_per_s) | median), new_per_s_by_round: map(.new_per_s),
+      counted_by: (map(.counted_by) | unique),
       entries_at_end: (map(.entries) | median), ct_limit: (map(.ct_limit) | median)})) as $scells |
   def cell($s; $f): $cells | map(select(.sys == $s and .flows == $f)) | .[0];
   def scell($s; $src): $scells | map(select(.sys == $s and .source == $src)) | .[0];
