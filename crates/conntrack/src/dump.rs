@@ -68,12 +68,15 @@ mod tests {
     #[test]
     fn lists_live_connections_by_zone() {
         let t = Tracker::new(Config::default());
-        let syn = Frame::v4([10, 0, 0, 1], [10, 0, 0, 2], Proto::tcp(1234, 80, 1, 0, TCP_SYN));
+        let syn = Frame::v4(
+            [10, 0, 0, 1],
+            [10, 0, 0, 2],
+            Proto::tcp(1234, 80, 1, 0, TCP_SYN),
+        );
         assert!(t.execute(&syn.bytes(), 5, true, 0).committed);
         let udp = Frame::v4([10, 0, 0, 1], [10, 0, 0, 3], Proto::udp(7, 53, b"q"));
-        let nat = Nat::Bind(
-            NatRange::addr(NatKind::Src, [192, 0, 2, 1].into()).with_ports(4000, 4000),
-        );
+        let nat =
+            Nat::Bind(NatRange::addr(NatKind::Src, [192, 0, 2, 1].into()).with_ports(4000, 4000));
         let mut f = udp.bytes();
         assert!(t.execute_nat(&mut f, 0, &Commit::COMMIT, &nat, 0).committed);
         let all = t.connections(None, 1000);
