@@ -512,6 +512,87 @@ mod tests {
         let _ = std::fs::remove_dir_all(dir);
     }
 
+    const FIXTURE: &str = "../../tests/e2e/fixtures/upgrade-conntrack-v4.json";
+
+    /// The fixture of a `conntrack` handover message: TCP (established, with mark and
+    /// label; IPv4 and IPv6), UDP with SNAT, an ICMP echo and a generic protocol, exported
+    /// by a real tracker. `FERROVS_WRITE_FIXTURE=1` writes it again.
+    fn fixture_table(d: &Daemon) -> Vec<TableState> {
+        handshake(d, 5, 1234);
+        let t = &d.conntrack;
+        let now = now_ms();
+        let nat =
+            Nat::Bind(NatRange::addr(NatKind::Src, [192, 0, 2, 1].into()).with_ports(4000, 4000));
+        let mut f = Frame::v4([10, 0, 0, 1], [10, 0, 0, 3], Proto::udp(7, 53, b"q")).bytes();
+        assert!(
+            t.execute_nat(&mut f, 0, &Commit::COMMIT, &nat, now)
+                .committed
+        );
+        let e = Frame::v4([10, 0, 0, 1], [10, 0, 0, 3], Proto::echo(true, 9, 1)).bytes();
+        assert!(t.execute(&e, 0, true, now).committed);
+        let g = Frame::v4(
+            [10, 0, 0, 1],
+            [10, 0, 0, 4],
+            Proto::Raw {
+                proto: 47,
+                payload: vec![0; 8],
+            },
+        );
+        assert!(t.execute(&g.bytes(), 0, true, now).committed);
+        let s6 = Frame::v6(1, 2, Proto::tcp(5555, 443, 7, 0, SYN)).bytes();
+        assert!(t.execute(&s6, 3, true, now).committed);
+        d.export_conntrack()
+    }
+
+    #[test]
+    fn the_handover_fixture_restores() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(FIXTURE);
+        if std::env::var_os("FERROVS_WRITE_FIXTURE").is_some() {
+            let (mut d, dir) = daemon("fixture-w");
+            let parts = fixture_table(&d);
+            assert_eq!(parts.len(), 1);
+            let m = crate::upgrade::Msg::Conntrack(parts.into_iter().next().unwrap());
+            std::fs::write(&path, serde_json::to_string_pretty(&m).unwrap() + "\n").unwrap();
+            d.shutdown();
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let m: crate::upgrade::Msg = serde_json::from_value(v.clone()).unwrap();
+        assert_eq!(serde_json::to_value(&m).unwrap(), v, "round trip");
+        let crate::upgrade::Msg::Conntrack(t) = m else {
+            panic!("not a conntrack message")
+        };
+        let (mut d, dir) = daemon("fixture-r");
+        let mut inc = IncomingTable::default();
+        inc.add(t, 1_000_000);
+        d.restore_conntrack(inc);
+        let text: Vec<String> = d
+            .dump_conntrack(None)
+            .iter()
+            .map(|e| e.ovs_text())
+            .collect();
+        assert_eq!(
+            text,
+            [
+                "icmp,orig=(src=10.0.0.1,dst=10.0.0.3,id=9,type=8,code=0),\
+                 reply=(src=10.0.0.3,dst=10.0.0.1,id=9,type=0,code=0)",
+                "udp,orig=(src=10.0.0.1,dst=10.0.0.3,sport=7,dport=53),\
+                 reply=(src=10.0.0.3,dst=192.0.2.1,sport=53,dport=4000)",
+                "47,orig=(src=10.0.0.1,dst=10.0.0.4),reply=(src=10.0.0.4,dst=10.0.0.1)",
+                "tcp,orig=(src=fd00::1,dst=fd00::2,sport=5555,dport=443),\
+                 reply=(src=fd00::2,dst=fd00::1,sport=443,dport=5555),zone=3,\
+                 protoinfo=(state=SYN_SENT)",
+                "tcp,orig=(src=10.0.0.1,dst=10.0.0.2,sport=1234,dport=80),\
+                 reply=(src=10.0.0.2,dst=10.0.0.1,sport=80,dport=1234),zone=5,mark=1,\
+                 labels=0x2a,protoinfo=(state=ESTABLISHED)",
+            ]
+        );
+        assert_eq!(ok(&mut d, Request::ConntrackStats)["restored"], 5);
+        d.shutdown();
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
     #[test]
     fn a_handed_over_table_is_restored_or_refused_whole() {
         let (mut old, dir) = daemon("up-old");
