@@ -240,9 +240,8 @@ pub struct Counters {
 /// The connection tracker (see the module documentation).
 #[derive(Debug)]
 pub struct Tracker {
-    /// The configuration as created; only `shards` is read from it (the rest is `live`).
-    pub(crate) cfg: Config,
-    /// Limits, timeouts and options, changed at run time ([`Tracker::reconfigure`]).
+    /// Limits, timeouts and options, changed at run time ([`Tracker::reconfigure`]): every
+    /// field of [`Config`] but the shard count (`shards.len()`), read from here only.
     live: Live,
     shards: Box<[Mutex<Shard>]>,
     hasher: std::collections::hash_map::RandomState,
@@ -270,7 +269,6 @@ impl Tracker {
         let n = cfg.shards.max(1).next_power_of_two();
         Tracker {
             live: Live::new(&cfg),
-            cfg: Config { shards: n, ..cfg },
             shards: (0..n).map(|_| Mutex::new(HashMap::new())).collect(),
             hasher: std::collections::hash_map::RandomState::new(),
             zone_count: (0..ZONES).map(|_| AtomicU32::new(0)).collect(),
@@ -287,7 +285,7 @@ impl Tracker {
     /// The configuration in force (limits and timeouts as last set by
     /// [`Tracker::reconfigure`]).
     pub fn config(&self) -> Config {
-        self.live.config(self.cfg.shards)
+        self.live.config(self.shards.len())
     }
 
     /// Applies every field of `cfg` but `shards` (fixed at creation) while packets are
