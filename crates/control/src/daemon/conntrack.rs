@@ -19,8 +19,9 @@
 //!   by its next SYN (an operator may prefer otherwise; `docs/conntrack.md` says how to
 //!   check).
 //!
-//! Time: the tracker's clock is milliseconds of [`dp::meter::now_ms`], the clock the PMDs
-//! pass to it; exported expiries are relative, so the two daemons' clocks need not agree.
+//! Time: the tracker's clock is the daemon's clock in milliseconds (`Daemon::ct_now`), the
+//! clock the PMDs pass to it; exported expiries are relative, so the two daemons' clocks
+//! need not agree.
 
 use ferrovs_conntrack::state::EntryState;
 use ferrovs_conntrack::{ConnInfo, NatKind, TableState, Tuple};
@@ -49,11 +50,6 @@ pub(super) struct CtCtl {
     /// Handed-over tables refused, and why the last was.
     restore_refused: u64,
     restore_error: Option<String>,
-}
-
-/// The tracker's clock (see the module documentation).
-pub(super) fn now_ms() -> u64 {
-    dp::meter::now_ms()
 }
 
 fn proto_name(t: &Tuple) -> String {
@@ -130,6 +126,13 @@ impl IncomingTable {
 }
 
 impl Daemon {
+    /// The tracker's clock: the daemon's clock (whole seconds, ticked by the control thread,
+    /// read by every PMD once per iteration) in milliseconds, the clock the datapath passes
+    /// to the tracker (`ferrovs_datapath::flow::ct_now_ms`).
+    pub(super) fn ct_now(&self) -> u64 {
+        u64::from(self.clock.load(Ordering::Relaxed)) * 1000
+    }
+
     /// Applies the `ct-*` settings to the tracker: limits and timeouts at once, zone
     /// limits set and cleared.
     pub(super) fn apply_conntrack_config(&self) {
@@ -149,7 +152,7 @@ impl Daemon {
     /// new connections sampled once a second.
     pub(super) fn conntrack_tick(&mut self) {
         let n = self.conntrack.shard_count();
-        let now = now_ms();
+        let now = self.ct_now();
         for _ in 0..n.div_ceil(SWEEP_TICKS) {
             self.conntrack.sweep_shard(self.ct.sweep_at, now);
             self.ct.sweep_at = (self.ct.sweep_at + 1) % n;
@@ -168,7 +171,7 @@ impl Daemon {
 
     /// `dump-conntrack`: by zone, then original tuple.
     pub(super) fn dump_conntrack(&self, zone: Option<u16>) -> Vec<ConntrackEntry> {
-        let mut all = self.conntrack.connections(zone, now_ms());
+        let mut all = self.conntrack.connections(zone, self.ct_now());
         all.sort_by_key(|c| (c.zone, c.orig));
         all.iter().map(entry).collect()
     }
@@ -227,7 +230,7 @@ impl Daemon {
     /// The table as handover messages' contents (PMDs frozen): `CT_CHUNK` entries each;
     /// none when the table is empty.
     pub(super) fn export_conntrack(&self) -> Vec<TableState> {
-        let all = self.conntrack.export(now_ms());
+        let all = self.conntrack.export(self.ct_now());
         let version = all.version;
         let mut parts: Vec<TableState> = Vec::new();
         let mut entries: Vec<EntryState> = all.entries;
@@ -260,7 +263,7 @@ impl Daemon {
                 cfg.max_entries,
             ))
         } else {
-            self.conntrack.restore(&st, now_ms())
+            self.conntrack.restore(&st, self.ct_now())
         };
         match result {
             Ok(n) => {
@@ -315,7 +318,7 @@ mod tests {
     /// A TCP handshake 10.0.0.1:1234 -> 10.0.0.2:80 in `zone`, committed.
     fn handshake(d: &Daemon, zone: u16, sport: u16) {
         let t = &d.conntrack;
-        let now = now_ms();
+        let now = d.ct_now();
         let a = |f: Proto| Frame::v4([10, 0, 0, 1], [10, 0, 0, 2], f).bytes();
         let b = |f: Proto| Frame::v4([10, 0, 0, 2], [10, 0, 0, 1], f).bytes();
         let c = Commit {
@@ -347,13 +350,13 @@ mod tests {
         let mut f = Frame::v4([10, 0, 0, 1], [10, 0, 0, 3], Proto::udp(7, 53, b"q")).bytes();
         assert!(
             d.conntrack
-                .execute_nat(&mut f, 0, &Commit::COMMIT, &nat, now_ms())
+                .execute_nat(&mut f, 0, &Commit::COMMIT, &nat, d.ct_now())
                 .committed
         );
         let mut e = Frame::v4([10, 0, 0, 1], [10, 0, 0, 3], Proto::echo(true, 9, 1)).bytes();
         assert!(
             d.conntrack
-                .execute_nat(&mut e, 0, &Commit::COMMIT, &Nat::Off, now_ms())
+                .execute_nat(&mut e, 0, &Commit::COMMIT, &Nat::Off, d.ct_now())
                 .committed
         );
 
@@ -426,13 +429,13 @@ mod tests {
         handshake(&d, 7, 1);
         let syn = Frame::v4([10, 0, 0, 1], [10, 0, 0, 2], Proto::tcp(2, 80, 1, 0, SYN)).bytes();
         assert!(
-            !d.conntrack.execute(&syn, 7, true, now_ms()).committed,
+            !d.conntrack.execute(&syn, 7, true, d.ct_now()).committed,
             "zone limit 1"
         );
-        assert!(d.conntrack.execute(&syn, 8, true, now_ms()).committed);
+        assert!(d.conntrack.execute(&syn, 8, true, d.ct_now()).committed);
         let syn3 = Frame::v4([10, 0, 0, 1], [10, 0, 0, 2], Proto::tcp(3, 80, 1, 0, SYN)).bytes();
         assert!(
-            !d.conntrack.execute(&syn3, 9, true, now_ms()).committed,
+            !d.conntrack.execute(&syn3, 9, true, d.ct_now()).committed,
             "2 in all"
         );
         assert_eq!(ok(&mut d, Request::ConntrackStats)["limit_hits"], 2);
@@ -500,11 +503,12 @@ mod tests {
         );
         for p in 0..100 {
             let f = Frame::v4([10, 0, 0, 1], [10, 0, 0, 3], Proto::udp(p, 53, b"q")).bytes();
-            assert!(d.conntrack.execute(&f, 0, true, now_ms()).committed);
+            assert!(d.conntrack.execute(&f, 0, true, d.ct_now()).committed);
         }
         std::thread::sleep(Duration::from_millis(1100));
+        // The tick moves the clock on, then sweeps its share.
         for _ in 0..SWEEP_TICKS {
-            d.conntrack_tick();
+            d.tick();
         }
         let c = d.conntrack.counters();
         assert_eq!((c.entries, c.expired), (0, 100));
@@ -520,7 +524,7 @@ mod tests {
     fn fixture_table(d: &Daemon) -> Vec<TableState> {
         handshake(d, 5, 1234);
         let t = &d.conntrack;
-        let now = now_ms();
+        let now = d.ct_now();
         let nat =
             Nat::Bind(NatRange::addr(NatKind::Src, [192, 0, 2, 1].into()).with_ports(4000, 4000));
         let mut f = Frame::v4([10, 0, 0, 1], [10, 0, 0, 3], Proto::udp(7, 53, b"q")).bytes();
@@ -637,7 +641,7 @@ mod tests {
             [10, 0, 0, 2],
             Proto::tcp(10_000, 80, 101, 501, ACK),
         );
-        let r = new.conntrack.execute(&a.bytes(), 0, false, now_ms());
+        let r = new.conntrack.execute(&a.bytes(), 0, false, new.ct_now());
         assert_eq!(r.state.to_string(), "est+trk");
         new.shutdown();
         drop(new);
