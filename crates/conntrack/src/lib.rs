@@ -6,7 +6,9 @@
 //! * [`proto`]: UDP, ICMP/ICMPv6 and generic protocols, and the timeouts;
 //! * [`table`]: the sharded table and [`Tracker::execute`], the call the datapath makes;
 //! * [`state`]: the table as versioned plain data for hot upgrade, restored as untrusted;
-//! * [`build`]: a builder of test frames (the crate's test double).
+//! * [`build`]: a builder of test frames (the crate's test double);
+//! * [`dump`]: the connections as the operator lists them;
+//! * [`live`]: limits and timeouts changed while PMDs run.
 //!
 //! The design, the states and the differences from Linux and OVS are in `docs/conntrack.md`.
 //! * [`nat`]: SNAT/DNAT bindings, the search for a free tuple and the rewrite of frames.
@@ -16,6 +18,8 @@
 #![forbid(unsafe_code)]
 
 pub mod build;
+pub mod dump;
+pub mod live;
 pub mod nat;
 pub mod proto;
 pub mod state;
@@ -23,9 +27,11 @@ pub mod table;
 pub mod tcp;
 pub mod tuple;
 
+pub use dump::ConnInfo;
+pub use live::TIMEOUT_NAMES;
 pub use nat::{Nat, NatError, NatKind, NatRange};
 pub use proto::Timeouts;
 pub use state::{NatState, StateError, TableState};
 pub use table::{Commit, Config, Counters, CtResult, CtState, Tracker};
-pub use tcp::{TcpConfig, TcpState};
+pub use tcp::{TcpConfig, TcpState, TcpTimeouts};
 pub use tuple::{Malformed, Tuple};

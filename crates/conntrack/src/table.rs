@@ -37,6 +37,7 @@ use std::hash::{BuildHasher, Hash};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard};
 
+use crate::live::Live;
 use crate::nat::{self, Binding, Nat, NatError, NatKind, NatRange};
 use crate::proto::{self, Timeouts};
 use crate::tcp::{ConnFlags, Dir, TcpConfig, TcpConn, TcpState, Verdict};
@@ -241,7 +242,9 @@ pub struct Counters {
 /// The connection tracker (see the module documentation).
 #[derive(Debug)]
 pub struct Tracker {
-    pub(crate) cfg: Config,
+    /// Limits, timeouts and options, changed at run time ([`Tracker::reconfigure`]): every
+    /// field of [`Config`] but the shard count (`shards.len()`), read from here only.
+    live: Live,
     shards: Box<[Mutex<Shard>]>,
     hasher: std::collections::hash_map::RandomState,
     /// Entries per zone.
@@ -268,7 +271,7 @@ impl Tracker {
     pub fn new(cfg: Config) -> Tracker {
         let n = cfg.shards.max(1).next_power_of_two();
         Tracker {
-            cfg: Config { shards: n, ..cfg },
+            live: Live::new(&cfg),
             shards: (0..n).map(|_| Mutex::new(HashMap::new())).collect(),
             hasher: std::collections::hash_map::RandomState::new(),
             zone_count: (0..ZONES).map(|_| AtomicU32::new(0)).collect(),
@@ -283,8 +286,45 @@ impl Tracker {
         }
     }
 
-    pub fn config(&self) -> &Config {
-        &self.cfg
+    /// The configuration in force (limits and timeouts as last set by
+    /// [`Tracker::reconfigure`]).
+    pub fn config(&self) -> Config {
+        self.live.config(self.shards.len())
+    }
+
+    /// Applies every field of `cfg` but `shards` (fixed at creation) while packets are
+    /// tracked: see `live.rs` for what a change does to existing entries.
+    pub fn reconfigure(&self, cfg: &Config) {
+        self.live.store(cfg);
+    }
+
+    /// The number of shards ([`Tracker::sweep_shard`] takes an index below it).
+    pub fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// Zones with a limit of their own, with it (ascending zones).
+    pub fn zone_limit_overrides(&self) -> Vec<(u16, u32)> {
+        self.zone_limit
+            .iter()
+            .enumerate()
+            .filter_map(|(z, l)| match l.load(Relaxed) {
+                NO_OVERRIDE => None,
+                l => Some((z as u16, l)),
+            })
+            .collect()
+    }
+
+    /// Zones with entries, with their count (ascending zones).
+    pub fn zone_counts(&self) -> Vec<(u16, u32)> {
+        self.zone_count
+            .iter()
+            .enumerate()
+            .filter_map(|(z, n)| match n.load(Relaxed) {
+                0 => None,
+                n => Some((z as u16, n)),
+            })
+            .collect()
     }
 
     /// Sets (Some) or clears (None: the default applies) a zone's limit.
@@ -296,7 +336,7 @@ impl Tracker {
     /// The limit in force for a zone.
     pub fn zone_limit(&self, zone: u16) -> Option<u32> {
         match self.zone_limit[usize::from(zone)].load(Relaxed) {
-            NO_OVERRIDE => self.cfg.default_zone_limit,
+            NO_OVERRIDE => self.live.default_zone_limit(),
             l => Some(l),
         }
     }
@@ -329,7 +369,7 @@ impl Tracker {
     /// Reserves room for one entry in `zone` (global and zone limits); false when refused.
     fn reserve(&self, zone: u16) -> bool {
         let global = self.entries.fetch_add(1, Relaxed);
-        if global >= u64::from(self.cfg.max_entries) {
+        if global >= u64::from(self.live.max_entries()) {
             self.entries.fetch_sub(1, Relaxed);
             return false;
         }
@@ -432,7 +472,7 @@ impl Tracker {
         now: u64,
         depth: Retry,
     ) -> (CtResult, Option<Xlate>) {
-        let v = self.cfg.verify_checksums;
+        let v = self.live.verify_checksums();
         let pkt = match tuple::parse_with(frame, v, v && !depth.l4_partial) {
             Ok(p) => p,
             Err(e) => {
@@ -532,19 +572,18 @@ impl Tracker {
         };
         let timeout = match (&mut conn.proto, pkt.l4) {
             (ProtoState::Tcp(t), L4::Tcp(seg)) => {
-                match t.update(Dir::Original, &seg, ConnFlags::default(), &self.cfg.tcp) {
-                    Verdict::Accept { timeout, .. } => {
-                        timeout.unwrap_or(self.cfg.tcp.timeouts.syn_sent)
-                    }
+                let tcp = self.live.tcp();
+                match t.update(Dir::Original, &seg, ConnFlags::default(), &tcp) {
+                    Verdict::Accept { timeout, .. } => timeout.unwrap_or(tcp.timeouts.syn_sent),
                     _ => {
                         drop(shard);
                         return self.inv(zone);
                     }
                 }
             }
-            (ProtoState::Udp, _) => self.cfg.timeouts.udp_unreplied,
-            (ProtoState::Icmp, _) => self.cfg.timeouts.icmp,
-            _ => self.cfg.timeouts.generic,
+            (ProtoState::Udp, _) => self.live.timeouts().udp_unreplied,
+            (ProtoState::Icmp, _) => self.live.timeouts().icmp,
+            _ => self.live.timeouts().generic,
         };
         conn.expires = now.saturating_add(secs(timeout));
         let tcp_state = match conn.proto {
@@ -748,7 +787,7 @@ impl Tracker {
                     seen_reply: conn.seen_reply,
                     assured: conn.assured,
                 };
-                match t.update(dir, &seg, flags, &self.cfg.tcp) {
+                match t.update(dir, &seg, flags, &self.live.tcp()) {
                     Verdict::Accept {
                         timeout,
                         kill: k,
@@ -764,7 +803,7 @@ impl Tracker {
                 }
             }
             (ProtoState::Udp, L4::Udp) => {
-                let (t, assured) = proto::udp_update(&self.cfg.timeouts, conn.seen_reply);
+                let (t, assured) = proto::udp_update(&self.live.timeouts(), conn.seen_reply);
                 conn.assured |= assured;
                 accepted_refresh = Some(t);
             }
@@ -773,9 +812,9 @@ impl Tracker {
                 if request != (dir == Dir::Original) {
                     return Updated::Invalid;
                 }
-                accepted_refresh = Some(self.cfg.timeouts.icmp);
+                accepted_refresh = Some(self.live.timeouts().icmp);
             }
-            (ProtoState::Other, L4::Other) => accepted_refresh = Some(self.cfg.timeouts.generic),
+            (ProtoState::Other, L4::Other) => accepted_refresh = Some(self.live.timeouts().generic),
             // Same key, different kind of packet (cannot happen with a consistent table).
             _ => return Updated::Invalid,
         }
@@ -942,7 +981,7 @@ impl Tracker {
     /// no connection, of its original direction, malformed, or an ICMP error changes
     /// nothing. Locks one shard at a time (two when the packet's key is a NAT alias).
     pub fn end_reply_conn(&self, frame: &[u8], zone: u16, l4_partial: bool) -> bool {
-        let v = self.cfg.verify_checksums;
+        let v = self.live.verify_checksums();
         let Ok(pkt) = tuple::parse_with(frame, v, v && !l4_partial) else {
             return false;
         };

@@ -374,7 +374,84 @@ pub const SETTINGS: &[(&str, &str)] = &[
         "exact-match cache insertion probability is 1 in this (0..=4294967295, default \
          100; 0 disables the EMC; as OVS emc-insert-inv-prob)",
     ),
+    (
+        "ct-max-entries",
+        "most tracked connections in all (1..=100000000, default 1000000)",
+    ),
+    (
+        "ct-zone-default-limit",
+        "most tracked connections per zone without a limit of its own (0..=4294967294, \
+         default 0: unlimited; as ovs-dpctl ct-set-limits default=N)",
+    ),
+    (
+        "ct-zone-limit:ZONE",
+        "most tracked connections in ZONE (0..=65535): 0..=4294967294 (0: unlimited) or \
+         default (the default limit applies); as ovs-dpctl ct-set-limits zone=Z,limit=N",
+    ),
+    (
+        "ct-timeout-NAME",
+        "seconds a connection lives without packets, per state (1..=31536000): NAME is \
+         tcp-syn-sent, tcp-syn-recv, tcp-established, tcp-fin-wait, tcp-close-wait, \
+         tcp-last-ack, tcp-time-wait, tcp-close, tcp-syn-sent2, tcp-retrans, tcp-unack, \
+         udp-unreplied, udp-replied, icmp or generic (defaults: Linux's)",
+    ),
 ];
+
+/// Largest `ct-max-entries`.
+pub const CT_MAX_ENTRIES: u32 = 100_000_000;
+/// Longest `ct-timeout-*` (a year).
+pub const CT_MAX_TIMEOUT: u32 = 31_536_000;
+/// A limit of this or more is no limit (the tracker's largest).
+pub const CT_UNLIMITED: u32 = u32::MAX - 1;
+
+/// `ct-zone-limit:ZONE`'s zone.
+fn ct_zone_of(k: &str) -> Result<u16, ConfigError> {
+    let z = k.strip_prefix("ct-zone-limit:").unwrap_or(k);
+    z.parse().map_err(|_| {
+        ConfigError::Invalid(format!(
+            "{k}: '{z}' is not a conntrack zone (ct-zone-limit:ZONE with ZONE in 0..=65535)"
+        ))
+    })
+}
+
+/// A `ct-zone-limit:ZONE` value: Some(limit, 0 meaning unlimited) or None (`default`).
+fn ct_zone_limit_value(k: &str, v: &str) -> Result<Option<u32>, ConfigError> {
+    if v == "default" {
+        return Ok(None);
+    }
+    match v.parse::<u32>() {
+        Ok(n) if n <= CT_UNLIMITED => Ok(Some(n)),
+        _ => Err(ConfigError::Invalid(format!(
+            "{k}={v}: expected an integer in 0..={CT_UNLIMITED} (0: unlimited) or default"
+        ))),
+    }
+}
+
+/// The connection tracker's configuration and zone limits the `ct-*` settings ask for
+/// (validated settings; anything else is left at its default). Limits of 0 mean unlimited.
+pub fn conntrack_settings(
+    other: &BTreeMap<String, String>,
+) -> (ferrovs_conntrack::Config, Vec<(u16, u32)>) {
+    let mut cfg = ferrovs_conntrack::Config::default();
+    let mut zones = Vec::new();
+    let num = |v: &str| v.parse::<u32>().ok();
+    for (k, v) in other.iter().filter(|(k, _)| k.starts_with("ct-")) {
+        if k == "ct-max-entries" {
+            cfg.max_entries = num(v).unwrap_or(cfg.max_entries);
+        } else if k == "ct-zone-default-limit" {
+            cfg.default_zone_limit = num(v).filter(|n| *n != 0);
+        } else if let Some(name) = k.strip_prefix("ct-timeout-") {
+            if let Some(n) = num(v) {
+                cfg.set_timeout(name, n);
+            }
+        } else if k.starts_with("ct-zone-limit:") {
+            if let (Ok(z), Ok(Some(l))) = (ct_zone_of(k), ct_zone_limit_value(k, v)) {
+                zones.push((z, if l == 0 { CT_UNLIMITED } else { l }));
+            }
+        }
+    }
+    (cfg, zones)
+}
 
 impl Config {
     /// The embedded default: bridge br0 with vhost-user server ports vm1 and vm2.
@@ -650,6 +727,23 @@ pub fn validate_setting(k: &str, v: &str) -> Result<(), ConfigError> {
         "flow-limit" => range(1, 10_000_000),
         "flow-max-idle" => range(1, 3600),
         "emc-insert-inv-prob" => range(0, u32::MAX),
+        "ct-max-entries" => range(1, CT_MAX_ENTRIES),
+        "ct-zone-default-limit" => range(0, CT_UNLIMITED),
+        _ if k.starts_with("ct-zone-limit:") => {
+            ct_zone_of(k)?;
+            ct_zone_limit_value(k, v).map(|_| ())
+        }
+        _ if k.starts_with("ct-timeout-") => {
+            let name = &k["ct-timeout-".len()..];
+            if ferrovs_conntrack::TIMEOUT_NAMES.contains(&name) {
+                range(1, CT_MAX_TIMEOUT)
+            } else {
+                Err(ConfigError::Invalid(format!(
+                    "unknown conntrack timeout '{name}' in {k} (known: {})",
+                    ferrovs_conntrack::TIMEOUT_NAMES.join(", ")
+                )))
+            }
+        }
         "pmd-priority" => parse_priority(v).map(|_| ()),
         "pmd-rx-mode" => match v {
             "adaptive" | "poll" | "interrupt" => Ok(()),
@@ -753,6 +847,61 @@ mod tests {
         assert!(parse_cores("3-1").is_err());
         assert!(parse_cores("x").is_err());
         assert!(PortType::parse("vhost").is_err());
+    }
+
+    #[test]
+    fn conntrack_settings_are_checked_and_applied() {
+        let err = |k: &str, v: &str| validate_setting(k, v).unwrap_err().to_string();
+        assert_eq!(
+            err("ct-max-entries", "0"),
+            "ct-max-entries=0: expected an integer in 1..=100000000"
+        );
+        assert_eq!(
+            err("ct-zone-limit:70000", "5"),
+            "ct-zone-limit:70000: '70000' is not a conntrack zone (ct-zone-limit:ZONE with \
+             ZONE in 0..=65535)"
+        );
+        assert_eq!(
+            err("ct-zone-limit:5", "lots"),
+            "ct-zone-limit:5=lots: expected an integer in 0..=4294967294 (0: unlimited) or \
+             default"
+        );
+        assert!(err("ct-timeout-tcp-establised", "5")
+            .starts_with("unknown conntrack timeout 'tcp-establised' in ct-timeout-tcp-establised (known: tcp-syn-sent,"));
+        assert_eq!(
+            err("ct-timeout-udp-replied", "0"),
+            "ct-timeout-udp-replied=0: expected an integer in 1..=31536000"
+        );
+        for (k, v) in [
+            ("ct-max-entries", "5000"),
+            ("ct-zone-default-limit", "100"),
+            ("ct-zone-limit:5", "10"),
+            ("ct-zone-limit:6", "0"),
+            ("ct-zone-limit:7", "default"),
+            ("ct-timeout-tcp-established", "3600"),
+        ] {
+            validate_setting(k, v).unwrap();
+        }
+        let other: BTreeMap<String, String> = [
+            ("ct-max-entries", "5000"),
+            ("ct-zone-default-limit", "100"),
+            ("ct-zone-limit:5", "10"),
+            ("ct-zone-limit:6", "0"),
+            ("ct-zone-limit:7", "default"),
+            ("ct-timeout-tcp-established", "3600"),
+            ("mac-aging", "10"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let (cfg, zones) = conntrack_settings(&other);
+        assert_eq!(cfg.max_entries, 5000);
+        assert_eq!(cfg.default_zone_limit, Some(100));
+        assert_eq!(cfg.tcp.timeouts.established, 3600);
+        assert_eq!(zones, vec![(5, 10), (6, CT_UNLIMITED)]);
+        let (cfg, zones) = conntrack_settings(&BTreeMap::new());
+        assert_eq!(cfg, ferrovs_conntrack::Config::default());
+        assert!(zones.is_empty());
     }
 
     #[test]

@@ -11,6 +11,7 @@
 //!  map memory, prefault rings,
 //!  build ports (nothing touches a ring)
 //!  Ready ─────────────────────────────▶ FREEZE: PMDs leave every ring at a burst boundary
+//!                      ◀─────────────── Conntrack{entries}… (schema 4 peers), then
 //!                      ◀─────────────── Frozen{ring positions, freeze time}
 //!  start rings there, publish, wake PMDs
 //!  Resumed ───────────────────────────▶ exits (commit)
@@ -58,7 +59,14 @@ use crate::config::{Config, PortConfig};
 /// (and is refused, with the reason, while a migration logs). Schema 3 adds the OVSDB
 /// section ([`State::ovsdb`]) and is written only by a daemon configured through OVSDB: a
 /// daemon that knows nothing of OVSDB refuses it instead of running on without the database.
-pub const SCHEMA: u32 = 3;
+/// Schema 4 says that tracked connections come with the state: the old daemon exports its
+/// connection table once frozen and sends it in [`Msg::Conntrack`] messages before
+/// [`Msg::Frozen`]; it writes schema 4 only when it tracks connections at the hello, so a
+/// daemon without connection tracking takes over from one with an empty table and is
+/// refused (with the number of connections it would drop) otherwise. A peer that restores
+/// schema 4 gets the table whatever schema the state has (connections made between the
+/// hello and the freeze travel too).
+pub const SCHEMA: u32 = 4;
 /// Oldest schema this daemon restores.
 pub const MIN_SCHEMA: u32 = 1;
 /// Name of the upgrade socket in the run directory.
@@ -86,6 +94,10 @@ pub enum Msg {
     State(Box<State>),
     /// new → old: prepared; freeze now.
     Ready { prepare_us: u64 },
+    /// old → new, between the freeze and [`Msg::Frozen`], to a peer that restores schema 4:
+    /// part of the connection table (`ferrovs_conntrack`'s plain state, validated by the new
+    /// daemon as untrusted input before its PMDs start; parts are concatenated).
+    Conntrack(ferrovs_conntrack::TableState),
     /// old → new: rings stopped here; resume from exactly these positions.
     Frozen {
         /// CLOCK_MONOTONIC when the old daemon began to freeze.

@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
 use ferrovs_proto::reply::{
-    AddFlows, ConfigGet, DelFlows, DelGroups, DirStats, FlowEntry, GroupEntry, MacEntry,
-    MegaflowEntry, MeterEntry, MeterStats, PmdStats, PortStats, Show, UpgradeReport, Version,
+    AddFlows, ConfigGet, ConntrackEntry, ConntrackStats, DelFlows, DelGroups, DirStats, FlowEntry,
+    GroupEntry, MacEntry, MegaflowEntry, MeterEntry, MeterStats, PmdStats, PortStats, Show,
+    UpgradeReport, Version,
 };
 use ferrovs_proto::{Client, Request};
 use serde::de::DeserializeOwned;
@@ -64,10 +65,15 @@ commands:
   del-groups BRIDGE [group_id=N]         remove groups (all without one) and the rules using them
   dump-groups BRIDGE                     the groups
   dump-group-stats BRIDGE                the groups' and buckets' packet and byte counters
+  dump-conntrack [zone=N]                tracked connections, as ovs-appctl dpctl/dump-conntrack
+  flush-conntrack [zone=N]               remove tracked connections (all without a zone)
+  conntrack-stats                        connection tracker counters, limits and timeouts
   config get [KEY] | config set KEY VALUE    pmd-cores, pmd-rx-mode, pmd-sleep-after-us,
                                          pmd-sleep-max-us, pmd-priority, mac-aging,
                                          mac-table-size, flow-limit, flow-max-idle,
-                                         emc-insert-inv-prob
+                                         emc-insert-inv-prob, ct-max-entries,
+                                         ct-zone-default-limit, ct-zone-limit:ZONE,
+                                         ct-timeout-NAME (conntrack-stats lists the names)
   monitor [SECONDS]                      live per-port rates, one line per second
   upgrade [NEW-FERROVSD]                 hot upgrade: start NEW-FERROVSD (default: the ferrovsd
                                          beside this ferrovs) with --takeover; it takes every
@@ -225,6 +231,66 @@ enum Cmd {
     DumpGroupStats {
         bridge: String,
     },
+    /// `[zone=N]`.
+    DumpConntrack {
+        filter: Option<String>,
+    },
+    /// `[zone=N]`.
+    FlushConntrack {
+        filter: Option<String>,
+    },
+    ConntrackStats,
+}
+
+/// `dump-conntrack`'s and `flush-conntrack`'s filter: `zone=N` (N in 0..=65535), or none.
+fn zone_filter(f: Option<&str>) -> Result<Option<u16>, String> {
+    let Some(f) = f.map(str::trim).filter(|f| !f.is_empty()) else {
+        return Ok(None);
+    };
+    let v = f
+        .strip_prefix("zone=")
+        .ok_or_else(|| format!("bad filter '{f}': expected zone=N"))?;
+    v.parse()
+        .map(Some)
+        .map_err(|_| format!("bad filter '{f}': '{v}' is not a zone (0..=65535)"))
+}
+
+fn print_conntrack_stats(s: &ConntrackStats) {
+    let limit = |l: Option<u32>| l.map_or_else(|| "unlimited".to_string(), |l| l.to_string());
+    println!(
+        "entries {} (max {})  created {}  new/s {}  expired {}  invalid {}  limit hits {}  \
+         nat exhausted {}",
+        s.entries,
+        s.max_entries,
+        s.created,
+        num(s.new_per_s),
+        s.expired,
+        s.invalid,
+        s.limit_hits,
+        s.nat_exhausted
+    );
+    println!("zone default limit {}", limit(s.zone_default_limit));
+    for z in &s.zones {
+        println!(
+            "zone {}: entries {} limit {}",
+            z.zone,
+            z.entries,
+            limit(z.limit)
+        );
+    }
+    let t: Vec<String> = s.timeouts.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    println!("timeouts (s): {}", t.join(" "));
+    if s.restored + s.restore_refused != 0 {
+        println!(
+            "hot upgrade: restored {} connections, refused {} tables{}",
+            s.restored,
+            s.restore_refused,
+            s.restore_error
+                .as_ref()
+                .map(|e| format!(" (last: {e})"))
+                .unwrap_or_default()
+        );
+    }
 }
 
 /// `del-groups`' filter: `group_id=N` or `group_id=all`.
@@ -951,6 +1017,27 @@ fn run() -> Result<(), String> {
                 },
             )
         }
+        Cmd::DumpConntrack { filter } => {
+            let zone = zone_filter(filter.as_deref())?;
+            cli.show(
+                Request::DumpConntrack { zone },
+                |v: &Vec<ConntrackEntry>| {
+                    for e in v {
+                        println!("{}", e.ovs_text());
+                    }
+                },
+            )
+        }
+        Cmd::FlushConntrack { filter } => {
+            let zone = zone_filter(filter.as_deref())?;
+            cli.show(
+                Request::FlushConntrack { zone },
+                |_: &ferrovs_proto::reply::FlushConntrack| {},
+            )
+        }
+        Cmd::ConntrackStats => cli.show(Request::ConntrackStats, |s: &ConntrackStats| {
+            print_conntrack_stats(s)
+        }),
         Cmd::Monitor { seconds } => {
             let secs = count(seconds, |n| {
                 format!("monitor: '{n}' is not a number of seconds")

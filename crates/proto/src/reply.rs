@@ -9,6 +9,11 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+mod conntrack;
+pub use conntrack::{
+    ConntrackEntry, ConntrackStats, ConntrackTuple, ConntrackZone, FlushConntrack,
+};
+
 /// The result of any command: what [`crate::Response`] carries from the daemon. Commands
 /// that only change something answer [`Reply::Done`] (`null`).
 #[derive(Debug, Clone, Serialize)]
@@ -32,6 +37,9 @@ pub enum Reply {
     MeterStats(Vec<MeterStats>),
     DelGroups(DelGroups),
     DumpGroups(Vec<GroupEntry>),
+    DumpConntrack(Vec<ConntrackEntry>),
+    FlushConntrack(FlushConntrack),
+    ConntrackStats(Box<ConntrackStats>),
 }
 
 /// `del-groups`.

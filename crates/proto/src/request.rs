@@ -150,6 +150,18 @@ pub enum Request {
     DumpGroups {
         bridge: String,
     },
+    /// The tracked connections (of one zone, or all) ([`crate::reply::ConntrackEntry`]).
+    DumpConntrack {
+        #[serde(default)]
+        zone: Option<u16>,
+    },
+    /// Removes the tracked connections (of one zone, or all).
+    FlushConntrack {
+        #[serde(default)]
+        zone: Option<u16>,
+    },
+    /// The connection tracker's counters and limits ([`crate::reply::ConntrackStats`]).
+    ConntrackStats,
 }
 
 /// A response: `{"ok": true, "result": ...}` or `{"ok": false, "error": "message"}`. The
@@ -358,6 +370,11 @@ mod tests {
                 "del-groups",
             ),
             (Request::DumpGroups { bridge: s("br0") }, "dump-groups"),
+            (Request::DumpConntrack { zone: Some(5) }, "dump-conntrack"),
+            (Request::DumpConntrack { zone: None }, "dump-conntrack"),
+            (Request::FlushConntrack { zone: Some(0) }, "flush-conntrack"),
+            (Request::FlushConntrack { zone: None }, "flush-conntrack"),
+            (Request::ConntrackStats, "conntrack-stats"),
         ];
         for (req, cmd) in all {
             let line = serde_json::to_string(&req).unwrap();
@@ -369,7 +386,13 @@ mod tests {
                 "{line}"
             );
         }
-        // Optional fields may be left out.
+        // Optional fields may be left out; a zone is 16 bits.
+        let r: Request = serde_json::from_str(r#"{"cmd":"dump-conntrack"}"#).unwrap();
+        assert_eq!(r, Request::DumpConntrack { zone: None });
+        let e = serde_json::from_str::<Request>(r#"{"cmd":"flush-conntrack","zone":70000}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("70000"), "{e}");
         let r: Request = serde_json::from_str(r#"{"cmd":"del-flows","bridge":"b"}"#).unwrap();
         assert_eq!(
             r,

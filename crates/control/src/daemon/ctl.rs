@@ -285,6 +285,11 @@ impl Daemon {
                 self.del_groups(&bridge, group).map(Reply::DelGroups)
             }
             Request::DumpGroups { bridge } => self.dump_groups(&bridge).map(Reply::DumpGroups),
+            Request::DumpConntrack { zone } => Ok(Reply::DumpConntrack(self.dump_conntrack(zone))),
+            Request::FlushConntrack { zone } => {
+                Ok(Reply::FlushConntrack(self.flush_conntrack(zone)))
+            }
+            Request::ConntrackStats => Ok(Reply::ConntrackStats(Box::new(self.conntrack_stats()))),
         };
         match r {
             Ok(v) => {
@@ -325,6 +330,9 @@ impl Daemon {
         }
         if key == "emc-insert-inv-prob" {
             self.apply_rx_mode();
+        }
+        if key.starts_with("ct-") {
+            self.apply_conntrack_config();
         }
         if key == "mac-aging" {
             let secs = self.config.setting_u32("mac-aging", 300);

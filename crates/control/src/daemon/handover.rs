@@ -74,6 +74,17 @@ pub enum HandoverError {
         min: u32,
         max: u32,
     },
+    #[error(
+        "this ferrovsd ({ours}) tracks {entries} connections, which need schema 4; the new \
+         one ({theirs}) restores schemas up to {max} and would drop them (flush-conntrack \
+         first to upgrade to it anyway)",
+        ours = env!("CARGO_PKG_VERSION")
+    )]
+    Conntrack {
+        entries: u64,
+        theirs: String,
+        max: u32,
+    },
     #[error("port {port}: {why}; upgrade after the migration ends")]
     Migrating { port: String, why: &'static str },
     #[error("PMDs did not stop within 1 s")]
@@ -282,11 +293,22 @@ impl Daemon {
             .find_map(|(name, p)| p.device.as_ref()?.log().map(|_| name.clone()));
         // Schema 3 only in OVSDB mode: a daemon that cannot restore it must not take over
         // and run on without the database.
+        // Schema 4 when connections are tracked: they travel at the freeze.
+        let tracked = self.conntrack.counters().entries;
         let schema = match (&self.ovsdb, &logging) {
+            _ if tracked > 0 => 4,
             (Some(_), _) => 3,
             (None, Some(_)) => 2,
             (None, None) => 1,
         };
+        if tracked > 0 && schema_max < 4 {
+            let e = HandoverError::Conntrack {
+                entries: tracked,
+                theirs: version,
+                max: schema_max,
+            };
+            return Err(refuse(&ch, e));
+        }
         if !(schema_min..=schema_max).contains(&schema) {
             let e = HandoverError::Schema {
                 schema,
@@ -336,6 +358,23 @@ impl Daemon {
         let _rt = Realtime::enter();
         let t0 = os::monotonic_ns();
         self.freeze()?;
+        // The connection table, exact now that no PMD runs (before the positions: until
+        // the new daemon has them it cannot have started, so a failure here rolls back
+        // without a fence).
+        if schema_max >= 4 {
+            for part in self.export_conntrack() {
+                if let Err(e) = ch.send(&Msg::Conntrack(part), &[]) {
+                    self.thaw(false);
+                    return Err(io_at("sending the connection table")(e));
+                }
+            }
+        } else if self.conntrack.counters().entries > 0 {
+            log::warn!(
+                "upgrade: {} connections tracked since the hello are dropped (the new \
+                 ferrovsd restores schemas up to {schema_max})",
+                self.conntrack.counters().entries
+            );
+        }
         let positions: Vec<(String, Vec<Option<u16>>)> = self
             .ports
             .iter()
@@ -663,27 +702,34 @@ impl Daemon {
         )
         .map_err(io_at("ready"))?;
         fail_at("ready");
-        let (t_freeze_ns, freeze_us, positions, rings, xsks) = match ch.recv(FROZEN_TIMEOUT) {
-            Ok((
-                Msg::Frozen {
-                    t_freeze_ns,
-                    freeze_us,
-                    positions,
-                    rings,
-                    xsks,
-                },
-                _,
-            )) => (t_freeze_ns, freeze_us, positions, rings, xsks),
-            Ok((m, _)) => {
-                return Err(HandoverError::Unexpected {
-                    step: "freeze",
-                    expected: "frozen",
-                    got: format!("{m:?}"),
-                })
+        let mut table = conntrack::IncomingTable::default();
+        let max_entries = d.conntrack.config().max_entries;
+        let (t_freeze_ns, freeze_us, positions, rings, xsks) = loop {
+            match ch.recv(FROZEN_TIMEOUT) {
+                Ok((Msg::Conntrack(part), _)) => table.add(part, max_entries),
+                Ok((
+                    Msg::Frozen {
+                        t_freeze_ns,
+                        freeze_us,
+                        positions,
+                        rings,
+                        xsks,
+                    },
+                    _,
+                )) => break (t_freeze_ns, freeze_us, positions, rings, xsks),
+                Ok((m, _)) => {
+                    return Err(HandoverError::Unexpected {
+                        step: "freeze",
+                        expected: "frozen",
+                        got: format!("{m:?}"),
+                    })
+                }
+                Err(e) => return Err(io_at("waiting for the freeze")(e)),
             }
-            Err(e) => return Err(io_at("waiting for the freeze")(e)),
         };
         fail_at("hang");
+        // Before any PMD runs: a refused table is counted, and the upgrade goes on.
+        d.restore_conntrack(table);
         if let Err(e) = d.resume_ports(&positions, &rings, &xsks) {
             return Err(refuse(&ch, e));
         }

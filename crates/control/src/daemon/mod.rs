@@ -13,7 +13,8 @@
 //! clients and request dispatch), `report` (the read-only replies), `flows` (rules, megaflows,
 //! revalidator), `pmds` (PMD threads and snapshot publication), `handover` (hot upgrade),
 //! `openflow` (the management sockets and every OpenFlow connection's messages),
-//! `controllers` (OpenFlow controllers: connections, backoff, roles, fail-open)
+//! `controllers` (OpenFlow controllers: connections, backoff, roles, fail-open),
+//! `conntrack` (the connection tracker's settings, expiry sweep, dump and hot upgrade)
 //! and `ovsdb` (`--ovsdb`: the database connection, its changes applied as a diff, and
 //! what ferrovs writes back).
 //! This file holds the state, start-up, the event loop and its tick.
@@ -52,6 +53,7 @@ use dp::flow::{BridgeFlows, MegaflowCache};
 use ferrovs_flow::Pipeline;
 use ferrovs_proto::{Request, Response, MAX_REQUEST};
 
+mod conntrack;
 mod controllers;
 mod ctl;
 mod flows;
@@ -259,6 +261,8 @@ pub struct Daemon {
     /// The connection tracker every bridge's `ct()` actions share (zones keep them apart),
     /// as OVS's one conntrack per datapath.
     conntrack: Arc<ferrovs_conntrack::Tracker>,
+    /// The control thread's side of the tracker: sweep position, rates, restore results.
+    ct: conntrack::CtCtl,
 }
 
 /// Takes slot `id` (a takeover restores the old daemon's ids).
@@ -452,7 +456,9 @@ impl Daemon {
             db_settings: Default::default(),
             openflow: Default::default(),
             conntrack: Arc::new(ferrovs_conntrack::Tracker::new(Default::default())),
+            ct: Default::default(),
         };
+        d.apply_conntrack_config();
         let t = d.token(Source::CtlListener, "");
         d.epoll
             .add(d.ctl.as_fd(), t, false)
@@ -518,6 +524,7 @@ impl Daemon {
         }
         self.ovsdb_tick();
         self.of_tick();
+        self.conntrack_tick();
     }
 
     /// Runs the control loop until `stop` is set.

@@ -1090,6 +1090,7 @@ impl Daemon {
             self.db_settings.remove(&k);
             self.apply_rx_mode();
             self.apply_flow_limit();
+            self.apply_conntrack_config();
         }
         for (k, v) in &d.settings {
             if self.config.other.get(k) != Some(v) {
