@@ -586,6 +586,20 @@ fn err(bytes: &[u8]) -> (u16, u16) {
 }
 
 #[test]
+fn l4_ports_take_bitwise_masks_as_in_ovs() {
+    // OpenFlow 1.3 has TCP/UDP/SCTP ports exact; OVS (and os-ken's, ovn-controller's and
+    // ovs-ofctl's `tp_src=0/1`) masks them bitwise.
+    let b = 0x8000;
+    let m = [
+        tlv(b, 5, false, &[8, 0]),
+        tlv(b, 10, false, &[6]),
+        tlv(b, 13, true, &[0, 0, 0, 1]),
+    ]
+    .concat();
+    decode(&raw_match(&m)).expect("a masked tcp_src");
+}
+
+#[test]
 fn match_refusals() {
     let b = 0x8000;
     let eth_ip = tlv(b, 5, false, &[8, 0]);
@@ -598,12 +612,12 @@ fn match_refusals() {
         (tlv(b, 0, false, &[0, 0, 0, 1])[..6].to_vec(), bmc::BAD_LEN),
         // ETH_TYPE with a mask.
         (tlv(b, 5, true, &[8, 0, 0xff, 0xff]), bmc::BAD_MASK),
-        // TCP_SRC with a mask (OVS allows it, OpenFlow 1.3 does not).
+        // ICMPV4_TYPE with a mask (exact in OpenFlow 1.3 and in OVS).
         (
             [
                 eth_ip.clone(),
-                tlv(b, 10, false, &[6]),
-                tlv(b, 13, true, &[0, 80, 0xff, 0xf0]),
+                tlv(b, 10, false, &[1]),
+                tlv(b, 19, true, &[8, 0xff]),
             ]
             .concat(),
             bmc::BAD_MASK,

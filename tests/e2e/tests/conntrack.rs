@@ -579,7 +579,6 @@ fn stateful_firewall_on_ovs() {
 }
 
 #[test]
-#[ignore = "needs h-ctof merged: until then ferrovs refuses ct rules over OpenFlow (OFPBAC_BAD_VENDOR)"]
 fn stateful_firewall_on_ferrovs() {
     stateful_firewall(Kind::Ferrovs);
 }
@@ -689,7 +688,6 @@ fn snat_to_an_uplink_on_ovs() {
 }
 
 #[test]
-#[ignore = "needs h-ctof merged: until then ferrovs refuses ct rules over OpenFlow (OFPBAC_BAD_VENDOR)"]
 fn snat_to_an_uplink_on_ferrovs() {
     snat_to_uplink(Kind::Ferrovs);
 }
@@ -786,7 +784,6 @@ fn dnat_load_balancing_on_ovs() {
 }
 
 #[test]
-#[ignore = "needs h-ctof merged: until then ferrovs refuses ct rules over OpenFlow (OFPBAC_BAD_VENDOR)"]
 fn dnat_load_balancing_on_ferrovs() {
     dnat_load_balancing(Kind::Ferrovs);
 }
@@ -888,7 +885,6 @@ fn thousand_connections_are_lost_when_ovs_flushes_its_conntrack() {
 }
 
 #[test]
-#[ignore = "needs h-ctof (ct over OpenFlow) and h-ctctl (dump-conntrack, the conntrack handover) merged"]
 fn thousand_connections_survive_a_hot_upgrade_of_ferrovs() {
     thousand_connections(Kind::Ferrovs, Meanwhile::Upgrade);
 }
@@ -905,7 +901,6 @@ fn field(v: &Value, k: &str) -> u64 {
 /// and vm2 (B, port 2): ping and a TCP stream A→B pass; ping and a TCP connect B→A are
 /// dropped. (ferrovs only: Debian's OVS has no vhost-user without DPDK.)
 #[test]
-#[ignore = "needs h-ctof merged: until then ferrovs refuses ct rules over OpenFlow (OFPBAC_BAD_VENDOR)"]
 fn stateful_firewall_between_two_guests_on_ferrovs() {
     use ferrovs_e2e::guest::*;
     if !(guests_available() && require(have("ovs-ofctl"), "ovs-ofctl")) {

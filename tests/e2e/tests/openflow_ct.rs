@@ -74,7 +74,6 @@ struct Ovs {
 }
 
 #[test]
-#[ignore = "needs ctflow's syntax; lead enables after merge"]
 fn ct_rules_from_ovs_ofctl_are_the_same_on_ferrovs_and_ovs() {
     if !tools() {
         return;
@@ -97,7 +96,11 @@ fn ct_rules_from_ovs_ofctl_are_the_same_on_ferrovs_and_ovs() {
     for ((step, w), (_, g)) in want.iter().zip(&got) {
         assert_eq!(g, w, "after {step}: ferrovs (left) and OVS (right) differ");
     }
-    assert!(want[CT_RULES.len() - 1].1.len() == CT_RULES.len());
+    let last = &want[CT_RULES.len() - 1].1;
+    assert!(
+        last.len() == CT_RULES.len() + 1 && last[0] == "priority=0 actions=NORMAL",
+        "every ct rule installed beside the default rule: {last:#?}"
+    );
 
     // Rules with ct added over OpenFlow are the CLI's rules.
     let cli_dump = cli_json(&dir, &["dump-flows", "br0"]).to_string();

@@ -325,7 +325,6 @@ fn ct_rule_instructions_round_trip() {
 /// A FLOW_MOD with ct installs the rule ovs-ofctl's text gives: needs the ct text syntax in
 /// the flow crate (a rule from OpenFlow must print and parse back to itself).
 #[test]
-#[ignore = "needs ctflow's syntax; lead enables after merge"]
 fn ct_flow_mod_is_the_cli_rule() {
     let cli = "table=1,priority=10,ct_state=+new+trk,tcp,actions=ct(commit,zone=5,nat(src=10.0.0.1-10.0.0.2:1000-2000),exec(set_field:0x1->ct_mark)),output:vm1";
     let want = ferrovs_flow::parse_flow(cli).unwrap();
