@@ -1067,9 +1067,12 @@ fn meter_filter(arg: Option<&str>) -> Result<Option<u32>, String> {
 /// `dump-flows`, as ovs-ofctl prints it.
 fn print_flows(v: &Vec<FlowEntry>) {
     for r in v {
+        // The table is in the stats part already: the rule's own text names it too.
+        let table = format!("table={},", r.table);
+        let flow = r.flow.strip_prefix(&table).unwrap_or(&r.flow);
         println!(
             " cookie={}, duration={:.3}s, table={}, n_packets={}, n_bytes={}, {}",
-            r.cookie, r.duration_s, r.table, r.n_packets, r.n_bytes, r.flow
+            r.cookie, r.duration_s, r.table, r.n_packets, r.n_bytes, flow
         );
     }
 }
