@@ -13,34 +13,18 @@ use ferrovs_conntrack::build::{Frame, Proto};
 use ferrovs_counters::DropReason;
 use ferrovs_flow::ct::{state, CtNat, CtSpec, NatKind, NatSpec};
 use ferrovs_flow::spec::ActionSpec;
-use ferrovs_flow::{parse_flow, DpAction, Field, FlowSpec, Pipeline, RuleStats};
+use ferrovs_flow::{parse_flow, DpAction, Field, FlowSpec};
 use ferrovs_sys::pool::Pool;
 
 use super::input::{execute_actions, process, FlowCtx, MAX_PASSES};
-use super::{BridgeFlows, MegaflowCache};
+use super::tests::switch_specs as switch;
 use crate::output::{Burst, Scratch};
-use crate::port::{Port, PortIo, VlanMode};
-use crate::{Bridge, MacTable, Snapshot};
+use crate::Snapshot;
 
-const NAMES: [&str; 4] = ["vm1", "vm2", "vm3", "vm4"];
 const SYN: u8 = 0x02;
 const ACK: u8 = 0x10;
 const A: [u8; 4] = [10, 0, 0, 1];
 const B: [u8; 4] = [10, 0, 0, 2];
-
-fn port(id: u32) -> Option<Arc<Port>> {
-    Some(Arc::new(Port {
-        id,
-        name: NAMES[id as usize].into(),
-        bridge: 0,
-        vlan: VlanMode::Trunk,
-        io: PortIo::Vhost { queues: Vec::new() },
-        rx_drops: Default::default(),
-        tx_not_ready: Default::default(),
-        offload: Default::default(),
-        inject: Default::default(),
-    }))
-}
 
 /// A rule from its text (without `ct`), then `ct_state` matched on (`value`, `mask`) when
 /// given, and `ct` inserted before the other actions when given.
@@ -61,33 +45,6 @@ fn ct(commit: bool, table: Option<u8>, nat: CtNat) -> CtSpec {
         table,
         nat,
         ..Default::default()
-    }
-}
-
-/// One bridge with ports vm1..vm4 (ids 0..3) and `rules`.
-fn switch(rules: &[FlowSpec]) -> Snapshot {
-    let pipeline = Pipeline::build(
-        rules.iter().map(|s| (s, Arc::new(RuleStats::default()))),
-        &|n: &str| NAMES.iter().position(|x| *x == n).map(|i| i as u32),
-    );
-    let bridge = Bridge {
-        name: "br0".into(),
-        macs: Arc::new(MacTable::new(1024, 300)),
-        ports: vec![0, 1, 2, 3],
-        flows: Some(BridgeFlows {
-            pipeline: Arc::new(pipeline),
-            gen: 0,
-            cache: Arc::new(MegaflowCache::new(0)),
-            meters: Default::default(),
-            packet_in: None,
-            conntrack: Arc::new(ferrovs_conntrack::Tracker::new(Default::default())),
-        }),
-        default_rule: None,
-    };
-    Snapshot {
-        bridges: vec![Some(Arc::new(bridge))],
-        ports: (0..4).map(port).collect(),
-        pmd_rxqs: Vec::new(),
     }
 }
 
@@ -492,4 +449,22 @@ fn snat_of_a_packet_with_a_partial_checksum_keeps_it_partial_and_right() {
     assert!(ferrovs_conntrack::tuple::parse(&out, true).is_ok());
     sc.batch.clear();
     sc.reset_outputs();
+}
+
+#[test]
+fn the_trackers_state_bits_are_the_keys() {
+    // `set_ct_fields` copies the tracker's bits into the key as they are.
+    use ferrovs_conntrack::CtState;
+    for (ours, theirs) in [
+        (state::NEW, CtState::NEW),
+        (state::EST, CtState::EST),
+        (state::REL, CtState::REL),
+        (state::RPL, CtState::RPL),
+        (state::INV, CtState::INV),
+        (state::TRK, CtState::TRK),
+        (state::SNAT, CtState::SNAT),
+        (state::DNAT, CtState::DNAT),
+    ] {
+        assert_eq!(ours, theirs);
+    }
 }

@@ -15,9 +15,9 @@ use crate::output::{Burst, Scratch};
 use crate::port::{Port, PortIo, VlanMode};
 use crate::{Bridge, MacTable, Snapshot};
 
-const NAMES: [&str; 4] = ["vm1", "vm2", "vm3", "vm4"];
+pub(super) const NAMES: [&str; 4] = ["vm1", "vm2", "vm3", "vm4"];
 
-fn port(id: u32) -> Option<Arc<Port>> {
+pub(super) fn port(id: u32) -> Option<Arc<Port>> {
     Some(Arc::new(Port {
         id,
         name: NAMES[id as usize].into(),
@@ -34,6 +34,11 @@ fn port(id: u32) -> Option<Arc<Port>> {
 /// One bridge with ports vm1..vm4 (ids 0..3) and `rules`.
 fn switch(rules: &[String]) -> Snapshot {
     let specs: Vec<FlowSpec> = rules.iter().map(|r| parse_flow(r).unwrap()).collect();
+    switch_specs(&specs)
+}
+
+/// One bridge with ports vm1..vm4 (ids 0..3) and the rules `specs`.
+pub(super) fn switch_specs(specs: &[FlowSpec]) -> Snapshot {
     let pipeline = Pipeline::build(
         specs.iter().map(|s| (s, Arc::new(RuleStats::default()))),
         &|n: &str| NAMES.iter().position(|x| *x == n).map(|i| i as u32),
