@@ -33,7 +33,7 @@
 //! and reserves the first free key by inserting the alias; see `docs/conntrack.md`.
 
 use std::collections::hash_map::{Entry, HashMap};
-use std::hash::{BuildHasher, Hash};
+use std::hash::Hash;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard};
 
@@ -217,13 +217,38 @@ pub(crate) enum Slot {
     Alias(Tuple),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Key {
     pub zone: u16,
     pub tuple: Tuple,
 }
 
-type Shard = HashMap<Key, Slot>;
+/// Five words into the hasher: the derived impl feeds it every field and both 16-byte
+/// addresses (with their lengths) one call at a time, which cost more than the rest of a
+/// lookup together.
+impl Hash for Key {
+    #[inline]
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        let t = &self.tuple;
+        let head = u64::from(self.zone) << 48
+            | (t.family as u64) << 40
+            | u64::from(t.proto) << 32
+            | u64::from(t.sport) << 16
+            | u64::from(t.dport);
+        let word =
+            |a: &[u8; 16], i: usize| u64::from_ne_bytes(a[i..i + 8].try_into().expect("8 bytes"));
+        state.write_u64(head);
+        state.write_u64(word(&t.src, 0));
+        state.write_u64(word(&t.src, 8));
+        state.write_u64(word(&t.dst, 0));
+        state.write_u64(word(&t.dst, 8));
+    }
+}
+
+/// Shard maps hash with the tracker's keys (`ahash`, seeded at random per tracker): a
+/// guest chooses the tuples, so the hash must be keyed, and SipHash (std's default) took
+/// most of a tracked packet's cycles.
+type Shard = HashMap<Key, Slot, ahash::RandomState>;
 
 /// A snapshot of the counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -246,7 +271,8 @@ pub struct Tracker {
     /// field of [`Config`] but the shard count (`shards.len()`), read from here only.
     live: Live,
     shards: Box<[Mutex<Shard>]>,
-    hasher: std::collections::hash_map::RandomState,
+    /// Picks a key's shard; independent of the shard maps' own seeds.
+    hasher: ahash::RandomState,
     /// Entries per zone.
     zone_count: Box<[AtomicU32]>,
     /// Per-zone limit overrides; `NO_OVERRIDE` uses the default.
@@ -272,8 +298,10 @@ impl Tracker {
         let n = cfg.shards.max(1).next_power_of_two();
         Tracker {
             live: Live::new(&cfg),
-            shards: (0..n).map(|_| Mutex::new(HashMap::new())).collect(),
-            hasher: std::collections::hash_map::RandomState::new(),
+            shards: (0..n)
+                .map(|_| Mutex::new(HashMap::with_hasher(ahash::RandomState::new())))
+                .collect(),
+            hasher: ahash::RandomState::new(),
             zone_count: (0..ZONES).map(|_| AtomicU32::new(0)).collect(),
             zone_limit: (0..ZONES).map(|_| AtomicU32::new(NO_OVERRIDE)).collect(),
             entries: AtomicU64::new(0),
@@ -491,7 +519,8 @@ impl Tracker {
             tuple: pkt.tuple.canonical(),
         };
         let mut shard = self.shard_of(&key);
-        match shard.get(&key) {
+        // One lookup: a hit is updated in place.
+        match shard.get_mut(&key) {
             Some(Slot::Alias(owner)) => {
                 let owner = Key {
                     zone,
@@ -500,33 +529,31 @@ impl Tracker {
                 drop(shard);
                 return self.track_alias(frame, &pkt, key, owner, commit, nat, now, depth);
             }
-            Some(Slot::Conn(_)) => {
-                if let Some(Slot::Conn(conn)) = shard.get_mut(&key) {
-                    if conn.expires > now {
-                        let Some(dir) = direction(conn, &pkt.tuple) else {
+            Some(Slot::Conn(conn)) => {
+                if conn.expires > now {
+                    let Some(dir) = direction(conn, &pkt.tuple) else {
+                        drop(shard);
+                        return self.inv(zone);
+                    };
+                    match self.update(conn, dir, &pkt, commit, nat, zone, now) {
+                        Updated::Result(r, x) => return (r, x),
+                        Updated::Kill(r, x) => {
+                            let gone = shard.remove(&key);
+                            drop(shard);
+                            self.release(zone);
+                            if let Some(Slot::Conn(c)) = gone {
+                                self.drop_alias(zone, &c, key.tuple);
+                            }
+                            return (r, x);
+                        }
+                        Updated::Invalid => {
                             drop(shard);
                             return self.inv(zone);
-                        };
-                        match self.update(conn, dir, &pkt, commit, nat, zone, now) {
-                            Updated::Result(r, x) => return (r, x),
-                            Updated::Kill(r, x) => {
-                                let gone = shard.remove(&key);
-                                drop(shard);
-                                self.release(zone);
-                                if let Some(Slot::Conn(c)) = gone {
-                                    self.drop_alias(zone, &c, key.tuple);
-                                }
-                                return (r, x);
-                            }
-                            Updated::Invalid => {
-                                drop(shard);
-                                return self.inv(zone);
-                            }
-                            Updated::Reopen => {}
                         }
-                    } else {
-                        self.expired.fetch_add(1, Relaxed);
+                        Updated::Reopen => {}
                     }
+                } else {
+                    self.expired.fetch_add(1, Relaxed);
                 }
                 let gone = shard.remove(&key);
                 self.release(zone);
