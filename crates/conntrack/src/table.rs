@@ -250,6 +250,16 @@ impl Hash for Key {
 /// most of a tracked packet's cycles.
 type Shard = HashMap<Key, Slot, ahash::RandomState>;
 
+/// Gives a shard's memory back when it holds under a quarter of what it has room for (after
+/// a flush, or a sweep of a flood of short-lived entries): a sweep scans every bucket, so a
+/// table that once held millions would otherwise cost a sweep of millions for ever, and
+/// pollute the cache the PMDs share with it.
+fn fit(shard: &mut Shard) {
+    if shard.capacity() > 4 * (shard.len() + 64) {
+        shard.shrink_to(2 * shard.len());
+    }
+}
+
 /// A snapshot of the counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Counters {
@@ -329,6 +339,15 @@ impl Tracker {
     /// The number of shards ([`Tracker::sweep_shard`] takes an index below it).
     pub fn shard_count(&self) -> usize {
         self.shards.len()
+    }
+
+    /// Entries the shards have room for without growing.
+    #[cfg(test)]
+    fn capacity(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).capacity())
+            .sum()
     }
 
     /// Zones with a limit of their own, with it (ascending zones).
@@ -983,6 +1002,7 @@ impl Tracker {
             }
             _ => true,
         });
+        fit(&mut shard);
         drop(shard);
         for (z, owner, b) in &gone {
             self.release(*z);
@@ -1056,6 +1076,7 @@ impl Tracker {
                 }
                 keep
             });
+            fit(&mut shard);
             drop(shard);
             for z in &gone {
                 self.release(*z);

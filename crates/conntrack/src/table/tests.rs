@@ -194,6 +194,34 @@ fn expiry_and_sweep() {
 }
 
 #[test]
+fn sweep_and_flush_give_memory_back() {
+    let t = Tracker::new(Config {
+        max_entries: 100_000,
+        shards: 4,
+        ..Config::default()
+    });
+    let udp = |i: u32| {
+        let [a, b, c, d] = (0x0a00_0000 | i).to_be_bytes();
+        Frame::v4([a, b, c, d], B, Proto::udp(1, 2, b"")).bytes()
+    };
+    for i in 0..20_000 {
+        assert!(t.execute(&udp(i), 0, true, 0).committed);
+    }
+    assert!(t.capacity() >= 20_000);
+    // All but one expire: the swept shards shrink to what they hold.
+    t.execute(&udp(0), 0, true, 25_000);
+    assert_eq!(t.sweep(30_000), 19_999);
+    assert!(t.capacity() < 1_000, "{}", t.capacity());
+    for i in 0..20_000 {
+        t.execute(&udp(i), 0, true, 40_000);
+    }
+    assert_eq!(t.flush(None), 20_000);
+    assert!(t.capacity() < 1_000, "{}", t.capacity());
+    // And they grow again.
+    assert!(t.execute(&udp(7), 0, true, 50_000).committed);
+}
+
+#[test]
 fn mark_and_label_on_commit() {
     let t = small();
     let q = Frame::v4(A, B, Proto::udp(1, 2, b"")).bytes();

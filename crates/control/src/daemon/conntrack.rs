@@ -34,8 +34,15 @@ use super::*;
 /// Entries per handover message (about 1 KiB each in JSON at most: far below
 /// [`crate::upgrade::MAX_MSG`]).
 pub(super) const CT_CHUNK: usize = 2048;
-/// Sweeps per full pass: one per tick, so a pass takes `SWEEP_TICKS` x 100 ms.
+/// Ticks per full sweep pass of a small table: a pass takes `SWEEP_TICKS` x 100 ms.
 const SWEEP_TICKS: usize = 10;
+/// Entries per extra second of a pass: a pass scans every bucket of the table, so a big
+/// table is swept more slowly (at most [`SWEEP_TICKS_MAX`] ticks per pass), as Linux's
+/// conntrack garbage collector stretches its interval. Expired entries are dead to lookups
+/// at once; only their memory and their share of the limits wait for the sweep.
+const SWEEP_ENTRIES_PER_S: u64 = 100_000;
+/// Ticks per pass of the biggest tables (10 s).
+const SWEEP_TICKS_MAX: usize = 100;
 
 /// The control thread's bookkeeping of the tracker.
 #[derive(Debug, Default)]
@@ -153,7 +160,9 @@ impl Daemon {
     pub(super) fn conntrack_tick(&mut self) {
         let n = self.conntrack.shard_count();
         let now = self.ct_now();
-        for _ in 0..n.div_ceil(SWEEP_TICKS) {
+        let secs = (self.conntrack.counters().entries / SWEEP_ENTRIES_PER_S).max(1) as usize;
+        let ticks = (SWEEP_TICKS * secs).min(SWEEP_TICKS_MAX);
+        for _ in 0..n.div_ceil(ticks) {
             self.conntrack.sweep_shard(self.ct.sweep_at, now);
             self.ct.sweep_at = (self.ct.sweep_at + 1) % n;
         }
