@@ -96,7 +96,10 @@ def describe(msg):
     elif typ == 1 and len(body) >= 4:
         etype, code = struct.unpack_from("!HH", body)
         d["err"] = [etype, code]
-        if len(body) >= 12:
+        if etype == 0:
+            # OFPET_HELLO_FAILED carries text, not the message it answers.
+            d["sub"] = "HELLO_FAILED: " + body[4:68].decode("ascii", "replace").strip("\x00")
+        elif len(body) >= 12:
             inner = describe(body[4:])
             d["sub"] = inner["type"] + ("/" + inner["sub"] if "sub" in inner else "")
     return d

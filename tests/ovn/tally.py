@@ -5,6 +5,11 @@
     tally.py msgs OFLOG...      OpenFlow messages logged by tests/ovn/ofproxy.py
     tally.py ovsdb LOG...       OVSDB transactions and monitors in ovn-controller's log
                                 (run with -vjsonrpc:file:dbg): tables, columns, operations
+    tally.py probes DUMP...     one minimal flow per distinct match field and per distinct
+                                action of the dumps, as "KIND<TAB>NAME<TAB>FLOW" lines for
+                                tests/ovn/replay-flows.sh --probes: the field alone (with the
+                                flow's protocol shorthand, its prerequisite) and actions=drop;
+                                the action alone after the flow's shorthand
 
 A DUMP is the text of `ovs-ofctl -O OpenFlow15 --no-stats dump-flows br-int` (with or without
 statistics: they are skipped). "-" reads standard input. Each table counts flows (a field
@@ -237,10 +242,52 @@ def tally_ovsdb(paths):
         print("| %s | %s |" % (t, ", ".join("`%s`" % x for x in sorted(reads[t]))))
 
 
+def action_key(act):
+    """The name an action is probed under: ct by its set of options, the rest by detail."""
+    names = action_names(act)
+    if names[0] == "ct":
+        opts = sorted(set(n[3:] for n in names[1:] if not n.startswith("ct exec ")))
+        execs = sorted(set(n[8:] for n in names[1:] if n.startswith("ct exec ")))
+        return "ct(%s)" % ",".join(opts + ["exec(%s)" % ",".join(execs)] if execs else opts)
+    if names[0] in ("controller",):
+        return "controller(%s)" % ",".join(sorted(n.split(" ", 1)[1] for n in names[1:]))
+    return names[-1]
+
+
+def probes(paths):
+    seen = set()
+    for p in paths:
+        for line in open(p):
+            r = parse_flow(line)
+            if not r:
+                continue
+            table, fields, acts = r
+            match = line.split("actions=", 1)[0].strip().replace(" ", ",")
+            toks = [t for t in split_top(match) if field_name(t) not in STAT_KEYS]
+            short = [t for t in toks if "=" not in t and t in SHORTHANDS]
+            pre = ",".join(["table=%s" % table, "priority=1"] + short)
+            for t in toks:
+                k = field_name(t)
+                if "=" not in t or ("field", k) in seen:
+                    continue
+                seen.add(("field", k))
+                # Neighbour discovery fields need the ICMPv6 type and code too.
+                extra = [x for x in toks if k.startswith("nd_") and
+                         field_name(x) in ("icmp_type", "icmp_code", "icmpv6_type", "icmpv6_code")]
+                print("field\t%s\t%s,%s actions=drop" % (k, ",".join([pre] + extra), t))
+            for a in acts:
+                k = action_key(a)
+                if ("action", k) in seen:
+                    continue
+                seen.add(("action", k))
+                print("action\t%s\t%s actions=%s" % (k, pre, a))
+
+
 def main():
-    if len(sys.argv) < 3 or sys.argv[1] not in ("flows", "msgs", "ovsdb"):
+    if len(sys.argv) < 3 or sys.argv[1] not in ("flows", "msgs", "ovsdb", "probes"):
         sys.exit(__doc__.strip())
-    {"flows": tally_flows, "msgs": tally_msgs, "ovsdb": tally_ovsdb}[sys.argv[1]](sys.argv[2:])
+    {"flows": tally_flows, "msgs": tally_msgs, "ovsdb": tally_ovsdb,
+     "probes": probes}[sys.argv[1]](sys.argv[2:])
 
 
 if __name__ == "__main__":
