@@ -32,11 +32,11 @@ while [ $# -gt 0 ]; do
     --switch) switch=$2; shift 2 ;;
     --probes) probes=1; shift ;;
     --keep) keep=1; shift ;;
-    -h | --help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,22p' "$0"; exit 0 ;;
     *) break ;;
     esac
 done
-[ $# -gt 0 ] || { sed -n '2,24p' "$0" >&2; exit 1; }
+[ $# -gt 0 ] || { sed -n '2,22p' "$0" >&2; exit 1; }
 
 W=$(mktemp -d /tmp/ferrovs-ovn-replay.XXXXXX)
 declare -A TLV_MAP
