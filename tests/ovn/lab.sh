@@ -6,7 +6,7 @@
 # scenarios run on either.
 #
 #   tests/ovn/lab.sh up [--switch ovs|ferrovs] [--chassis N] [--no-of-trace]
-#   tests/ovn/lab.sh run [--keep] SCENARIO...     1, 2, 3 or all (scenarios below)
+#   tests/ovn/lab.sh run [--keep] SCENARIO...     1, 2, 3, 4 or all (scenarios below)
 #   tests/ovn/lab.sh inventory [OUT.md]           what ovn-controller used (docs/ovn.md)
 #   tests/ovn/lab.sh status                       chassis, tunnels, ports, bindings
 #   tests/ovn/lab.sh down [--keep-logs]
@@ -20,6 +20,8 @@
 #      the router and across it both ways, TCP across
 #   3  ACLs on one logical switch: to vm2 allow-related from vm1, to either VM drop the rest
 #      of IPv4: vm1 -> vm2 ping and TCP work (replies come back), vm2 -> vm1 neither
+#   4  OVN's native DHCP (ovn-controller's pinctrl: packet-in, continuation): vm1 (ch1)
+#      gets its address and router from OVN with busybox udhcpc, then pings vm2 (ch2)
 #
 # `run` exits 0 when every check passed; on a failure it prints the checks and the tails of
 # the logs and takes the lab down (keeping its directory: --keep leaves the lab running).
@@ -151,6 +153,12 @@ chassis_up() {
     ip -n "$NS_C" link add "ul$n" type veth peer name eth1 netns "$ns"
     ip -n "$NS_C" link set "ul$n" master ul-br up
     ip -n "$ns" link set eth1 address "$mac" up
+    # As for the VMs' veths: OVS reads eth1 with AF_PACKET and drops merged (GRO) frames
+    # larger than the MTU ("Dropped packet: Too big").
+    for f in tx tso gso gro; do
+        in_ns "$ns" ethtool -K eth1 "$f" off >/dev/null 2>&1 || true
+        in_ns "$NS_C" ethtool -K "ul$n" "$f" off >/dev/null 2>&1 || true
+    done
 
     ovsdb-tool create "$d/conf.db" /usr/share/openvswitch/vswitch.ovsschema
     ovs_daemon "$ns" "$d" ovsdb-server ovsdb-server "$d/conf.db" --remote="punix:$d/db.sock"
@@ -295,14 +303,14 @@ do_down() {
 
 # ---------------------------------------------------------------- VMs and checks
 
-# vm_add CHASSIS NAME MAC IP/PLEN [GATEWAY]: a namespace ovl-NAME whose eth0 is a veth to
-# port p-NAME of br-int on the chassis, bound to logical port NAME.
+# vm_add CHASSIS NAME MAC IP/PLEN|- [GATEWAY]: a namespace ovl-NAME whose eth0 is a veth to
+# port p-NAME of br-int on the chassis, bound to logical port NAME ("-": no address yet).
 vm_add() {
     local n=$1 name=$2 mac=$3 addr=$4 gw=${5:-} ns=ovl-$2 port=p-$2 f
     add_ns "$ns"
     ip -n "ovl-ch$n" link add "$port" type veth peer name eth0 netns "$ns"
     ip -n "$ns" link set eth0 address "$mac" mtu $VM_MTU up
-    ip -n "$ns" addr add "$addr" dev eth0
+    [ "$addr" = - ] || ip -n "$ns" addr add "$addr" dev eth0
     [ -z "$gw" ] || ip -n "$ns" route add default via "$gw"
     ip -n "ovl-ch$n" link set "$port" mtu $VM_MTU up
     # The switches read the veths with AF_PACKET: full-sized frames with complete checksums.
@@ -319,6 +327,9 @@ vm_del_all() {
     local n name
     while read -r n name; do
         vsctl "$n" --if-exists del-port br-int "p-$name" </dev/null || true
+        # The veth pair goes now (a namespace's devices go some time after `ip netns del`,
+        # and the next scenario's VM of the same name needs the names).
+        ip -n "ovl-ch$n" link del "p-$name" </dev/null 2>/dev/null || true
         ip netns del "ovl-$name" </dev/null 2>/dev/null || true
         sed -i "/^ovl-$name\$/d" "$LAB/netns"
     done <"$LAB/vms"
@@ -471,6 +482,41 @@ scenario_3() {
 }
 cleanup_3() { nbctl --if-exists ls-del ls1; }
 
+# dhcp_ok VM IP ROUTER: busybox udhcpc in the VM gets IP and ROUTER from OVN, and the VM
+# takes the address.
+dhcp_ok() {
+    local vm=$1 want=$2 router=$3 script=$LAB/udhcpc.sh
+    printf '#!/bin/sh\n[ "$1" = bound ] && echo "BOUND ip=$ip mask=$mask router=$router" || true\n' >"$script"
+    chmod +x "$script"
+    in_ns "ovl-$vm" timeout 30 busybox udhcpc -f -q -n -i eth0 -t 10 -T 1 -s "$script" >"$LAB/dhcp.out" 2>&1 ||
+        { cat "$LAB/dhcp.out"; return 1; }
+    cat "$LAB/dhcp.out"
+    grep -q "BOUND ip=$want mask=24 router=$router" "$LAB/dhcp.out" || return 1
+    ip -n "ovl-$vm" addr add "$want/24" dev eth0
+}
+
+scenario_4() {
+    nbctl ls-add ls1
+    lsp ls1 vm1 0a:00:00:00:01:01 10.0.1.11
+    lsp ls1 vm2 0a:00:00:00:01:02 10.0.1.12
+    local opts
+    nbctl dhcp-options-create 10.0.1.0/24
+    opts=$(nbctl --bare --columns=_uuid find DHCP_Options cidr=10.0.1.0/24)
+    nbctl dhcp-options-set-options "$opts" lease_time=3600 router=10.0.1.1 \
+        server_id=10.0.1.1 server_mac=0a:00:00:00:ff:01
+    nbctl lsp-set-dhcpv4-options vm1 "$opts"
+    vm_add 1 vm1 0a:00:00:00:01:01 -
+    vm_add 2 vm2 0a:00:00:00:01:02 10.0.1.12/24
+    check "s4: logical ports vm1 and vm2 bound and up" ports_up vm1 vm2
+    check "s4: vm1 gets 10.0.1.11/24, router 10.0.1.1 from OVN's DHCP (pinctrl)" dhcp_ok vm1 10.0.1.11 10.0.1.1
+    check "s4: ping vm1 -> vm2 with the leased address" ping_ok vm1 10.0.1.12
+}
+cleanup_4() {
+    nbctl --if-exists ls-del ls1
+    local u
+    for u in $(nbctl --bare --columns=_uuid list DHCP_Options); do nbctl dhcp-options-del "$u"; done
+}
+
 run_scenario() {
     local s=$1
     echo "== scenario $s ($SWITCH, $NCH chassis)"
@@ -497,12 +543,12 @@ do_run() {
     while [ $# -gt 0 ]; do
         case $1 in
         --keep) RUN_KEEP=1; shift ;;
-        all) scenarios+=(1 2 3); shift ;;
-        1 | 2 | 3) scenarios+=("$1"); shift ;;
-        *) die "run: unknown scenario '$1' (1, 2, 3, all)" ;;
+        all) scenarios+=(1 2 3 4); shift ;;
+        1 | 2 | 3 | 4) scenarios+=("$1"); shift ;;
+        *) die "run: unknown scenario '$1' (1, 2, 3, 4, all)" ;;
         esac
     done
-    [ ${#scenarios[@]} -gt 0 ] || die "run: which scenario? (1, 2, 3, all)"
+    [ ${#scenarios[@]} -gt 0 ] || die "run: which scenario? (1, 2, 3, 4, all)"
     load_state
     trap 'rc=$?; if [ $rc != 0 ]; then show_logs; [ $RUN_KEEP = 1 ] || do_down --keep-logs; fi' EXIT
     for s in "${scenarios[@]}"; do run_scenario "$s"; done
@@ -601,6 +647,6 @@ run) do_run "$@" ;;
 status) do_status ;;
 inventory) do_inventory "$@" ;;
 test) do_test "$@" ;;
--h | --help | help | "") sed -n '2,46p' "$0" ;;
+-h | --help | help | "") sed -n '2,48p' "$0" ;;
 *) die "unknown command '$cmd' (up, run, inventory, status, down, test)" ;;
 esac
