@@ -7,7 +7,8 @@
 #   tests/ovn/replay-flows.sh --probes [--protocol P] FLOWS...
 #
 # FLOWS: `ovs-ofctl dump-flows` output (tests/ovn/lab.sh's flows/sN-chM.flows; statistics
-# are stripped). The switch runs privately with its own directory and a bridge br-int:
+# are stripped). tests/ovn/reference/sN-ch1.flows are chassis 1's flows after scenario N
+# with OVS 3.1 and OVN 23.03 (2026-11-28), so that this runs without an OVS lab. The switch runs privately with its own directory and a bridge br-int:
 # ferrovsd (release build, FERROVS_BIN_DIR overrides), or OVS (ovs-vswitchd, netdev, in a
 # namespace of its own). Flows go to br-int.mgmt over --protocol (default OpenFlow13: the
 # version ferrovs speaks today; ovs-ofctl encodes OVN's Nicira actions in it as in 1.5).
@@ -15,7 +16,7 @@
 #
 # Without --probes: how many flows were accepted, then each distinct refusal (ovs-ofctl's
 # error, which names the first thing the switch refused in that flow) with its count and an
-# example; per-flow results in FLOWS.replay.tsv.
+# example; per-flow results (status, flow) in the work directory, which --keep keeps.
 # With --probes: `tally.py probes` makes one minimal flow per distinct match field and per
 # distinct action of FLOWS; each goes to OVS and to ferrovs, and a table says per field and
 # action what each switch answered (a probe OVS refuses is the probe's fault, not ferrovs's).
@@ -32,11 +33,11 @@ while [ $# -gt 0 ]; do
     --switch) switch=$2; shift 2 ;;
     --probes) probes=1; shift ;;
     --keep) keep=1; shift ;;
-    -h | --help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,23p' "$0"; exit 0 ;;
     *) break ;;
     esac
 done
-[ $# -gt 0 ] || { sed -n '2,22p' "$0" >&2; exit 1; }
+[ $# -gt 0 ] || { sed -n '2,23p' "$0" >&2; exit 1; }
 
 W=$(mktemp -d /tmp/ferrovs-ovn-replay.XXXXXX)
 declare -A TLV_MAP
@@ -135,7 +136,7 @@ fi
 start_switch "$switch"
 S=$SOCK
 for flows in "$@"; do
-    out=$flows.replay.$switch.tsv
+    out=$W/$(basename "$flows").$switch.tsv
     : >"$out"
     grep -E 'actions=' "$flows" | strip | while IFS= read -r f; do
         printf '%s\t%s\n' "$(add "$S" "$f")" "$f" >>"$out"
