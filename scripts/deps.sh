@@ -2,17 +2,26 @@
 # Installs, idempotently, what ferrovs's tests and benchmarks need from Debian:
 #   QEMU (real guests), DPDK's testpmd (interop and the bench peer), OVS-DPDK (bench peer),
 #   a Debian kernel and busybox (the guest image), and small tools (iproute2 and ping for
-#   the kernel-port tests, conntrack and nftables for the conntrack differential test);
-#   and os-ken (PyPI, with eventlet) in a venv for its switch test tool
-#   (scripts/osken-switch-tests.sh): $OSKEN_VENV, default target/osken/venv.
+#   the kernel-port tests, conntrack and nftables for the conntrack differential test),
+#   OVN 23.03 (ovn-central: ovn-northd and the NB/SB schemas; ovn-host: ovn-controller) for
+#   the OVN lab (tests/ovn/lab.sh); and os-ken (PyPI, with eventlet) in a venv for its switch
+#   test tool (scripts/osken-switch-tests.sh): $OSKEN_VENV, default target/osken/venv.
 # Runs `apt-get update` only when something is missing. Usage: scripts/deps.sh [--hugepages N]
+#
+# The tests start every OVS and OVN daemon they need themselves, privately (their own run
+# directories and namespaces); the system services these packages bring (openvswitch-switch,
+# ovn-central, ovn-host) would only get in the way: a stray ovn-controller on the system's
+# database, ovn-northd holding /var/run/ovn. So they are never started by an install here
+# (a temporary policy-rc.d answers "not now", as Debian's invoke-rc.d and
+# deb-systemd-invoke ask it), and where systemd runs they are stopped and disabled.
 set -euo pipefail
 
 packages=(
     qemu-system-x86 dpdk dpdk-dev openvswitch-switch-dpdk busybox-static linux-image-amd64
     iproute2 iputils-ping ethtool iperf3 tcpdump jq socat cpio kmod valgrind conntrack nftables
-    python3 python3-venv
+    python3 python3-venv ovn-central ovn-host
 )
+services=(ovn-central ovn-host ovn-northd ovn-controller ovn-ovsdb-server-nb ovn-ovsdb-server-sb)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -22,7 +31,29 @@ if [ ${#missing[@]} -gt 0 ]; then
     sudo=""
     [ "$(id -u)" = 0 ] || sudo=sudo
     $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    # No service starts during the install (exit 101: "action forbidden by policy").
+    own_policy=0
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+        printf '#!/bin/sh\nexit 101\n' | $sudo tee /usr/sbin/policy-rc.d >/dev/null
+        $sudo chmod 755 /usr/sbin/policy-rc.d
+        own_policy=1
+    fi
+    rc=0
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || rc=$?
+    [ $own_policy = 0 ] || $sudo rm -f /usr/sbin/policy-rc.d
+    [ $rc = 0 ] || exit $rc
+fi
+# Where systemd runs, OVN's units stay stopped and disabled (installed before this script
+# did the above, they may have been started and enabled).
+if [ -d /run/systemd/system ]; then
+    sudo=""
+    [ "$(id -u)" = 0 ] || sudo=sudo
+    for u in "${services[@]}"; do
+        if systemctl is-enabled --quiet "$u" 2>/dev/null || systemctl is-active --quiet "$u" 2>/dev/null; then
+            echo "deps: stopping and disabling $u (the tests run their own OVN daemons)"
+            $sudo systemctl disable --now "$u" >/dev/null 2>&1 || true
+        fi
+    done
 fi
 
 # os-ken's switch tester (os_ken/tests/switch) and eventlet, which it needs as its hub. The
