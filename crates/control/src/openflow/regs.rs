@@ -286,6 +286,11 @@ pub fn action_to_of(a: &ActionSpec, m: &Match, ports: &PortMap) -> Option<Vec<Ac
                 log::warn!("rule loads {field:?}, which has no OpenFlow form");
                 return Some(Vec::new());
             };
+            // A whole field wider than a REG_LOAD's 64 bits (an xxreg): one SET_FIELD, as
+            // ovs-ofctl writes it.
+            if end - ofs > 64 && *mask == field.full() {
+                return Some(vec![Action::SetField(Oxm::exact(f, *value))]);
+            }
             let mut out = Vec::new();
             let mut bit = ofs;
             while bit < end {
