@@ -402,8 +402,8 @@ pub(crate) fn decode_actions(buf: &[u8]) -> Result<Vec<Action>, OfError> {
     decode_actions_in(buf, ActionContext::Top)
 }
 
-/// [`decode_actions`] of a list in an OpenFlow 1.5 message (masked SET_FIELD,
-/// COPY_FIELD).
+/// Decodes an action list of an OpenFlow 1.5 message that fills `buf` exactly: as a 1.3
+/// list, plus a masked SET_FIELD and COPY_FIELD.
 pub fn decode_actions_15(buf: &[u8]) -> Result<Vec<Action>, OfError> {
     decode_actions_in(buf, ActionContext::Top15)
 }
