@@ -121,6 +121,9 @@ pub struct BridgeRules {
     /// (the pipeline is rebuilt on each; these counters are handed to every build).
     tables: Vec<TableCounters>,
     groups: BTreeMap<u32, StoredGroup>,
+    /// Translations that failed on a limit (resubmits too deep or too many), kept across
+    /// rebuilds like `tables`.
+    xlate: Arc<ferrovs_flow::pipeline::XlateCounters>,
 }
 
 /// Tables that count lookups: all of OpenFlow's (0..=253).
@@ -171,6 +174,7 @@ impl BridgeRules {
             changes: None,
             tables: table_counters(),
             groups: BTreeMap::new(),
+            xlate: Arc::default(),
         };
         r.add(vec![default_rule()]);
         r
@@ -191,6 +195,7 @@ impl BridgeRules {
             changes: None,
             tables: table_counters(),
             groups: BTreeMap::new(),
+            xlate: Arc::default(),
         };
         r.add(specs);
         Ok(r)
@@ -389,6 +394,17 @@ impl BridgeRules {
             live,
         )
         .with_table_stats(self.tables.clone())
+        .with_xlate_counters(self.xlate.clone())
+    }
+
+    /// Translations that failed on a limit: (resubmits nested too deep, too many
+    /// resubmits), each counted once per translation (upcall).
+    pub fn xlate_failures(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (
+            self.xlate.too_deep.load(Relaxed),
+            self.xlate.too_many.load(Relaxed),
+        )
     }
 
     /// Table `t`'s lookups and matches so far (as pushed from the datapath's caches).
@@ -623,6 +639,24 @@ const DUMP_FIELDS: &[(Field, &str, Style)] = &[
     (Field::MplsTtl, "mpls_ttl", Style::Dec),
     (Field::MplsBos, "mpls_bos", Style::Dec),
     (Field::MplsPayload, "mpls_payload", Style::Dec),
+    // A resumed pass (after ct(table=T)) matches the registers it was frozen with; a first
+    // pass's megaflow never has them.
+    (Field::Reg0, "reg0", Style::Hex),
+    (Field::Reg1, "reg1", Style::Hex),
+    (Field::Reg2, "reg2", Style::Hex),
+    (Field::Reg3, "reg3", Style::Hex),
+    (Field::Reg4, "reg4", Style::Hex),
+    (Field::Reg5, "reg5", Style::Hex),
+    (Field::Reg6, "reg6", Style::Hex),
+    (Field::Reg7, "reg7", Style::Hex),
+    (Field::Reg8, "reg8", Style::Hex),
+    (Field::Reg9, "reg9", Style::Hex),
+    (Field::Reg10, "reg10", Style::Hex),
+    (Field::Reg11, "reg11", Style::Hex),
+    (Field::Reg12, "reg12", Style::Hex),
+    (Field::Reg13, "reg13", Style::Hex),
+    (Field::Reg14, "reg14", Style::Hex),
+    (Field::Reg15, "reg15", Style::Hex),
 ];
 
 #[derive(Debug, Clone, Copy)]

@@ -596,6 +596,12 @@ fn print_pmd_stats(v: &Vec<PmdStats>) {
             c.refused_full,
             c.refused_stale
         );
+        if c.xlate_too_deep + c.xlate_too_many != 0 {
+            println!(
+                "  translations dropped on resubmit limits: nested too deep {}, too many {}",
+                c.xlate_too_deep, c.xlate_too_many
+            );
+        }
     }
 }
 

@@ -6,12 +6,15 @@
 //! (the datapath action carries the table to resume in), the executor runs the tracker,
 //! re-extracts the packet's key with the `ct_*` fields and [`crate::Field::RecircId`] set,
 //! and the packet is looked up again — the second pass starts in table T. The recirculation
-//! id is `T + 1`: everything else a resumed translation needs (in_port, metadata, tunnel)
+//! id is `T + 1`: everything else a resumed translation needs (in_port, tunnel; metadata and
+//! the registers, which the action carries and [`CtAction::freeze_into`] puts back)
 //! travels in the key, so the same freeze point always has the same id, in every pipeline
 //! generation and across a hot upgrade (nothing to intern, nothing to hand over).
 //! See `docs/conntrack.md`.
 
 use std::net::IpAddr;
+
+use crate::key::{Field, FlowKey, SubField, REG_WORD};
 
 /// The `ct_state` bits, with OVS's values (`ct_state=+trk+est`).
 pub mod state {
@@ -75,6 +78,9 @@ pub struct CtSpec {
     pub force: bool,
     /// `zone=N` (0 when absent).
     pub zone: u16,
+    /// `zone=FIELD[a..b]` (16 bits): the zone taken from a field (a register, as OVN does)
+    /// when the translation reaches the action; `zone` is then 0.
+    pub zone_src: Option<SubField>,
     /// `table=T`: recirculate, the packet continuing in table T with its `ct_*` fields set.
     pub table: Option<u8>,
     pub nat: CtNat,
@@ -100,21 +106,36 @@ pub struct CtAction {
     /// key carries it (the frozen part of the translation that the packet's own key
     /// cannot give back).
     pub metadata: u64,
+    /// The registers the translation had reached (the key's register words, `xreg0` to
+    /// `xreg7`): the recirculated key carries them too, as OVS freezes them.
+    pub regs: [u64; 8],
 }
 
 impl CtAction {
-    /// The datapath action for a rule's `ct()` reached with OpenFlow metadata `metadata`.
-    pub fn from_spec(s: &CtSpec, metadata: u64) -> CtAction {
+    /// The datapath action for a rule's `ct()` reached with the translation's key `k`
+    /// (its metadata, its registers, and the zone when it comes from a field).
+    pub fn from_spec(s: &CtSpec, k: &FlowKey) -> CtAction {
+        let mut regs = [0u64; 8];
+        regs.copy_from_slice(&k.0[REG_WORD..REG_WORD + 8]);
         CtAction {
-            zone: s.zone,
+            zone: s.zone_src.map_or(s.zone, |f| f.get(k) as u16),
             commit: s.commit,
             force: s.force,
             nat: s.nat,
             mark: s.mark,
             label: s.label,
             recirc: s.table,
-            metadata,
+            metadata: k.get(Field::Metadata) as u64,
+            regs,
         }
+    }
+
+    /// Puts what the translation froze at the action (metadata, registers) into the
+    /// recirculated pass's key `k`.
+    #[inline]
+    pub fn freeze_into(&self, k: &mut FlowKey) {
+        k.set(Field::Metadata, u128::from(self.metadata));
+        k.0[REG_WORD..REG_WORD + 8].copy_from_slice(&self.regs);
     }
 }
 

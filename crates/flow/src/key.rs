@@ -1,5 +1,5 @@
 //! The flow key: every header field a rule can match, extracted once per packet into
-//! twenty-one 64-bit words, so masking, hashing and comparing are word operations.
+//! twenty-nine 64-bit words, so masking, hashing and comparing are word operations.
 //!
 //! Layout (fixed; [`Field::layout`]): w0 in_port·eth_type·vlan_tci, w1 eth_dst·ip_proto·
 //! ip_tos, w2 eth_src·ip_ttl·ip_frag, w3 ipv4_src·ipv4_dst (ARP spa/tpa too), w4-w5
@@ -13,6 +13,11 @@
 //! recirculated pass, see `ct.rs`): w8 bits 48..64 recirc_id, w16 bits 40..48 ct_state and
 //! 48..64 ct_zone, w15 bits 48..56 ct_nw_proto, w17 ct_mark·ct_tp_src·ct_tp_dst, w18
 //! ct_nw_src·ct_nw_dst, w19-w20 ct_label.
+//! Registers (OVS's `reg0`..`reg15`, 32 bits each; 0 in every extracted key, written only
+//! during a translation, like metadata, and carried to a recirculated pass): w21..w28, word
+//! `21 + i` holding `xreg i` (64 bits) = `reg(2i)` in bits 32..64 and `reg(2i+1)` in bits
+//! 0..32, so `xxreg j` (128 bits) is words `21 + 2j` (high) and `22 + 2j` (low), `reg(4j)`
+//! its most significant 32 bits — the views overlap exactly as in OVS.
 //! Addresses are integers of their big-endian value.
 //!
 //! MPLS (w14 bits 48..60 mpls_ttl·mpls_tc·mpls_bos, bits 60..62 the internal mpls payload
@@ -30,7 +35,10 @@
 use std::net::Ipv4Addr;
 
 /// Words in a key.
-pub const KEY_WORDS: usize = 21;
+pub const KEY_WORDS: usize = 29;
+
+/// The first register word (`xreg0`).
+pub const REG_WORD: usize = 21;
 
 /// A packet's (or a mask's) match fields.
 #[derive(Clone, Copy, Eq, Default, Debug)]
@@ -121,11 +129,83 @@ pub enum Field {
     CtNwProto,
     CtTpSrc,
     CtTpDst,
+    /// Registers `reg0`..`reg15` (32 bits; pipeline-internal, 0 on input, see the module
+    /// doc).
+    Reg0,
+    Reg1,
+    Reg2,
+    Reg3,
+    Reg4,
+    Reg5,
+    Reg6,
+    Reg7,
+    Reg8,
+    Reg9,
+    Reg10,
+    Reg11,
+    Reg12,
+    Reg13,
+    Reg14,
+    Reg15,
+    /// `xreg0`..`xreg7` (64 bits): views of two registers each, not in [`Field::ALL`].
+    Xreg0,
+    Xreg1,
+    Xreg2,
+    Xreg3,
+    Xreg4,
+    Xreg5,
+    Xreg6,
+    Xreg7,
+    /// `xxreg0`..`xxreg3` (128 bits): views of four registers each, not in [`Field::ALL`].
+    Xxreg0,
+    Xxreg1,
+    Xxreg2,
+    Xxreg3,
 }
 
 impl Field {
-    /// Every field.
-    pub const ALL: [Field; 39] = [
+    /// `reg0`..`reg15`.
+    pub const REGS: [Field; 16] = [
+        Field::Reg0,
+        Field::Reg1,
+        Field::Reg2,
+        Field::Reg3,
+        Field::Reg4,
+        Field::Reg5,
+        Field::Reg6,
+        Field::Reg7,
+        Field::Reg8,
+        Field::Reg9,
+        Field::Reg10,
+        Field::Reg11,
+        Field::Reg12,
+        Field::Reg13,
+        Field::Reg14,
+        Field::Reg15,
+    ];
+    /// `xreg0`..`xreg7`.
+    pub const XREGS: [Field; 8] = [
+        Field::Xreg0,
+        Field::Xreg1,
+        Field::Xreg2,
+        Field::Xreg3,
+        Field::Xreg4,
+        Field::Xreg5,
+        Field::Xreg6,
+        Field::Xreg7,
+    ];
+    /// `xxreg0`..`xxreg3`.
+    pub const XXREGS: [Field; 4] = [Field::Xxreg0, Field::Xxreg1, Field::Xxreg2, Field::Xxreg3];
+
+    /// Whether `self` is a register or a view of registers (pipeline-internal state, not a
+    /// packet field).
+    pub const fn is_register(self) -> bool {
+        self.layout().0 >= REG_WORD
+    }
+
+    /// Every field that has its own bits (the register views `xreg`/`xxreg` left out: they
+    /// are `reg`s).
+    pub const ALL: [Field; 55] = [
         Field::InPort,
         Field::EthType,
         Field::VlanTci,
@@ -165,6 +245,22 @@ impl Field {
         Field::CtNwProto,
         Field::CtTpSrc,
         Field::CtTpDst,
+        Field::Reg0,
+        Field::Reg1,
+        Field::Reg2,
+        Field::Reg3,
+        Field::Reg4,
+        Field::Reg5,
+        Field::Reg6,
+        Field::Reg7,
+        Field::Reg8,
+        Field::Reg9,
+        Field::Reg10,
+        Field::Reg11,
+        Field::Reg12,
+        Field::Reg13,
+        Field::Reg14,
+        Field::Reg15,
     ];
 
     /// (word, shift, bits). 128-bit fields take words `word` (high half) and `word + 1`.
@@ -210,6 +306,34 @@ impl Field {
             Field::CtNwSrc => (18, 0, 32),
             Field::CtNwDst => (18, 32, 32),
             Field::CtLabel => (19, 0, 128),
+            Field::Reg0 => (REG_WORD, 32, 32),
+            Field::Reg1 => (REG_WORD, 0, 32),
+            Field::Reg2 => (REG_WORD + 1, 32, 32),
+            Field::Reg3 => (REG_WORD + 1, 0, 32),
+            Field::Reg4 => (REG_WORD + 2, 32, 32),
+            Field::Reg5 => (REG_WORD + 2, 0, 32),
+            Field::Reg6 => (REG_WORD + 3, 32, 32),
+            Field::Reg7 => (REG_WORD + 3, 0, 32),
+            Field::Reg8 => (REG_WORD + 4, 32, 32),
+            Field::Reg9 => (REG_WORD + 4, 0, 32),
+            Field::Reg10 => (REG_WORD + 5, 32, 32),
+            Field::Reg11 => (REG_WORD + 5, 0, 32),
+            Field::Reg12 => (REG_WORD + 6, 32, 32),
+            Field::Reg13 => (REG_WORD + 6, 0, 32),
+            Field::Reg14 => (REG_WORD + 7, 32, 32),
+            Field::Reg15 => (REG_WORD + 7, 0, 32),
+            Field::Xreg0 => (REG_WORD, 0, 64),
+            Field::Xreg1 => (REG_WORD + 1, 0, 64),
+            Field::Xreg2 => (REG_WORD + 2, 0, 64),
+            Field::Xreg3 => (REG_WORD + 3, 0, 64),
+            Field::Xreg4 => (REG_WORD + 4, 0, 64),
+            Field::Xreg5 => (REG_WORD + 5, 0, 64),
+            Field::Xreg6 => (REG_WORD + 6, 0, 64),
+            Field::Xreg7 => (REG_WORD + 7, 0, 64),
+            Field::Xxreg0 => (REG_WORD, 0, 128),
+            Field::Xxreg1 => (REG_WORD + 2, 0, 128),
+            Field::Xxreg2 => (REG_WORD + 4, 0, 128),
+            Field::Xxreg3 => (REG_WORD + 6, 0, 128),
         }
     }
 
@@ -224,6 +348,69 @@ impl Field {
             128 => u128::MAX,
             b => (1u128 << b) - 1,
         }
+    }
+}
+
+/// Bits `ofs..ofs + nbits` of a field: OVS's subfield `FIELD[a..b]` (the source or
+/// destination of `move`, `load`, `output:FIELD[]`, a `ct` zone). Invariant (kept by
+/// [`SubField::new`]): `1 <= nbits` and `ofs + nbits <= field.bits()`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SubField {
+    pub field: Field,
+    pub ofs: u16,
+    pub nbits: u16,
+}
+
+impl SubField {
+    /// Bits `ofs..ofs + nbits` of `field`, if they are within it.
+    pub fn new(field: Field, ofs: u16, nbits: u16) -> Option<SubField> {
+        (nbits >= 1 && u32::from(ofs) + u32::from(nbits) <= field.bits()).then_some(SubField {
+            field,
+            ofs,
+            nbits,
+        })
+    }
+
+    /// Every bit of `field`.
+    pub fn whole(field: Field) -> SubField {
+        SubField {
+            field,
+            ofs: 0,
+            nbits: field.bits() as u16,
+        }
+    }
+
+    /// Whether it is every bit of its field.
+    pub fn is_whole(&self) -> bool {
+        self.ofs == 0 && u32::from(self.nbits) == self.field.bits()
+    }
+
+    /// The low `nbits` bits set.
+    pub fn ones(&self) -> u128 {
+        if self.nbits >= 128 {
+            u128::MAX
+        } else {
+            (1u128 << self.nbits) - 1
+        }
+    }
+
+    /// Its bits within the field's value.
+    pub fn mask(&self) -> u128 {
+        self.ones() << self.ofs
+    }
+
+    /// Its value in `k` (shifted down to bit 0).
+    #[inline]
+    pub fn get(&self, k: &FlowKey) -> u128 {
+        (k.get(self.field) >> self.ofs) & self.ones()
+    }
+
+    /// Writes `v`'s low `nbits` bits into its bits of `k` (the field's others kept).
+    #[inline]
+    pub fn set(&self, k: &mut FlowKey, v: u128) {
+        let m = self.mask();
+        let old = k.get(self.field);
+        k.set(self.field, (old & !m) | ((v << self.ofs) & m));
     }
 }
 
@@ -450,7 +637,8 @@ impl FlowKey {
         match w {
             Some([w0, w1, w2, w3, w8]) => {
                 self.0 = [
-                    w0, w1, w2, w3, 0, 0, 0, 0, w8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                    w0, w1, w2, w3, 0, 0, 0, 0, w8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                    0, 0, 0, 0,
                 ];
                 true
             }

@@ -1,7 +1,7 @@
 //! The flow pipeline's slow path: what the datapath's caches are filled from.
 //!
-//! * [`key`]: the flow key (every matchable header field and the metadata in twelve words)
-//!   and its extraction from an untrusted frame.
+//! * [`key`]: the flow key (every matchable header field, the metadata and the registers
+//!   in twenty-nine words) and its extraction from an untrusted frame.
 //! * [`ct`]: the `ct()` action (connection tracking) as a rule writes it and as the datapath
 //!   executes it, and recirculation ids.
 //! * [`matching`]: a rule's match (key + mask).
@@ -26,6 +26,8 @@ pub mod matching;
 pub mod meter;
 pub mod pipeline;
 pub mod reference;
+#[cfg(test)]
+mod regs_tests;
 pub mod spec;
 #[cfg(test)]
 mod testrng;
@@ -33,11 +35,12 @@ mod testrng;
 mod tests;
 
 pub use classifier::Classifier;
-pub use key::{Field, FlowKey, TunnelKey, KEY_WORDS};
+pub use key::{Field, FlowKey, SubField, TunnelKey, KEY_WORDS};
 pub use matching::Match;
 pub use pipeline::{
     is_table_miss, CompiledGroup, CompiledRule, ControllerAction, DpAction, GroupStats, Pipeline,
-    ResolvedAction, RuleStats, TableCounters, Translation, REASON_ACTION, REASON_NO_MATCH,
+    PortNumbers, ResolvedAction, RuleStats, TableCounters, Translation, XlateCounters, XlateError,
+    REASON_ACTION, REASON_NO_MATCH,
 };
 pub use spec::{
     parse_filter, parse_flow, parse_flows_file, parse_group, ActionSpec, BucketSpec, FlowFilter,

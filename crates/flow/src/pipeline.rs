@@ -29,8 +29,9 @@ use std::sync::Arc;
 use crate::classifier::Classifier;
 use crate::ct::{CtAction, CtNat, CtSpec};
 use crate::key::{
-    is_mpls, Field, FlowKey, ETH_ARP, ETH_IPV4, ETH_IPV6, ETH_MPLS, ETH_VLAN, IP_ICMP, IP_ICMPV6,
-    IP_TCP, IP_UDP, MPLS_PAYLOAD_ARP, MPLS_PAYLOAD_IPV4, MPLS_PAYLOAD_IPV6, ND_NA, ND_NS, VLAN_CFI,
+    is_mpls, Field, FlowKey, SubField, ETH_ARP, ETH_IPV4, ETH_IPV6, ETH_MPLS, ETH_VLAN, IP_ICMP,
+    IP_ICMPV6, IP_TCP, IP_UDP, MPLS_PAYLOAD_ARP, MPLS_PAYLOAD_IPV4, MPLS_PAYLOAD_IPV6, ND_NA,
+    ND_NS, REG_WORD, VLAN_CFI,
 };
 use crate::spec::{ActionSpec, FlowSpec, GroupSpec, GroupType};
 
@@ -151,6 +152,56 @@ pub enum ResolvedAction {
     DecMplsTtl,
     Ct(Box<CtSpec>),
     CtClear,
+    /// Writes `value`'s bits under `mask` into `field` (a register, metadata, in_port or a
+    /// packet field).
+    Load {
+        field: Field,
+        value: u128,
+        mask: u128,
+    },
+    /// Copies `src`'s bits to `dst`.
+    Move {
+        src: SubField,
+        dst: SubField,
+    },
+    /// Looks `table` up (`None`: the current one) with in_port `port` (`None`: unchanged;
+    /// `Some(None)`: a port that does not resolve, the action does nothing) and runs the
+    /// rule found, then goes on with the next action.
+    Resubmit {
+        port: Option<Option<u32>>,
+        table: Option<u8>,
+    },
+    /// Output to the OpenFlow port number held in `src`.
+    OutputReg(SubField),
+}
+
+/// Most nested resubmits (and gotos within them) in one translation, as OVS's
+/// `MAX_DEPTH`; deeper, the translation fails and the packet is dropped (counted in
+/// [`XlateCounters::too_deep`]).
+pub const MAX_RESUBMIT_DEPTH: usize = 64;
+/// Most resubmits (and table visits) in one translation, as OVS's `MAX_RESUBMITS`
+/// (`MAX_DEPTH²`); beyond, the packet is dropped ([`XlateCounters::too_many`]).
+pub const MAX_RESUBMITS: usize = MAX_RESUBMIT_DEPTH * MAX_RESUBMIT_DEPTH;
+
+/// Translations that failed on a limit (per pipeline; a clone of the pipeline shares
+/// them, see [`Pipeline::with_xlate_counters`]). Each counts translations (upcalls), not
+/// packets: the megaflow that caches the failed translation's drop is hit without
+/// translating again.
+#[derive(Debug, Default)]
+pub struct XlateCounters {
+    /// Resubmits nested deeper than [`MAX_RESUBMIT_DEPTH`].
+    pub too_deep: AtomicU64,
+    /// More than [`MAX_RESUBMITS`] resubmits and table visits.
+    pub too_many: AtomicU64,
+}
+
+/// Why a translation failed (its packet is dropped).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum XlateError {
+    /// [`MAX_RESUBMIT_DEPTH`] reached.
+    TooDeep,
+    /// [`MAX_RESUBMITS`] reached.
+    TooManyResubmits,
 }
 
 /// One bucket of a compiled group.
@@ -243,6 +294,8 @@ pub struct Translation {
     /// Every rule matched on the way (and, see [`Pipeline::with_table_stats`], the
     /// counters of the tables looked in).
     pub rules: Vec<Arc<RuleStats>>,
+    /// Set when the translation hit a limit: `actions` is then empty (the packet dropped).
+    pub error: Option<XlateError>,
 }
 
 /// Most table visits per translation (loop safety; gotos only go forward anyway).
@@ -262,7 +315,36 @@ pub struct Pipeline {
     /// statistics), credited like rule counters through the megaflows; empty: not counted.
     table_stats: Vec<TableCounters>,
     groups: HashMap<u32, Arc<CompiledGroup>>,
+    xlate: Arc<XlateCounters>,
+    /// OpenFlow port number → datapath port id, and back (what a register holds is the
+    /// number OpenFlow sees: `output:reg15`, `move` from or `load` to in_port); `None`:
+    /// the numbers are the ids (tests, a bridge without OpenFlow numbers).
+    port_numbers: Option<Arc<PortNumbers>>,
 }
+
+/// A bridge's OpenFlow port numbers and datapath port ids.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct PortNumbers {
+    to_id: HashMap<u32, u32>,
+    to_no: HashMap<u32, u32>,
+}
+
+impl PortNumbers {
+    /// From `(ofport, datapath id)` pairs.
+    pub fn new(pairs: impl IntoIterator<Item = (u32, u32)>) -> PortNumbers {
+        let mut p = PortNumbers::default();
+        for (no, id) in pairs {
+            p.to_id.insert(no, id);
+            p.to_no.insert(id, no);
+        }
+        p
+    }
+}
+
+/// The in_port of a key whose OpenFlow port number names no port: matches no rule's
+/// `in_port` (OVS's `load:0->NXM_OF_IN_PORT[]` makes an output to the real input port
+/// possible).
+pub const NO_PORT_ID: u32 = u32::MAX;
 
 /// The counters of one table: its lookups and its lookups that found a rule (their
 /// `packets`), shared by the control plane and the megaflows, like [`RuleStats`].
@@ -322,6 +404,20 @@ fn resolve_action(
         ActionSpec::DecMplsTtl => ResolvedAction::DecMplsTtl,
         ActionSpec::Ct(c) => ResolvedAction::Ct(c.clone()),
         ActionSpec::CtClear => ResolvedAction::CtClear,
+        ActionSpec::Load { field, value, mask } => ResolvedAction::Load {
+            field: *field,
+            value: *value,
+            mask: *mask,
+        },
+        ActionSpec::Move { src, dst } => ResolvedAction::Move {
+            src: *src,
+            dst: *dst,
+        },
+        ActionSpec::Resubmit { port, table } => ResolvedAction::Resubmit {
+            port: port.as_ref().map(|n| resolve(n)),
+            table: *table,
+        },
+        ActionSpec::OutputReg(f) => ResolvedAction::OutputReg(*f),
     }
 }
 
@@ -485,6 +581,23 @@ impl Pipeline {
         self
     }
 
+    /// Counts failed translations in `c` (shared with whoever holds it: the bridge's
+    /// counters outlive a rebuilt pipeline).
+    pub fn with_xlate_counters(mut self, c: Arc<XlateCounters>) -> Pipeline {
+        self.xlate = c;
+        self
+    }
+
+    /// The counters of failed translations.
+    pub fn xlate_counters(&self) -> &Arc<XlateCounters> {
+        &self.xlate
+    }
+
+    /// Sets the OpenFlow port numbers (see [`PortNumbers`]).
+    pub fn set_port_numbers(&mut self, p: PortNumbers) {
+        self.port_numbers = Some(Arc::new(p));
+    }
+
     /// Translates `key` through the tables (see the module doc).
     pub fn translate(&self, key: &FlowKey) -> Translation {
         let lookup = |table: usize, k: &FlowKey, wc: &mut FlowKey| {
@@ -494,19 +607,25 @@ impl Pipeline {
                 .map(|(r, _)| r)
         };
         let groups = |g: u32| self.groups.get(&g);
+        let ports = self.port_numbers.as_deref();
         if self.table_stats.is_empty() {
-            return walk_with_groups(key, lookup, &groups);
+            let t = walk_full(key, &lookup, &groups, ports, None);
+            self.count_error(&t);
+            return t;
         }
         let visits = std::cell::RefCell::new(Vec::new());
-        let mut t = walk_with_groups(
+        let mut t = walk_full(
             key,
-            |table, k, wc| {
+            &|table, k, wc| {
                 let r = lookup(table, k, wc);
                 visits.borrow_mut().push((table, r.is_some()));
                 r
             },
             &groups,
+            ports,
+            None,
         );
+        self.count_error(&t);
         for (table, hit) in visits.into_inner() {
             if let Some(c) = self.table_stats.get(table) {
                 t.rules.push(c.lookup.clone());
@@ -516,6 +635,47 @@ impl Pipeline {
             }
         }
         t
+    }
+
+    /// Translates `key` through `actions` (a PACKET_OUT's; ports resolved with `resolve`)
+    /// as if a rule of table 0 had matched it: their `resubmit`s and `goto_table` look this
+    /// pipeline's tables up, as OVS runs a packet-out's actions against the bridge's tables
+    /// (ovn-controller's pinctrl resubmits its packets into the logical pipeline).
+    pub fn translate_actions(
+        &self,
+        key: &FlowKey,
+        actions: &[ActionSpec],
+        resolve: &dyn Fn(&str) -> Option<u32>,
+    ) -> Translation {
+        let resolved: Vec<ResolvedAction> = actions
+            .iter()
+            .map(|a| resolve_action(a, None, resolve))
+            .collect();
+        let lookup = |table: usize, k: &FlowKey, wc: &mut FlowKey| {
+            self.tables
+                .get(table)
+                .and_then(|c| c.lookup(k, wc))
+                .map(|(r, _)| r)
+        };
+        let groups = |g: u32| self.groups.get(&g);
+        let t = walk_full(
+            key,
+            &lookup,
+            &groups,
+            self.port_numbers.as_deref(),
+            Some(&resolved),
+        );
+        self.count_error(&t);
+        t
+    }
+
+    fn count_error(&self, t: &Translation) {
+        use std::sync::atomic::Ordering::Relaxed;
+        match t.error {
+            Some(XlateError::TooDeep) => self.xlate.too_deep.fetch_add(1, Relaxed),
+            Some(XlateError::TooManyResubmits) => self.xlate.too_many.fetch_add(1, Relaxed),
+            None => 0,
+        };
     }
 
     /// Every rule of table `t`: (match, priority, rule).
@@ -547,11 +707,17 @@ pub fn walk<'a>(
     walk_with_groups(key, lookup, &|_| None)
 }
 
+/// Finds a table's rule for a key, OR'ing the bits it consulted into the mask.
+type RuleLookup<'l, 'a> =
+    dyn Fn(usize, &FlowKey, &mut FlowKey) -> Option<&'a Arc<CompiledRule>> + 'l;
+
 /// What a translation carries from action to action.
-struct State {
+struct State<'p> {
     t: Translation,
     /// The key as modified so far (what later lookups see).
     k: FlowKey,
+    /// The input port (datapath id) as the key has it now (a `load` or `move` to in_port,
+    /// a `resubmit(PORT,T)` change it for what follows).
     in_port: u32,
     /// Set once a modification was emitted: a later mirror needs the original packet.
     modified: bool,
@@ -568,6 +734,31 @@ struct State {
     /// the top entry, so the new top's fields are unknown (0 in the key). A later table's
     /// lookup, or an action that reads them, ends the translation (see [`walk_with_groups`]).
     mpls_unknown: bool,
+    /// The table whose rule is running (`resubmit(,)` without a table resubmits to it).
+    table: usize,
+    /// Resubmits nested now, and resubmits and table visits so far (OVS's limits).
+    depth: usize,
+    resubmits: usize,
+    /// OpenFlow port numbers (see [`PortNumbers`]).
+    ports: Option<&'p PortNumbers>,
+}
+
+impl State<'_> {
+    /// The OpenFlow port number of datapath port `id`.
+    fn port_no(&self, id: u32) -> u32 {
+        match self.ports {
+            None => id,
+            Some(p) => p.to_no.get(&id).copied().unwrap_or(0),
+        }
+    }
+
+    /// The datapath port of OpenFlow port number `no` ([`NO_PORT_ID`]: none).
+    fn port_id(&self, no: u32) -> u32 {
+        match self.ports {
+            None => no,
+            Some(p) => p.to_id.get(&no).copied().unwrap_or(NO_PORT_ID),
+        }
+    }
 }
 
 /// Finds a group by id.
@@ -578,13 +769,38 @@ type GroupLookup<'g> = dyn Fn(u32) -> Option<&'g Arc<CompiledGroup>> + 'g;
 /// set back (datapath edits restoring the entry values, whose fields join the mask), and the
 /// actions after the group see the packet as before it (as OVS). `select` picks a live
 /// bucket by a hash of the L2-L4 addresses and ports, all of which join the mask, so a
-/// cached decision holds for every packet it matches. Metadata is 0 on a first pass's input
-/// and written only by rules already consulted, so its bits leave the mask at the end; a
-/// resumed pass (recirculation id not 0) keeps them (its metadata comes from the key).
+/// cached decision holds for every packet it matches. Metadata and the registers are 0 on
+/// a first pass's input and written only by rules already consulted (with values that are
+/// functions of bits already in the mask: a `move` puts its source's bits in it), so their
+/// bits leave the mask at the end; a resumed pass (recirculation id not 0) keeps them (its
+/// metadata and registers come from the key).
 pub fn walk_with_groups<'a>(
     key: &FlowKey,
     lookup: impl Fn(usize, &FlowKey, &mut FlowKey) -> Option<&'a Arc<CompiledRule>>,
     groups: &GroupLookup<'a>,
+) -> Translation {
+    walk_full(key, &lookup, groups, None, None)
+}
+
+/// How a run of tables ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Run {
+    /// A rule without `goto_table` finished.
+    Finished,
+    /// A table had no rule for the packet.
+    Missed,
+    /// The packet goes no further (dropped, recirculated, a limit hit).
+    Stopped,
+}
+
+/// [`walk_with_groups`] with OpenFlow port numbers; `first`: actions to run as if a rule of
+/// table 0 had matched (a packet-out's) instead of looking table 0 up.
+fn walk_full<'a>(
+    key: &FlowKey,
+    lookup: &RuleLookup<'_, 'a>,
+    groups: &GroupLookup<'a>,
+    ports: Option<&PortNumbers>,
+    first: Option<&[ResolvedAction]>,
 ) -> Translation {
     let mut st = State {
         t: Translation::default(),
@@ -596,43 +812,36 @@ pub fn walk_with_groups<'a>(
         vlan_depth: 0,
         mpls_depth: 0,
         mpls_unknown: false,
+        table: 0,
+        depth: 0,
+        resubmits: 0,
+        ports,
     };
     // Recirculation: the same key bits with another recirculation id are another
     // packet (another pass), so the id is always in the mask; a resumed pass starts in
     // the table its id names (an id no `ct(table=T)` gives drops).
     st.t.mask.or_field(Field::RecircId, Field::RecircId.full());
     let recirc = key.get(Field::RecircId) as u16;
-    let mut table = match (recirc, crate::ct::recirc_table(recirc)) {
+    let table = match (recirc, crate::ct::recirc_table(recirc)) {
         (0, _) => 0usize,
         (_, Some(t)) => usize::from(t),
         (_, None) => return st.t,
     };
-    let mut ended = false;
-    for _ in 0..MAX_VISITS {
-        if st.mpls_unknown {
-            // A later table could match the MPLS entry under a popped non-bottom label,
-            // which the key does not hold: the translation ends here, the packet goes only
-            // where the actions so far sent it (a documented limit; OVS keeps three entries).
-            break;
-        }
-        let Some(rule) = lookup(table, &st.k, &mut st.t.mask) else {
-            break;
-        };
-        st.t.rules.push(rule.stats.clone());
-        let mut next = None;
-        if !apply(&mut st, &rule.actions, &mut next, groups, 0) {
-            // dec_ttl at TTL 0/1: the packet goes no further.
-            break;
-        }
-        match next {
-            Some(n) if n > table => table = n,
-            _ => {
-                ended = true;
-                break;
+    let ended = match first {
+        None => run_tables(&mut st, table, lookup, groups) == Run::Finished,
+        Some(actions) => {
+            let mut next = None;
+            if !apply(&mut st, actions, &mut next, lookup, groups, 0) {
+                false
+            } else {
+                match next {
+                    Some(n) => run_tables(&mut st, n, lookup, groups) == Run::Finished,
+                    None => true,
+                }
             }
         }
-    }
-    if ended && !st.set.is_empty() {
+    };
+    if ended && !st.set.is_empty() && st.t.error.is_none() {
         let mut set = std::mem::take(&mut st.set);
         // OpenFlow's order; a group in the set replaces the output.
         set.sort_by_key(|a| set_slot(a).0);
@@ -640,14 +849,134 @@ pub fn walk_with_groups<'a>(
             set.retain(|a| set_slot(a).0 != 70);
         }
         let mut next = None;
-        apply(&mut st, &set, &mut next, groups, 0);
+        apply(&mut st, &set, &mut next, lookup, groups, 0);
+    }
+    if st.t.error.is_some() {
+        // A failed translation drops the packet (as OVS): what it emitted is not done.
+        st.t.actions.clear();
     }
     if recirc == 0 {
-        // A first pass's metadata is 0 on input; a resumed pass's is the key's own (the
-        // value frozen at its ct action), which the rules' matches put in the mask.
+        // A first pass's metadata and registers are 0 on input; a resumed pass's are the
+        // key's own (the values frozen at its ct action), which the rules' matches and
+        // the actions that read them put in the mask.
         st.t.mask.set(Field::Metadata, 0);
+        for w in &mut st.t.mask.0[REG_WORD..REG_WORD + 8] {
+            *w = 0;
+        }
     }
     st.t
+}
+
+/// Looks `table` up and runs the rule found, then the tables its `goto_table`s name.
+fn run_tables<'a>(
+    st: &mut State,
+    mut table: usize,
+    lookup: &RuleLookup<'_, 'a>,
+    groups: &GroupLookup<'a>,
+) -> Run {
+    for _ in 0..MAX_VISITS {
+        if st.mpls_unknown {
+            // A later table could match the MPLS entry under a popped non-bottom label,
+            // which the key does not hold: the translation ends here, the packet goes only
+            // where the actions so far sent it (a documented limit; OVS keeps three entries).
+            return Run::Stopped;
+        }
+        st.resubmits += 1;
+        if st.resubmits > MAX_RESUBMITS {
+            st.t.error = Some(XlateError::TooManyResubmits);
+            return Run::Stopped;
+        }
+        let Some(rule) = lookup(table, &st.k, &mut st.t.mask) else {
+            return Run::Missed;
+        };
+        st.t.rules.push(rule.stats.clone());
+        st.table = table;
+        let mut next = None;
+        if !apply(st, &rule.actions, &mut next, lookup, groups, 0) {
+            // dec_ttl at TTL 0/1, a recirculation, a limit: the packet goes no further.
+            return Run::Stopped;
+        }
+        match next {
+            Some(n) if n > table => table = n,
+            _ => return Run::Finished,
+        }
+    }
+    Run::Stopped
+}
+
+/// `resubmit(PORT,TABLE)`: false when the packet goes no further.
+fn resubmit<'a>(
+    st: &mut State,
+    port: Option<Option<u32>>,
+    table: Option<u8>,
+    lookup: &RuleLookup<'_, 'a>,
+    groups: &GroupLookup<'a>,
+) -> bool {
+    let port = match port {
+        Some(None) => return true,
+        Some(Some(p)) => Some(p),
+        None => None,
+    };
+    if st.depth >= MAX_RESUBMIT_DEPTH {
+        st.t.error = Some(XlateError::TooDeep);
+        return false;
+    }
+    let (saved_key_port, saved_in_port, saved_table) = (st.k.in_port(), st.in_port, st.table);
+    if let Some(p) = port {
+        st.k.set(Field::InPort, u128::from(p));
+        st.in_port = p;
+    }
+    st.depth += 1;
+    let table = table.map_or(st.table, usize::from);
+    let r = run_tables(st, table, lookup, groups);
+    st.depth -= 1;
+    st.table = saved_table;
+    if port.is_some() {
+        st.k.set(Field::InPort, u128::from(saved_key_port));
+        st.in_port = saved_in_port;
+    }
+    r != Run::Stopped
+}
+
+/// Writes `value`'s bits under `mask` into `field` of the translation's key: a register,
+/// metadata or in_port only there (and in the mask's view: nothing to emit), a packet
+/// field as a rewrite (the field's bits the write keeps join the mask).
+fn write_bits(st: &mut State, field: Field, value: u128, mask: u128) {
+    let mask = mask & field.full();
+    if mask == 0 {
+        return;
+    }
+    if field.is_register() || field == Field::Metadata {
+        let old = st.k.get(field);
+        st.k.set(field, (old & !mask) | (value & mask));
+        return;
+    }
+    if field == Field::InPort {
+        // What OpenFlow writes is a port number: the key holds the datapath id.
+        let old = u128::from(st.port_no(st.k.in_port()));
+        let no = ((old & !mask) | (value & mask)) as u32;
+        let id = st.port_id(no);
+        st.k.set(Field::InPort, u128::from(id));
+        st.in_port = id;
+        return;
+    }
+    let old = st.k.get(field);
+    if mask != field.full() {
+        st.t.mask.or_field(field, field.full() & !mask);
+    }
+    let v = (old & !mask) | (value & mask);
+    set_field(st, field, v);
+}
+
+/// The bits of `src` in the key, as OpenFlow sees them (in_port as its port number);
+/// they join the mask.
+fn read_bits(st: &mut State, src: &SubField) -> u128 {
+    st.t.mask.or_field(src.field, src.mask());
+    if src.field == Field::InPort {
+        let no = u128::from(st.port_no(st.k.in_port()));
+        return (no >> src.ofs) & src.ones();
+    }
+    src.get(&st.k)
 }
 
 /// An action's place in the action set: (order of execution, which slot it takes; an
@@ -667,6 +996,8 @@ fn set_slot(a: &ResolvedAction) -> (u8, u32) {
         ResolvedAction::SetVlanVid(_) => (40, 1000),
         ResolvedAction::SetVlanPcp(_) => (40, 1001),
         ResolvedAction::SetTunnel(_) => (40, Field::TunId as u32),
+        ResolvedAction::Load { field, .. } => (40, 3000 + *field as u32),
+        ResolvedAction::Move { dst, .. } => (40, 4000 + dst.field as u32),
         ResolvedAction::SetQueue(_) => (50, 0),
         ResolvedAction::Group(_) => (60, 0),
         _ => (70, 0),
@@ -693,18 +1024,19 @@ fn lse_of(k: &FlowKey) -> u32 {
 /// Fields a packet's key takes from its Ethernet header, its tunnel or the pipeline: the
 /// rest (L3, L4 and MPLS) depends on the Ethertype.
 fn is_l2_or_meta(f: Field) -> bool {
-    matches!(
-        f,
-        Field::InPort
-            | Field::EthType
-            | Field::VlanTci
-            | Field::EthDst
-            | Field::EthSrc
-            | Field::TunId
-            | Field::TunSrc
-            | Field::TunDst
-            | Field::Metadata
-    )
+    f.is_register()
+        || matches!(
+            f,
+            Field::InPort
+                | Field::EthType
+                | Field::VlanTci
+                | Field::EthDst
+                | Field::EthSrc
+                | Field::TunId
+                | Field::TunSrc
+                | Field::TunDst
+                | Field::Metadata
+        )
 }
 
 /// `push_mpls:ety` (see [`ActionSpec::PushMpls`]); false when the entry to copy is unknown.
@@ -863,16 +1195,55 @@ fn carries(st: &mut State, f: Field) -> bool {
     }
 }
 
+/// Rewrites packet field `f` to `v` (when the packet carries it): the key, the datapath
+/// action, the mask of what the action depends on.
+fn set_field(st: &mut State, f: Field, v: u128) {
+    if !carries(st, f) {
+        return;
+    }
+    st.modified = true;
+    st.written.or_field(f, f.full());
+    if f == Field::VlanTci && st.k.vlan_tci() & VLAN_CFI == 0 {
+        st.vlan_depth += 1;
+    }
+    let (t, k) = (&mut st.t, &mut st.k);
+    match f {
+        Field::VlanTci => {
+            let tci = (v as u16) | VLAN_CFI;
+            k.set(Field::VlanTci, u128::from(tci));
+            t.actions.push(DpAction::SetVlanTci { tci });
+            t.mask.or_field(Field::VlanTci, u128::from(VLAN_CFI));
+        }
+        Field::TunId => {
+            k.set(f, v);
+            t.actions.push(DpAction::SetTunnel { id: v as u64 });
+        }
+        Field::TunDst => {
+            k.set(f, v);
+            t.actions
+                .push(DpAction::SetTunnelDst(Ipv4Addr::from(v as u32)));
+        }
+        _ => {
+            k.set(f, v);
+            t.actions.push(DpAction::SetField(f, v & f.full()));
+        }
+    }
+}
+
 /// Applies `actions` (a rule's, a bucket's, or the action set); `next` gets a goto's table.
 /// False when the packet was dropped (dec_ttl at TTL 0 or 1): the list ends there.
 fn apply<'a>(
     st: &mut State,
     actions: &[ResolvedAction],
     next: &mut Option<usize>,
+    lookup: &RuleLookup<'_, 'a>,
     groups: &GroupLookup<'a>,
     depth: usize,
 ) -> bool {
     for a in actions {
+        if st.t.error.is_some() {
+            return false;
+        }
         let in_port = st.in_port;
         match *a {
             ResolvedAction::Output(Some(p)) => {
@@ -899,35 +1270,28 @@ fn apply<'a>(
             ResolvedAction::Flood => st.t.actions.push(DpAction::Flood),
             ResolvedAction::Drop => {}
             ResolvedAction::SetField(f, v) => {
-                if !carries(st, f) {
-                    continue;
+                if f.is_register() || matches!(f, Field::Metadata | Field::InPort) {
+                    write_bits(st, f, v, f.full());
+                } else {
+                    set_field(st, f, v);
                 }
-                st.modified = true;
-                st.written.or_field(f, f.full());
-                if f == Field::VlanTci && st.k.vlan_tci() & VLAN_CFI == 0 {
-                    st.vlan_depth += 1;
+            }
+            ResolvedAction::Load { field, value, mask } => write_bits(st, field, value, mask),
+            ResolvedAction::Move { src, dst } => {
+                let v = read_bits(st, &src);
+                write_bits(st, dst.field, v << dst.ofs, dst.mask());
+            }
+            ResolvedAction::OutputReg(src) => {
+                let no = read_bits(st, &src) as u32;
+                let p = st.port_id(no);
+                st.t.mask.or_field(Field::InPort, u128::from(u32::MAX));
+                if p != NO_PORT_ID && p != st.in_port {
+                    st.t.actions.push(DpAction::Output(p));
                 }
-                let (t, k) = (&mut st.t, &mut st.k);
-                match f {
-                    Field::VlanTci => {
-                        let tci = (v as u16) | VLAN_CFI;
-                        k.set(Field::VlanTci, u128::from(tci));
-                        t.actions.push(DpAction::SetVlanTci { tci });
-                        t.mask.or_field(Field::VlanTci, u128::from(VLAN_CFI));
-                    }
-                    Field::TunId => {
-                        k.set(f, v);
-                        t.actions.push(DpAction::SetTunnel { id: v as u64 });
-                    }
-                    Field::TunDst => {
-                        k.set(f, v);
-                        t.actions
-                            .push(DpAction::SetTunnelDst(Ipv4Addr::from(v as u32)));
-                    }
-                    _ => {
-                        k.set(f, v);
-                        t.actions.push(DpAction::SetField(f, v & f.full()));
-                    }
+            }
+            ResolvedAction::Resubmit { port, table } => {
+                if !resubmit(st, port, table, lookup, groups) {
+                    return false;
                 }
             }
             ResolvedAction::SetVlanVid(vid) => {
@@ -1019,7 +1383,7 @@ fn apply<'a>(
                     st.set.push(w.clone());
                 }
             }
-            ResolvedAction::Group(g) => run_group(st, g, groups, depth),
+            ResolvedAction::Group(g) => run_group(st, g, lookup, groups, depth),
             ResolvedAction::Meter(m) => st.t.actions.push(DpAction::Meter(m)),
             ResolvedAction::Controller(c) => st.t.actions.push(DpAction::Controller(c)),
             ResolvedAction::PushMpls(ety) => {
@@ -1047,16 +1411,22 @@ fn apply<'a>(
             // it anyway (OpenFlow) skips it.
             ResolvedAction::Ct(_) | ResolvedAction::CtClear if depth > 0 => {}
             ResolvedAction::Ct(ref spec) => {
-                // The action carries the metadata: on a resumed pass its bits come from
-                // the key (a first pass's mask drops them at the end, they are 0 there).
+                // The action carries the metadata and the registers: on a resumed pass
+                // their bits come from the key (a first pass's mask drops them at the
+                // end, they are 0 there). A zone from a field reads that field.
                 st.t.mask.or_field(Field::Metadata, Field::Metadata.full());
-                let metadata = st.k.get(Field::Metadata) as u64;
+                for w in &mut st.t.mask.0[REG_WORD..REG_WORD + 8] {
+                    *w = u64::MAX;
+                }
+                if let Some(z) = &spec.zone_src {
+                    st.t.mask.or_field(z.field, z.mask());
+                }
                 if spec.nat != CtNat::Off {
                     // The tracker may rewrite the frame: a later mirror needs the original.
                     st.modified = true;
                 }
                 st.t.actions
-                    .push(DpAction::Ct(Arc::new(CtAction::from_spec(spec, metadata))));
+                    .push(DpAction::Ct(Arc::new(CtAction::from_spec(spec, &st.k))));
                 if spec.table.is_some() {
                     // Recirculation: the rest happens on the next pass (which starts in
                     // table T with the ct fields set). Unlike OVS, the pending action set
@@ -1126,7 +1496,13 @@ const SELECT_FIELDS: [Field; 10] = [
 ];
 
 /// Expands group `id` (see [`walk_with_groups`]).
-fn run_group<'a>(st: &mut State, id: u32, groups: &GroupLookup<'a>, depth: usize) {
+fn run_group<'a>(
+    st: &mut State,
+    id: u32,
+    lookup: &RuleLookup<'_, 'a>,
+    groups: &GroupLookup<'a>,
+    depth: usize,
+) {
     if depth >= MAX_GROUP_DEPTH {
         return;
     }
@@ -1137,17 +1513,17 @@ fn run_group<'a>(st: &mut State, id: u32, groups: &GroupLookup<'a>, depth: usize
     match g.ty {
         GroupType::All => {
             for b in g.buckets.iter().filter(|b| b.live) {
-                run_bucket(st, b, groups, depth);
+                run_bucket(st, b, lookup, groups, depth);
             }
         }
         GroupType::Indirect => {
             if let Some(b) = g.buckets.first() {
-                run_bucket(st, b, groups, depth);
+                run_bucket(st, b, lookup, groups, depth);
             }
         }
         GroupType::FastFailover => {
             if let Some(b) = g.buckets.iter().find(|b| b.live) {
-                run_bucket(st, b, groups, depth);
+                run_bucket(st, b, lookup, groups, depth);
             }
         }
         GroupType::Select => {
@@ -1169,7 +1545,7 @@ fn run_group<'a>(st: &mut State, id: u32, groups: &GroupLookup<'a>, depth: usize
             for b in g.buckets.iter().filter(|b| b.live) {
                 let w = u64::from(b.weight);
                 if pick < w {
-                    run_bucket(st, b, groups, depth);
+                    run_bucket(st, b, lookup, groups, depth);
                     break;
                 }
                 pick -= w;
@@ -1179,14 +1555,24 @@ fn run_group<'a>(st: &mut State, id: u32, groups: &GroupLookup<'a>, depth: usize
 }
 
 /// Runs one bucket on the packet as it entered the group, then sets back what it changed.
-fn run_bucket<'a>(st: &mut State, b: &CompiledBucket, groups: &GroupLookup<'a>, depth: usize) {
+fn run_bucket<'a>(
+    st: &mut State,
+    b: &CompiledBucket,
+    lookup: &RuleLookup<'_, 'a>,
+    groups: &GroupLookup<'a>,
+    depth: usize,
+) {
     st.t.rules.push(b.stats.clone());
     let entry = st.k;
     let (written, vlan_depth) = (st.written, st.vlan_depth);
     let (mpls_depth, mpls_unknown) = (st.mpls_depth, st.mpls_unknown);
     st.written = FlowKey::default();
     let mut next = None;
-    apply(st, &b.actions, &mut next, groups, depth + 1);
+    let in_port = st.in_port;
+    // A limit hit in the bucket fails the whole translation (`error` is set); anything
+    // else that stops a bucket (dec_ttl at 1) stops only it.
+    apply(st, &b.actions, &mut next, lookup, groups, depth + 1);
+    st.in_port = in_port;
     restore(st, &entry, vlan_depth, mpls_depth);
     st.mpls_unknown = mpls_unknown;
     st.written.union(&written);

@@ -162,7 +162,7 @@ fn every_error_is_precise() {
 }
 
 /// A random rule in text, as a user might write it.
-fn random_rule(r: &mut Rng, table: u8) -> String {
+pub(crate) fn random_rule(r: &mut Rng, table: u8) -> String {
     let mut parts = vec![];
     if table > 0 {
         parts.push(format!("table={table}"));
@@ -191,6 +191,13 @@ fn random_rule(r: &mut Rng, table: u8) -> String {
     }
     if table > 0 && r.below(3) == 0 {
         parts.push(format!("metadata={:#x}/0x3", r.below(4)));
+    }
+    // Registers: what earlier tables (or the frozen pass before a recirculation) wrote.
+    if r.below(4) == 0 {
+        parts.push(format!("reg{}={:#x}/0x3", r.below(3), r.below(4)));
+    }
+    if r.below(12) == 0 {
+        parts.push(format!("xreg0={:#x}/0x300000000", r.below(4) << 32));
     }
     if r.below(4) == 0 {
         parts.push(format!("dl_vlan={}", r.below(3)));
@@ -302,7 +309,16 @@ fn random_rule(r: &mut Rng, table: u8) -> String {
     let l4 = matches!(proto, "tcp" | "udp" | "tcp6");
     let mut actions = vec![];
     for _ in 0..1 + r.below(3) {
-        let a = match r.below(13) {
+        let a = match r.below(18) {
+            13 => format!("load:{:#x}->NXM_NX_REG{}[0..1]", r.below(4), r.below(3)),
+            14 => format!("move:NXM_OF_ETH_DST[0..1]->NXM_NX_REG{}[0..1]", r.below(3)),
+            15 => format!("move:NXM_NX_REG{}[0..1]->NXM_OF_ETH_SRC[8..9]", r.below(3)),
+            16 => match r.below(3) {
+                0 => format!("resubmit(,{})", r.below(4)),
+                1 => format!("resubmit(p{},{})", r.below(4), r.below(4)),
+                _ => format!("set_field:{:#x}/0x5->reg{}", r.below(8), r.below(3)),
+            },
+            17 => "output:NXM_NX_REG1[0..3]".to_string(),
             0 => "NORMAL".to_string(),
             1 => format!("output:p{}", r.below(3)),
             2 => "FLOOD".into(),
@@ -447,14 +463,14 @@ fn filters_select_like_ovs_ofctl() {
 }
 
 /// Ports p0, p1, p2 are ids 10, 11, 12.
-fn resolve(n: &str) -> Option<u32> {
+pub(crate) fn resolve(n: &str) -> Option<u32> {
     n.strip_prefix('p')
         .and_then(|x| x.parse::<u32>().ok())
         .filter(|x| *x < 3)
         .map(|x| x + 10)
 }
 
-fn random_key(r: &mut Rng) -> FlowKey {
+pub(crate) fn random_key(r: &mut Rng) -> FlowKey {
     let mut k = FlowKey::default();
     k.set(Field::InPort, u128::from(10 + r.below(3) as u32));
     let (ty, proto) = [
@@ -519,6 +535,9 @@ fn random_key(r: &mut Rng) -> FlowKey {
         let id = [1, 2, 3, 4, 5, 300][r.below(6) as usize];
         k.set(Field::RecircId, id);
         k.set(Field::Metadata, u128::from(r.below(4)));
+        for f in [Field::Reg0, Field::Reg1, Field::Reg2] {
+            k.set(f, u128::from(r.below(4)) | u128::from(r.below(2)) << 30);
+        }
     }
     if r.below(2) == 0 {
         k.set(
@@ -587,7 +606,7 @@ fn random_groups(r: &mut Rng) -> Vec<GroupSpec> {
     v
 }
 
-fn live(port: u32) -> bool {
+pub(crate) fn live(port: u32) -> bool {
     port != 11
 }
 
@@ -595,6 +614,9 @@ fn live(port: u32) -> bool {
 fn translation_matches_a_linear_reference_and_megaflows_hold() {
     let mut r = Rng::new(99);
     let (mut keys, mut cts, mut resumed) = (0, 0, 0);
+    // Register programs were exercised: resumed passes keyed on registers, translations
+    // that moved packet bits into the mask through a register, resubmit loops cut off.
+    let (mut reg_keyed, mut failed) = (0, 0);
     for round in 0..80 {
         let n = 1 + r.below(if round % 8 == 0 { 300 } else { 40 });
         let specs: Vec<FlowSpec> = (0..n)
@@ -650,6 +672,12 @@ fn translation_matches_a_linear_reference_and_megaflows_hold() {
             if k.get(Field::RecircId) != 0 && !t.rules.is_empty() {
                 resumed += 1;
             }
+            if k.get(Field::RecircId) != 0 && t.mask.0[21..29].iter().any(|&w| w != 0) {
+                reg_keyed += 1;
+            }
+            if t.error.is_some() {
+                failed += 1;
+            }
             assert_eq!(t.rules.len(), reference.rules.len());
             for (a, b) in t.rules.iter().zip(&reference.rules) {
                 assert!(Arc::ptr_eq(a, b), "round {round}: another rule matched");
@@ -661,8 +689,12 @@ fn translation_matches_a_linear_reference_and_megaflows_hold() {
                     k2.0[i] = (k2.0[i] & !t.mask.0[i]) | (k.0[i] & t.mask.0[i]);
                 }
                 if k2.get(Field::RecircId) == 0 {
-                    // A first pass's metadata is 0 (the mask leaves it out for that).
+                    // A first pass's metadata and registers are 0 (the mask leaves them
+                    // out for that).
                     k2.set(Field::Metadata, 0);
+                    for f in Field::REGS {
+                        k2.set(f, 0);
+                    }
                 }
                 let t2 = p.translate(&k2);
                 assert_eq!(
@@ -677,6 +709,8 @@ fn translation_matches_a_linear_reference_and_megaflows_hold() {
     assert!(keys >= 16_000);
     // Connection tracking was exercised: ct actions emitted, resumed passes matched.
     assert!(cts > 500 && resumed > 500, "ct {cts}, resumed {resumed}");
+    eprintln!("register-keyed resumed passes {reg_keyed}, failed translations {failed}");
+    assert!(reg_keyed > 500 && failed > 0, "{reg_keyed} {failed}");
 }
 
 #[test]
@@ -945,7 +979,7 @@ fn controller_actions_parse_print_and_carry_their_packet_in_reason() {
     }
 }
 
-fn pipeline_with(rules: &[&str], groups: &[&str]) -> Pipeline {
+pub(crate) fn pipeline_with(rules: &[&str], groups: &[&str]) -> Pipeline {
     let specs: Vec<FlowSpec> = rules.iter().map(|s| parse_flow(s).unwrap()).collect();
     let gs: Vec<GroupSpec> = groups.iter().map(|g| parse_group(g).unwrap()).collect();
     Pipeline::build_with_groups(
@@ -956,7 +990,7 @@ fn pipeline_with(rules: &[&str], groups: &[&str]) -> Pipeline {
     )
 }
 
-fn ip_key(in_port: u32, ttl: u8) -> FlowKey {
+pub(crate) fn ip_key(in_port: u32, ttl: u8) -> FlowKey {
     let mut k = FlowKey::default();
     k.set(Field::InPort, u128::from(in_port));
     k.set(Field::EthType, u128::from(ETH_IPV4));
@@ -1441,6 +1475,7 @@ fn ct_rules_parse_and_print_like_ovs_ofctl() {
             commit: true,
             force: false,
             zone: 3,
+            zone_src: None,
             table: Some(2),
             nat: ct::CtNat::Bind(ct::NatSpec {
                 kind: ct::NatKind::Src,
@@ -1535,8 +1570,12 @@ fn ct_errors_are_precise() {
             "ct zone: 65536 is out of range 0..=65535",
         ),
         (
-            "ip actions=ct(zone=NXM_NX_REG0[0..15])",
-            "a zone from a field is not supported",
+            "ip actions=ct(zone=NXM_NX_REG0[0..31])",
+            "a zone from a field takes exactly 16 bits",
+        ),
+        (
+            "ip actions=ct(zone=NXM_NX_REG99[0..15])",
+            "no field of that name",
         ),
         (
             "ip actions=ct(table=255)",
@@ -1671,7 +1710,7 @@ fn ct_errors_are_precise() {
 }
 
 /// A key of a resumed pass: recirculation id of table `t`, metadata and ct_state.
-fn resumed(mut k: FlowKey, t: u8, metadata: u64, ct_state: u8) -> FlowKey {
+pub(crate) fn resumed(mut k: FlowKey, t: u8, metadata: u64, ct_state: u8) -> FlowKey {
     k.set(Field::RecircId, u128::from(ct::recirc_id(t)));
     k.set(Field::Metadata, u128::from(metadata));
     k.set(Field::CtState, u128::from(ct_state));
@@ -1706,6 +1745,7 @@ fn ct_translation_recirculates_and_megaflows_hold() {
         label: None,
         recirc: Some(2),
         metadata: 5,
+        regs: [0; 8],
     };
     assert_eq!(t.actions, vec![DpAction::Ct(Arc::new(want))]);
     assert_eq!(t.mask.get(Field::RecircId), Field::RecircId.full());
@@ -1734,6 +1774,7 @@ fn ct_translation_recirculates_and_megaflows_hold() {
         label: None,
         recirc: None,
         metadata: 5,
+        regs: [0; 8],
     };
     assert_eq!(
         t3.actions,
@@ -2005,6 +2046,7 @@ fn ct_without_a_table_goes_on_with_the_state_from_before() {
         label: None,
         recirc: None,
         metadata: 0,
+        regs: [0; 8],
     };
     // The mirror gets the packet as received (NAT may have rewritten it); the later lookup
     // sees the key's ct_state as it was (untracked), as OVS.

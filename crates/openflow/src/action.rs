@@ -3,15 +3,19 @@
 //! Each is a TLV whose length is a multiple of 8 and at least 8; a length that breaks this,
 //! runs past its list or differs from the type's fixed size is `OFPBAC_BAD_LEN` /
 //! `OFPBIC_BAD_LEN`. Of the experimenter actions, Nicira's connection-tracking ones (`ct`,
-//! `nat` inside it, `ct_clear`, and `reg_load` of `ct_mark`/`ct_label` inside `ct`) are
-//! decoded (see [`crate::nicira`]); Nicira's others (`resubmit`, `learn`, `note`, …) are
-//! `OFPBAC_BAD_EXP_TYPE`, another experimenter's `OFPBAC_BAD_EXPERIMENTER`, and experimenter
+//! `nat` inside it, `ct_clear`) and register ones (`reg_load`, `reg_load2`, `reg_move`,
+//! `resubmit`, `output_reg`) are decoded (see [`crate::nicira`]); Nicira's others (`learn`,
+//! `note`, …) are `OFPBAC_BAD_EXP_TYPE`, another experimenter's `OFPBAC_BAD_EXPERIMENTER`, and experimenter
 //! instructions `OFPBIC_BAD_EXPERIMENTER`. Checks that need the flow's context (an output to
 //! `OFPP_TABLE` outside PACKET_OUT, a goto to an earlier table) are made by the message
 //! that carries the list.
+//!
+//! OpenFlow 1.5's action forms that OVN sends (a masked `OFPAT_SET_FIELD`, `OFPAT_COPY_FIELD`)
+//! are decoded by [`decode_actions_15`] only (in a 1.3 list they stay `OFPBAC_BAD_SET_ARGUMENT`
+//! and `OFPBAC_BAD_TYPE`).
 
 use crate::error::{bac, bic, bmc, OfError};
-use crate::nicira::{self, NxCt, NxNat};
+use crate::nicira::{self, NxCt, NxMove, NxNat, NxOutputReg};
 use crate::oxm::{Field, Oxm};
 use crate::port;
 use crate::wire::{pad8, Put, Reader};
@@ -83,6 +87,22 @@ pub enum Action {
         /// The bits' value.
         value: u64,
     },
+    /// Nicira `NXAST_REG_LOAD2`: a field written under the OXM's mask (none: all of it).
+    RegLoad2(Oxm),
+    /// Nicira `NXAST_REG_MOVE` (`move:SRC[..]->DST[..]`).
+    RegMove(NxMove),
+    /// OpenFlow 1.5's `OFPAT_COPY_FIELD` (ovs-ofctl's `move` in 1.5).
+    CopyField(NxMove),
+    /// Nicira `NXAST_RESUBMIT` (`table: None`) or `NXAST_RESUBMIT_TABLE` (`Some(0xff)`: the
+    /// current table); `port` as a 32-bit port number (`OFPP_IN_PORT`: the packet's own).
+    Resubmit {
+        /// The input port the lookup sees.
+        port: u32,
+        /// The table looked in.
+        table: Option<u8>,
+    },
+    /// Nicira `NXAST_OUTPUT_REG`/`NXAST_OUTPUT_REG2` (`output:NXM_NX_REG15[]`).
+    OutputReg(NxOutputReg),
 }
 
 /// Where an action list sits: a `ct` action's nested list takes only `nat` and writes of
@@ -93,6 +113,9 @@ pub(crate) enum ActionContext {
     Top,
     /// `NXAST_CT`'s nested actions.
     Ct,
+    /// [`ActionContext::Top`] in an OpenFlow 1.5 message: `OFPAT_SET_FIELD` may carry a
+    /// mask, `OFPAT_COPY_FIELD` exists.
+    Top15,
 }
 
 /// `OFPAT_*` numbers.
@@ -113,6 +136,8 @@ pub mod at {
     pub const SET_FIELD: u16 = 25;
     pub const PUSH_PBB: u16 = 26;
     pub const POP_PBB: u16 = 27;
+    /// OpenFlow 1.5.
+    pub const COPY_FIELD: u16 = 28;
     pub const EXPERIMENTER: u16 = 0xffff;
 }
 
@@ -140,9 +165,15 @@ impl Action {
             Action::SetField(_) => at::SET_FIELD,
             Action::PushPbb(_) => at::PUSH_PBB,
             Action::PopPbb => at::POP_PBB,
-            Action::Ct(_) | Action::CtClear | Action::Nat(_) | Action::RegLoad { .. } => {
-                at::EXPERIMENTER
-            }
+            Action::CopyField(_) => at::COPY_FIELD,
+            Action::Ct(_)
+            | Action::CtClear
+            | Action::Nat(_)
+            | Action::RegLoad { .. }
+            | Action::RegLoad2(_)
+            | Action::RegMove(_)
+            | Action::Resubmit { .. }
+            | Action::OutputReg(_) => at::EXPERIMENTER,
         }
     }
 
@@ -158,14 +189,32 @@ impl Action {
                 nbits,
                 value,
             } => nicira::encode_reg_load(*field, *ofs, *nbits, *value, out),
+            Action::RegLoad2(o) => nicira::encode_reg_load2(o, out),
+            Action::RegMove(m) => nicira::encode_reg_move(m, out),
+            Action::Resubmit { port, table } => nicira::encode_resubmit(*port, *table, out),
+            Action::OutputReg(o) => nicira::encode_output_reg(o, out),
             _ => {
                 out.put_u16(self.type_());
                 out.put_u16(0);
             }
         }
         match self {
-            Action::Ct(_) | Action::CtClear | Action::Nat(_) | Action::RegLoad { .. } => {
-                out.pad8_from(start)
+            Action::Ct(_)
+            | Action::CtClear
+            | Action::Nat(_)
+            | Action::RegLoad { .. }
+            | Action::RegLoad2(_)
+            | Action::RegMove(_)
+            | Action::Resubmit { .. }
+            | Action::OutputReg(_) => out.pad8_from(start),
+            Action::CopyField(m) => {
+                out.put_u16(m.nbits);
+                out.put_u16(m.src_ofs);
+                out.put_u16(m.dst_ofs);
+                out.put_zeros(2);
+                out.put_u32(nicira::nxm_header(m.src));
+                out.put_u32(nicira::nxm_header(m.dst));
+                out.pad8_from(start);
             }
             Action::Output { port, max_len } => {
                 out.put_u32(*port);
@@ -273,6 +322,24 @@ impl Action {
                 Action::Group(g)
             }
             at::SET_FIELD => Action::SetField(decode_set_field(body, ctx)?),
+            at::COPY_FIELD if ctx == ActionContext::Top15 => {
+                if len != 24 {
+                    return Err(bad(bac::BAD_LEN, "OFPAT_COPY_FIELD not 24 bytes"));
+                }
+                let nbits = r.u16()?;
+                let src_ofs = r.u16()?;
+                let dst_ofs = r.u16()?;
+                r.skip(2)?;
+                let src = nicira::field_of_header(r.u32()?)?;
+                let dst = nicira::field_of_header(r.u32()?)?;
+                Action::CopyField(nicira::check_move(NxMove {
+                    src,
+                    src_ofs,
+                    dst,
+                    dst_ofs,
+                    nbits,
+                })?)
+            }
             at::EXPERIMENTER => return nicira::decode_experimenter(body, ctx),
             _ => return Err(bad(bac::BAD_TYPE, "unknown action type")),
         };
@@ -303,7 +370,7 @@ fn decode_set_field(body: &[u8], ctx: ActionContext) -> Result<Oxm, OfError> {
         bmc::BAD_LEN => bad(bac::BAD_SET_LEN, "set_field OXM length wrong for its field"),
         _ => bad(bac::BAD_SET_ARGUMENT, "set_field value out of range"),
     })?;
-    if oxm.mask.is_some() {
+    if oxm.mask.is_some() && ctx != ActionContext::Top15 {
         return Err(bad(bac::BAD_SET_ARGUMENT, "set_field with a mask"));
     }
     // ct_mark and ct_label are written by a ct action's nested set_field only (OVS's
@@ -316,13 +383,13 @@ fn decode_set_field(body: &[u8], ctx: ActionContext) -> Result<Oxm, OfError> {
                 "ct nests a set_field of other than ct_mark/ct_label",
             ))
         }
-        (ActionContext::Top, true) => {
+        (ActionContext::Top | ActionContext::Top15, true) => {
             return Err(bad(
                 bac::BAD_SET_ARGUMENT,
                 "set_field of a ct field outside a ct action",
             ))
         }
-        (ActionContext::Top, false) => {}
+        (ActionContext::Top | ActionContext::Top15, false) => {}
     }
     if !oxm.field.info().settable {
         return Err(bad(bac::BAD_SET_TYPE, "set_field of a read-only field"));
@@ -333,6 +400,12 @@ fn decode_set_field(body: &[u8], ctx: ActionContext) -> Result<Oxm, OfError> {
 /// Decodes an action list that fills `buf` exactly.
 pub(crate) fn decode_actions(buf: &[u8]) -> Result<Vec<Action>, OfError> {
     decode_actions_in(buf, ActionContext::Top)
+}
+
+/// Decodes an action list of an OpenFlow 1.5 message that fills `buf` exactly: as a 1.3
+/// list, plus a masked SET_FIELD and COPY_FIELD.
+pub fn decode_actions_15(buf: &[u8]) -> Result<Vec<Action>, OfError> {
+    decode_actions_in(buf, ActionContext::Top15)
 }
 
 /// [`decode_actions`] of a list in `ctx`.

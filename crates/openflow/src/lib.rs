@@ -67,6 +67,8 @@ mod wire;
 #[cfg(test)]
 mod ct_tests;
 #[cfg(test)]
+mod regs_tests;
+#[cfg(test)]
 mod tests;
 
 pub use action::{Action, Instruction};

@@ -1,7 +1,10 @@
-//! Nicira experimenter actions (vendor `0x00002320`) for connection tracking: `NXAST_CT`
-//! (`ct(...)`), `NXAST_NAT` (`nat(...)`, only inside `ct`), `NXAST_CT_CLEAR`, and
-//! `NXAST_REG_LOAD` (ovs-ofctl's encoding of a masked `set_field` of `ct_mark`/`ct_label`
-//! inside `ct`'s `exec`).
+//! Nicira experimenter actions (vendor `0x00002320`): connection tracking's `NXAST_CT`
+//! (`ct(...)`), `NXAST_NAT` (`nat(...)`, only inside `ct`), `NXAST_CT_CLEAR`; and the
+//! register actions OVN's pipeline is built on: `NXAST_REG_LOAD` (`load:V->F[a..b]`, also
+//! ovs-ofctl's encoding of a masked `set_field`, e.g. of `ct_mark` inside `ct`'s `exec`),
+//! `NXAST_REG_LOAD2` (a masked OXM), `NXAST_REG_MOVE` (`move:A[..]->B[..]`),
+//! `NXAST_RESUBMIT` / `NXAST_RESUBMIT_TABLE` (`resubmit(PORT,TABLE)`), `NXAST_OUTPUT_REG` /
+//! `NXAST_OUTPUT_REG2` (`output:NXM_NX_REG15[]`).
 //!
 //! Layouts (big-endian, after the experimenter header `type=0xffff, len, vendor, subtype`):
 //! * `NXAST_CT` (24 bytes + nested actions): `flags` (commit 1, force 2), `zone_src` (an NXM
@@ -13,6 +16,13 @@
 //!   ipv6 max 8, port min 16, port max 32), then the present options in that order.
 //! * `NXAST_CT_CLEAR` (16 bytes): 6 pad.
 //! * `NXAST_REG_LOAD` (24 bytes): `ofs_nbits`, `dst` (an NXM header), `value` (u64).
+//! * `NXAST_REG_LOAD2` (16 bytes + an OXM TLV, padded to 8): the TLV, maybe masked.
+//! * `NXAST_REG_MOVE` (24 bytes): `n_bits`, `src_ofs`, `dst_ofs`, `src`, `dst` (NXM headers).
+//! * `NXAST_RESUBMIT` (16 bytes): `in_port` (16-bit port number); `NXAST_RESUBMIT_TABLE` (16
+//!   bytes): `in_port`, `table` (0xff: the current one), 3 zero bytes. `OFPP_IN_PORT`
+//!   (0xfff8): the packet's own.
+//! * `NXAST_OUTPUT_REG` (24 bytes): `ofs_nbits`, `src`, `max_len`, 6 zero bytes;
+//!   `NXAST_OUTPUT_REG2` (24 bytes): `ofs_nbits`, `max_len`, `src`, zero bytes.
 //!
 //! The refusals are OVS's (`decode_NXAST_RAW_CT`, `decode_NXAST_RAW_NAT`,
 //! `ofpacts_verify_nested`): a wrong length is `OFPBAC_BAD_LEN`; an unknown NAT flag, src
@@ -20,14 +30,17 @@
 //! nested action `ct` does not take is `OFPBAC_BAD_ARGUMENT`; a field-sourced zone of an
 //! unknown field is `OFPBAC_BAD_SET_TYPE`, of other than 16 bits or beyond its field
 //! `OFPBAC_BAD_SET_LEN`; NAT or a write of `ct_mark`/`ct_label` outside `ct` is
-//! `OFPBAC_BAD_SET_ARGUMENT`; a Nicira subtype this codec does not decode is
-//! `OFPBAC_BAD_EXP_TYPE`.
+//! `OFPBAC_BAD_SET_ARGUMENT`; a Nicira subtype this codec does not decode (`learn`, `note`,
+//! `resubmit(...,ct)`, ...) is `OFPBAC_BAD_EXP_TYPE`. A load, move or output of an unknown
+//! field is `OFPBAC_BAD_SET_TYPE`, of bits beyond it `OFPBAC_BAD_SET_LEN`; bytes that must
+//! be zero and are not are `OFPBAC_BAD_ARGUMENT` (OVS's `NXBRC_MUST_BE_ZERO`, a Nicira
+//! error code this codec does not send).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crate::action::{at, decode_actions_in, encode_actions, Action, ActionContext};
 use crate::error::{bac, OfError};
-use crate::oxm::Field;
+use crate::oxm::{Field, Oxm};
 use crate::wire::{Put, Reader};
 
 /// Nicira's experimenter (vendor) id.
@@ -35,10 +48,71 @@ pub const NX_VENDOR_ID: u32 = 0x0000_2320;
 
 /// `NXAST_*` subtypes this codec decodes.
 pub mod nxast {
+    pub const RESUBMIT: u16 = 1;
+    pub const REG_MOVE: u16 = 6;
     pub const REG_LOAD: u16 = 7;
+    pub const RESUBMIT_TABLE: u16 = 14;
+    pub const OUTPUT_REG: u16 = 15;
+    pub const OUTPUT_REG2: u16 = 32;
+    pub const REG_LOAD2: u16 = 33;
     pub const CT: u16 = 35;
     pub const NAT: u16 = 36;
     pub const CT_CLEAR: u16 = 43;
+}
+
+/// A copy of `nbits` bits from `src` at `src_ofs` to `dst` at `dst_ofs` (`NXAST_REG_MOVE`,
+/// OpenFlow 1.5's `OFPAT_COPY_FIELD`). Decoded values have both ranges within their fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct NxMove {
+    /// The source field.
+    pub src: Field,
+    /// Its first bit.
+    pub src_ofs: u16,
+    /// The destination field.
+    pub dst: Field,
+    /// Its first bit.
+    pub dst_ofs: u16,
+    /// How many bits.
+    pub nbits: u16,
+}
+
+/// `NXAST_OUTPUT_REG`/`NXAST_OUTPUT_REG2`: output to the port number in `nbits` bits of
+/// `src` at `ofs`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct NxOutputReg {
+    /// The field holding the port number.
+    pub src: Field,
+    /// Its first bit.
+    pub ofs: u16,
+    /// How many bits (1..=32).
+    pub nbits: u16,
+    /// Bytes to the controller, when the port is `OFPP_CONTROLLER`.
+    pub max_len: u16,
+    /// Encoded as `NXAST_OUTPUT_REG2`.
+    pub v2: bool,
+}
+
+/// The 32-bit port number of OpenFlow 1.0's 16-bit one (reserved ports move to the top).
+pub fn port_from_16(p: u16) -> u32 {
+    if p >= 0xff00 {
+        0xffff_0000 | u32::from(p)
+    } else {
+        u32::from(p)
+    }
+}
+
+/// The 16-bit port number of a 32-bit one (reserved ports from the top).
+pub fn port_to_16(p: u32) -> u16 {
+    if p >= 0xffff_ff00 {
+        (p & 0xffff) as u16
+    } else {
+        p as u16
+    }
+}
+
+/// Whether bits `ofs..ofs + nbits` are within `f`.
+fn within(f: Field, ofs: u16, nbits: u16) -> bool {
+    nbits >= 1 && u32::from(ofs) + u32::from(nbits) <= u32::from(f.info().len) * 8
 }
 
 /// `NX_CT_F_*` flags of `NXAST_CT`.
@@ -128,9 +202,10 @@ pub fn nxm_header(field: Field) -> u32 {
 }
 
 /// The field an unmasked NXM header names (`OFPBAC_BAD_SET_TYPE` when unknown).
-fn field_of_header(header: u32) -> Result<Field, OfError> {
+pub(crate) fn field_of_header(header: u32) -> Result<Field, OfError> {
     let unknown = bad(bac::BAD_SET_TYPE, "NXM header of an unknown field");
-    let f = Field::from_wire((header >> 16) as u16, ((header >> 9) & 0x7f) as u8).ok_or(unknown)?;
+    let f =
+        Field::from_header((header >> 16) as u16, ((header >> 9) & 0x7f) as u8).ok_or(unknown)?;
     if header & 0x100 != 0 || (header & 0xff) as u8 != f.info().len {
         return Err(unknown);
     }
@@ -212,6 +287,52 @@ pub(crate) fn encode_nat(nat: &NxNat, out: &mut Vec<u8>) {
     }
     out.put_u16(present);
     out.extend_from_slice(&opts);
+}
+
+pub(crate) fn encode_resubmit(port: u32, table: Option<u8>, out: &mut Vec<u8>) {
+    match table {
+        None => {
+            put_header(out, nxast::RESUBMIT);
+            out.put_u16(port_to_16(port));
+            out.put_zeros(4);
+        }
+        Some(t) => {
+            put_header(out, nxast::RESUBMIT_TABLE);
+            out.put_u16(port_to_16(port));
+            out.put_u8(t);
+            out.put_zeros(3);
+        }
+    }
+}
+
+pub(crate) fn encode_reg_move(m: &NxMove, out: &mut Vec<u8>) {
+    put_header(out, nxast::REG_MOVE);
+    out.put_u16(m.nbits);
+    out.put_u16(m.src_ofs);
+    out.put_u16(m.dst_ofs);
+    out.put_u32(nxm_header(m.src));
+    out.put_u32(nxm_header(m.dst));
+}
+
+pub(crate) fn encode_output_reg(o: &NxOutputReg, out: &mut Vec<u8>) {
+    if o.v2 {
+        put_header(out, nxast::OUTPUT_REG2);
+        out.put_u16(ofs_nbits(o.ofs, o.nbits));
+        out.put_u16(o.max_len);
+        out.put_u32(nxm_header(o.src));
+        out.put_zeros(4);
+    } else {
+        put_header(out, nxast::OUTPUT_REG);
+        out.put_u16(ofs_nbits(o.ofs, o.nbits));
+        out.put_u32(nxm_header(o.src));
+        out.put_u16(o.max_len);
+        out.put_zeros(6);
+    }
+}
+
+pub(crate) fn encode_reg_load2(oxm: &Oxm, out: &mut Vec<u8>) {
+    put_header(out, nxast::REG_LOAD2);
+    oxm.encode(out);
 }
 
 pub(crate) fn encode_reg_load(field: Field, ofs: u16, nbits: u16, value: u64, out: &mut Vec<u8>) {
@@ -318,17 +439,23 @@ pub(crate) fn decode_experimenter(body: &[u8], ctx: ActionContext) -> Result<Act
                     "reg_load value wider than its bits",
                 ));
             }
-            if !is_ct_writable(field) {
-                return Err(bad(
-                    bac::BAD_SET_TYPE,
-                    "reg_load of a field other than ct_mark or ct_label",
-                ));
-            }
-            if ctx != ActionContext::Ct {
-                return Err(bad(
-                    bac::BAD_SET_ARGUMENT,
-                    "write of a ct field outside a ct action",
-                ));
+            match (ctx == ActionContext::Ct, is_ct_writable(field)) {
+                (true, false) => {
+                    return Err(bad(
+                        bac::BAD_SET_TYPE,
+                        "reg_load inside ct of a field other than ct_mark or ct_label",
+                    ))
+                }
+                (false, true) => {
+                    return Err(bad(
+                        bac::BAD_SET_ARGUMENT,
+                        "write of a ct field outside a ct action",
+                    ))
+                }
+                (false, false) if !field.info().settable => {
+                    return Err(bad(bac::BAD_SET_TYPE, "reg_load of a read-only field"))
+                }
+                _ => {}
             }
             Action::RegLoad {
                 field,
@@ -337,6 +464,102 @@ pub(crate) fn decode_experimenter(body: &[u8], ctx: ActionContext) -> Result<Act
                 value,
             }
         }
+        nxast::RESUBMIT | nxast::RESUBMIT_TABLE => {
+            if len != 16 {
+                return Err(bad(bac::BAD_LEN, "NXAST_RESUBMIT not 16 bytes"));
+            }
+            let port = port_from_16(r.u16()?);
+            let table = if subtype == nxast::RESUBMIT_TABLE {
+                let t = r.u8()?;
+                if r.rest().iter().any(|&b| b != 0) {
+                    return Err(bad(bac::BAD_ARGUMENT, "resubmit padding not zero"));
+                }
+                Some(t)
+            } else {
+                None
+            };
+            Action::Resubmit { port, table }
+        }
+        nxast::REG_MOVE => {
+            if len != 24 {
+                return Err(bad(bac::BAD_LEN, "NXAST_REG_MOVE not 24 bytes"));
+            }
+            let nbits = r.u16()?;
+            let src_ofs = r.u16()?;
+            let dst_ofs = r.u16()?;
+            let src = field_of_header(r.u32()?)?;
+            let dst = field_of_header(r.u32()?)?;
+            Action::RegMove(check_move(NxMove {
+                src,
+                src_ofs,
+                dst,
+                dst_ofs,
+                nbits,
+            })?)
+        }
+        nxast::OUTPUT_REG | nxast::OUTPUT_REG2 => {
+            if len != 24 {
+                return Err(bad(bac::BAD_LEN, "NXAST_OUTPUT_REG not 24 bytes"));
+            }
+            let on = r.u16()?;
+            let v2 = subtype == nxast::OUTPUT_REG2;
+            let (src, max_len) = if v2 {
+                let m = r.u16()?;
+                (field_of_header(r.u32()?)?, m)
+            } else {
+                let f = field_of_header(r.u32()?)?;
+                (f, r.u16()?)
+            };
+            if r.rest().iter().any(|&b| b != 0) {
+                return Err(bad(bac::BAD_ARGUMENT, "output_reg padding not zero"));
+            }
+            let (ofs, nbits) = (on >> 6, (on & 0x3f) + 1);
+            if !within(src, ofs, nbits) {
+                return Err(bad(bac::BAD_SET_LEN, "output_reg bits beyond their field"));
+            }
+            if ctx == ActionContext::Ct {
+                return Err(bad(bac::BAD_ARGUMENT, "output_reg nested inside ct"));
+            }
+            Action::OutputReg(NxOutputReg {
+                src,
+                ofs,
+                nbits,
+                max_len,
+                v2,
+            })
+        }
+        nxast::REG_LOAD2 => {
+            let body = r.rest();
+            if body.len() < 4 {
+                return Err(bad(bac::BAD_LEN, "NXAST_REG_LOAD2 without an OXM"));
+            }
+            let (oxm, used) = Oxm::decode(body).map_err(|e| match e.code {
+                crate::error::bmc::BAD_FIELD => {
+                    bad(bac::BAD_SET_TYPE, "reg_load2 of an unknown field")
+                }
+                crate::error::bmc::BAD_LEN => {
+                    bad(bac::BAD_SET_LEN, "reg_load2 OXM length wrong for its field")
+                }
+                _ => bad(bac::BAD_SET_ARGUMENT, "reg_load2 value out of range"),
+            })?;
+            // The TLV and its padding fill the action (10 bytes of header before it).
+            if crate::wire::pad8(10 + used) != len || body[used..].iter().any(|&b| b != 0) {
+                return Err(bad(
+                    bac::BAD_LEN,
+                    "NXAST_REG_LOAD2 length does not fit its OXM",
+                ));
+            }
+            if ctx == ActionContext::Ct || is_ct_writable(oxm.field) {
+                return Err(bad(
+                    bac::BAD_SET_ARGUMENT,
+                    "reg_load2 inside ct or of a ct field",
+                ));
+            }
+            if !oxm.field.info().settable {
+                return Err(bad(bac::BAD_SET_TYPE, "reg_load2 of a read-only field"));
+            }
+            Action::RegLoad2(oxm)
+        }
         _ => {
             return Err(bad(
                 bac::BAD_EXP_TYPE,
@@ -344,7 +567,25 @@ pub(crate) fn decode_experimenter(body: &[u8], ctx: ActionContext) -> Result<Act
             ))
         }
     };
+    if ctx == ActionContext::Ct && matches!(a, Action::Resubmit { .. } | Action::RegMove(_)) {
+        return Err(bad(bac::BAD_ARGUMENT, "ct nests a resubmit or a move"));
+    }
     Ok(a)
+}
+
+/// A move's ranges within their fields (`OFPBAC_BAD_SET_LEN`), its destination writable
+/// (`OFPBAC_BAD_SET_TYPE`; ct fields only by `ct`'s own writes: `OFPBAC_BAD_SET_ARGUMENT`).
+pub(crate) fn check_move(m: NxMove) -> Result<NxMove, OfError> {
+    if !within(m.src, m.src_ofs, m.nbits) || !within(m.dst, m.dst_ofs, m.nbits) {
+        return Err(bad(bac::BAD_SET_LEN, "move bits beyond their field"));
+    }
+    if is_ct_writable(m.dst) {
+        return Err(bad(bac::BAD_SET_ARGUMENT, "move into a ct field"));
+    }
+    if !m.dst.info().settable {
+        return Err(bad(bac::BAD_SET_TYPE, "move into a read-only field"));
+    }
+    Ok(m)
 }
 
 fn decode_nat(r: &mut Reader<'_>) -> Result<NxNat, OfError> {

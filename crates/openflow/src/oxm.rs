@@ -15,15 +15,20 @@ use crate::wire::{pad8, Put, Reader};
 
 /// `OFPXMC_OPENFLOW_BASIC`.
 pub const CLASS_OPENFLOW_BASIC: u16 = 0x8000;
-/// `OFPXMC_NXM_1`: Nicira's extension class (tunnel endpoints, conntrack).
+/// `OFPXMC_NXM_1`: Nicira's extension class (tunnel endpoints, conntrack, registers).
 pub const CLASS_NXM_1: u16 = 0x0001;
+/// `OFPXMC_NXM_0`: Nicira's class of OpenFlow 1.0's fields (`NXM_OF_IN_PORT`, 16 bits).
+pub const CLASS_NXM_0: u16 = 0x0000;
+/// `OFPXMC_PACKET_REGS`: OpenFlow 1.5's packet registers (OVS's `xreg0`..`xreg7`).
+pub const CLASS_PACKET_REGS: u16 = 0x8001;
 /// `OFPVID_PRESENT`: the VLAN_VID bit saying a VLAN tag is present.
 pub const OFPVID_PRESENT: u16 = 0x1000;
 /// `OFPMT_OXM`.
 pub const OFPMT_OXM: u16 = 1;
 
-/// A match field this codec knows: every OpenFlow 1.3 basic-class field, and Nicira's
-/// tunnel endpoints and conntrack fields.
+/// A match field this codec knows: every OpenFlow 1.3 basic-class field, Nicira's tunnel
+/// endpoints, conntrack fields, registers (`reg`, `xxreg`; `xreg` in OpenFlow 1.5's packet
+/// register class), `NXM_OF_IN_PORT` and `NXM_NX_IP_TTL`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[allow(missing_docs)]
 pub enum Field {
@@ -93,6 +98,70 @@ pub enum Field {
     CtTpSrc,
     /// `NXM_NX_CT_TP_DST`.
     CtTpDst,
+    /// `NXM_NX_REG0`..`NXM_NX_REG15` (32 bits each).
+    Reg0,
+    Reg1,
+    Reg2,
+    Reg3,
+    Reg4,
+    Reg5,
+    Reg6,
+    Reg7,
+    Reg8,
+    Reg9,
+    Reg10,
+    Reg11,
+    Reg12,
+    Reg13,
+    Reg14,
+    Reg15,
+    /// `OXM_OF_PKT_REG0`..`7` (64 bits: `xreg i` is `reg 2i` high, `reg 2i+1` low).
+    Xreg0,
+    Xreg1,
+    Xreg2,
+    Xreg3,
+    Xreg4,
+    Xreg5,
+    Xreg6,
+    Xreg7,
+    /// `NXM_NX_XXREG0`..`3` (128 bits: `xxreg j` is `reg 4j` (high) to `reg 4j+3`).
+    Xxreg0,
+    Xxreg1,
+    Xxreg2,
+    Xxreg3,
+    /// `NXM_OF_IN_PORT`: the input port in 16 bits (OVS writes it with `load:0->in_port`).
+    NxmInPort,
+    /// `NXM_NX_IP_TTL`: the IPv4 TTL / IPv6 hop limit (OpenFlow has no basic field).
+    NxIpTtl,
+    /// Nicira's names of fields OpenFlow also has (`NXM_OF_ETH_SRC`, `NXM_NX_ARP_SHA`, …):
+    /// what ovs-ofctl writes as a `move`'s, `load`'s or `output_reg`'s field even in
+    /// OpenFlow 1.3. Decoded there only ([`Field::from_header`]), not in matches.
+    NxmEthDst,
+    NxmEthSrc,
+    NxmEthType,
+    NxmIpProto,
+    NxmIpSrc,
+    NxmIpDst,
+    NxmTcpSrc,
+    NxmTcpDst,
+    NxmUdpSrc,
+    NxmUdpDst,
+    NxmIcmpType,
+    NxmIcmpCode,
+    NxmArpOp,
+    NxmArpSpa,
+    NxmArpTpa,
+    NxTunId,
+    NxArpSha,
+    NxArpTha,
+    NxIpv6Src,
+    NxIpv6Dst,
+    NxIcmpv6Type,
+    NxIcmpv6Code,
+    NxNdTarget,
+    NxNdSll,
+    NxNdTll,
+    NxIpv6Label,
 }
 
 /// What the wire says of a field: its class and number, its width, whether it may carry a
@@ -138,10 +207,45 @@ const fn fi(
 
 const B: u16 = CLASS_OPENFLOW_BASIC;
 const N: u16 = CLASS_NXM_1;
+const Z: u16 = CLASS_NXM_0;
+const R: u16 = CLASS_PACKET_REGS;
 
 impl Field {
+    /// `NXM_NX_REG0`..`NXM_NX_REG15`.
+    pub const REGS: [Field; 16] = [
+        Field::Reg0,
+        Field::Reg1,
+        Field::Reg2,
+        Field::Reg3,
+        Field::Reg4,
+        Field::Reg5,
+        Field::Reg6,
+        Field::Reg7,
+        Field::Reg8,
+        Field::Reg9,
+        Field::Reg10,
+        Field::Reg11,
+        Field::Reg12,
+        Field::Reg13,
+        Field::Reg14,
+        Field::Reg15,
+    ];
+    /// `OXM_OF_PKT_REG0`..`7`.
+    pub const XREGS: [Field; 8] = [
+        Field::Xreg0,
+        Field::Xreg1,
+        Field::Xreg2,
+        Field::Xreg3,
+        Field::Xreg4,
+        Field::Xreg5,
+        Field::Xreg6,
+        Field::Xreg7,
+    ];
+    /// `NXM_NX_XXREG0`..`3`.
+    pub const XXREGS: [Field; 4] = [Field::Xxreg0, Field::Xxreg1, Field::Xxreg2, Field::Xxreg3];
+
     /// Every field, in declaration order.
-    pub const ALL: [Field; 53] = [
+    pub const ALL: [Field; 83] = [
         Field::InPort,
         Field::InPhyPort,
         Field::Metadata,
@@ -195,6 +299,36 @@ impl Field {
         Field::CtIpv6Dst,
         Field::CtTpSrc,
         Field::CtTpDst,
+        Field::Reg0,
+        Field::Reg1,
+        Field::Reg2,
+        Field::Reg3,
+        Field::Reg4,
+        Field::Reg5,
+        Field::Reg6,
+        Field::Reg7,
+        Field::Reg8,
+        Field::Reg9,
+        Field::Reg10,
+        Field::Reg11,
+        Field::Reg12,
+        Field::Reg13,
+        Field::Reg14,
+        Field::Reg15,
+        Field::Xreg0,
+        Field::Xreg1,
+        Field::Xreg2,
+        Field::Xreg3,
+        Field::Xreg4,
+        Field::Xreg5,
+        Field::Xreg6,
+        Field::Xreg7,
+        Field::Xxreg0,
+        Field::Xxreg1,
+        Field::Xxreg2,
+        Field::Xxreg3,
+        Field::NxmInPort,
+        Field::NxIpTtl,
     ];
 
     /// The field's wire description.
@@ -255,14 +389,110 @@ impl Field {
             CtIpv6Dst => fi(N, 123, 16, true, 128, false, "nx_ct_ipv6_dst"),
             CtTpSrc => fi(N, 124, 2, true, 16, false, "nx_ct_tp_src"),
             CtTpDst => fi(N, 125, 2, true, 16, false, "nx_ct_tp_dst"),
+            Reg0 => fi(N, 0, 4, true, 32, true, "nx_reg0"),
+            Reg1 => fi(N, 1, 4, true, 32, true, "nx_reg1"),
+            Reg2 => fi(N, 2, 4, true, 32, true, "nx_reg2"),
+            Reg3 => fi(N, 3, 4, true, 32, true, "nx_reg3"),
+            Reg4 => fi(N, 4, 4, true, 32, true, "nx_reg4"),
+            Reg5 => fi(N, 5, 4, true, 32, true, "nx_reg5"),
+            Reg6 => fi(N, 6, 4, true, 32, true, "nx_reg6"),
+            Reg7 => fi(N, 7, 4, true, 32, true, "nx_reg7"),
+            Reg8 => fi(N, 8, 4, true, 32, true, "nx_reg8"),
+            Reg9 => fi(N, 9, 4, true, 32, true, "nx_reg9"),
+            Reg10 => fi(N, 10, 4, true, 32, true, "nx_reg10"),
+            Reg11 => fi(N, 11, 4, true, 32, true, "nx_reg11"),
+            Reg12 => fi(N, 12, 4, true, 32, true, "nx_reg12"),
+            Reg13 => fi(N, 13, 4, true, 32, true, "nx_reg13"),
+            Reg14 => fi(N, 14, 4, true, 32, true, "nx_reg14"),
+            Reg15 => fi(N, 15, 4, true, 32, true, "nx_reg15"),
+            Xreg0 => fi(R, 0, 8, true, 64, true, "pkt_reg0"),
+            Xreg1 => fi(R, 1, 8, true, 64, true, "pkt_reg1"),
+            Xreg2 => fi(R, 2, 8, true, 64, true, "pkt_reg2"),
+            Xreg3 => fi(R, 3, 8, true, 64, true, "pkt_reg3"),
+            Xreg4 => fi(R, 4, 8, true, 64, true, "pkt_reg4"),
+            Xreg5 => fi(R, 5, 8, true, 64, true, "pkt_reg5"),
+            Xreg6 => fi(R, 6, 8, true, 64, true, "pkt_reg6"),
+            Xreg7 => fi(R, 7, 8, true, 64, true, "pkt_reg7"),
+            Xxreg0 => fi(N, 111, 16, true, 128, true, "nx_xxreg0"),
+            Xxreg1 => fi(N, 112, 16, true, 128, true, "nx_xxreg1"),
+            Xxreg2 => fi(N, 113, 16, true, 128, true, "nx_xxreg2"),
+            Xxreg3 => fi(N, 114, 16, true, 128, true, "nx_xxreg3"),
+            NxmInPort => fi(Z, 0, 2, false, 16, true, "nx_of_in_port"),
+            NxIpTtl => fi(N, 29, 1, false, 8, true, "nx_ip_ttl"),
+            NxmEthDst => fi(Z, 1, 6, true, 48, true, "nx_of_eth_dst"),
+            NxmEthSrc => fi(Z, 2, 6, true, 48, true, "nx_of_eth_src"),
+            NxmEthType => fi(Z, 3, 2, false, 16, false, "nx_of_eth_type"),
+            NxmIpProto => fi(Z, 6, 1, false, 8, false, "nx_of_ip_proto"),
+            NxmIpSrc => fi(Z, 7, 4, true, 32, true, "nx_of_ip_src"),
+            NxmIpDst => fi(Z, 8, 4, true, 32, true, "nx_of_ip_dst"),
+            NxmTcpSrc => fi(Z, 9, 2, true, 16, true, "nx_of_tcp_src"),
+            NxmTcpDst => fi(Z, 10, 2, true, 16, true, "nx_of_tcp_dst"),
+            NxmUdpSrc => fi(Z, 11, 2, true, 16, true, "nx_of_udp_src"),
+            NxmUdpDst => fi(Z, 12, 2, true, 16, true, "nx_of_udp_dst"),
+            NxmIcmpType => fi(Z, 13, 1, false, 8, true, "nx_of_icmp_type"),
+            NxmIcmpCode => fi(Z, 14, 1, false, 8, true, "nx_of_icmp_code"),
+            NxmArpOp => fi(Z, 15, 2, false, 16, true, "nx_of_arp_op"),
+            NxmArpSpa => fi(Z, 16, 4, true, 32, true, "nx_of_arp_spa"),
+            NxmArpTpa => fi(Z, 17, 4, true, 32, true, "nx_of_arp_tpa"),
+            NxTunId => fi(N, 16, 8, true, 64, true, "nx_tun_id"),
+            NxArpSha => fi(N, 17, 6, true, 48, true, "nx_arp_sha"),
+            NxArpTha => fi(N, 18, 6, true, 48, true, "nx_arp_tha"),
+            NxIpv6Src => fi(N, 19, 16, true, 128, true, "nx_ipv6_src"),
+            NxIpv6Dst => fi(N, 20, 16, true, 128, true, "nx_ipv6_dst"),
+            NxIcmpv6Type => fi(N, 21, 1, false, 8, true, "nx_icmpv6_type"),
+            NxIcmpv6Code => fi(N, 22, 1, false, 8, true, "nx_icmpv6_code"),
+            NxNdTarget => fi(N, 23, 16, true, 128, true, "nx_nd_target"),
+            NxNdSll => fi(N, 24, 6, true, 48, true, "nx_nd_sll"),
+            NxNdTll => fi(N, 25, 6, true, 48, true, "nx_nd_tll"),
+            NxIpv6Label => fi(N, 27, 4, true, 20, true, "nx_ipv6_label"),
         }
     }
+
+    /// The Nicira aliases of OpenFlow's fields (see [`Field::NxmEthDst`]).
+    pub const NXM_ALIASES: [Field; 26] = [
+        Field::NxmEthDst,
+        Field::NxmEthSrc,
+        Field::NxmEthType,
+        Field::NxmIpProto,
+        Field::NxmIpSrc,
+        Field::NxmIpDst,
+        Field::NxmTcpSrc,
+        Field::NxmTcpDst,
+        Field::NxmUdpSrc,
+        Field::NxmUdpDst,
+        Field::NxmIcmpType,
+        Field::NxmIcmpCode,
+        Field::NxmArpOp,
+        Field::NxmArpSpa,
+        Field::NxmArpTpa,
+        Field::NxTunId,
+        Field::NxArpSha,
+        Field::NxArpTha,
+        Field::NxIpv6Src,
+        Field::NxIpv6Dst,
+        Field::NxIcmpv6Type,
+        Field::NxIcmpv6Code,
+        Field::NxNdTarget,
+        Field::NxNdSll,
+        Field::NxNdTll,
+        Field::NxIpv6Label,
+    ];
 
     /// The field with OXM class `class` and number `code`, if this codec knows it.
     pub fn from_wire(class: u16, code: u8) -> Option<Field> {
         Field::ALL
             .into_iter()
             .find(|f| f.info().class == class && f.info().code == code)
+    }
+
+    /// [`Field::from_wire`] for the field header of an action (`move`, `load`,
+    /// `output_reg`, a `ct` zone): Nicira's names of OpenFlow's fields too.
+    pub fn from_header(class: u16, code: u8) -> Option<Field> {
+        Field::from_wire(class, code).or_else(|| {
+            Field::NXM_ALIASES
+                .into_iter()
+                .find(|f| f.info().class == class && f.info().code == code)
+        })
     }
 }
 
@@ -477,6 +707,7 @@ impl Match {
                 Icmpv4Type | Icmpv4Code => is_v4 && proto == Some(1),
                 ArpOp | ArpSpa | ArpTpa | ArpSha | ArpTha => eth == Some(0x0806),
                 Ipv6Src | Ipv6Dst | Ipv6Flabel | Ipv6Exthdr => is_v6,
+                NxIpTtl => is_ip,
                 Icmpv6Type | Icmpv6Code => is_v6 && proto == Some(58),
                 Ipv6NdTarget => is_v6 && proto == Some(58) && matches!(icmp6, Some(135 | 136)),
                 Ipv6NdSll => is_v6 && proto == Some(58) && icmp6 == Some(135),

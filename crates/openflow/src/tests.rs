@@ -525,7 +525,7 @@ fn prereqs_for(f: Field) -> Match {
     let fields = match f {
         InPhyPort => vec![Oxm::exact(InPort, 1)],
         VlanPcp => vec![Oxm::exact(VlanVid, 0x1001)],
-        IpDscp | IpEcn | IpProto | Ipv4Src | Ipv4Dst => vec![e(0x0800)],
+        IpDscp | IpEcn | IpProto | Ipv4Src | Ipv4Dst | NxIpTtl => vec![e(0x0800)],
         TcpSrc | TcpDst => vec![e(0x0800), p(6)],
         UdpSrc | UdpDst => vec![e(0x86dd), p(17)],
         SctpSrc | SctpDst => vec![e(0x0800), p(132)],
@@ -637,9 +637,9 @@ fn match_refusals() {
             [eth_ip.clone(), tlv(b, 8, false, &[64])].concat(),
             bmc::BAD_VALUE,
         ),
-        // Unknown fields: basic class 40+, a register, an experimenter class.
+        // Unknown fields: basic class 40+, a Nicira field (pkt_mark), an experimenter class.
         (tlv(b, 40, false, &[0, 0, 0, 1]), bmc::BAD_FIELD),
-        (tlv(0x0001, 0, false, &[0, 0, 0, 1]), bmc::BAD_FIELD),
+        (tlv(0x0001, 33, false, &[0, 0, 0, 1]), bmc::BAD_FIELD),
         (
             tlv(0xffff, 1, false, &[0, 0, 0, 1, 0, 0, 0, 0]),
             bmc::BAD_FIELD,
@@ -770,7 +770,8 @@ fn action_refusals() {
         (
             act(
                 at::EXPERIMENTER,
-                &[0, 0, 0x23, 0x20, 0, 1, 0, 0, 0, 0, 0, 0],
+                // NXAST_NOTE (8).
+                &[0, 0, 0x23, 0x20, 0, 8, 0, 0, 0, 0, 0, 0],
             ),
             bac::BAD_EXP_TYPE,
         ),

@@ -756,6 +756,21 @@ const FLOWS: &[&str] = &[
     "tcp,actions=ct(commit,alg=ftp)",
     "ip,actions=ct(commit,zone=NXM_NX_CT_MARK[0..15])",
     "in_port=LOCAL,actions=output:1,output:2,output:3",
+    // Registers and the actions OVN's pipeline is built on.
+    "reg0=0x5,reg1=0x6/0xff,actions=drop",
+    "xxreg1=0x1234/0xffff,actions=drop",
+    "xreg2=0x10,actions=drop",
+    "reg15=0x1,metadata=0x2,actions=output:NXM_NX_REG15[]",
+    "ip,nw_ttl=5,actions=drop",
+    "actions=load:0x5->NXM_NX_REG14[],load:0x1->NXM_NX_REG10[7],resubmit(,8)",
+    "actions=move:NXM_NX_REG14[]->NXM_NX_REG15[],resubmit(1,2)",
+    "actions=resubmit:2",
+    "actions=output:NXM_NX_REG15[0..15]",
+    "arp,actions=move:NXM_OF_ARP_SPA[]->NXM_OF_ARP_TPA[],move:NXM_OF_ETH_SRC[]->NXM_OF_ETH_DST[],load:0x2->NXM_OF_ARP_OP[]",
+    "ip,actions=ct(commit,zone=NXM_NX_REG13[0..15],table=10)",
+    "actions=load:0->NXM_OF_IN_PORT[],load:0x7->OXM_OF_METADATA[]",
+    "actions=set_field:0x5/0xff->reg3,set_field:0x8->xxreg2,load:0x1234->NXM_NX_XXREG0[64..127]",
+    "ip,actions=move:NXM_OF_IP_SRC[]->NXM_NX_REG0[],move:NXM_NX_XXREG0[0..7]->NXM_NX_IP_TTL[]",
     "metadata=0x1,in_port=2,dl_type=0x86dd,nw_proto=58,icmpv6_type=128,actions=drop",
 ];
 
@@ -841,19 +856,18 @@ fn add_flow_refusals() {
         return;
     }
     let cases: &[(&str, u16, u16)] = &[
-        // Registers are Nicira extension fields.
-        ("reg0=1,actions=drop", et::BAD_MATCH, bmc::BAD_FIELD),
-        // Nicira actions other than the connection-tracking ones.
-        ("actions=resubmit(,2)", et::BAD_ACTION, bac::BAD_EXP_TYPE),
+        // A Nicira field the codec does not know.
+        ("pkt_mark=1,actions=drop", et::BAD_MATCH, bmc::BAD_FIELD),
+        // Nicira actions other than the connection-tracking and register ones.
         ("actions=note:01", et::BAD_ACTION, bac::BAD_EXP_TYPE),
-        // A register is a field this codec does not know.
         (
-            "actions=load:1->NXM_NX_REG0[]",
+            "ct_state=+trk+est,ip,actions=resubmit(,2,ct)",
             et::BAD_ACTION,
-            bac::BAD_SET_TYPE,
+            bac::BAD_EXP_TYPE,
         ),
+        // A load into a field the codec does not know.
         (
-            "ip,actions=ct(commit,zone=NXM_NX_REG0[0..15])",
+            "actions=load:1->NXM_NX_PKT_MARK[]",
             et::BAD_ACTION,
             bac::BAD_SET_TYPE,
         ),

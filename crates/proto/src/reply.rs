@@ -442,6 +442,13 @@ pub struct MegaflowCacheStats {
     pub revalidations: u64,
     pub rules: u64,
     pub subtables: u64,
+    /// Translations (upcalls) that failed on OVS's resubmit limits and dropped their
+    /// packet: nested deeper than 64, more than 4096 resubmits. Left out when zero, absent
+    /// from older daemons.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub xlate_too_deep: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub xlate_too_many: u64,
 }
 
 /// `mac-table`: one learned address.

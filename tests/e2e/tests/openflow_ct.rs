@@ -2,8 +2,9 @@
 //! `ovs-ofctl -O OpenFlow13` commands with `ct()`, `ct_clear` and the `ct_*` matches against
 //! ferrovsd's management socket and against real OVS (Debian's ovs-vswitchd, a
 //! `datapath_type=netdev` bridge with dummy ports): `dump-flows` of both, without
-//! statistics, must be the same; what ferrovs cannot hold (ALGs, a zone from a field,
-//! `ct_ipv6_*`) is refused with its OpenFlow error and changes nothing.
+//! statistics, must be the same; what ferrovs cannot hold (ALGs, `ct_ipv6_*`) is refused
+//! with its OpenFlow error and changes nothing. The same comparison for OVN's register
+//! programs (registers, `load`, `move`, `resubmit`, `output:REG`, a zone from a register).
 
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -112,10 +113,6 @@ fn ct_rules_from_ovs_ofctl_are_the_same_on_ferrovs_and_ovs() {
     for (rule, err) in [
         ("tcp,actions=ct(commit,alg=ftp)", "OFPBAC_BAD_ARGUMENT"),
         (
-            "ip,actions=ct(commit,zone=NXM_NX_CT_MARK[0..15])",
-            "OFPBAC_BAD_ARGUMENT",
-        ),
-        (
             "ip,actions=ct(commit,nat(src=10.0.0.1-10.0.0.9,persistent))",
             "OFPBAC_BAD_ARGUMENT",
         ),
@@ -123,26 +120,59 @@ fn ct_rules_from_ovs_ofctl_are_the_same_on_ferrovs_and_ovs() {
             "ipv6,ct_state=+trk-inv,ct_ipv6_src=2001:db8::1,actions=drop",
             "OFPBMC_BAD_FIELD",
         ),
-        // Registers are not in the key (OVS knows the field; the codec does not).
-        (
-            "ip,actions=ct(commit,zone=NXM_NX_REG0[0..15])",
-            "OFPBAC_BAD_SET_TYPE",
-        ),
     ] {
         let (ok, _, e) = ofctl(&ovs.mgmt, "add-flow", &[rule]);
         assert!(ok, "OVS refused {rule}: {e}");
-        if rule.contains("REG0") {
-            continue;
-        }
         let (ok, _, e) = ofctl(&sock, "add-flow", &[rule]);
         assert!(!ok, "{rule} was accepted");
         assert!(e.contains(err), "{rule}: {e}");
     }
-    let (ok, _, e) = ofctl(
-        &sock,
-        "add-flow",
-        &["ip,actions=ct(commit,zone=NXM_NX_REG0[0..15])"],
-    );
-    assert!(!ok && e.contains("OFPBAC_BAD_SET_TYPE"), "{e}");
     assert_eq!(flows(&sock), before, "the refusals changed nothing");
+}
+
+/// An OVN-shaped register program (ports 1 and 2).
+const REG_RULES: &[&str] = &[
+    "table=0,priority=100,in_port=1,actions=load:0x1->NXM_NX_REG14[],load:0x7->OXM_OF_METADATA[],resubmit(,8)",
+    "table=0,priority=100,in_port=2,actions=load:0x2->NXM_NX_REG14[],load:0x1->NXM_NX_REG10[7],resubmit(,8)",
+    "table=8,priority=50,metadata=0x7,reg14=0x1,actions=move:NXM_NX_REG14[]->NXM_NX_REG15[],resubmit(,10)",
+    "table=8,priority=40,reg0=0x1/0x1,xxreg1=0x10/0xff,actions=resubmit(1,9),resubmit:2",
+    "table=10,priority=100,ip,ct_state=-trk,actions=ct(table=11,zone=NXM_NX_REG13[0..15])",
+    "table=10,priority=50,actions=set_field:0x5/0xff->reg3,set_field:0x8->xxreg2,resubmit(,37)",
+    "table=11,priority=100,arp,actions=move:NXM_OF_ARP_SPA[]->NXM_OF_ARP_TPA[],move:NXM_OF_ETH_SRC[]->NXM_OF_ETH_DST[],load:0x2->NXM_OF_ARP_OP[]",
+    "table=11,priority=90,ip,ct_state=+trk+est,actions=ct(commit,zone=NXM_NX_CT_MARK[0..15]),move:NXM_OF_IP_SRC[]->NXM_NX_XXREG0[96..127]",
+    "table=37,priority=100,reg15=0x1,actions=output:NXM_NX_REG15[]",
+    "table=37,priority=90,reg15=0x2,actions=load:0->NXM_OF_IN_PORT[],output:NXM_NX_REG15[0..15]",
+];
+
+#[test]
+fn register_rules_from_ovs_ofctl_are_the_same_on_ferrovs_and_ovs() {
+    if !tools() {
+        return;
+    }
+    let dir = run_dir("openflow-regs");
+    let (pmd, _) = cores();
+    let _sw = start_switch(&dir, pmd, &[]);
+    let sock = dir.join("br0.mgmt");
+    wait_until("br0.mgmt", 10, || UnixStream::connect(&sock).is_ok());
+    let ovs_dir = dir.join("ovs");
+    std::fs::create_dir_all(&ovs_dir).unwrap();
+    let sw = ferrovs_e2e::ovsdb::OvsVswitchd::start(&ovs_dir, "ovsregs");
+    let ovs = Ovs {
+        mgmt: sw.netdev_br0(true),
+        _sw: sw,
+    };
+    let add_all = |sock: &Path| -> Vec<String> {
+        for r in REG_RULES {
+            ofctl_ok(sock, "add-flow", &[r]);
+        }
+        flows(sock)
+    };
+    let want = add_all(&ovs.mgmt);
+    let got = add_all(&sock);
+    assert_eq!(got, want, "ferrovs (left) and OVS (right) differ");
+    assert_eq!(want.len(), REG_RULES.len() + 1, "{want:#?}");
+    // Rules with registers added over OpenFlow are the CLI's rules.
+    let cli_dump = cli_json(&dir, &["dump-flows", "br0"]).to_string();
+    assert!(cli_dump.contains("resubmit(,8)"), "{cli_dump}");
+    assert!(cli_dump.contains("zone=NXM_NX_REG13[0..15]"), "{cli_dump}");
 }

@@ -24,7 +24,7 @@ use ferrovs_datapath::packet_io::{
     controller_port, PacketIn as DpPacketIn, PacketInQueue, PacketOut, PacketOutActions,
     CONTROLLER_PORT,
 };
-use ferrovs_flow::{ActionSpec, FlowKey, FlowSpec, Match, RuleStats};
+use ferrovs_flow::{ActionSpec, FlowKey, FlowSpec, Match};
 
 use crate::flows::StoredRule;
 use ferrovs_openflow::error::{bac, brc, et};
@@ -301,9 +301,10 @@ impl Daemon {
         Ok(())
     }
 
-    /// The datapath actions of a packet-out's `specs` on `data` received on `inp`: the
-    /// translation of a one-rule pipeline (the same semantics as a rule's actions).
-    /// Its groups are the bridge's: one it lacks → `OFPBAC_BAD_OUT_GROUP` (as OVS).
+    /// The datapath actions of a packet-out's `specs` on `data` received on `inp`: their
+    /// translation as a rule's actions through the bridge's tables (`resubmit` and
+    /// `goto_table` look them up, as OVS). Its groups are the bridge's: one it lacks →
+    /// `OFPBAC_BAD_OUT_GROUP` (as OVS).
     fn packet_out_actions(
         &self,
         bridge: &str,
@@ -333,15 +334,20 @@ impl Daemon {
         // A fast_failover bucket of a packet-out's group watches live ports as the
         // pipeline's do.
         let live = |id: u32| self.ports.values().any(|p| p.id == id && self.port_live(p));
-        let p = Pipeline::build_with_groups(
-            [(&spec, Arc::new(RuleStats::default()))],
-            rules.groups().values().map(|g| (&g.spec, g.stats.clone())),
-            &resolve,
-            &live,
-        );
         let mut key = FlowKey::default();
         key.extract_into(data, inp.id, None);
-        Ok(p.translate(&key).actions)
+        // The bridge's published tables (a `resubmit` goes into them, as OVS), or, for a
+        // bridge that switches as plain NORMAL, just its groups.
+        let p = match &self.bridges[bridge].pipeline {
+            Some(p) => p.clone(),
+            None => Arc::new(Pipeline::build_with_groups(
+                std::iter::empty(),
+                rules.groups().values().map(|g| (&g.spec, g.stats.clone())),
+                &resolve,
+                &live,
+            )),
+        };
+        Ok(p.translate_actions(&key, &spec.actions, &resolve).actions)
     }
 
     /// Before a FLOW_MOD: the rules a delete may remove that asked for a FLOW_REMOVED

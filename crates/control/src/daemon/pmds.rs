@@ -124,7 +124,15 @@ impl Daemon {
                 // A few rules changed, the ports (and their links) did not: change a copy
                 // of the published pipeline (one FLOW_MOD per barrier stays O(log n)).
                 let current = b.pipeline.as_deref().filter(|_| same_ports);
-                Some(Arc::new(b.rules.rebuild(current, &resolve, &live)))
+                let mut p = b.rules.rebuild(current, &resolve, &live);
+                // What registers hold is OpenFlow port numbers (output:reg15, in_port).
+                p.set_port_numbers(ferrovs_flow::pipeline::PortNumbers::new(
+                    self.ports
+                        .values()
+                        .filter(|p| &p.bridge == name)
+                        .map(|p| (u32::from(p.ofport), p.id)),
+                ));
+                Some(Arc::new(p))
             };
             b.built_ports = members;
             rebuilt.push(name.clone());

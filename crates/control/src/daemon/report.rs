@@ -117,6 +117,7 @@ impl Daemon {
             .map(|(name, b)| {
                 let c = &b.cache.counters;
                 let (entries, subtables) = b.cache.size();
+                let (xlate_too_deep, xlate_too_many) = b.rules.xlate_failures();
                 let l = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
                 MegaflowCacheStats {
                     bridge: name.clone(),
@@ -130,6 +131,8 @@ impl Daemon {
                     revalidations: l(&c.revalidations),
                     rules: b.rules.len() as u64,
                     subtables: subtables as u64,
+                    xlate_too_deep,
+                    xlate_too_many,
                 }
             })
             .collect()

@@ -6,8 +6,9 @@
 //! run of mask bits (at most 64 bits each), as ovs-ofctl encodes `set_field:V/M->ct_mark`.
 //! Reading accepts any order and merges several writes of one field (later bits win).
 //!
-//! What a `CtSpec` cannot hold is refused with `OFPBAC_BAD_ARGUMENT`, never dropped: a zone
-//! taken from a field, an application-layer gateway (`alg`), unknown `ct` flags, `force`
+//! A zone taken from a field (OVN's `zone=NXM_NX_REG13[0..15]`) is the rule's `zone_src`.
+//! What a `CtSpec` cannot hold is refused with `OFPBAC_BAD_ARGUMENT`, never dropped: an
+//! application-layer gateway (`alg`), unknown `ct` flags, `force`
 //! without `commit`, a second `nat`, NAT's `persistent`/`hash`/`random` flags, `nat(src)` or
 //! `nat(dst)` without an address range, and a range without `src` or `dst`.
 
@@ -61,9 +62,10 @@ pub fn ct_from_of(ct: &NxCt) -> Result<CtSpec, OfError> {
     if force && !commit {
         return Err(arg("ct's force without commit"));
     }
-    let zone = match ct.zone {
-        CtZoneSrc::Imm(z) => z,
-        CtZoneSrc::Field { .. } => return Err(arg("a ct zone taken from a field")),
+    let (zone, zone_src) = match ct.zone {
+        CtZoneSrc::Imm(z) => (z, None),
+        // A register (as OVN's zone=NXM_NX_REG13[0..15]), any key field in fact.
+        CtZoneSrc::Field { field, ofs } => (0, Some(super::regs::subfield(field, ofs, 16)?)),
     };
     if ct.alg != 0 {
         return Err(arg(
@@ -79,6 +81,7 @@ pub fn ct_from_of(ct: &NxCt) -> Result<CtSpec, OfError> {
         commit,
         force,
         zone,
+        zone_src,
         table,
         ..CtSpec::default()
     };
@@ -187,7 +190,17 @@ pub fn ct_to_of(spec: &CtSpec) -> NxCt {
     NxCt {
         flags: if spec.commit { ct_flags::COMMIT } else { 0 }
             | if spec.force { ct_flags::FORCE } else { 0 },
-        zone: CtZoneSrc::Imm(spec.zone),
+        zone: match spec.zone_src.and_then(|sf| {
+            super::regs::key_to_of(
+                sf.field,
+                u32::from(sf.ofs) + 16,
+                &ferrovs_flow::Match::catchall(),
+            )
+            .map(|f| (f, sf.ofs))
+        }) {
+            Some((field, ofs)) => CtZoneSrc::Field { field, ofs },
+            None => CtZoneSrc::Imm(spec.zone),
+        },
         recirc_table: spec.table.unwrap_or(NX_CT_RECIRC_NONE),
         alg: 0,
         actions,

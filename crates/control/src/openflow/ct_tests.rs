@@ -47,6 +47,7 @@ fn specs() -> Vec<CtSpec> {
             }),
             mark: Some((0x1, 0xf0f)),
             label: Some((1, 0xffff_ffff_ffff_ffff_ffff_ffff)),
+            zone_src: None,
         },
         CtSpec {
             table: Some(2),
@@ -57,6 +58,13 @@ fn specs() -> Vec<CtSpec> {
         CtSpec {
             commit: true,
             label: Some((0xab, u128::MAX)),
+            ..CtSpec::default()
+        },
+        // OVN's zone from a register.
+        CtSpec {
+            commit: true,
+            table: Some(7),
+            zone_src: ferrovs_flow::SubField::new(ferrovs_flow::Field::Reg13, 0, 16),
             ..CtSpec::default()
         },
     ]
@@ -169,13 +177,17 @@ fn ct_refusals() {
     };
     let arg = (et::BAD_ACTION, bac::BAD_ARGUMENT);
     let nat = |c: &mut NxCt, n: NxNat| c.actions[0] = Action::Nat(n);
-    let cases: Vec<Edit> = vec![
-        Box::new(|c| {
+    // A zone from a field the flow key lacks (a register's is a rule's `zone_src`).
+    assert_eq!(
+        with(&|c| {
             c.zone = CtZoneSrc::Field {
-                field: Of::Metadata,
+                field: Of::PbbIsid,
                 ofs: 0,
             }
         }),
+        (et::BAD_ACTION, bac::BAD_SET_TYPE)
+    );
+    let cases: Vec<Edit> = vec![
         Box::new(|c| c.alg = 21),
         Box::new(|c| c.flags |= 4),
         Box::new(|c| c.flags = ct_flags::FORCE),

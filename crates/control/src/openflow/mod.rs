@@ -88,8 +88,15 @@ pub fn match_from_of(
     let mut in_port = None;
     for o in &m.fields {
         let (v, mask) = (o.value_u128(), o.mask_u128());
+        if regs::is_internal(o.field) && o.field != Of::Metadata && o.field != Of::NxmInPort {
+            // Registers (reg, xreg, xxreg views of the same key words).
+            if let Some(f) = regs::of_to_key(o.field) {
+                out.set(f, v, mask);
+                continue;
+            }
+        }
         let f = match o.field {
-            Of::InPort => {
+            Of::InPort | Of::NxmInPort => {
                 let name = ports.name(v as u32).ok_or(err(
                     et::BAD_MATCH,
                     bmc::BAD_VALUE,
@@ -145,6 +152,7 @@ pub fn match_from_of(
             Of::MplsLabel => Field::MplsLabel,
             Of::MplsTc => Field::MplsTc,
             Of::MplsBos => Field::MplsBos,
+            Of::NxIpTtl => Field::IpTtl,
             // The tracker's eight ct_state bits, as OVS keeps them: a value beyond them
             // is BAD_VALUE, a mask beyond them is cut to them.
             Of::CtState => {
@@ -181,7 +189,8 @@ pub fn match_from_of(
 }
 
 /// The OpenFlow match of a rule (its input port by number). Fields OpenFlow 1.3 has no
-/// basic OXM for (`nw_ttl`, `ip_frag`, which only the CLI can set) are left out.
+/// basic OXM for are Nicira's where OVS has one (`nw_ttl` as `NXM_NX_IP_TTL`, registers as
+/// `NXM_NX_REG*`) and left out where not (`ip_frag`, which only the CLI can set).
 pub fn match_to_of(m: &Match, in_port: Option<&str>, ports: &PortMap) -> ferrovs_openflow::Match {
     let mut fields = Vec::new();
     let oxm = |f: Of, v: u128, mask: u128, full: u128| {
@@ -312,6 +321,16 @@ pub fn match_to_of(m: &Match, in_port: Option<&str>, ports: &PortMap) -> ferrovs
             fields.push(oxm(of, v, mk, f.full()));
         }
     }
+    let (ttl, ttlm) = m.field(Field::IpTtl);
+    if ttlm == 0xff {
+        fields.push(Oxm::exact(Of::NxIpTtl, ttl));
+    }
+    for (i, f) in Field::REGS.iter().enumerate() {
+        let (v, mk) = m.field(*f);
+        if mk != 0 {
+            fields.push(oxm(Of::REGS[i], v, mk, f.full()));
+        }
+    }
     // Conntrack. ct_state is 32 bits on the wire and 8 in the key: it is always sent
     // masked (as OVS keeps it), never as an exact match of the 24 bits the key lacks.
     let (st, stm) = m.field(Field::CtState);
@@ -344,6 +363,9 @@ fn action_from_of(a: &Action, ports: &PortMap) -> Result<ActionSpec, OfError> {
             "an action the pipeline does not have",
         )
     };
+    if let Some(spec) = regs::action_from_of(a, ports)? {
+        return Ok(spec);
+    }
     Ok(match a {
         Action::Output { port, max_len } => match *port {
             OFPP_IN_PORT => ActionSpec::InPort,
@@ -421,6 +443,7 @@ fn action_from_of(a: &Action, ports: &PortMap) -> Result<ActionSpec, OfError> {
                 Of::TunIpv4Dst => ActionSpec::SetField(Field::TunDst, v),
                 Of::MplsLabel => ActionSpec::SetField(Field::MplsLabel, v),
                 Of::MplsTc => ActionSpec::SetField(Field::MplsTc, v),
+                Of::NxIpTtl => ActionSpec::SetField(Field::IpTtl, v),
                 // (ct_mark and ct_label are written inside ct only: the codec refuses
                 // them here.)
                 _ => {
@@ -672,6 +695,12 @@ pub fn instructions_to_of_with(
             ActionSpec::DecMplsTtl => apply.push(Action::DecMplsTtl),
             ActionSpec::Ct(c) => apply.push(Action::Ct(Box::new(ct::ct_to_of(c)))),
             ActionSpec::CtClear => apply.push(Action::CtClear),
+            ActionSpec::Load { .. }
+            | ActionSpec::Move { .. }
+            | ActionSpec::OutputReg(_)
+            | ActionSpec::Resubmit { .. } => {
+                apply.extend(regs::action_to_of(a, &spec.m, ports).unwrap_or_default())
+            }
             ActionSpec::ClearActions
             | ActionSpec::WriteActions(_)
             | ActionSpec::WriteMetadata { .. } => {}
@@ -1263,5 +1292,6 @@ pub mod ct;
 #[cfg(test)]
 mod ct_tests;
 pub mod meters;
+pub mod regs;
 #[cfg(test)]
 mod tests;

@@ -380,6 +380,7 @@ fn hand_made_actions_track_in_their_zone_and_force_ends_the_reply_connection() {
             label: None,
             recirc: None,
             metadata: 0,
+            regs: [0; 8],
         }))
     };
     let syn = tcp(A, B, 40000, 80, 100, 0, SYN);
@@ -467,4 +468,49 @@ fn the_trackers_state_bits_are_the_keys() {
     ] {
         assert_eq!(ours, theirs);
     }
+}
+
+/// Registers written before a `ct(table=1)` decide the resumed pass: the datapath puts the
+/// frozen registers into the recirculated key (OVN marks the logical ports in reg14/reg15
+/// and takes the zone from reg13 the same way). Through both caches on the second burst.
+#[test]
+fn registers_written_before_a_recirculation_decide_the_resumed_pass() {
+    let pool = Pool::new(1024).unwrap();
+    let rules: Vec<FlowSpec> = [
+        "priority=10,in_port=vm1,ip actions=load:0x1->NXM_NX_REG14[],load:0x7->NXM_NX_REG13[0..15],ct(table=1,zone=NXM_NX_REG13[0..15])",
+        "priority=10,in_port=vm2,ip actions=load:0x2->NXM_NX_REG14[],load:0x7->NXM_NX_REG13[0..15],ct(table=1,zone=NXM_NX_REG13[0..15])",
+        "table=1,priority=10,ip,ct_state=+trk,reg14=0x1 actions=ct(commit,zone=NXM_NX_REG13[0..15]),output:vm2",
+        "table=1,priority=10,ip,ct_state=+trk,reg14=0x2 actions=output:vm1",
+        "table=1,priority=1 actions=drop",
+    ]
+    .iter()
+    .map(|t| parse_flow(t).unwrap())
+    .collect();
+    let snap = switch(&rules);
+    let mut fx = FlowCtx::default();
+    fx.emc.set_insert_inv_prob(1);
+    let c = &mut fx;
+    let syn = tcp(A, B, 40000, 80, 100, 0, SYN);
+    let synack = tcp(B, A, 80, 40000, 500, 101, SYN | ACK);
+    for round in 0..2 {
+        let before = c.counters;
+        assert_eq!(
+            burst(&snap, &pool, c, 0, std::slice::from_ref(&syn)),
+            (vec![(1, vec![syn.clone()])], 0),
+            "round {round}"
+        );
+        assert_eq!(
+            burst(&snap, &pool, c, 1, std::slice::from_ref(&synack)),
+            (vec![(0, vec![synack.clone()])], 0),
+            "round {round}"
+        );
+        assert_eq!(c.counters.recirculations - before.recirculations, 2);
+        if round == 1 {
+            // The same packets again: every pass decided by the caches.
+            assert_eq!(c.counters.upcalls, before.upcalls);
+        }
+    }
+    // Committed once, in the zone reg13 held.
+    let t = &snap.bridge(0).unwrap().flows.as_ref().unwrap().conntrack;
+    assert_eq!(t.counters().entries, 1);
 }

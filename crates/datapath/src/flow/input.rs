@@ -888,13 +888,13 @@ impl Exec<'_> {
 }
 
 /// The fields a recirculated key takes from the pipeline and the tracker (see
-/// [`ferrovs_flow::ct`]): the metadata, the recirculation id of table `t`, `ct_state`,
+/// [`ferrovs_flow::ct`]): the metadata and registers, the recirculation id of table `t`, `ct_state`,
 /// `ct_zone`, `ct_mark`, `ct_label` and the connection's original-direction tuple
 /// (`ct_nw_src`/`ct_nw_dst` for IPv4 only; ICMP's `ct_tp_src`/`ct_tp_dst` are its type and
 /// code).
 #[inline]
 pub(crate) fn set_ct_fields(k: &mut FlowKey, c: &CtAction, t: u8, r: &ferrovs_conntrack::CtResult) {
-    k.set(Field::Metadata, u128::from(c.metadata));
+    c.freeze_into(k);
     k.set(Field::RecircId, u128::from(recirc_id(t)));
     k.set(Field::CtState, u128::from(r.state.0));
     k.set(Field::CtZone, u128::from(r.zone));

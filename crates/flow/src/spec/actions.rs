@@ -7,6 +7,7 @@ use crate::key::{
 };
 use crate::matching::Match;
 
+use super::fields::{parse_subfield, prerequisite, register_by_name, writable};
 use super::values::{ipv4, ipv6, mac, num, port_name, tokens, with_mask};
 use super::{ActionSpec, ParseError};
 
@@ -46,6 +47,8 @@ fn settable(a: &ActionSpec) -> bool {
             | ActionSpec::WriteMetadata { .. }
             | ActionSpec::Ct(_)
             | ActionSpec::CtClear
+            | ActionSpec::Resubmit { .. }
+            | ActionSpec::OutputReg(_)
     )
 }
 
@@ -104,7 +107,86 @@ fn parse_action_in(a: &str, table: u8, m: Option<&Match>) -> Result<ActionSpec, 
                 max_len: num(name, v, 65535)? as u16,
             }
         }
-        ("output", _) => ActionSpec::Output(port_name(name, need("a port")?)?),
+        ("output", _) => {
+            let p = need("a port")?;
+            if p.contains('[') {
+                let sf = parse_subfield(p)?;
+                if sf.nbits > 32 {
+                    return Err(ParseError::Invalid(format!(
+                        "output:{p}: a port number has at most 32 bits"
+                    )));
+                }
+                ActionSpec::OutputReg(sf)
+            } else {
+                ActionSpec::Output(port_name(name, p)?)
+            }
+        }
+        ("load", _) => {
+            let a = need("VALUE->DST")?;
+            let (v, d) = a.split_once("->").ok_or_else(|| {
+                ParseError::Invalid(format!("load:{a}: expected VALUE->FIELD[bits]"))
+            })?;
+            let dst = parse_subfield(d)?;
+            check_written(name, &dst, m, lenient)?;
+            let value = num(name, v, u128::MAX)?;
+            if value & !dst.ones() != 0 {
+                return Err(ParseError::Invalid(format!(
+                    "load:{a}: {v} does not fit in {} bits",
+                    dst.nbits
+                )));
+            }
+            ActionSpec::Load {
+                field: dst.field,
+                value: value << dst.ofs,
+                mask: dst.mask(),
+            }
+        }
+        ("move", _) => {
+            let a = need("SRC->DST")?;
+            let (sv, d) = a.split_once("->").ok_or_else(|| {
+                ParseError::Invalid(format!("move:{a}: expected SRC[bits]->DST[bits]"))
+            })?;
+            let (src, dst) = (parse_subfield(sv)?, parse_subfield(d)?);
+            if src.nbits != dst.nbits {
+                return Err(ParseError::Invalid(format!(
+                    "move:{a}: the source has {} bits, the destination {}",
+                    src.nbits, dst.nbits
+                )));
+            }
+            if let Some(need) = prerequisite(src.field, m).filter(|_| !lenient) {
+                return Err(ParseError::Invalid(format!(
+                    "move:{a}: {sv} requires the rule to match {need}"
+                )));
+            }
+            check_written(name, &dst, m, lenient)?;
+            ActionSpec::Move { src, dst }
+        }
+        ("resubmit", _) => {
+            let a = need("a port or a table")?;
+            let (p, t) = match a.split_once(',') {
+                Some((p, t)) => (p.trim(), Some(t.trim())),
+                None => (a.trim(), None),
+            };
+            if t.is_some_and(|t| t.contains(',')) {
+                return Err(ParseError::Invalid(format!(
+                    "resubmit({a}): resubmit(PORT,TABLE) only (the ct form is not supported)"
+                )));
+            }
+            let port = match p {
+                "" | "in_port" | "IN_PORT" => None,
+                p => Some(port_name(name, p)?),
+            };
+            let table = match t {
+                None | Some("") => None,
+                Some(t) => Some(num(name, t, 254)? as u8),
+            };
+            if port.is_none() && table.is_none() {
+                return Err(ParseError::Invalid(format!(
+                    "resubmit({a}): needs a port or a table"
+                )));
+            }
+            ActionSpec::Resubmit { port, table }
+        }
         ("mirror", _) => ActionSpec::Mirror(port_name(name, need("a port")?)?),
         ("mod_dl_src", _) => ActionSpec::SetField(Field::EthSrc, mac(name, need("a MAC")?)?),
         ("mod_dl_dst", _) => ActionSpec::SetField(Field::EthDst, mac(name, need("a MAC")?)?),
@@ -244,7 +326,7 @@ fn parse_action_in(a: &str, table: u8, m: Option<&Match>) -> Result<ActionSpec, 
         ("set_tunnel" | "set_tunnel64", _) => {
             ActionSpec::SetTunnel(num(name, need("a tunnel id")?, u128::from(u64::MAX))? as u64)
         }
-        ("goto_table" | "resubmit", _) => {
+        ("goto_table", _) => {
             let t = need("a table")?;
             let t = t.strip_prefix(',').unwrap_or(t);
             let n = num(name, t, 254)? as u8;
@@ -267,6 +349,21 @@ fn parse_action_in(a: &str, table: u8, m: Option<&Match>) -> Result<ActionSpec, 
             let (v, f) = a.split_once("->").ok_or_else(|| {
                 ParseError::Invalid(format!("set_field:{a}: expected VALUE->FIELD"))
             })?;
+            // Registers and metadata: VALUE[/MASK], a load.
+            if let Some(rf) = register_by_name(f).or((f == "metadata").then_some(Field::Metadata)) {
+                let full = rf.full();
+                let (value, mask) = with_mask(f, v, full, |s| num(f, s, full))?;
+                if mask == 0 {
+                    return Err(ParseError::Invalid(format!(
+                        "set_field:{a}: a mask of 0 writes nothing"
+                    )));
+                }
+                return Ok(ActionSpec::Load {
+                    field: rf,
+                    value: value & mask,
+                    mask,
+                });
+            }
             match f {
                 "eth_src" | "dl_src" => ActionSpec::SetField(Field::EthSrc, mac(f, v)?),
                 "eth_dst" | "dl_dst" => ActionSpec::SetField(Field::EthDst, mac(f, v)?),
@@ -397,7 +494,31 @@ fn parse_action_in(a: &str, table: u8, m: Option<&Match>) -> Result<ActionSpec, 
     })
 }
 
+/// A `load`/`move` destination: a field a rule may write, whose protocol the rule matches.
+fn check_written(
+    name: &str,
+    dst: &crate::key::SubField,
+    m: &Match,
+    lenient: bool,
+) -> Result<(), ParseError> {
+    if !writable(dst.field) {
+        return Err(ParseError::Invalid(format!(
+            "{name}: {} is read-only",
+            super::fields::fmt_subfield(dst, m)
+        )));
+    }
+    if let Some(need) = prerequisite(dst.field, m).filter(|_| !lenient) {
+        return Err(ParseError::Invalid(format!(
+            "{name}: {} requires the rule to match {need}",
+            super::fields::fmt_subfield(dst, m)
+        )));
+    }
+    Ok(())
+}
+
 const KEYWORD_ACTIONS: &[&str] = &[
+    "load",
+    "move",
     "output",
     "mirror",
     "mod_dl_src",

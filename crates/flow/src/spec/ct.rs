@@ -4,11 +4,11 @@
 //!
 //! What OVS prints is the model: `ct(commit,force,table=T,zone=Z,nat(...),exec(...))` in
 //! that order whatever the order written; `zone=0` left out; a NAT range collapsed when
-//! its ends are equal, IPv6 addresses bracketed only when ports follow; an `exec` mark or
+//! its ends are equal, IPv6 addresses bracketed only when ports follow; a zone from a
+//! field as `zone=NXM_NX_REG13[0..15]` (16 bits, as OVS requires); an `exec` mark or
 //! label of every bit as `set_field:V->ct_mark`, of some bits as OVS's `load:V->
 //! NXM_NX_CT_MARK[a..b]` per contiguous run of the mask (at most 64 bits a load). Hex numbers print as C's `%#x`
-//! does (`0`, not `0x0`). Differences, each refused with a [`ParseError`] naming it: a
-//! zone from a field (`zone=NXM_NX_REG0[0..15]`), `alg=`, NAT flags (`random`, `hash`,
+//! does (`0`, not `0x0`). Differences, each refused with a [`ParseError`] naming it: `alg=`, NAT flags (`random`, `hash`,
 //! `persistent`), `nat(src)` without a range, a second `nat`, ports above 65535 (OVS
 //! silently wraps them). Several `exec` writes of one field merge into one (printed once),
 //! and a whole-field `load:V->NXM_NX_CT_MARK[]` prints as the `set_field` it is.
@@ -162,11 +162,19 @@ pub(super) fn parse_ct(
             ("force", None) => c.force = true,
             ("zone", Some(v)) => {
                 if !v.starts_with(|ch: char| ch.is_ascii_digit()) {
-                    return Err(invalid(format!(
-                        "ct: zone={v}: a zone is a number 0..=65535 (a zone from a field is not supported)"
-                    )));
+                    let sf = super::fields::parse_subfield(v)
+                        .map_err(|e| invalid(format!("ct: zone={v}: {e}")))?;
+                    if sf.nbits != 16 {
+                        return Err(invalid(format!(
+                            "ct: zone={v}: a zone from a field takes exactly 16 bits"
+                        )));
+                    }
+                    c.zone = 0;
+                    c.zone_src = Some(sf);
+                } else {
+                    c.zone = num("ct zone", v, 65535)? as u16;
+                    c.zone_src = None;
                 }
-                c.zone = num("ct zone", v, 65535)? as u16;
             }
             ("table", Some(v)) => c.table = Some(num("ct table", v, 254)? as u8),
             ("alg", Some(_)) => {
@@ -532,7 +540,12 @@ pub(super) fn fmt_ct(c: &CtSpec) -> String {
     if let Some(t) = c.table {
         parts.push(format!("table={t}"));
     }
-    if c.zone != 0 {
+    if let Some(sf) = &c.zone_src {
+        parts.push(format!(
+            "zone={}",
+            super::fields::fmt_subfield(sf, &crate::Match::catchall())
+        ));
+    } else if c.zone != 0 {
         parts.push(format!("zone={}", c.zone));
     }
     match &c.nat {

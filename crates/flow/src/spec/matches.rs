@@ -78,7 +78,7 @@ fn match_token(p: &mut Parsed, name: &str, value: Option<&str>) -> Result<(), Pa
         return Ok(());
     }
     let v = value.ok_or_else(|| {
-        if FIELD_NAMES.contains(&name) {
+        if FIELD_NAMES.contains(&name) || super::fields::register_by_name(name).is_some() {
             ParseError::NoValue(name.into())
         } else {
             ParseError::UnknownField(name.into())
@@ -288,7 +288,16 @@ fn match_token(p: &mut Parsed, name: &str, value: Option<&str>) -> Result<(), Pa
             let (a, m) = with_mask(name, v, 0xffff, |s| num(name, s, 0xffff))?;
             field(Field::CtTpDst, a, m);
         }
-        _ => return Err(ParseError::UnknownField(name.into())),
+        // Registers: reg0..reg15 (32 bits), xreg0..xreg7 (64), xxreg0..xxreg3 (128), each
+        // VALUE[/MASK] (views of the same bits: xreg0 is reg0 and reg1).
+        _ => {
+            let Some(f) = super::fields::register_by_name(name) else {
+                return Err(ParseError::UnknownField(name.into()));
+            };
+            let full = f.full();
+            let (a, m) = with_mask(name, v, full, |s| num(name, s, full))?;
+            field(f, a, m);
+        }
     }
     Ok(())
 }

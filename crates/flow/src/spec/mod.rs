@@ -20,16 +20,21 @@
 //!   prerequisites;
 //! * `actions`: actions by name, checked against the rule's table and match;
 //! * `ct`: connection tracking's syntax: `ct(...)`'s arguments, `ct_state`'s flags;
+//! * `fields`: fields by their NXM/OXM and ovs-fields names as subfields (`NXM_NX_REG0[0..15]`),
+//!   the registers' names, which fields `load`/`move` may write;
 //! * `print`: the canonical text of rules, filters and actions.
 //!
 //! Calls go one way: this file → `matches`, `actions`, `values`; `matches`, `actions` →
-//! `ct`, `values`; `ct` → `values`; `print` uses only the types here and `ct`'s printers. No file calls back into its caller.
+//! `ct`, `fields`, `values`; `ct` → `fields`, `values`; `print` uses only the types here and
+//! `ct`'s and `fields`' printers. No file calls back into its caller.
 
+use crate::key::SubField;
 use crate::matching::Match;
 use crate::Field;
 
 mod actions;
 mod ct;
+mod fields;
 mod groups;
 mod matches;
 mod print;
@@ -105,6 +110,29 @@ pub enum ActionSpec {
     Ct(Box<crate::ct::CtSpec>),
     /// `ct_clear`: the packet's `ct_*` fields back to untracked.
     CtClear,
+    /// `load:V->DST[a..b]`, `set_field:V[/M]->reg0` (registers, metadata): the bits of
+    /// `field` under `mask` take `value`'s (`value` has no bit outside `mask`). A write of
+    /// in_port writes an OpenFlow port number.
+    Load {
+        field: Field,
+        value: u128,
+        mask: u128,
+    },
+    /// `move:SRC[a..b]->DST[c..d]` (as many bits each).
+    Move {
+        src: SubField,
+        dst: SubField,
+    },
+    /// `resubmit:PORT`, `resubmit(PORT,TABLE)`, `resubmit(,TABLE)`: the packet is looked up
+    /// in TABLE (absent: the current one) as if it came in on PORT (absent: as it did), the
+    /// rule found runs, then the actions after the resubmit (OVS's semantics: any table,
+    /// earlier ones too, at most 64 deep).
+    Resubmit {
+        port: Option<String>,
+        table: Option<u8>,
+    },
+    /// `output:NXM_NX_REG15[]`: output to the OpenFlow port number the field holds.
+    OutputReg(SubField),
 }
 
 impl ActionSpec {

@@ -11,7 +11,10 @@ use crate::key::{
 };
 use crate::matching::Match;
 
+use super::ct::chex;
+use super::fields::fmt_subfield;
 use super::{ActionSpec, FlowFilter, FlowSpec};
+use crate::key::SubField;
 
 fn fmt_mac(v: u128) -> String {
     let b = (v as u64).to_be_bytes();
@@ -230,6 +233,15 @@ fn fmt_match(out: &mut Vec<String>, m: &Match) {
             format!("{v:#x}/{mk:#x}")
         }
     });
+    for (i, f) in Field::REGS.iter().enumerate() {
+        put(&format!("reg{i}"), *f, &|v, mk| {
+            if mk == f.full() {
+                chex(v)
+            } else {
+                format!("{}/{}", chex(v), chex(mk))
+            }
+        });
+    }
     put("tun_src", Field::TunSrc, &fmt_ipv4);
     put("tun_dst", Field::TunDst, &fmt_ipv4);
     put("mpls_label", Field::MplsLabel, &|v, _| v.to_string());
@@ -296,6 +308,14 @@ impl fmt::Display for ActionSpec {
             ActionSpec::DecMplsTtl => write!(f, "dec_mpls_ttl"),
             ActionSpec::Ct(c) => write!(f, "{}", super::ct::fmt_ct(c)),
             ActionSpec::CtClear => write!(f, "ct_clear"),
+            ActionSpec::Load { .. } | ActionSpec::Move { .. } | ActionSpec::OutputReg(_) => {
+                write!(f, "{}", fmt_action(self, &Match::catchall()))
+            }
+            ActionSpec::Resubmit { port, table } => match (port, table) {
+                (Some(p), None) => write!(f, "resubmit:{p}"),
+                (p, Some(t)) => write!(f, "resubmit({},{t})", p.as_deref().unwrap_or("")),
+                (None, None) => write!(f, "resubmit(,)"),
+            },
             ActionSpec::WriteActions(v) => {
                 let v: Vec<String> = v.iter().map(|a| a.to_string()).collect();
                 write!(f, "write_actions({})", v.join(","))
@@ -337,8 +357,28 @@ fn fmt_action(a: &ActionSpec, m: &Match) -> String {
             let v: Vec<String> = v.iter().map(|a| fmt_action(a, m)).collect();
             format!("write_actions({})", v.join(","))
         }
+        (ActionSpec::Move { src, dst }, _, _) => {
+            format!("move:{}->{}", fmt_subfield(src, m), fmt_subfield(dst, m))
+        }
+        (ActionSpec::OutputReg(src), _, _) => format!("output:{}", fmt_subfield(src, m)),
+        (ActionSpec::Load { field, value, mask }, _, _) => fmt_load(*field, *value, *mask, m),
         _ => a.to_string(),
     }
+}
+
+/// A load: `load:V->FIELD[a..b]` when its mask is one run of bits (at most 128), else
+/// `set_field:V/M->NAME` (registers and metadata only take a mask of any shape).
+fn fmt_load(field: Field, value: u128, mask: u128, m: &Match) -> String {
+    let ofs = mask.trailing_zeros();
+    let run = mask >> ofs;
+    if mask != 0 && run & run.wrapping_add(1) == 0 {
+        let nbits = 128 - run.leading_zeros();
+        if let Some(sf) = SubField::new(field, ofs as u16, nbits as u16) {
+            return format!("load:{}->{}", chex(value >> ofs), fmt_subfield(&sf, m));
+        }
+    }
+    let name = super::fields::short_name(field).unwrap_or("metadata");
+    format!("set_field:{}/{}->{name}", chex(value), chex(mask))
 }
 
 impl fmt::Display for FlowSpec {
