@@ -517,8 +517,10 @@ impl MultipartRequest {
                 let cookie = r.u64()?;
                 let cookie_mask = r.u64()?;
                 let (match_, used) = Match::decode(r.rest())?;
-                if version >= crate::VERSION_1_5 && type_ == mp::AGGREGATE {
-                    // 1.5: then the statistics asked for (all are answered).
+                if version >= crate::VERSION_1_5 && type_ == mp::AGGREGATE && rest.len() > 32 + used
+                {
+                    // 1.5: then, optionally (ovs-ofctl 3.1 sends none), the statistics asked
+                    // for (all are answered).
                     let (_, sused) = crate::message::oxs::pull(&rest[32 + used..])?;
                     exact(&rest[32..], used + sused)?;
                 } else {
