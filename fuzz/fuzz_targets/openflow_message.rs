@@ -5,7 +5,7 @@
 //! as the nested list of a Nicira `ct` action, so the fuzzer reaches `ct`/`nat`/`reg_load`
 //! without having to find a whole flow-mod's framing first.
 #![no_main]
-use ferrovs_openflow::{decode, encode, Framer};
+use ferrovs_openflow::{decode, encode_with_version, Framer};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -35,7 +35,7 @@ fuzz_target!(|data: &[u8]| {
 fn check(bytes: &[u8]) {
     match decode(bytes) {
         Ok((h, msg)) => {
-            let again = encode(&msg, h.xid);
+            let again = encode_with_version(&msg, h.version, h.xid);
             let (h2, back) = decode(&again).expect("a re-encoded message decodes");
             assert_eq!(back, msg);
             assert_eq!(h2.xid, h.xid);

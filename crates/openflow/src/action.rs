@@ -529,7 +529,17 @@ const fn ibad(code: u16, reason: &'static str) -> OfError {
 
 /// Decodes an instruction list that fills `buf` exactly. An instruction type twice is
 /// `OFPBIC_UNSUP_INST` (OpenFlow 1.3 has no `DUP_INST` code).
-pub(crate) fn decode_instructions(mut buf: &[u8]) -> Result<Vec<Instruction>, OfError> {
+pub(crate) fn decode_instructions(buf: &[u8]) -> Result<Vec<Instruction>, OfError> {
+    decode_instructions_in(buf, ActionContext::Top)
+}
+
+/// [`decode_instructions`] of an OpenFlow 1.5 message: its action lists as
+/// [`decode_actions_15`] reads them.
+pub(crate) fn decode_instructions_15(buf: &[u8]) -> Result<Vec<Instruction>, OfError> {
+    decode_instructions_in(buf, ActionContext::Top15)
+}
+
+fn decode_instructions_in(mut buf: &[u8], ctx: ActionContext) -> Result<Vec<Instruction>, OfError> {
     let mut out: Vec<Instruction> = Vec::new();
     while !buf.is_empty() {
         let mut r = Reader::new(
@@ -570,7 +580,7 @@ pub(crate) fn decode_instructions(mut buf: &[u8]) -> Result<Vec<Instruction>, Of
             }
             it::WRITE_ACTIONS | it::APPLY_ACTIONS => {
                 r.skip(4)?;
-                let a = decode_actions(r.rest())?;
+                let a = decode_actions_in(r.rest(), ctx)?;
                 if type_ == it::WRITE_ACTIONS {
                     Instruction::WriteActions(a)
                 } else {

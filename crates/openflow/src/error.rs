@@ -60,10 +60,15 @@ impl OfError {
     /// The ERROR message answering `request` (the offending message's bytes, header
     /// included): this error's type and code and the request's first 64 bytes.
     pub fn reply(&self, request: &[u8]) -> Message {
+        let mut data = Vec::with_capacity(ERROR_DATA_LEN + 4);
+        if self.type_ == et::EXPERIMENTER {
+            data.extend_from_slice(&crate::nicira::NX_VENDOR_ID.to_be_bytes());
+        }
+        data.extend_from_slice(&request[..request.len().min(ERROR_DATA_LEN)]);
         Message::Error(ErrorMsg {
             type_: self.type_,
             code: self.code,
-            data: request[..request.len().min(ERROR_DATA_LEN)].to_vec(),
+            data,
         })
     }
 
@@ -95,6 +100,14 @@ pub mod et {
     pub const ROLE_REQUEST_FAILED: u16 = 11;
     pub const METER_MOD_FAILED: u16 = 12;
     pub const TABLE_FEATURES_FAILED: u16 = 13;
+    /// OpenFlow 1.4+.
+    pub const BAD_PROPERTY: u16 = 14;
+    /// OpenFlow 1.4+.
+    pub const ASYNC_CONFIG_FAILED: u16 = 15;
+    /// OpenFlow 1.4+.
+    pub const BUNDLE_FAILED: u16 = 17;
+    /// An experimenter's error: every one this crate produces is Nicira's
+    /// ([`crate::nicira::NX_VENDOR_ID`]), whose id starts the ERROR's data.
     pub const EXPERIMENTER: u16 = 0xffff;
 }
 
@@ -120,6 +133,21 @@ pub mod brc {
     pub const BAD_PORT: u16 = 11;
     pub const BAD_PACKET: u16 = 12;
     pub const MULTIPART_BUFFER_OVERFLOW: u16 = 13;
+    /// OpenFlow 1.5: a PACKET_OUT match with other than pipeline fields.
+    pub const PIPELINE_FIELDS_ONLY: u16 = 17;
+}
+
+/// `OFPBPC_*`: codes of `OFPET_BAD_PROPERTY` (OpenFlow 1.4+).
+pub mod bpc {
+    pub const BAD_TYPE: u16 = 0;
+    pub const BAD_LEN: u16 = 1;
+    pub const BAD_VALUE: u16 = 2;
+    pub const TOO_MANY: u16 = 3;
+    pub const DUP_TYPE: u16 = 4;
+    pub const BAD_EXPERIMENTER: u16 = 5;
+    pub const BAD_EXP_TYPE: u16 = 6;
+    pub const BAD_EXP_VALUE: u16 = 7;
+    pub const EPERM: u16 = 8;
 }
 
 /// `OFPBAC_*`: codes of `OFPET_BAD_ACTION`.
@@ -279,6 +307,10 @@ pub fn name(type_: u16, code: u16) -> Option<&'static str> {
                 "OFPBRC_BAD_PORT",
                 "OFPBRC_BAD_PACKET",
                 "OFPBRC_MULTIPART_BUFFER_OVERFLOW",
+                "OFPBRC_MULTIPART_REQUEST_TIMEOUT",
+                "OFPBRC_MULTIPART_REPLY_TIMEOUT",
+                "OFPBRC_MULTIPART_BAD_SCHED",
+                "OFPBRC_PIPELINE_FIELDS_ONLY",
             ],
         ),
         (
@@ -416,7 +448,62 @@ pub fn name(type_: u16, code: u16) -> Option<&'static str> {
                 "OFPTFFC_EPERM",
             ],
         ),
+        (
+            et::BAD_PROPERTY,
+            &[
+                "OFPBPC_BAD_TYPE",
+                "OFPBPC_BAD_LEN",
+                "OFPBPC_BAD_VALUE",
+                "OFPBPC_TOO_MANY",
+                "OFPBPC_DUP_TYPE",
+                "OFPBPC_BAD_EXPERIMENTER",
+                "OFPBPC_BAD_EXP_TYPE",
+                "OFPBPC_BAD_EXP_VALUE",
+                "OFPBPC_EPERM",
+            ],
+        ),
+        (
+            et::ASYNC_CONFIG_FAILED,
+            &["OFPACFC_INVALID", "OFPACFC_UNSUPPORTED", "OFPACFC_EPERM"],
+        ),
+        (
+            et::BUNDLE_FAILED,
+            &[
+                "OFPBFC_UNKNOWN",
+                "OFPBFC_EPERM",
+                "OFPBFC_BAD_ID",
+                "OFPBFC_BUNDLE_EXIST",
+                "OFPBFC_BUNDLE_CLOSED",
+                "OFPBFC_OUT_OF_BUNDLES",
+                "OFPBFC_BAD_TYPE",
+                "OFPBFC_BAD_FLAGS",
+                "OFPBFC_MSG_BAD_LEN",
+                "OFPBFC_MSG_BAD_XID",
+                "OFPBFC_MSG_UNSUP",
+                "OFPBFC_MSG_CONFLICT",
+                "OFPBFC_MSG_TOO_MANY",
+                "OFPBFC_MSG_FAILED",
+                "OFPBFC_TIMEOUT",
+                "OFPBFC_BUNDLE_IN_PROGRESS",
+                "OFPBFC_SCHED_NOT_SUPPORTED",
+            ],
+        ),
     ];
+    if type_ == et::EXPERIMENTER {
+        // Nicira's codes (OpenFlow 1.2+ numbering), the ones this crate produces.
+        return match code {
+            16 => Some("NXTTMFC_BAD_COMMAND"),
+            17 => Some("NXTTMFC_BAD_OPT_LEN"),
+            18 => Some("NXTTMFC_BAD_FIELD_IDX"),
+            19 => Some("NXTTMFC_TABLE_FULL"),
+            20 => Some("NXTTMFC_ALREADY_MAPPED"),
+            21 => Some("NXTTMFC_DUP_ENTRY"),
+            22 => Some("OFPBFC_BAD_VERSION"),
+            34 => Some("NXR_NOT_SUPPORTED"),
+            38 => Some("NXTTMFC_INVALID_TLV_DEL"),
+            _ => None,
+        };
+    }
     NAMES
         .iter()
         .find(|(t, _)| *t == type_)

@@ -1,4 +1,5 @@
-//! A sans-IO codec of OpenFlow 1.3 (wire version 0x04) for the switch side.
+//! A sans-IO codec of OpenFlow 1.3, 1.4 and 1.5 (wire versions 0x04 to 0x06) for the
+//! switch side.
 //!
 //! * [`Framer`] splits a connection's byte stream into messages by the header's length,
 //!   whatever the read splits, and refuses versions the connection did not negotiate.
@@ -9,7 +10,10 @@
 //!   request) the peer expects. [`encode`] writes a message; every value `decode` returns
 //!   encodes back to a message that decodes to the same value.
 //! * HELLO carries a version bitmap (1.0, 1.3, 1.4, 1.5 … may be offered and
-//!   [`negotiate`]d), but message bodies are 1.3's only.
+//!   [`negotiate`]d); message bodies are 1.3's, 1.4's or 1.5's by the header's version
+//!   ([`message`] lists where they differ), and [`encode_with_version`] writes each
+//!   version's layout. Bundles ([`bundle`]) and the Nicira messages ovn-controller sends
+//!   ([`nx_msg`]) are decoded too.
 //! * A multipart reply longer than one message is split by [`encode_multipart_reply`].
 //!
 //! A connection's receive loop:
@@ -55,17 +59,21 @@
 #![forbid(unsafe_code)]
 
 pub mod action;
+pub mod bundle;
 pub mod error;
 mod framer;
 pub mod message;
 pub mod multipart;
 pub mod nicira;
+pub mod nx_msg;
 pub mod oxm;
 pub mod port;
 mod wire;
 
 #[cfg(test)]
 mod ct_tests;
+#[cfg(test)]
+mod of15_tests;
 #[cfg(test)]
 mod regs_tests;
 #[cfg(test)]
@@ -77,18 +85,18 @@ pub use framer::{FrameError, Framer};
 pub use message::{
     decode, encode, encode_with_version, negotiate, AsyncConfig, Bucket, ErrorMsg, FlowMod,
     FlowRemoved, GroupMod, Header, Message, MeterBand, MeterMod, PacketIn, PacketOut, PortMod,
-    Role, SwitchConfig, SwitchFeatures,
+    Role, SelectionMethod, SwitchConfig, SwitchFeatures,
 };
 pub use multipart::{
-    encode_multipart_reply, MultipartReply, MultipartReplyBody, MultipartRequest,
-    MultipartRequestBody,
+    encode_multipart_reply, encode_multipart_reply_with_version, MultipartReply,
+    MultipartReplyBody, MultipartRequest, MultipartRequestBody,
 };
 pub use oxm::{Field, Match, Oxm};
 pub use port::Port;
 
 /// OpenFlow 1.0's wire version.
 pub const VERSION_1_0: u8 = 0x01;
-/// OpenFlow 1.3's wire version: the one whose messages this crate decodes.
+/// OpenFlow 1.3's wire version.
 pub const VERSION_1_3: u8 = 0x04;
 /// OpenFlow 1.4's wire version.
 pub const VERSION_1_4: u8 = 0x05;

@@ -1,20 +1,38 @@
-//! The messages of OpenFlow 1.3 a switch receives and sends: one [`Message`] enum,
-//! [`decode`] and [`encode`].
+//! The messages of OpenFlow 1.3, 1.4 and 1.5 a switch receives and sends: one [`Message`]
+//! enum, [`decode`] and [`encode_with_version`].
 //!
 //! `decode` takes one whole message (as [`crate::Framer`] returns it) and either returns
 //! a typed value or the [`OfError`] the switch answers with. Lengths are exact: a fixed
 //! size message with extra or missing bytes is `OFPBRC_BAD_LEN`. HELLO, ERROR and ECHO
 //! decode whatever the version (they are the same in every version); every other message
-//! must be version 0x04 (`OFPBRC_BAD_VERSION`). A type this codec does not handle is
-//! `OFPBRC_BAD_TYPE`, an experimenter message `OFPBRC_BAD_EXPERIMENTER`.
+//! must be version 0x04, 0x05 or 0x06 (`OFPBRC_BAD_VERSION`). A type this codec does not
+//! handle is `OFPBRC_BAD_TYPE`; an experimenter message is a Nicira one
+//! ([`crate::nx_msg`]) or `OFPBRC_BAD_EXPERIMENTER`.
+//!
+//! Where the versions differ, the header's version picks the layout, both ways:
+//!
+//! | message | 1.3 | 1.4 | 1.5 |
+//! |---|---|---|---|
+//! | FLOW_MOD | 2 pad bytes | `importance` in them | same as 1.4 |
+//! | GROUP_MOD | `ofp11_group_mod`, `ofp11_bucket` | as 1.3 | `ofp15_group_mod` (`bucket_array_len`, `command_bucket_id`, properties), `ofp15_bucket` (`bucket_id`, weight/watch as properties) |
+//! | PACKET_OUT | `in_port` | as 1.3 | a match (`in_port` and pipeline fields) |
+//! | PORT_STATUS, PORT_DESC reply | `ofp_port` (64 bytes) | `ofp14_port` + Ethernet property | as 1.4 |
+//! | SET_ASYNC, GET_ASYNC_REPLY | three mask pairs | properties | as 1.4 |
+//! | FLOW_REMOVED | `ofp12_flow_removed` | as 1.3 | `ofp15_flow_removed` with OXS statistics |
+//! | BUNDLE_CONTROL / BUNDLE_ADD_MESSAGE | `OFPBRC_BAD_TYPE` | [`crate::bundle`] | as 1.4 |
+//!
+//! FEATURES, CONFIG, ECHO, BARRIER, ROLE, METER_MOD, PACKET_IN and the multipart
+//! messages ovn-controller uses are the same in all three.
 
 use crate::action::{self, Action, Instruction, OFPG_ALL, OFPG_MAX};
-use crate::error::{brc, et, fmfc, gmfc, mmfc, pmfc, rrfc, scfc, OfError};
+use crate::bundle::{BundleAdd, BundleCtrl};
+use crate::error::{bpc, brc, et, fmfc, gmfc, mmfc, pmfc, rrfc, scfc, OfError};
 use crate::multipart::{MultipartReply, MultipartRequest};
-use crate::oxm::Match;
+use crate::nx_msg::NxMessage;
+use crate::oxm::{Field, Match, Oxm};
 use crate::port::{self, Port};
-use crate::wire::{len16, Put, Reader};
-use crate::{HEADER_LEN, VERSION_1_3};
+use crate::wire::{len16, pad8, Put, Reader};
+use crate::{HEADER_LEN, VERSION_1_3, VERSION_1_4, VERSION_1_5};
 
 /// `ofp_header`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -74,6 +92,8 @@ pub mod ty {
     pub const GET_ASYNC_REPLY: u8 = 27;
     pub const SET_ASYNC: u8 = 28;
     pub const METER_MOD: u8 = 29;
+    pub const BUNDLE_CONTROL: u8 = 33;
+    pub const BUNDLE_ADD_MESSAGE: u8 = 34;
 }
 
 /// `OFP_NO_BUFFER`: the packet is not buffered (PACKET_IN, PACKET_OUT, FLOW_MOD).
@@ -106,6 +126,18 @@ pub mod group {
     pub const ADD: u16 = 0;
     pub const MODIFY: u16 = 1;
     pub const DELETE: u16 = 2;
+    /// OpenFlow 1.5: add buckets to a group.
+    pub const INSERT_BUCKET: u16 = 3;
+    /// OpenFlow 1.5: remove buckets from a group.
+    pub const REMOVE_BUCKET: u16 = 5;
+    /// `OFPG15_BUCKET_MAX`: the highest ordinary bucket id.
+    pub const BUCKET_MAX: u32 = 0xffff_ff00;
+    /// `OFPG15_BUCKET_FIRST`.
+    pub const BUCKET_FIRST: u32 = 0xffff_fffd;
+    /// `OFPG15_BUCKET_LAST`.
+    pub const BUCKET_LAST: u32 = 0xffff_fffe;
+    /// `OFPG15_BUCKET_ALL`.
+    pub const BUCKET_ALL: u32 = 0xffff_ffff;
     pub const TYPE_ALL: u8 = 0;
     pub const TYPE_SELECT: u8 = 1;
     pub const TYPE_INDIRECT: u8 = 2;
@@ -237,6 +269,9 @@ pub struct PacketOut {
     pub buffer_id: u32,
     /// The packet's input port (`OFPP_CONTROLLER` if none).
     pub in_port: u32,
+    /// OpenFlow 1.5: the match's pipeline fields other than `in_port` (metadata, tunnel
+    /// fields), in wire order; empty in 1.3.
+    pub metadata: Vec<Oxm>,
     /// Actions.
     pub actions: Vec<Action>,
     /// The frame.
@@ -268,6 +303,8 @@ pub struct FlowMod {
     pub out_group: u32,
     /// `OFPFF_*`.
     pub flags: u16,
+    /// OpenFlow 1.4+: the flow's importance (eviction order); 0 in 1.3.
+    pub importance: u16,
     /// Match.
     pub match_: Match,
     /// Instructions.
@@ -283,6 +320,8 @@ pub struct Bucket {
     pub watch_port: u32,
     /// Group whose liveness decides (fast-failover), or `OFPG_ANY`.
     pub watch_group: u32,
+    /// OpenFlow 1.5's bucket id (1.3 has none: 0).
+    pub bucket_id: u32,
     /// Actions.
     pub actions: Vec<Action>,
 }
@@ -323,6 +362,7 @@ pub(crate) fn decode_buckets(mut buf: &[u8]) -> Result<Vec<Bucket>, OfError> {
             weight,
             watch_port,
             watch_group,
+            bucket_id: 0,
             actions,
         });
         buf = &buf[len..];
@@ -339,9 +379,34 @@ pub struct GroupMod {
     pub type_: u8,
     /// Group id ([`OFPG_ALL`] for a delete of every group).
     pub group_id: u32,
+    /// OpenFlow 1.5: the bucket a command refers to ([`group::BUCKET_ALL`] in 1.3).
+    pub command_bucket_id: u32,
+    /// OpenFlow 1.5: Netronome's selection-method property (ovs-ofctl's
+    /// `selection_method=`), if given.
+    pub selection_method: Option<SelectionMethod>,
     /// Buckets.
     pub buckets: Vec<Bucket>,
 }
+
+/// `ntr_group_prop_selection_method` (experimenter `0x0000154d`, type 1): how a select
+/// group picks its bucket (`"hash"`, `"dp_hash"`, or empty for the switch's default).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct SelectionMethod {
+    /// The experimenter id it came with: [`NTR_VENDOR_ID`] (what OVS writes) or
+    /// [`NTR_COMPAT_VENDOR_ID`].
+    pub experimenter: u32,
+    /// The method's name (at most 15 bytes).
+    pub method: String,
+    /// Its parameter (a hash basis).
+    pub param: u64,
+    /// The fields hashed: OXM headers as bytes (4 each, 8 with a mask), unpadded.
+    pub fields: Vec<u8>,
+}
+
+/// Netronome's experimenter id (`NTR_VENDOR_ID`).
+pub const NTR_VENDOR_ID: u32 = 0x0000_154d;
+/// `NTR_COMPAT_VENDOR_ID`, which OVS also accepts.
+pub const NTR_COMPAT_VENDOR_ID: u32 = 0x0000_1540;
 
 /// `OFPT_PORT_MOD`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
@@ -503,6 +568,12 @@ pub enum Message {
     GetAsyncReply(AsyncConfig),
     SetAsync(AsyncConfig),
     MeterMod(MeterMod),
+    /// A Nicira experimenter message (`OFPT_EXPERIMENTER`).
+    Experimenter(NxMessage),
+    /// `OFPT_BUNDLE_CONTROL` (1.4+).
+    BundleControl(BundleCtrl),
+    /// `OFPT_BUNDLE_ADD_MESSAGE` (1.4+).
+    BundleAdd(BundleAdd),
 }
 
 impl Message {
@@ -536,6 +607,9 @@ impl Message {
             Message::GetAsyncReply(_) => ty::GET_ASYNC_REPLY,
             Message::SetAsync(_) => ty::SET_ASYNC,
             Message::MeterMod(_) => ty::METER_MOD,
+            Message::Experimenter(_) => ty::EXPERIMENTER,
+            Message::BundleControl(_) => ty::BUNDLE_CONTROL,
+            Message::BundleAdd(_) => ty::BUNDLE_ADD_MESSAGE,
         }
     }
 }
@@ -570,21 +644,22 @@ pub fn encode(msg: &Message, xid: u32) -> Vec<u8> {
     encode_with_version(msg, version, xid)
 }
 
-/// Encodes `msg` with header version `version` (an ERROR answering a peer's HELLO of
-/// another version carries the peer's version; the body is 1.3's).
+/// Encodes `msg` with header version `version`, in that version's layout where versions
+/// differ (1.4's for 0x05, 1.5's for 0x06 and above, 1.3's below: an ERROR answering a
+/// peer's HELLO of another version carries the peer's version).
 pub fn encode_with_version(msg: &Message, version: u8, xid: u32) -> Vec<u8> {
     let mut out = Vec::with_capacity(64);
     out.put_u8(version);
     out.put_u8(msg.type_());
     out.put_u16(0);
     out.put_u32(xid);
-    encode_body(msg, &mut out);
+    encode_body(msg, version, &mut out);
     let len = len16(out.len(), "message");
     out.patch_u16(2, len);
     out
 }
 
-fn encode_body(msg: &Message, out: &mut Vec<u8>) {
+fn encode_body(msg: &Message, version: u8, out: &mut Vec<u8>) {
     match msg {
         Message::Hello { versions } => {
             if !versions.is_empty() {
@@ -636,6 +711,7 @@ fn encode_body(msg: &Message, out: &mut Vec<u8>) {
             out.put_zeros(2);
             out.extend_from_slice(&p.data);
         }
+        Message::FlowRemoved(f) if version >= VERSION_1_5 => encode_flow_removed15(f, out),
         Message::FlowRemoved(f) => {
             out.put_u64(f.cookie);
             out.put_u16(f.priority);
@@ -652,7 +728,25 @@ fn encode_body(msg: &Message, out: &mut Vec<u8>) {
         Message::PortStatus { reason, port } => {
             out.put_u8(*reason);
             out.put_zeros(7);
-            port.encode(out);
+            if version >= VERSION_1_4 {
+                port.encode14(out);
+            } else {
+                port.encode(out);
+            }
+        }
+        Message::PacketOut(p) if version >= VERSION_1_5 => {
+            out.put_u32(p.buffer_id);
+            let at = out.len();
+            out.put_u16(0);
+            out.put_zeros(2);
+            let mut m = Match::new().with(Oxm::exact(Field::InPort, u128::from(p.in_port)));
+            m.fields.extend(p.metadata.iter().cloned());
+            m.encode(out);
+            let start = out.len();
+            action::encode_actions(&p.actions, out);
+            let alen = len16(out.len() - start, "packet-out actions");
+            out.patch_u16(at, alen);
+            out.extend_from_slice(&p.data);
         }
         Message::PacketOut(p) => {
             out.put_u32(p.buffer_id);
@@ -678,10 +772,15 @@ fn encode_body(msg: &Message, out: &mut Vec<u8>) {
             out.put_u32(f.out_port);
             out.put_u32(f.out_group);
             out.put_u16(f.flags);
-            out.put_zeros(2);
+            out.put_u16(if version >= VERSION_1_4 {
+                f.importance
+            } else {
+                0
+            });
             f.match_.encode(out);
             action::encode_instructions(&f.instructions, out);
         }
+        Message::GroupMod(g) if version >= VERSION_1_5 => encode_group_mod15(g, out),
         Message::GroupMod(g) => {
             out.put_u16(g.command);
             out.put_u8(g.type_);
@@ -690,6 +789,18 @@ fn encode_body(msg: &Message, out: &mut Vec<u8>) {
             for b in &g.buckets {
                 b.encode(out);
             }
+        }
+        Message::PortMod(p) if version >= VERSION_1_4 => {
+            out.put_u32(p.port_no);
+            out.put_zeros(4);
+            out.extend_from_slice(&p.hw_addr);
+            out.put_zeros(2);
+            out.put_u32(p.config);
+            out.put_u32(p.mask);
+            // OFPPMPT14_ETHERNET.
+            out.put_u16(0);
+            out.put_u16(8);
+            out.put_u32(p.advertise);
         }
         Message::PortMod(p) => {
             out.put_u32(p.port_no);
@@ -706,12 +817,25 @@ fn encode_body(msg: &Message, out: &mut Vec<u8>) {
             out.put_zeros(3);
             out.put_u32(*config);
         }
-        Message::MultipartRequest(m) => m.encode(out),
-        Message::MultipartReply(m) => m.encode(out),
+        Message::MultipartRequest(m) => m.encode(out, version),
+        Message::MultipartReply(m) => m.encode(out, version),
         Message::RoleRequest(r) | Message::RoleReply(r) => {
             out.put_u32(r.role);
             out.put_zeros(4);
             out.put_u64(r.generation_id);
+        }
+        Message::GetAsyncReply(a) | Message::SetAsync(a) if version >= VERSION_1_4 => {
+            // OFPACPT_*: slave (odd masks' index 1) then master (index 0) for each kind.
+            for (i, pair) in [a.packet_in_mask, a.port_status_mask, a.flow_removed_mask]
+                .iter()
+                .enumerate()
+            {
+                for (j, mask) in [pair[1], pair[0]].iter().enumerate() {
+                    out.put_u16((2 * i + j) as u16);
+                    out.put_u16(8);
+                    out.put_u32(*mask);
+                }
+            }
         }
         Message::GetAsyncReply(a) | Message::SetAsync(a) => {
             for v in a
@@ -731,7 +855,357 @@ fn encode_body(msg: &Message, out: &mut Vec<u8>) {
                 b.encode(out);
             }
         }
+        Message::Experimenter(m) => m.encode(out),
+        Message::BundleControl(b) => b.encode(out),
+        Message::BundleAdd(b) => b.encode(out),
     }
+}
+
+/// `ofp15_flow_removed`: table, reason, priority, timeouts, cookie, match, then the
+/// statistics as OXS (duration, idle time, packet and byte counts).
+fn encode_flow_removed15(f: &FlowRemoved, out: &mut Vec<u8>) {
+    out.put_u8(f.table_id);
+    out.put_u8(f.reason);
+    out.put_u16(f.priority);
+    out.put_u16(f.idle_timeout);
+    out.put_u16(f.hard_timeout);
+    out.put_u64(f.cookie);
+    f.match_.encode(out);
+    oxs::put(
+        out,
+        &oxs::Stats {
+            duration: Some((f.duration_sec, f.duration_nsec)),
+            packet_count: Some(f.packet_count),
+            byte_count: Some(f.byte_count),
+            flow_count: None,
+        },
+    );
+}
+
+/// OpenFlow 1.5's flow statistics (`ofp_stats`: reserved, length, then OXS fields
+/// `OFPXST_OFB_*` of class `OFPXSC_OPENFLOW_BASIC`, padded to 8), written in OVS's order
+/// (duration, idle time, flow count, packets, bytes: `ovs-ofctl ofp-print`'s samples).
+pub(crate) mod oxs {
+    use super::{len16, pad8, Put, Reader, BAD_LEN};
+    use crate::error::OfError;
+
+    pub const CLASS: u32 = 0x8002;
+    pub const DURATION: u8 = 0;
+    pub const IDLE_TIME: u8 = 1;
+    pub const FLOW_COUNT: u8 = 3;
+    pub const PACKET_COUNT: u8 = 4;
+    pub const BYTE_COUNT: u8 = 5;
+
+    /// An OXS header: class, field, no mask, length.
+    pub fn header(field: u8, len: u8) -> u32 {
+        (CLASS << 16) | (u32::from(field) << 9) | u32::from(len)
+    }
+
+    /// The statistics an `ofp_stats` carries (absent: not written).
+    #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+    pub struct Stats {
+        pub duration: Option<(u32, u32)>,
+        pub packet_count: Option<u64>,
+        pub byte_count: Option<u64>,
+        pub flow_count: Option<u32>,
+    }
+
+    pub fn put(out: &mut Vec<u8>, s: &Stats) {
+        let start = out.len();
+        out.put_u16(0); // reserved
+        out.put_u16(0); // length
+        if let Some((sec, nsec)) = s.duration {
+            out.put_u32(header(DURATION, 8));
+            out.put_u32(sec);
+            out.put_u32(nsec);
+        }
+        if let Some(v) = s.flow_count {
+            out.put_u32(header(FLOW_COUNT, 4));
+            out.put_u32(v);
+        }
+        if let Some(v) = s.packet_count {
+            out.put_u32(header(PACKET_COUNT, 8));
+            out.put_u64(v);
+        }
+        if let Some(v) = s.byte_count {
+            out.put_u32(header(BYTE_COUNT, 8));
+            out.put_u64(v);
+        }
+        let len = len16(out.len() - start, "flow statistics");
+        out.patch_u16(start + 2, len);
+        out.pad8_from(start);
+    }
+
+    /// Reads an `ofp_stats` from the start of `buf`: the statistics and the bytes used
+    /// (padded). An idle time is read and dropped; an unknown or masked field is
+    /// `OFPBRC_BAD_LEN`.
+    pub fn pull(buf: &[u8]) -> Result<(Stats, usize), OfError> {
+        let mut r = Reader::new(buf, BAD_LEN);
+        r.skip(2)?;
+        let len = usize::from(r.u16()?);
+        if len < 4 || pad8(len) > buf.len() {
+            return Err(BAD_LEN);
+        }
+        let mut f = Reader::new(&buf[4..len], BAD_LEN);
+        let mut s = Stats::default();
+        while !f.is_empty() {
+            let h = f.u32()?;
+            if h >> 16 != CLASS || h & 0x100 != 0 {
+                return Err(BAD_LEN);
+            }
+            match (((h >> 9) & 0x7f) as u8, (h & 0xff) as u8) {
+                (DURATION, 8) => s.duration = Some((f.u32()?, f.u32()?)),
+                (IDLE_TIME, 8) => {
+                    f.u64()?;
+                }
+                (FLOW_COUNT, 4) => s.flow_count = Some(f.u32()?),
+                (PACKET_COUNT, 8) => s.packet_count = Some(f.u64()?),
+                (BYTE_COUNT, 8) => s.byte_count = Some(f.u64()?),
+                _ => return Err(BAD_LEN),
+            }
+        }
+        Ok((s, pad8(len)))
+    }
+}
+
+fn decode_flow_removed15(r: &mut Reader<'_>, body: &[u8]) -> Result<FlowRemoved, OfError> {
+    let table_id = r.u8()?;
+    let reason = r.u8()?;
+    let priority = r.u16()?;
+    let idle_timeout = r.u16()?;
+    let hard_timeout = r.u16()?;
+    let cookie = r.u64()?;
+    let (match_, used) = Match::decode(&body[r.pos()..])?;
+    r.skip(used)?;
+    let mut f = FlowRemoved {
+        cookie,
+        priority,
+        reason,
+        table_id,
+        duration_sec: 0,
+        duration_nsec: 0,
+        idle_timeout,
+        hard_timeout,
+        packet_count: 0,
+        byte_count: 0,
+        match_,
+    };
+    let (st, used) = oxs::pull(&body[r.pos()..])?;
+    if used != r.remaining() {
+        return Err(BAD_LEN);
+    }
+    (f.duration_sec, f.duration_nsec) = st.duration.unwrap_or((0, 0));
+    f.packet_count = st.packet_count.unwrap_or(0);
+    f.byte_count = st.byte_count.unwrap_or(0);
+    Ok(f)
+}
+
+/// Bucket property types (`OFPGBPT15_*`) and the group property type of experimenters.
+mod gbpt {
+    pub const WEIGHT: u16 = 0;
+    pub const WATCH_PORT: u16 = 1;
+    pub const WATCH_GROUP: u16 = 2;
+    pub const EXPERIMENTER: u16 = 0xffff;
+    /// `NTRT_SELECTION_METHOD`.
+    pub const NTRT_SELECTION_METHOD: u32 = 1;
+}
+
+/// `ofp15_group_mod` as OVS writes it: a weight property for select groups (or any
+/// non-zero weight), watch properties unless `ANY`, the selection method if any.
+fn encode_group_mod15(g: &GroupMod, out: &mut Vec<u8>) {
+    out.put_u16(g.command);
+    out.put_u8(g.type_);
+    out.put_u8(0);
+    out.put_u32(g.group_id);
+    let at = out.len();
+    out.put_u16(0);
+    out.put_zeros(2);
+    out.put_u32(g.command_bucket_id);
+    let start = out.len();
+    for b in &g.buckets {
+        let bstart = out.len();
+        out.put_u16(0);
+        out.put_u16(0);
+        out.put_u32(b.bucket_id);
+        action::encode_actions(&b.actions, out);
+        let alen = len16(out.len() - bstart - 8, "bucket actions");
+        out.patch_u16(bstart + 2, alen);
+        if g.type_ == group::TYPE_SELECT || b.weight != 0 {
+            out.put_u16(gbpt::WEIGHT);
+            out.put_u16(8);
+            out.put_u16(b.weight);
+            out.put_zeros(2);
+        }
+        if b.watch_port != port::OFPP_ANY {
+            out.put_u16(gbpt::WATCH_PORT);
+            out.put_u16(8);
+            out.put_u32(b.watch_port);
+        }
+        if b.watch_group != action::OFPG_ANY {
+            out.put_u16(gbpt::WATCH_GROUP);
+            out.put_u16(8);
+            out.put_u32(b.watch_group);
+        }
+        let blen = len16(out.len() - bstart, "bucket");
+        out.patch_u16(bstart, blen);
+    }
+    let blen = len16(out.len() - start, "bucket array");
+    out.patch_u16(at, blen);
+    if let Some(sm) = &g.selection_method {
+        let pstart = out.len();
+        out.put_u16(gbpt::EXPERIMENTER);
+        out.put_u16(0);
+        out.put_u32(sm.experimenter);
+        out.put_u32(gbpt::NTRT_SELECTION_METHOD);
+        out.put_zeros(4);
+        out.put_string(&sm.method, 16);
+        out.put_u64(sm.param);
+        out.extend_from_slice(&sm.fields);
+        let plen = len16(out.len() - pstart, "selection method");
+        out.patch_u16(pstart + 2, plen);
+        out.pad8_from(pstart);
+    }
+}
+
+fn decode_group_mod15(r: &mut Reader<'_>) -> Result<Message, OfError> {
+    let command = r.u16()?;
+    let type_ = r.u8()?;
+    r.skip(1)?;
+    let group_id = r.u32()?;
+    let bucket_array_len = usize::from(r.u16()?);
+    r.skip(2)?;
+    let command_bucket_id = r.u32()?;
+    let err = |code, reason| OfError::new(et::GROUP_MOD_FAILED, code, reason);
+    if !matches!(
+        command,
+        group::ADD | group::MODIFY | group::DELETE | group::INSERT_BUCKET | group::REMOVE_BUCKET
+    ) {
+        return Err(err(gmfc::BAD_COMMAND, "unknown group-mod command"));
+    }
+    if type_ > group::TYPE_FF {
+        return Err(err(gmfc::BAD_TYPE, "unknown group type"));
+    }
+    if group_id > OFPG_MAX && !(command == group::DELETE && group_id == OFPG_ALL) {
+        return Err(err(gmfc::INVALID_GROUP, "group-mod of a reserved group id"));
+    }
+    if command_bucket_id > group::BUCKET_MAX
+        && !matches!(
+            command_bucket_id,
+            group::BUCKET_FIRST | group::BUCKET_LAST | group::BUCKET_ALL
+        )
+    {
+        return Err(err(gmfc::BAD_BUCKET, "command_bucket_id out of range"));
+    }
+    let bad_bucket = err(gmfc::BAD_BUCKET, "bucket length wrong within its group");
+    let mut buckets_buf = r.bytes(bucket_array_len).map_err(|_| bad_bucket)?;
+    let mut buckets = Vec::new();
+    while !buckets_buf.is_empty() {
+        let mut br = Reader::new(buckets_buf, bad_bucket);
+        let len = usize::from(br.u16()?);
+        let alen = usize::from(br.u16()?);
+        let bucket_id = br.u32()?;
+        if len < 8 || len % 8 != 0 || len > buckets_buf.len() || 8 + alen > len {
+            return Err(bad_bucket);
+        }
+        if bucket_id > group::BUCKET_MAX {
+            return Err(err(gmfc::BAD_BUCKET, "bucket id out of range"));
+        }
+        let actions = action::decode_actions_15(&buckets_buf[8..8 + alen])?;
+        let mut b = Bucket {
+            weight: u16::from(type_ == group::TYPE_SELECT),
+            watch_port: port::OFPP_ANY,
+            watch_group: action::OFPG_ANY,
+            bucket_id,
+            actions,
+        };
+        let mut props = &buckets_buf[8 + alen..len];
+        while !props.is_empty() {
+            let bad_len = OfError::new(et::BAD_PROPERTY, bpc::BAD_LEN, "bucket property length");
+            let mut pr = Reader::new(props, bad_len);
+            let t = pr.u16()?;
+            let plen = usize::from(pr.u16()?);
+            if plen != 8 || plen > props.len() {
+                return Err(bad_len);
+            }
+            match t {
+                gbpt::WEIGHT => b.weight = pr.u16()?,
+                gbpt::WATCH_PORT => b.watch_port = pr.u32()?,
+                gbpt::WATCH_GROUP => b.watch_group = pr.u32()?,
+                _ => {
+                    return Err(OfError::new(
+                        et::BAD_PROPERTY,
+                        bpc::BAD_TYPE,
+                        "unknown bucket property",
+                    ))
+                }
+            }
+            props = &props[8..];
+        }
+        buckets.push(b);
+        buckets_buf = &buckets_buf[len..];
+    }
+    let mut selection_method = None;
+    let mut props = r.rest();
+    while !props.is_empty() {
+        let bad_len = OfError::new(et::BAD_PROPERTY, bpc::BAD_LEN, "group property length");
+        let mut pr = Reader::new(props, bad_len);
+        let t = pr.u16()?;
+        let plen = usize::from(pr.u16()?);
+        if plen < 4 || pad8(plen) > props.len() {
+            return Err(bad_len);
+        }
+        if t != gbpt::EXPERIMENTER {
+            return Err(OfError::new(
+                et::BAD_PROPERTY,
+                bpc::BAD_TYPE,
+                "unknown group property",
+            ));
+        }
+        let vendor = pr.u32()?;
+        let exp_type = pr.u32()?;
+        if vendor != NTR_VENDOR_ID && vendor != NTR_COMPAT_VENDOR_ID {
+            return Err(OfError::new(
+                et::BAD_PROPERTY,
+                bpc::BAD_EXPERIMENTER,
+                "group property of an unknown experimenter",
+            ));
+        }
+        if exp_type != gbpt::NTRT_SELECTION_METHOD {
+            return Err(OfError::new(
+                et::BAD_PROPERTY,
+                bpc::BAD_EXP_TYPE,
+                "unknown Netronome group property",
+            ));
+        }
+        if plen < 40 || selection_method.is_some() {
+            return Err(bad_len);
+        }
+        pr.skip(4)?;
+        let method = pr.string(
+            16,
+            OfError::new(
+                et::BAD_PROPERTY,
+                bpc::BAD_VALUE,
+                "selection method not UTF-8",
+            ),
+        )?;
+        let param = pr.u64()?;
+        selection_method = Some(SelectionMethod {
+            experimenter: vendor,
+            method,
+            param,
+            fields: props[40..plen].to_vec(),
+        });
+        props = &props[pad8(plen)..];
+    }
+    Ok(Message::GroupMod(GroupMod {
+        command,
+        type_,
+        group_id,
+        command_bucket_id,
+        selection_method,
+        buckets,
+    }))
 }
 
 const BAD_LEN: OfError = OfError::request(brc::BAD_LEN, "message length wrong for its type");
@@ -761,12 +1235,13 @@ pub fn decode(buf: &[u8]) -> Result<(Header, Message), OfError> {
         h.type_,
         ty::HELLO | ty::ERROR | ty::ECHO_REQUEST | ty::ECHO_REPLY
     );
-    if !version_free && h.version != VERSION_1_3 {
+    if !version_free && !(VERSION_1_3..=VERSION_1_5).contains(&h.version) {
         return Err(OfError::request(
             brc::BAD_VERSION,
-            "message of a version other than OpenFlow 1.3",
+            "message of a version other than OpenFlow 1.3, 1.4 or 1.5",
         ));
     }
+    let v = h.version;
     let mut r = Reader::new(body, BAD_LEN);
     let msg = match h.type_ {
         ty::HELLO => Message::Hello {
@@ -779,11 +1254,12 @@ pub fn decode(buf: &[u8]) -> Result<(Header, Message), OfError> {
         }),
         ty::ECHO_REQUEST => Message::EchoRequest(body.to_vec()),
         ty::ECHO_REPLY => Message::EchoReply(body.to_vec()),
-        ty::EXPERIMENTER => {
-            return Err(OfError::request(
-                brc::BAD_EXPERIMENTER,
-                "experimenter messages are not supported",
-            ))
+        ty::EXPERIMENTER => Message::Experimenter(NxMessage::decode(body)?),
+        ty::BUNDLE_CONTROL if v >= VERSION_1_4 => {
+            Message::BundleControl(BundleCtrl::decode(&mut r)?)
+        }
+        ty::BUNDLE_ADD_MESSAGE if v >= VERSION_1_4 => {
+            Message::BundleAdd(BundleAdd::decode(&h, &mut r)?)
         }
         ty::FEATURES_REQUEST => exact(body, 0).map(|_| Message::FeaturesRequest)?,
         ty::GET_CONFIG_REQUEST => exact(body, 0).map(|_| Message::GetConfigRequest)?,
@@ -842,6 +1318,9 @@ pub fn decode(buf: &[u8]) -> Result<(Header, Message), OfError> {
                 data: r.rest().to_vec(),
             })
         }
+        ty::FLOW_REMOVED if v >= VERSION_1_5 => {
+            Message::FlowRemoved(decode_flow_removed15(&mut r, body)?)
+        }
         ty::FLOW_REMOVED => {
             let mut f = FlowRemoved {
                 cookie: r.u64()?,
@@ -864,6 +1343,15 @@ pub fn decode(buf: &[u8]) -> Result<(Header, Message), OfError> {
             f.match_ = m;
             Message::FlowRemoved(f)
         }
+        ty::PORT_STATUS if v >= VERSION_1_4 => {
+            let reason = r.u8()?;
+            r.skip(7)?;
+            let port = Port::decode14(&mut r)?;
+            if !r.is_empty() {
+                return Err(BAD_LEN);
+            }
+            Message::PortStatus { reason, port }
+        }
         ty::PORT_STATUS => {
             exact(body, 8 + port::PORT_LEN)?;
             let reason = r.u8()?;
@@ -873,22 +1361,34 @@ pub fn decode(buf: &[u8]) -> Result<(Header, Message), OfError> {
                 port: Port::decode(&mut r)?,
             }
         }
+        ty::PACKET_OUT if v >= VERSION_1_5 => decode_packet_out15(&mut r)?,
         ty::PACKET_OUT => decode_packet_out(&mut r)?,
-        ty::FLOW_MOD => Message::FlowMod(decode_flow_mod(&mut r)?),
+        ty::FLOW_MOD => Message::FlowMod(decode_flow_mod(&mut r, v)?),
+        ty::GROUP_MOD if v >= VERSION_1_5 => decode_group_mod15(&mut r)?,
         ty::GROUP_MOD => decode_group_mod(&mut r)?,
         ty::PORT_MOD => {
-            exact(body, 32)?;
             let port_no = r.u32()?;
             r.skip(4)?;
+            let hw_addr = r.array()?;
+            r.skip(2)?;
+            let config = r.u32()?;
+            let mask = r.u32()?;
+            let advertise = if v >= VERSION_1_4 {
+                decode_port_mod_props(r.rest())?
+            } else {
+                let a = r.u32()?;
+                r.skip(4)?;
+                if !r.is_empty() {
+                    return Err(BAD_LEN);
+                }
+                a
+            };
             let p = PortMod {
                 port_no,
-                hw_addr: r.array()?,
-                config: {
-                    r.skip(2)?;
-                    r.u32()?
-                },
-                mask: r.u32()?,
-                advertise: r.u32()?,
+                hw_addr,
+                config,
+                mask,
+                advertise,
             };
             if p.port_no == 0 || (p.port_no > port::OFPP_MAX && p.port_no != port::OFPP_LOCAL) {
                 return Err(OfError::new(
@@ -908,8 +1408,8 @@ pub fn decode(buf: &[u8]) -> Result<(Header, Message), OfError> {
                 config: r.u32()?,
             }
         }
-        ty::MULTIPART_REQUEST => Message::MultipartRequest(MultipartRequest::decode(body)?),
-        ty::MULTIPART_REPLY => Message::MultipartReply(MultipartReply::decode(body)?),
+        ty::MULTIPART_REQUEST => Message::MultipartRequest(MultipartRequest::decode(body, v)?),
+        ty::MULTIPART_REPLY => Message::MultipartReply(MultipartReply::decode(body, v)?),
         ty::ROLE_REQUEST | ty::ROLE_REPLY => {
             exact(body, 16)?;
             let role = r.u32()?;
@@ -929,6 +1429,14 @@ pub fn decode(buf: &[u8]) -> Result<(Header, Message), OfError> {
                 Message::RoleRequest(ro)
             } else {
                 Message::RoleReply(ro)
+            }
+        }
+        ty::GET_ASYNC_REPLY | ty::SET_ASYNC if v >= VERSION_1_4 => {
+            let a = decode_async_props(body)?;
+            if h.type_ == ty::SET_ASYNC {
+                Message::SetAsync(a)
+            } else {
+                Message::GetAsyncReply(a)
             }
         }
         ty::GET_ASYNC_REPLY | ty::SET_ASYNC => {
@@ -1034,16 +1542,170 @@ fn decode_packet_out(r: &mut Reader<'_>) -> Result<Message, OfError> {
     Ok(Message::PacketOut(PacketOut {
         buffer_id,
         in_port,
+        metadata: Vec::new(),
         actions,
         data: r.rest().to_vec(),
     }))
+}
+
+/// OpenFlow 1.5's PACKET_OUT: `in_port` and the other pipeline fields in a match (OVS's
+/// `ofputil_decode_packet_out`: no in_port → `OFPBRC_BAD_PORT`, a field that is not a
+/// pipeline field → `OFPBRC_PIPELINE_FIELDS_ONLY`).
+fn decode_packet_out15(r: &mut Reader<'_>) -> Result<Message, OfError> {
+    let buffer_id = r.u32()?;
+    let actions_len = usize::from(r.u16()?);
+    r.skip(2)?;
+    let fields = decode_pipeline_match(r)?;
+    let actions = action::decode_actions_15(r.bytes(actions_len)?)?;
+    let mut in_port = None;
+    let mut metadata = Vec::new();
+    for o in fields {
+        match o.field {
+            Field::InPort => in_port = Some(o.value_u128() as u32),
+            Field::Metadata | Field::TunnelId | Field::TunIpv4Src | Field::TunIpv4Dst => {
+                metadata.push(o)
+            }
+            _ => {
+                return Err(OfError::request(
+                    brc::PIPELINE_FIELDS_ONLY,
+                    "packet-out match with other than pipeline fields",
+                ))
+            }
+        }
+    }
+    let bad_port = OfError::request(brc::BAD_PORT, "packet-out from an invalid in_port");
+    let in_port = in_port.ok_or(bad_port)?;
+    if in_port == 0
+        || (in_port > port::OFPP_MAX
+            && !matches!(
+                in_port,
+                port::OFPP_LOCAL | port::OFPP_CONTROLLER | port::OFPP_ANY
+            ))
+    {
+        return Err(bad_port);
+    }
+    Ok(Message::PacketOut(PacketOut {
+        buffer_id,
+        in_port,
+        metadata,
+        actions,
+        data: r.rest().to_vec(),
+    }))
+}
+
+/// A PACKET_OUT's match (1.5): its TLVs, each checked, none twice, without the
+/// prerequisite check (pipeline fields have none; the caller refuses the others).
+fn decode_pipeline_match(r: &mut Reader<'_>) -> Result<Vec<Oxm>, OfError> {
+    use crate::error::bmc;
+    let short = OfError::matching(bmc::BAD_LEN, "match runs past the message");
+    let type_ = r.u16()?;
+    let len = usize::from(r.u16()?);
+    if type_ != 1 {
+        return Err(OfError::matching(
+            bmc::BAD_TYPE,
+            "match is not of type OFPMT_OXM",
+        ));
+    }
+    if len < 4 || pad8(len) - 4 > r.remaining() {
+        return Err(short);
+    }
+    let mut body = r.bytes(len - 4)?;
+    r.skip(pad8(len) - len)?;
+    let mut out: Vec<Oxm> = Vec::new();
+    while !body.is_empty() {
+        // OVS reads this match loosely (`oxm_pull_match_loose`): a TLV without a value
+        // (its samples pad the match with one) is skipped; anything else is checked.
+        if body.len() >= 4 && body[3] == 0 {
+            body = &body[4..];
+            continue;
+        }
+        let (o, used) = Oxm::decode(body)?;
+        if out.iter().any(|x| x.field == o.field) {
+            return Err(OfError::matching(
+                bmc::DUP_FIELD,
+                "a match field appears twice",
+            ));
+        }
+        out.push(o);
+        body = &body[used..];
+    }
+    Ok(out)
+}
+
+/// OpenFlow 1.4's PORT_MOD properties: the Ethernet one (`advertise`) at most once.
+fn decode_port_mod_props(mut p: &[u8]) -> Result<u32, OfError> {
+    let bad_len = OfError::new(et::BAD_PROPERTY, bpc::BAD_LEN, "port-mod property length");
+    let mut advertise = 0;
+    while !p.is_empty() {
+        let mut r = Reader::new(p, bad_len);
+        let t = r.u16()?;
+        let len = usize::from(r.u16()?);
+        if len < 4 || pad8(len) > p.len() {
+            return Err(bad_len);
+        }
+        match (t, len) {
+            (0, 8) => advertise = r.u32()?,
+            (0, _) => return Err(bad_len),
+            _ => {
+                return Err(OfError::new(
+                    et::BAD_PROPERTY,
+                    bpc::BAD_TYPE,
+                    "port-mod property not supported",
+                ))
+            }
+        }
+        p = &p[pad8(len)..];
+    }
+    Ok(advertise)
+}
+
+/// OpenFlow 1.4's asynchronous configuration properties (`OFPACPT_*`, each 8 bytes: type,
+/// length, mask). Role-status, table-status and request-forward masks (types 6 to 11) are
+/// accepted and not kept (ferrovs sends none of those messages); experimenter ones are
+/// `OFPBPC_BAD_EXPERIMENTER`, others `OFPBPC_BAD_TYPE`.
+fn decode_async_props(mut p: &[u8]) -> Result<AsyncConfig, OfError> {
+    let bad_len = OfError::new(et::BAD_PROPERTY, bpc::BAD_LEN, "async property length");
+    let mut a = AsyncConfig::default();
+    while !p.is_empty() {
+        let mut r = Reader::new(p, bad_len);
+        let t = r.u16()?;
+        let len = usize::from(r.u16()?);
+        if t >= 0xfffe {
+            return Err(OfError::new(
+                et::BAD_PROPERTY,
+                bpc::BAD_EXPERIMENTER,
+                "experimenter async property",
+            ));
+        }
+        if len != 8 || p.len() < 8 {
+            return Err(bad_len);
+        }
+        let mask = r.u32()?;
+        // Even types are the slave's (index 1), odd the master's (index 0).
+        let role = if t % 2 == 0 { 1 } else { 0 };
+        match t / 2 {
+            0 => a.packet_in_mask[role] = mask,
+            1 => a.port_status_mask[role] = mask,
+            2 => a.flow_removed_mask[role] = mask,
+            3..=5 => {}
+            _ => {
+                return Err(OfError::new(
+                    et::BAD_PROPERTY,
+                    bpc::BAD_TYPE,
+                    "unknown async property",
+                ))
+            }
+        }
+        p = &p[8..];
+    }
+    Ok(a)
 }
 
 fn flow_mod_err(code: u16, reason: &'static str) -> OfError {
     OfError::new(et::FLOW_MOD_FAILED, code, reason)
 }
 
-fn decode_flow_mod(r: &mut Reader<'_>) -> Result<FlowMod, OfError> {
+fn decode_flow_mod(r: &mut Reader<'_>, version: u8) -> Result<FlowMod, OfError> {
     let mut f = FlowMod {
         cookie: r.u64()?,
         cookie_mask: r.u64()?,
@@ -1056,10 +1718,14 @@ fn decode_flow_mod(r: &mut Reader<'_>) -> Result<FlowMod, OfError> {
         out_port: r.u32()?,
         out_group: r.u32()?,
         flags: r.u16()?,
+        importance: 0,
         match_: Match::new(),
         instructions: Vec::new(),
     };
-    r.skip(2)?;
+    let importance = r.u16()?;
+    if version >= VERSION_1_4 {
+        f.importance = importance;
+    }
     if f.command > fc::DELETE_STRICT {
         return Err(flow_mod_err(fmfc::BAD_COMMAND, "unknown flow-mod command"));
     }
@@ -1076,7 +1742,11 @@ fn decode_flow_mod(r: &mut Reader<'_>) -> Result<FlowMod, OfError> {
     let rest = r.rest();
     let (m, used) = Match::decode(rest)?;
     f.match_ = m;
-    f.instructions = action::decode_instructions(&rest[used..])?;
+    f.instructions = if version >= VERSION_1_5 {
+        action::decode_instructions_15(&rest[used..])?
+    } else {
+        action::decode_instructions(&rest[used..])?
+    };
     for i in &f.instructions {
         if let Instruction::GotoTable(t) = i {
             if adds && *t <= f.table_id {
@@ -1119,6 +1789,8 @@ fn decode_group_mod(r: &mut Reader<'_>) -> Result<Message, OfError> {
         command,
         type_,
         group_id,
+        command_bucket_id: group::BUCKET_ALL,
+        selection_method: None,
         buckets,
     }))
 }

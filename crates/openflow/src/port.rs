@@ -30,6 +30,8 @@ pub fn is_valid_output(port: u32) -> bool {
 
 /// The length of an `ofp_port`.
 pub const PORT_LEN: usize = 64;
+/// The length of an `ofp14_port` with its Ethernet property, as this crate writes it.
+pub const PORT14_LEN: usize = 72;
 /// `OFP_MAX_PORT_NAME_LEN`.
 pub const PORT_NAME_LEN: usize = 16;
 
@@ -114,6 +116,81 @@ impl Port {
         ] {
             out.put_u32(v);
         }
+    }
+
+    /// OpenFlow 1.4's `ofp14_port`: 40 bytes (number, length, MAC, name, config, state),
+    /// then the Ethernet property (`OFPPDPT14_ETHERNET`, 32 bytes: the features and
+    /// speeds).
+    pub(crate) fn encode14(&self, out: &mut Vec<u8>) {
+        out.put_u32(self.port_no);
+        out.put_u16(PORT14_LEN as u16);
+        out.put_zeros(2);
+        out.extend_from_slice(&self.hw_addr);
+        out.put_zeros(2);
+        out.put_string(&self.name, PORT_NAME_LEN);
+        out.put_u32(self.config);
+        out.put_u32(self.state);
+        out.put_u16(0); // OFPPDPT14_ETHERNET
+        out.put_u16(32);
+        out.put_zeros(4);
+        for v in [
+            self.curr,
+            self.advertised,
+            self.supported,
+            self.peer,
+            self.curr_speed,
+            self.max_speed,
+        ] {
+            out.put_u32(v);
+        }
+    }
+
+    /// Decodes an `ofp14_port` (its length must cover its 40 bytes and tile its
+    /// properties; an Ethernet property gives the features, others are skipped).
+    pub(crate) fn decode14(r: &mut Reader<'_>) -> Result<Port, OfError> {
+        let bad = OfError::request(brc::BAD_LEN, "port description length wrong");
+        let port_no = r.u32()?;
+        let len = usize::from(r.u16()?);
+        if len < 40 || len % 8 != 0 || len - 6 > r.remaining() {
+            return Err(bad);
+        }
+        r.skip(2)?;
+        let hw_addr = r.array()?;
+        r.skip(2)?;
+        let name = r.string(
+            PORT_NAME_LEN,
+            OfError::request(brc::EPERM, "port name is not UTF-8"),
+        )?;
+        let mut p = Port {
+            port_no,
+            hw_addr,
+            name,
+            config: r.u32()?,
+            state: r.u32()?,
+            ..Port::default()
+        };
+        let mut props = Reader::new(r.bytes(len - 40)?, bad);
+        while !props.is_empty() {
+            let t = props.u16()?;
+            let plen = usize::from(props.u16()?);
+            if plen < 4 || plen % 8 != 0 || plen - 4 > props.remaining() {
+                return Err(bad);
+            }
+            let mut v = Reader::new(props.bytes(plen - 4)?, bad);
+            if t == 0 {
+                if plen != 32 {
+                    return Err(bad);
+                }
+                v.skip(4)?;
+                p.curr = v.u32()?;
+                p.advertised = v.u32()?;
+                p.supported = v.u32()?;
+                p.peer = v.u32()?;
+                p.curr_speed = v.u32()?;
+                p.max_speed = v.u32()?;
+            }
+        }
+        Ok(p)
     }
 
     pub(crate) fn decode(r: &mut Reader<'_>) -> Result<Port, OfError> {

@@ -306,6 +306,7 @@ fn every_register_action_round_trips() {
         idle_timeout: 0,
         hard_timeout: 0,
         priority: 1,
+        importance: 0,
         buffer_id: crate::message::OFP_NO_BUFFER,
         out_port: crate::port::OFPP_ANY,
         out_group: crate::action::OFPG_ANY,

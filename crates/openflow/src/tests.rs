@@ -179,6 +179,7 @@ fn flow_mod() -> FlowMod {
         out_port: port::OFPP_ANY,
         out_group: OFPG_ANY,
         flags: ff::SEND_FLOW_REM | ff::CHECK_OVERLAP,
+        importance: 0,
         match_: full_match(),
         instructions: all_instructions(),
     }
@@ -190,6 +191,7 @@ fn buckets() -> Vec<Bucket> {
             weight: 1,
             watch_port: 2,
             watch_group: OFPG_ANY,
+            bucket_id: 0,
             actions: vec![Action::Output {
                 port: 2,
                 max_len: 0,
@@ -314,6 +316,7 @@ fn samples() -> Vec<Message> {
         Message::PacketOut(PacketOut {
             buffer_id: OFP_NO_BUFFER,
             in_port: port::OFPP_CONTROLLER,
+            metadata: vec![],
             actions: vec![Action::Output {
                 port: port::OFPP_TABLE,
                 max_len: 0,
@@ -332,12 +335,16 @@ fn samples() -> Vec<Message> {
             command: group::ADD,
             type_: group::TYPE_FF,
             group_id: 1,
+            command_bucket_id: crate::message::group::BUCKET_ALL,
+            selection_method: None,
             buckets: buckets(),
         }),
         Message::GroupMod(GroupMod {
             command: group::DELETE,
             type_: group::TYPE_ALL,
             group_id: crate::action::OFPG_ALL,
+            command_bucket_id: crate::message::group::BUCKET_ALL,
+            selection_method: None,
             buckets: vec![],
         }),
         Message::PortMod(PortMod {
@@ -847,6 +854,7 @@ fn action_refusals() {
         &Message::PacketOut(PacketOut {
             buffer_id: OFP_NO_BUFFER,
             in_port: 1,
+            metadata: vec![],
             actions: vec![Action::Output {
                 port: port::OFPP_TABLE,
                 max_len: 0,
@@ -911,6 +919,8 @@ fn message_refusals() {
         command: group::ADD,
         type_: group::TYPE_ALL,
         group_id: 1,
+        command_bucket_id: crate::message::group::BUCKET_ALL,
+        selection_method: None,
         buckets: buckets(),
     });
     let mm = Message::MeterMod(MeterMod {
@@ -943,6 +953,10 @@ fn message_refusals() {
         ),
         (
             vec![4, 4, 0, 16, 0, 0, 0, 0, 0, 0, 0x23, 0x20, 0, 0, 0, 0],
+            (et::BAD_REQUEST, brc::BAD_EXP_TYPE),
+        ),
+        (
+            vec![4, 4, 0, 16, 0, 0, 0, 0, 0, 0, 0x15, 0x4d, 0, 0, 0, 0],
             (et::BAD_REQUEST, brc::BAD_EXPERIMENTER),
         ),
         (
@@ -1016,6 +1030,7 @@ fn message_refusals() {
                 &Message::PacketOut(PacketOut {
                     buffer_id: OFP_NO_BUFFER,
                     in_port: port::OFPP_FLOOD,
+                    metadata: vec![],
                     actions: vec![],
                     data: vec![],
                 }),

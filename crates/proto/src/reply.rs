@@ -74,6 +74,9 @@ pub struct Show {
     /// The OVSDB connection (`ferrovsd --ovsdb`; absent otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ovsdb: Option<OvsdbStatus>,
+    /// The OpenFlow connections (absent until one was accepted or made).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub openflow: Option<OpenflowStatus>,
     /// The asynchronous OpenFlow path (absent until a packet-in queue or packet-out existed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub packet_io: Option<PacketIoStatus>,
@@ -83,6 +86,28 @@ pub struct Show {
     /// Hot upgrades this daemon's line has gone through.
     pub upgrades: u64,
     pub version: String,
+}
+
+/// OpenFlow connections and what was refused on them (`ferrovs show --json`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct OpenflowStatus {
+    /// Connections open now, by negotiated version (`"1.3"`, `"1.4"`, `"1.5"`).
+    pub connections: std::collections::BTreeMap<String, u64>,
+    /// Connections that negotiated each version since the daemon started.
+    pub negotiated: std::collections::BTreeMap<String, u64>,
+    /// ERROR replies sent, by error name (`OFPBAC_BAD_EXP_TYPE`, `NXR_NOT_SUPPORTED`, ...).
+    pub refused: std::collections::BTreeMap<String, u64>,
+    /// Connections the switch closed (lost framing, no common version, flooding).
+    pub dropped: u64,
+    /// Nicira experimenter messages received.
+    pub nx_messages: u64,
+    /// Bundles committed, the messages they held, and bundles whose commit was refused.
+    pub bundles_committed: u64,
+    pub bundled_messages: u64,
+    pub bundles_failed: u64,
+    /// Each bridge's Geneve TLV mappings, as `tun_metadataN=CLASS,TYPE,LEN`.
+    pub tlv_maps: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 /// Counters of PACKET_IN and PACKET_OUT (`ferrovs show --json`).

@@ -398,8 +398,10 @@ fn rules_from_ovs_ofctl_steer_real_packets_and_hostile_peers_change_nothing() {
         assert!(n > 0, "the switch closed the connection");
         got.extend_from_slice(&buf[..n]);
     }
-    // HELLO (16 bytes, with its version bitmap), then PORT_STATUS (80 bytes, reason ADD).
-    assert_eq!(&got[..4], &[4, 0, 0, 16]);
+    // HELLO (16 bytes, with its version bitmap {1.3, 1.4, 1.5}; the header carries the
+    // highest, as OVS's), then PORT_STATUS in the negotiated 1.3 (80 bytes, reason ADD).
+    assert_eq!(&got[..4], &[6, 0, 0, 16]);
+    assert_eq!(&got[12..16], &[0, 0, 0, 0x70]);
     assert_eq!(&got[16..20], &[4, 12, 0, 80], "{got:?}");
     assert_eq!(got[24], 0, "reason OFPPR_ADD");
     drop(peer);

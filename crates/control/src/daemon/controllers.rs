@@ -22,7 +22,7 @@
 use std::net::TcpListener;
 
 use ferrovs_openflow::error::{et, rrfc};
-use ferrovs_openflow::{encode, Message, OfError};
+use ferrovs_openflow::{Message, OfError};
 
 use crate::config::FailMode;
 use crate::controller::{
@@ -284,8 +284,8 @@ impl Daemon {
         for t in echo {
             if let Some(c) = self.openflow.conns.get_mut(&t) {
                 self.openflow.counters.echo_probes += 1;
-                c.out
-                    .extend_from_slice(&encode(&Message::EchoRequest(vec![]), 0));
+                let bytes = c.encode(&Message::EchoRequest(vec![]), 0);
+                c.out.extend_from_slice(&bytes);
             }
             self.of_rearm(t);
         }
@@ -591,13 +591,14 @@ impl Daemon {
                     .ctrls
                     .get(&c.bridge)
                     .map_or(0, |b| b.election.reply_id());
-                c.out.extend_from_slice(&encode(
+                let bytes = c.encode(
                     &Message::RoleReply(ferrovs_openflow::Role {
                         role: role.to_wire(),
                         generation_id: gen,
                     }),
                     xid,
-                ));
+                );
+                c.out.extend_from_slice(&bytes);
             }
             RoleDecision::Stale => self.of_refuse(
                 c,

@@ -53,12 +53,14 @@ use dp::flow::{BridgeFlows, MegaflowCache};
 use ferrovs_flow::Pipeline;
 use ferrovs_proto::{Request, Response, MAX_REQUEST};
 
+mod bundles;
 mod conntrack;
 mod controllers;
 mod ctl;
 mod flows;
 mod handover;
 mod meters;
+mod nx;
 mod ofports;
 mod openflow;
 mod ovsdb;

@@ -1,5 +1,12 @@
-//! OpenFlow 1.3 over each bridge's passive management socket `RUN_DIR/BRIDGE.mgmt` (as
-//! OVS's), so that `ovs-ofctl -O OpenFlow13 … unix:RUN_DIR/BRIDGE.mgmt` programs the bridge.
+//! OpenFlow 1.3, 1.4 and 1.5 over each bridge's passive management socket
+//! `RUN_DIR/BRIDGE.mgmt` (as OVS's), so that `ovs-ofctl -O OpenFlow13 …
+//! unix:RUN_DIR/BRIDGE.mgmt` programs the bridge and ovn-controller (which allows only 1.5)
+//! connects to it.
+//!
+//! * Each connection speaks the version its HELLO negotiated (the highest both offer of
+//!   the bridge's `protocols`, by default 1.3, 1.4 and 1.5): every message the switch sends
+//!   on it is written in that version's layout ([`OfConn::encode`], [`Fanout`] for one
+//!   message to many connections).
 //!
 //! Invariants:
 //! * Every socket is non-blocking and lives in the daemon's one epoll loop. A connection's
@@ -29,10 +36,11 @@ use ferrovs_openflow::multipart::{
     tfpt, Desc, MultipartReplyBody as A, MultipartRequestBody as Q, PortStats as OfPortStats,
     TableFeatureProp, TableFeatures, TableStats,
 };
+use ferrovs_openflow::nx_msg::{pif, NxMessage, PacketIn2};
 use ferrovs_openflow::port::{state as pstate, OFPP_ANY};
 use ferrovs_openflow::{
-    decode, encode, encode_multipart_reply, negotiate, FrameError, Framer, Message, OfError,
-    SwitchFeatures, VERSION_1_3,
+    decode, encode, encode_multipart_reply_with_version, encode_with_version, negotiate,
+    FrameError, Framer, Message, OfError, SwitchFeatures, VERSION_1_3, VERSION_1_5,
 };
 
 use crate::openflow::{self as ofmap, PortMap, Selector, N_TABLES};
@@ -48,8 +56,8 @@ const OUT_MAX: usize = 64 << 20;
 /// Input waiting (behind unread replies) past which the peer is dropped.
 const IN_MAX: usize = 4 << 20;
 
-/// What the management sockets saw, for the log and tests.
-#[derive(Debug, Default, Clone, Copy)]
+/// What the management sockets saw, for the log, `ferrovs show --json` and tests.
+#[derive(Debug, Default, Clone)]
 pub(super) struct OfCounters {
     pub accepted: u64,
     /// Messages refused with an ERROR (malformed, unsupported, refused flow-mods).
@@ -69,6 +77,17 @@ pub(super) struct OfCounters {
     pub packet_outs_dropped: u64,
     /// FLOW_REMOVED messages written to connections.
     pub flow_removed_sent: u64,
+    /// Connections that negotiated each version (index: wire version 4, 5, 6 → 0, 1, 2).
+    pub negotiated: [u64; 3],
+    /// Nicira messages received.
+    pub nx_messages: u64,
+    /// Bundles committed, and the messages they held.
+    pub bundles_committed: u64,
+    pub bundled_messages: u64,
+    /// Bundles whose commit was refused (one message refused: none applied).
+    pub bundles_failed: u64,
+    /// ERROR replies by error name (`OFPBAC_BAD_EXP_TYPE`, ...).
+    pub refused: BTreeMap<&'static str, u64>,
 }
 
 /// An OpenFlow connection's socket: the management socket's and `unix:`/`punix:`
@@ -137,6 +156,14 @@ pub(super) struct OfConn {
     pub(super) miss_send_len: u16,
     /// Which asynchronous messages this connection gets (SET_ASYNC).
     pub(super) async_cfg: ferrovs_openflow::AsyncConfig,
+    /// The negotiated wire version (1.3 until HELLO).
+    pub(super) version: u8,
+    /// `NXPIF_*` (NXT_SET_PACKET_IN_FORMAT): standard, or `NXT_PACKET_IN2`.
+    pub(super) packet_in_format: u32,
+    /// NXT_SET_CONTROLLER_ID's id (kept; ferrovs sends no message that carries it).
+    pub(super) controller_id: u16,
+    /// Open bundles by id (`bundles.rs`).
+    pub(super) bundles: BTreeMap<u32, super::bundles::Bundle>,
 }
 
 impl OfConn {
@@ -171,7 +198,76 @@ impl OfConn {
                 super::packet_io::DEFAULT_MISS_SEND_LEN
             },
             async_cfg: super::packet_io::DEFAULT_ASYNC,
+            version: VERSION_1_3,
+            packet_in_format: pif::STANDARD,
+            controller_id: 0,
+            bundles: BTreeMap::new(),
         }
+    }
+
+    /// `m` encoded in this connection's version.
+    pub(super) fn encode(&self, m: &Message, xid: u32) -> Vec<u8> {
+        encode_with_version(m, self.version, xid)
+    }
+}
+
+/// One asynchronous message for several connections, encoded once per wire version and
+/// packet-in format it goes out in (a PACKET_IN becomes an `NXT_PACKET_IN2` for a
+/// connection that asked for that format).
+#[derive(Debug)]
+pub(super) struct Fanout {
+    msg: Message,
+    done: Vec<(u8, bool, Vec<u8>)>,
+}
+
+impl Fanout {
+    pub(super) fn new(msg: Message) -> Fanout {
+        Fanout {
+            msg,
+            done: Vec::new(),
+        }
+    }
+
+    /// The bytes for connection `c`.
+    pub(super) fn bytes(&mut self, c: &OfConn) -> &[u8] {
+        let pin2 = c.packet_in_format == pif::NXT_PACKET_IN2;
+        let pin2 = pin2 && matches!(self.msg, Message::PacketIn(_));
+        let i = match self
+            .done
+            .iter()
+            .position(|(v, p, _)| *v == c.version && *p == pin2)
+        {
+            Some(i) => i,
+            None => {
+                let bytes = match &self.msg {
+                    Message::PacketIn(p) if pin2 => c.encode(
+                        &Message::Experimenter(NxMessage::PacketIn2(packet_in2(p))),
+                        0,
+                    ),
+                    m => c.encode(m, 0),
+                };
+                self.done.push((c.version, pin2, bytes));
+                self.done.len() - 1
+            }
+        };
+        &self.done[i].2
+    }
+}
+
+/// A PACKET_IN as `NXT_PACKET_IN2` (as OVS writes it: the full length only when the frame
+/// was cut, the buffer id only when buffered; no userdata: ferrovs' controller action
+/// carries none yet).
+pub(super) fn packet_in2(p: &ferrovs_openflow::PacketIn) -> PacketIn2 {
+    PacketIn2 {
+        packet: p.data.clone(),
+        full_len: (usize::from(p.total_len) != p.data.len()).then_some(u32::from(p.total_len)),
+        buffer_id: (p.buffer_id != ferrovs_openflow::message::OFP_NO_BUFFER).then_some(p.buffer_id),
+        table_id: p.table_id,
+        cookie: p.cookie,
+        reason: p.reason,
+        metadata: p.match_.fields.clone(),
+        userdata: None,
+        continuation: None,
     }
 }
 
@@ -215,9 +311,9 @@ pub(super) struct OfState {
     pub counters: OfCounters,
     /// Bridges whose rules changed in the messages being handled: published once they are
     /// all handled (or at a barrier), not once per FLOW_MOD.
-    unpublished: BTreeSet<String>,
+    pub(super) unpublished: BTreeSet<String>,
     /// Bridges whose rules changed since the configuration was last written (on the tick).
-    unsaved: BTreeSet<String>,
+    pub(super) unsaved: BTreeSet<String>,
     /// No write before this (a write of n rules costs O(n): at most a tenth of the time goes
     /// to them while FLOW_MODs keep coming).
     save_after: Option<Instant>,
@@ -237,6 +333,8 @@ pub(super) struct OfState {
     pub(super) packet_in_buf: std::collections::VecDeque<ferrovs_datapath::packet_io::PacketIn>,
     /// Bridge → the rules added with `OFPFF_SEND_FLOW_REM` (`packet_io`).
     pub(super) send_flow_rem: HashMap<String, std::collections::HashSet<super::packet_io::RuleId>>,
+    /// Bridge → its Geneve TLV table (`nx.rs`).
+    pub(super) tlv: HashMap<String, super::nx::TlvTable>,
 }
 
 /// The management socket's path of `bridge`.
@@ -489,7 +587,8 @@ impl Daemon {
         }
     }
 
-    /// The OpenFlow versions `bridge` speaks: 1.3, unless its `protocols` leave it out.
+    /// The OpenFlow versions `bridge` speaks: 1.3, 1.4 and 1.5, less those its
+    /// `protocols` leave out (none in common: every HELLO fails).
     pub(super) fn of_versions(&self, bridge: &str) -> Vec<u8> {
         let allowed = self
             .config
@@ -498,12 +597,9 @@ impl Daemon {
             .find(|b| b.name == bridge)
             .map(|b| crate::controller::protocol_versions(&b.protocols).unwrap_or_default())
             .unwrap_or_default();
-        if allowed.is_empty() || allowed.contains(&VERSION_1_3) {
-            vec![VERSION_1_3]
-        } else {
-            // Nothing in common with what this switch speaks: every HELLO fails.
-            vec![]
-        }
+        (VERSION_1_3..=VERSION_1_5)
+            .filter(|v| allowed.is_empty() || allowed.contains(v))
+            .collect()
     }
 
     /// Handles every whole message in the connection's framer (until the backlog is full).
@@ -534,6 +630,12 @@ impl Daemon {
 
     pub(super) fn of_refuse(&mut self, c: &mut OfConn, e: OfError, msg: &[u8]) {
         self.openflow.counters.errors_sent += 1;
+        *self
+            .openflow
+            .counters
+            .refused
+            .entry(e.name().unwrap_or("OTHER"))
+            .or_default() += 1;
         limited!(
             self.logs,
             Info,
@@ -557,6 +659,20 @@ impl Daemon {
                         Some(v) => {
                             c.framer.set_version(v);
                             c.negotiated = true;
+                            c.version = v;
+                            if let Some(n) = self
+                                .openflow
+                                .counters
+                                .negotiated
+                                .get_mut(usize::from(v.saturating_sub(VERSION_1_3)))
+                            {
+                                *n += 1;
+                            }
+                            log::debug!(
+                                "bridge {}: OpenFlow connection negotiated version {:#04x}",
+                                c.bridge,
+                                v
+                            );
                         }
                         None => {
                             self.openflow.counters.dropped += 1;
@@ -566,7 +682,7 @@ impl Daemon {
                                 OfError::new(
                                     et::HELLO_FAILED,
                                     hfc::INCOMPATIBLE,
-                                    "no common OpenFlow version (this switch speaks 1.3)",
+                                    "no common OpenFlow version (this bridge speaks 1.3, 1.4 and 1.5, as its protocols allow)",
                                 ),
                                 msg,
                             );
@@ -593,7 +709,10 @@ impl Daemon {
             Ok(x) => x,
             Err(e) => return self.of_refuse(c, e, msg),
         };
-        let reply = |c: &mut OfConn, m: &Message| c.out.extend_from_slice(&encode(m, h.xid));
+        let reply = |c: &mut OfConn, m: &Message| {
+            let bytes = c.encode(m, h.xid);
+            c.out.extend_from_slice(&bytes)
+        };
         if c.controller.is_some() && c.role == Role::Slave && changes_state(&m) {
             // OVS's reject_slave_controller: a slave controller reads, never writes.
             return self.of_refuse(
@@ -662,9 +781,12 @@ impl Daemon {
                     self.of_refuse(c, e, msg)
                 }
             }
+            Message::Experimenter(nx) => self.of_nicira(c, nx, h.xid, msg),
+            Message::BundleControl(b) => self.of_bundle_control(c, b, h.xid, msg),
+            Message::BundleAdd(a) => self.of_bundle_add(c, a, msg),
             Message::MultipartRequest(r) => match self.of_multipart(&c.bridge, &r.body) {
                 Ok(body) => {
-                    for part in encode_multipart_reply(&body, h.xid) {
+                    for part in encode_multipart_reply_with_version(&body, c.version, h.xid) {
                         c.out.extend_from_slice(&part);
                     }
                 }
@@ -695,7 +817,11 @@ impl Daemon {
     }
 
     /// A FLOW_MOD: the rules change as `ferrovs add-flow`/`del-flows` change them.
-    fn of_flow_mod(&mut self, bridge: &str, fm: &ferrovs_openflow::FlowMod) -> Result<(), OfError> {
+    pub(super) fn of_flow_mod(
+        &mut self,
+        bridge: &str,
+        fm: &ferrovs_openflow::FlowMod,
+    ) -> Result<(), OfError> {
         let ports = self.of_ports(bridge);
         // A rule's meter must exist (OVS: OFPMMFC_INVALID_METER).
         if let Some(m) = crate::openflow::meters::flow_mod_meter(&fm.instructions) {
@@ -727,8 +853,9 @@ impl Daemon {
     }
 
     /// A GROUP_MOD: applied to the bridge's groups (with the rules that use a deleted
-    /// group), published and saved.
-    fn of_group_mod(
+    /// group), published and saved as FLOW_MODs are (once the messages read are handled, or
+    /// at a barrier; saved on the tick).
+    pub(super) fn of_group_mod(
         &mut self,
         bridge: &str,
         gm: &ferrovs_openflow::GroupMod,
@@ -738,10 +865,8 @@ impl Daemon {
             return Ok(());
         };
         ofmap::apply_group_mod(&mut b.rules, gm, &ports)?;
-        b.dirty = true;
-        self.sync_flows_config(bridge);
-        self.publish();
-        self.save();
+        self.openflow.unpublished.insert(bridge.to_string());
+        self.openflow.unsaved.insert(bridge.to_string());
         Ok(())
     }
 
@@ -880,7 +1005,7 @@ impl Daemon {
         port: ferrovs_openflow::Port,
         reason: u8,
     ) {
-        let msg = encode(&Message::PortStatus { reason, port }, 0);
+        let mut msg = Fanout::new(Message::PortStatus { reason, port });
         let tokens: Vec<u64> = self
             .openflow
             .conns
@@ -899,7 +1024,8 @@ impl Daemon {
         for t in tokens {
             if let Some(c) = self.openflow.conns.get_mut(&t) {
                 if c.out.len() < OUT_MAX {
-                    c.out.extend_from_slice(&msg);
+                    let bytes = msg.bytes(c);
+                    c.out.extend_from_slice(bytes);
                 }
                 let _ = flush(c);
             }
@@ -921,6 +1047,8 @@ fn changes_state(m: &Message) -> bool {
             | Message::PortMod(_)
             | Message::PacketOut(_)
             | Message::TableMod { .. }
+            | Message::BundleControl(_)
+            | Message::BundleAdd(_)
     )
 }
 

@@ -33,7 +33,7 @@ use ferrovs_openflow::message::OFP_NO_BUFFER;
 use crate::controller::Role;
 use ferrovs_openflow::port::{OFPP_ANY, OFPP_CONTROLLER, OFPP_LOCAL, OFPP_MAX, OFPP_TABLE};
 use ferrovs_openflow::{
-    encode, Action, AsyncConfig, Field as Of, Instruction, Match as OfMatch, Message, OfError, Oxm,
+    Action, AsyncConfig, Field as Of, Instruction, Match as OfMatch, Message, OfError, Oxm,
 };
 
 use std::collections::BTreeSet;
@@ -183,18 +183,15 @@ impl Daemon {
         if p.tun_id != 0 {
             fields.push(Oxm::exact(Of::TunnelId, u128::from(p.tun_id)));
         }
-        let msg = encode(
-            &Message::PacketIn(ferrovs_openflow::PacketIn {
-                buffer_id: OFP_NO_BUFFER,
-                total_len: p.total_len,
-                reason: p.action.reason,
-                table_id: p.action.table_id,
-                cookie: p.action.cookie,
-                match_: OfMatch { fields },
-                data: p.data,
-            }),
-            0,
-        );
+        let mut msg = super::openflow::Fanout::new(Message::PacketIn(ferrovs_openflow::PacketIn {
+            buffer_id: OFP_NO_BUFFER,
+            total_len: p.total_len,
+            reason: p.action.reason,
+            table_id: p.action.table_id,
+            cookie: p.action.cookie,
+            match_: OfMatch { fields },
+            data: p.data,
+        }));
         for (t, c) in self.openflow.conns.iter_mut() {
             if !receives(c) {
                 continue;
@@ -203,7 +200,8 @@ impl Daemon {
                 self.openflow.counters.packet_ins_unsent += 1;
                 continue;
             }
-            c.out.extend_from_slice(&msg);
+            let bytes = msg.bytes(c);
+            c.out.extend_from_slice(bytes);
             self.openflow.counters.packet_ins_sent += 1;
             touched.insert(*t);
         }
@@ -216,6 +214,15 @@ impl Daemon {
         po: &ferrovs_openflow::PacketOut,
     ) -> Result<(), OfError> {
         self.openflow.counters.packet_outs += 1;
+        if !po.metadata.is_empty() {
+            // OpenFlow 1.5 packet-outs may start the pipeline with metadata or tunnel
+            // fields set; the packet-out path starts from in_port alone.
+            return Err(OfError::new(
+                et::BAD_REQUEST,
+                brc::PIPELINE_FIELDS_ONLY,
+                "packet-out: pipeline fields other than in_port are not supported yet",
+            ));
+        }
         if po.buffer_id != OFP_NO_BUFFER {
             return Err(OfError::new(
                 et::BAD_REQUEST,
@@ -474,8 +481,8 @@ impl Daemon {
         let ports = self.of_ports(bridge);
         let age = r.installed.elapsed();
         let s = &r.spec;
-        let msg = encode(
-            &Message::FlowRemoved(ferrovs_openflow::FlowRemoved {
+        let mut msg =
+            super::openflow::Fanout::new(Message::FlowRemoved(ferrovs_openflow::FlowRemoved {
                 cookie: s.cookie,
                 priority: s.priority,
                 reason,
@@ -487,9 +494,7 @@ impl Daemon {
                 packet_count: r.stats.packets.load(Ordering::Relaxed),
                 byte_count: r.stats.bytes.load(Ordering::Relaxed),
                 match_: crate::openflow::match_to_of(&s.m, s.in_port.as_deref(), &ports),
-            }),
-            0,
-        );
+            }));
         let tokens: Vec<u64> = self
             .openflow
             .conns
@@ -502,7 +507,8 @@ impl Daemon {
                 if c.out.len() >= OUT_BACKLOG {
                     continue;
                 }
-                c.out.extend_from_slice(&msg);
+                let bytes = msg.bytes(c);
+                c.out.extend_from_slice(bytes);
                 self.openflow.counters.flow_removed_sent += 1;
                 let _ = flush(c);
             }

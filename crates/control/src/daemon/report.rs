@@ -76,6 +76,7 @@ impl Daemon {
                 .iter()
                 .all(|p| p.stats.hugepages.load(Ordering::Relaxed)),
             ovsdb: self.ovsdb.as_ref().map(|o| o.status()),
+            openflow: self.openflow_status(),
             packet_io: self.packet_io_status(),
             pid: std::process::id(),
             pmd_cores: self.pmd_cores(),

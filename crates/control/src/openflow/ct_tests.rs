@@ -87,6 +87,7 @@ fn ct_round_trips_through_the_wire() {
             out_port: OFPP_ANY,
             out_group: OFPG_ANY,
             flags: 0,
+            importance: 0,
             match_: ferrovs_openflow::Match::new().with(Oxm::exact(Of::EthType, 0x0800)),
             instructions: vec![Instruction::ApplyActions(vec![
                 Action::Ct(Box::new(nx)),
@@ -352,6 +353,7 @@ fn ct_flow_mod_is_the_cli_rule() {
         out_port: OFPP_ANY,
         out_group: OFPG_ANY,
         flags: 0,
+        importance: 0,
         match_: match_to_of(&want.m, None, &ports()),
         instructions: instructions_to_of(&want, &ports()),
     };

@@ -1024,6 +1024,7 @@ pub fn group_desc(spec: &GroupSpec, ports: &PortMap) -> GroupDesc {
                     .and_then(|n| ports.number(n))
                     .unwrap_or(OFPP_ANY),
                 watch_group: b.watch_group.unwrap_or(OFPG_ANY),
+                bucket_id: 0,
                 actions,
             }
         })

@@ -415,6 +415,7 @@ mod flow_mod_tests {
             out_port: OFPP_ANY,
             out_group: OFPG_ANY,
             flags: 0,
+            importance: 0,
             match_: OfMatch { fields: m },
             instructions: vec![Instruction::ApplyActions(apply)],
         }

@@ -22,6 +22,7 @@ fn fm(command: u8, table: u8, priority: u16, m: Vec<Oxm>, apply: Vec<Action>) ->
         out_port: OFPP_ANY,
         out_group: OFPG_ANY,
         flags: 0,
+        importance: 0,
         match_: OfMatch { fields: m },
         instructions: vec![Instruction::ApplyActions(apply)],
     }
@@ -544,6 +545,8 @@ fn gm(command: u16, type_: u8, id: u32, buckets: Vec<Bucket>) -> GroupMod {
         command,
         type_,
         group_id: id,
+        command_bucket_id: ferrovs_openflow::message::group::BUCKET_ALL,
+        selection_method: None,
         buckets,
     }
 }
@@ -553,6 +556,7 @@ fn bucket(weight: u16, watch_port: u32, actions: Vec<Action>) -> Bucket {
         weight,
         watch_port,
         watch_group: OFPG_ANY,
+        bucket_id: 0,
         actions,
     }
 }
