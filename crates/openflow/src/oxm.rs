@@ -93,6 +93,13 @@ pub enum Field {
     CtTpSrc,
     /// `NXM_NX_CT_TP_DST`.
     CtTpDst,
+    /// `NXM_NX_TUN_METADATA0..3` (class 1, fields 40..43): variable length in OVS (the
+    /// mapped option's); here 4 bytes, the width the pipeline keeps (another length is
+    /// `OFPBMC_BAD_LEN`).
+    TunMetadata0,
+    TunMetadata1,
+    TunMetadata2,
+    TunMetadata3,
 }
 
 /// What the wire says of a field: its class and number, its width, whether it may carry a
@@ -141,7 +148,7 @@ const N: u16 = CLASS_NXM_1;
 
 impl Field {
     /// Every field, in declaration order.
-    pub const ALL: [Field; 53] = [
+    pub const ALL: [Field; 57] = [
         Field::InPort,
         Field::InPhyPort,
         Field::Metadata,
@@ -195,6 +202,10 @@ impl Field {
         Field::CtIpv6Dst,
         Field::CtTpSrc,
         Field::CtTpDst,
+        Field::TunMetadata0,
+        Field::TunMetadata1,
+        Field::TunMetadata2,
+        Field::TunMetadata3,
     ];
 
     /// The field's wire description.
@@ -255,6 +266,10 @@ impl Field {
             CtIpv6Dst => fi(N, 123, 16, true, 128, false, "nx_ct_ipv6_dst"),
             CtTpSrc => fi(N, 124, 2, true, 16, false, "nx_ct_tp_src"),
             CtTpDst => fi(N, 125, 2, true, 16, false, "nx_ct_tp_dst"),
+            TunMetadata0 => fi(N, 40, 4, true, 32, true, "nx_tun_metadata0"),
+            TunMetadata1 => fi(N, 41, 4, true, 32, true, "nx_tun_metadata1"),
+            TunMetadata2 => fi(N, 42, 4, true, 32, true, "nx_tun_metadata2"),
+            TunMetadata3 => fi(N, 43, 4, true, 32, true, "nx_tun_metadata3"),
         }
     }
 
