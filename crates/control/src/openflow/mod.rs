@@ -141,6 +141,10 @@ pub fn match_from_of(
             Of::TunnelId => Field::TunId,
             Of::TunIpv4Src => Field::TunSrc,
             Of::TunIpv4Dst => Field::TunDst,
+            Of::TunMetadata0 => Field::TunMetadata0,
+            Of::TunMetadata1 => Field::TunMetadata1,
+            Of::TunMetadata2 => Field::TunMetadata2,
+            Of::TunMetadata3 => Field::TunMetadata3,
             Of::Metadata => Field::Metadata,
             Of::MplsLabel => Field::MplsLabel,
             Of::MplsTc => Field::MplsTc,
@@ -306,6 +310,10 @@ pub fn match_to_of(m: &Match, in_port: Option<&str>, ports: &PortMap) -> ferrovs
         (Field::TunId, Of::TunnelId),
         (Field::TunSrc, Of::TunIpv4Src),
         (Field::TunDst, Of::TunIpv4Dst),
+        (Field::TunMetadata0, Of::TunMetadata0),
+        (Field::TunMetadata1, Of::TunMetadata1),
+        (Field::TunMetadata2, Of::TunMetadata2),
+        (Field::TunMetadata3, Of::TunMetadata3),
     ] {
         let (v, mk) = m.field(f);
         if mk != 0 {
@@ -419,6 +427,10 @@ fn action_from_of(a: &Action, ports: &PortMap) -> Result<ActionSpec, OfError> {
                 Of::VlanPcp => ActionSpec::SetVlanPcp(v as u8),
                 Of::TunnelId => ActionSpec::SetTunnel(v as u64),
                 Of::TunIpv4Dst => ActionSpec::SetField(Field::TunDst, v),
+                Of::TunMetadata0 => ActionSpec::SetField(Field::TunMetadata0, v),
+                Of::TunMetadata1 => ActionSpec::SetField(Field::TunMetadata1, v),
+                Of::TunMetadata2 => ActionSpec::SetField(Field::TunMetadata2, v),
+                Of::TunMetadata3 => ActionSpec::SetField(Field::TunMetadata3, v),
                 Of::MplsLabel => ActionSpec::SetField(Field::MplsLabel, v),
                 Of::MplsTc => ActionSpec::SetField(Field::MplsTc, v),
                 // (ct_mark and ct_label are written inside ct only: the codec refuses
@@ -641,6 +653,10 @@ pub fn instructions_to_of_with(
                 Field::TpSrc => set(Of::TcpSrc, *v),
                 Field::TpDst => set(Of::TcpDst, *v),
                 Field::TunDst => set(Of::TunIpv4Dst, *v),
+                Field::TunMetadata0 => set(Of::TunMetadata0, *v),
+                Field::TunMetadata1 => set(Of::TunMetadata1, *v),
+                Field::TunMetadata2 => set(Of::TunMetadata2, *v),
+                Field::TunMetadata3 => set(Of::TunMetadata3, *v),
                 Field::MplsLabel => set(Of::MplsLabel, *v),
                 Field::MplsTc => set(Of::MplsTc, *v),
                 Field::MplsTtl => Action::SetMplsTtl(*v as u8),
