@@ -372,7 +372,7 @@ fn bad_vxlan_ports_are_refused() {
         ),
         (
             vec!["type=tap", "dev=x0", "remote_ip=10.0.0.3"],
-            "are for vxlan ports",
+            "are for tunnel ports",
         ),
         (
             vec!["type=vxlan", "remote_ip=10.0.0.3", "local_ip=192.0.2.77"],
