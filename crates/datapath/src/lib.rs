@@ -49,7 +49,7 @@ pub use kernel::{TapIo, UplinkIo};
 pub use mac_table::MacTable;
 pub use pmd::{PmdHandle, PmdStats};
 pub use port::{KernelPort, NotifyTimers, Port, PortIo, TxPkts, VlanMode};
-pub use tunnel::{Encap, TlvTable, TunnelIo, TunnelVni, VxlanIo};
+pub use tunnel::{Encap, TlvTable, TunnelEndpoint, TunnelIo, TunnelVni, VxlanIo};
 pub use xdp::XdpIo;
 
 /// A bridge as the datapath sees it.

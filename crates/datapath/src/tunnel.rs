@@ -26,17 +26,28 @@
 //! (`tunnel_mismatch`, `runt`) and dropped. Frames arrive already decapsulated in the PMD's
 //! buffers.
 //!
-//! Costs: one `recvfrom` per datagram (plus one that finds the socket empty) and one
-//! `sendto` per frame; batching with recvmmsg/sendmmsg is future work.
+//! **Several ports on one local endpoint** (OVN: one port per remote chassis, all on
+//! `:6081`): they share one socket ([`TunnelEndpoint`], with the set of its ports'
+//! remotes). A port alone on its endpoint reads datagrams directly. With siblings, a burst
+//! takes the endpoint's read lock (`try_lock`: busy, the burst is empty), peeks each
+//! datagram's source (`MSG_PEEK`), reads only its own, stops at a sibling's (whose next
+//! poll takes it), and consumes and counts one from an address no port has
+//! (`tunnel_mismatch`). The kernel cannot demultiplex for us: a connected UDP socket also
+//! matches the peer's source port, which OVS varies per flow.
 //!
-//! Thread-safety: the socket is shared; any PMD may send; receiving is one system call per
-//! datagram, so concurrent readers are safe (one PMD polls a port in practice). The TLV map
+//! Costs: one `recvfrom` per datagram (plus one that finds the socket empty; with siblings
+//! one `MSG_PEEK` more per datagram) and one `sendto` per frame; batching with
+//! recvmmsg/sendmmsg is future work.
+//!
+//! Thread-safety: the socket is shared; any PMD may send; a port alone on its endpoint
+//! receives with one system call per datagram, so concurrent readers are safe; siblings
+//! read under the endpoint's lock (peek and read must see the same datagram). The TLV map
 //! is an [`ArcSwap`] the control plane replaces; a burst loads it once.
 
 use std::io::ErrorKind;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::os::fd::{AsFd, BorrowedFd};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 use ferrovs_counters::{DropReason, QueueStats};
@@ -77,10 +88,64 @@ pub enum TunnelVni {
     Flow,
 }
 
+/// A local tunnel endpoint: the socket its ports share (see the module doc).
+#[derive(Debug)]
+pub struct TunnelEndpoint {
+    pub sock: UdpSocket,
+    pub local: SocketAddrV4,
+    pub encap: Encap,
+    /// Held while a port with siblings peeks and reads.
+    rx: Mutex<()>,
+    /// The remotes of the ports on this endpoint.
+    remotes: ArcSwap<Vec<Ipv4Addr>>,
+}
+
+impl TunnelEndpoint {
+    /// An endpoint on a bound socket (made non-blocking).
+    pub fn new(sock: UdpSocket, encap: Encap) -> std::io::Result<Arc<TunnelEndpoint>> {
+        sock.set_nonblocking(true)?;
+        let local = match sock.local_addr()? {
+            SocketAddr::V4(a) => a,
+            SocketAddr::V6(_) => SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0),
+        };
+        Ok(Arc::new(TunnelEndpoint {
+            sock,
+            local,
+            encap,
+            rx: Mutex::new(()),
+            remotes: ArcSwap::default(),
+        }))
+    }
+
+    /// Whether a port of this endpoint tunnels to `ip`.
+    pub fn has_remote(&self, ip: Ipv4Addr) -> bool {
+        self.remotes.load().contains(&ip)
+    }
+
+    fn add_remote(&self, ip: Ipv4Addr) {
+        self.remotes.rcu(|r| {
+            let mut v = Vec::clone(r);
+            v.push(ip);
+            v
+        });
+    }
+
+    fn remove_remote(&self, ip: Ipv4Addr) {
+        self.remotes.rcu(|r| {
+            let mut v = Vec::clone(r);
+            if let Some(i) = v.iter().position(|x| *x == ip) {
+                v.swap_remove(i);
+            }
+            v
+        });
+    }
+}
+
 /// A tunnel port.
 #[derive(Debug)]
 pub struct TunnelIo {
-    pub sock: UdpSocket,
+    /// The endpoint's socket (shared with the endpoint's other ports).
+    pub ep: Arc<TunnelEndpoint>,
     pub remote: SocketAddrV4,
     pub local: SocketAddrV4,
     pub encap: Encap,
@@ -96,8 +161,14 @@ pub struct TunnelIo {
 /// The VXLAN port of earlier releases: a [`TunnelIo`] with `encap` VXLAN.
 pub type VxlanIo = TunnelIo;
 
+impl Drop for TunnelIo {
+    fn drop(&mut self) {
+        self.ep.remove_remote(*self.remote.ip());
+    }
+}
+
 impl TunnelIo {
-    /// Wraps a bound UDP socket (made non-blocking).
+    /// Wraps a bound UDP socket (made non-blocking): a port alone on its endpoint.
     pub fn with_socket(
         sock: UdpSocket,
         encap: Encap,
@@ -105,16 +176,28 @@ impl TunnelIo {
         vni: TunnelVni,
         tlv: Arc<TlvTable>,
     ) -> std::io::Result<TunnelIo> {
-        sock.set_nonblocking(true)?;
-        let local = match sock.local_addr()? {
-            SocketAddr::V4(a) => a,
-            SocketAddr::V6(_) => SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0),
-        };
-        Ok(TunnelIo {
-            sock,
+        Ok(TunnelIo::on_endpoint(
+            TunnelEndpoint::new(sock, encap)?,
             remote,
-            local,
-            encap,
+            vni,
+            tlv,
+        ))
+    }
+
+    /// A port on endpoint `ep` (beside its other ports; the caller checks that none of them
+    /// has `remote` already).
+    pub fn on_endpoint(
+        ep: Arc<TunnelEndpoint>,
+        remote: SocketAddrV4,
+        vni: TunnelVni,
+        tlv: Arc<TlvTable>,
+    ) -> TunnelIo {
+        ep.add_remote(*remote.ip());
+        TunnelIo {
+            remote,
+            local: ep.local,
+            encap: ep.encap,
+            ep,
             vni: match vni {
                 TunnelVni::Fixed(v) => TunnelVni::Fixed(v & 0x00ff_ffff),
                 TunnelVni::Flow => TunnelVni::Flow,
@@ -122,7 +205,13 @@ impl TunnelIo {
             tlv,
             rx: QueueStats::default(),
             tx: QueueStats::default(),
-        })
+        }
+    }
+
+    /// The endpoint's socket.
+    #[inline]
+    pub fn sock(&self) -> &UdpSocket {
+        &self.ep.sock
     }
 
     /// A VXLAN port with a fixed VNI on a bound socket.
@@ -230,7 +319,7 @@ impl KernelPort for TunnelIo {
 
     /// The UDP socket: readable while datagrams wait.
     fn wait_fd(&self) -> Option<BorrowedFd<'_>> {
-        Some(self.sock.as_fd())
+        Some(self.ep.sock.as_fd())
     }
 
     #[inline]
@@ -261,14 +350,40 @@ impl KernelPort for TunnelIo {
             (0u64, 0u64, 0, 0, 0, 0);
         let base = TunnelIo::tunnel_key(self);
         let map = self.tlv.load();
+        let remotes = self.ep.remotes.load();
+        // Siblings on the endpoint: read under its lock, only our own datagrams.
+        let shared = remotes.len() > 1;
+        let _guard = if shared {
+            match self.ep.rx.try_lock() {
+                Ok(g) => Some(g),
+                Err(_) => return 0,
+            }
+        } else {
+            None
+        };
         for _ in 0..max {
+            if shared {
+                match self.ep.sock.peek_from(&mut []) {
+                    Ok((_, SocketAddr::V4(a))) if a.ip() == self.remote.ip() => {}
+                    // A sibling's: its next poll takes it.
+                    Ok((_, SocketAddr::V4(a))) if remotes.contains(a.ip()) => break,
+                    // Nobody's: read below and counted as a mismatch.
+                    Ok(_) => {}
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                    Err(_) => {
+                        errors += 1;
+                        break;
+                    }
+                }
+            }
             let Some(mut m) = pool.alloc() else {
                 self.rx.drop(DropReason::NoMbuf, 1);
                 break;
             };
             let cap = m.max_data();
             let Some(buf) = m.fill(cap) else { break };
-            match self.sock.recv_from(buf) {
+            match self.ep.sock.recv_from(buf) {
                 Ok((n, from)) => {
                     let from_remote = match from {
                         SocketAddr::V4(a) => a.ip() == self.remote.ip(),
@@ -343,7 +458,7 @@ impl KernelPort for TunnelIo {
                 };
             }
             buf[hlen..hlen + d.len()].copy_from_slice(d);
-            match self.sock.send_to(&buf[..hlen + d.len()], self.remote) {
+            match self.ep.sock.send_to(&buf[..hlen + d.len()], self.remote) {
                 Ok(_) => {
                     sent += 1;
                     bytes += d.len() as u64;
@@ -497,6 +612,55 @@ mod tests {
         }
     }
 
+    /// Two ports on one endpoint (one socket), remotes 127.0.0.2 and 127.0.0.3: each takes
+    /// only its own datagrams, in order, whichever is polled first; one from an address no
+    /// port has is consumed and counted.
+    #[test]
+    fn ports_sharing_an_endpoint_take_only_their_own_datagrams() {
+        let pool = Pool::new(64).unwrap();
+        let ep = TunnelEndpoint::new(UdpSocket::bind(lo(0)).unwrap(), Encap::Geneve).unwrap();
+        let peer = |ip: [u8; 4]| UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::from(ip), 0)).unwrap();
+        let (p2, p3, p4) = (
+            peer([127, 0, 0, 2]),
+            peer([127, 0, 0, 3]),
+            peer([127, 0, 0, 4]),
+        );
+        let port = |s: &UdpSocket| match s.local_addr().unwrap() {
+            SocketAddr::V4(a) => a,
+            SocketAddr::V6(_) => unreachable!(),
+        };
+        let a = TunnelIo::on_endpoint(ep.clone(), port(&p2), TunnelVni::Flow, Arc::default());
+        let b = TunnelIo::on_endpoint(ep.clone(), port(&p3), TunnelVni::Flow, Arc::default());
+        assert!(ep.has_remote(Ipv4Addr::new(127, 0, 0, 3)));
+        let send = |s: &UdpSocket, vni: u32| {
+            let mut d = [0u8; 8 + 60];
+            geneve::write_header(&mut d, vni, None, &TlvMap::default());
+            d[8..].copy_from_slice(&frame(vni as u8));
+            s.send_to(&d, ep.local).unwrap();
+        };
+        send(&p3, 1);
+        send(&p2, 2);
+        send(&p2, 3);
+        send(&p4, 4);
+        send(&p3, 5);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let (mut got_a, mut got_b) = (Vec::new(), Vec::new());
+        for _ in 0..10 {
+            for (p, got) in [(&a, &mut got_a), (&b, &mut got_b)] {
+                let (mut out, mut tun) = (Vec::with_capacity(BURST), Vec::with_capacity(BURST));
+                p.rx_burst_tunnel(&pool, &mut out, BURST, Some(&mut tun));
+                got.extend(tun.iter().map(|t| t.id));
+            }
+        }
+        assert_eq!((got_a, got_b), (vec![2, 3], vec![1, 5]));
+        let mismatch =
+            a.rx.drops(DropReason::TunnelMismatch) + b.rx.drops(DropReason::TunnelMismatch);
+        assert_eq!(mismatch, 1);
+        // A port that goes leaves the endpoint.
+        drop(b);
+        assert!(!ep.has_remote(Ipv4Addr::new(127, 0, 0, 3)));
+    }
+
     #[test]
     fn geneve_garbage_from_the_peer_is_counted_not_taken() {
         let pool = Pool::new(64).unwrap();
@@ -513,7 +677,7 @@ mod tests {
         }
         bad.push(vec![0u8; 10]);
         for d in &bad {
-            a.sock.send_to(d, b.local).unwrap();
+            a.sock().send_to(d, b.local).unwrap();
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
         let mut out = Vec::with_capacity(BURST);

@@ -139,6 +139,21 @@ fn geneve_key_flow_carries_ping_and_tcp_between_two_switches_across_an_upgrade()
         &tap_b,
         "192.168.79.2/24",
     );
+    // A second Geneve port on A's endpoint (as OVN makes one per remote chassis): A's ports
+    // share one socket, and `gv` takes only B's datagrams (the sibling path), across the
+    // upgrade too.
+    ok(
+        &dir_a,
+        &[
+            "add-port",
+            "br0",
+            "gv9",
+            "type=geneve",
+            "remote_ip=10.79.0.9",
+            "local_ip=10.79.0.1",
+            "key=flow",
+        ],
+    );
 
     // 1. Ping, with the underlay captured.
     let pcap = dir_a.join("geneve.pcap");

@@ -574,7 +574,7 @@ impl Daemon {
                 let (device, kernel) = match (&p.device, &p.port.io) {
                     (Some(d), _) => (d.export(&mut fds.0), None),
                     (None, PortIo::Tunnel(v)) => {
-                        let fd = fds.push(v.sock.as_fd().as_raw_fd());
+                        let fd = fds.push(v.ep.sock.as_fd().as_raw_fd());
                         let k = KernelState {
                             fd,
                             ring: None,
@@ -962,11 +962,20 @@ impl Daemon {
         let io = match p.cfg.kind {
             PortType::Vxlan | PortType::Geneve => {
                 let (encap, _, remote, vni) = super::tunnel_endpoints(&p.cfg);
-                let sock = std::net::UdpSocket::from(fd);
                 let tlv = self.bridge_tlv(&p.bridge);
-                PortIo::Tunnel(
-                    dp::TunnelIo::with_socket(sock, encap, remote, vni, tlv).map_err(kernel)?,
-                )
+                // Ports that shared an endpoint each handed its socket over: the first one
+                // restored makes the endpoint, the others join it (their copy of the fd is
+                // closed).
+                match self.shared_endpoint(&p.cfg).ok().flatten() {
+                    Some(ep) => PortIo::Tunnel(dp::TunnelIo::on_endpoint(ep, remote, vni, tlv)),
+                    None => {
+                        let sock = std::net::UdpSocket::from(fd);
+                        PortIo::Tunnel(
+                            dp::TunnelIo::with_socket(sock, encap, remote, vni, tlv)
+                                .map_err(kernel)?,
+                        )
+                    }
+                }
             }
             PortType::Tap => {
                 let tap = ferrovs_sys::kernel::tap::Tap::from_fd(fd).map_err(kernel)?;

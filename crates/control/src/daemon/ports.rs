@@ -10,7 +10,7 @@ use super::*;
 /// Why a kernel port could not be opened.
 #[derive(Debug, thiserror::Error)]
 pub enum KernelPortError {
-    #[error("cannot bind {local} (each tunnel port needs its own local_ip or dst_port)")]
+    #[error("cannot bind {local}")]
     VxlanBind {
         local: SocketAddrV4,
         #[source]
@@ -316,9 +316,16 @@ impl Daemon {
             )));
         }
         let tlv = self.bridge_tlv(bridge);
-        let KernelSide { io, fallback } = open_kernel_port(&cfg, tlv).map_err(|e| {
-            ConfigError::Invalid(format!("port {}: {}", cfg.name, with_sources(&e)))
-        })?;
+        let KernelSide { io, fallback } = match self.shared_endpoint(&cfg)? {
+            // Another tunnel port's endpoint: this port shares its socket.
+            Some(ep) => {
+                let (_, _, remote, vni) = tunnel_endpoints(&cfg);
+                PortIo::Tunnel(dp::TunnelIo::on_endpoint(ep, remote, vni, tlv)).into()
+            }
+            None => open_kernel_port(&cfg, tlv).map_err(|e| {
+                ConfigError::Invalid(format!("port {}: {}", cfg.name, with_sources(&e)))
+            })?,
+        };
         let id = alloc_slot(&mut self.port_slots);
         let name = cfg.name.clone();
         let res = self.insert_port(
@@ -338,6 +345,38 @@ impl Daemon {
             st.fallback = fallback;
         }
         res
+    }
+
+    /// The endpoint a new tunnel port `cfg` shares with a port already on the same local
+    /// address, port and encapsulation (OVN: one port per remote chassis, all on `:6081`);
+    /// `None`: it opens its own. Two ports to the same remote on one endpoint are refused.
+    pub(super) fn shared_endpoint(
+        &self,
+        cfg: &PortConfig,
+    ) -> Result<Option<Arc<dp::TunnelEndpoint>>, ConfigError> {
+        if !cfg.kind.is_tunnel() {
+            return Ok(None);
+        }
+        let (encap, local, remote, _) = tunnel_endpoints(cfg);
+        let mut shared = None;
+        for p in self.ports.values() {
+            let PortIo::Tunnel(t) = &p.port.io else {
+                continue;
+            };
+            if t.ep.local != local || t.ep.encap != encap {
+                continue;
+            }
+            if t.remote.ip() == remote.ip() {
+                return Err(ConfigError::Invalid(format!(
+                    "port {}: port {} already tunnels to {} from {local}",
+                    cfg.name,
+                    p.cfg.name,
+                    remote.ip()
+                )));
+            }
+            shared = Some(t.ep.clone());
+        }
+        Ok(shared)
     }
 
     /// `bridge`'s tunnel option map (a fresh empty one for a bridge that does not exist).
@@ -623,6 +662,33 @@ mod tests {
             (dp::Encap::Vxlan, dp::TunnelVni::Fixed(9))
         );
         assert!(!v.takes_metadata());
+        // A second Geneve port on gv's endpoint shares its socket; one to a remote the
+        // endpoint has already is refused.
+        let add = |d: &mut Daemon, name: &str, remote: &str| {
+            d.handle(Request::AddPort {
+                bridge: "br0".into(),
+                port: name.into(),
+                options: [
+                    "type=geneve".to_string(),
+                    format!("remote_ip={remote}"),
+                    "local_ip=127.0.0.1".into(),
+                    "dst_port=16081".into(),
+                    "key=flow".into(),
+                ]
+                .to_vec(),
+            })
+        };
+        let r = add(&mut d, "gv2", "127.0.0.4");
+        assert!(r.ok, "{:?}", r.error);
+        let (PortIo::Tunnel(a), PortIo::Tunnel(b)) =
+            (&d.ports["gv"].port.io, &d.ports["gv2"].port.io)
+        else {
+            panic!("not tunnel ports")
+        };
+        assert!(Arc::ptr_eq(&a.ep, &b.ep));
+        let r = add(&mut d, "gv3", "127.0.0.4");
+        let e = r.error.unwrap_or_default();
+        assert!(e.contains("port gv2 already tunnels to 127.0.0.4"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
