@@ -23,9 +23,9 @@
 //!
 //! Tunnel metadata: a packet's starts as its key's (`tun_id`, `tun_src`, `tun_dst`,
 //! `tun_metadataN`: what its tunnel port received, per packet). `set_tunnel`/`set_field` to
-//! a tunnel field change a copy held by the execution ([`TunState`]), which goes with the
+//! a tunnel field change a copy held by the execution (`TunState`), which goes with the
 //! packet to an output port that takes it (a `key=flow` tunnel port: recorded once per
-//! change in the burst's table, [`crate::output`]) and into a recirculated pass's key. A
+//! change in the burst's table, `output.rs`) and into a recirculated pass's key. A
 //! packet that meets neither never builds it.
 
 use std::sync::Arc;
