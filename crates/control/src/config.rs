@@ -20,6 +20,8 @@ pub enum PortType {
     Uplink,
     /// A VXLAN tunnel to `remote_ip` with VNI `key`, over the host stack (UDP `dst_port`).
     Vxlan,
+    /// A Geneve tunnel, as `Vxlan` (UDP 6081 by default); OVN's tunnels.
+    Geneve,
 }
 
 impl PortType {
@@ -30,9 +32,10 @@ impl PortType {
             "tap" => PortType::Tap,
             "uplink" => PortType::Uplink,
             "vxlan" => PortType::Vxlan,
+            "geneve" => PortType::Geneve,
             _ => {
                 return Err(ConfigError::Invalid(format!(
-                "unknown port type '{s}' (expected vhost-user, vhost-user-client, tap, uplink or vxlan)"
+                "unknown port type '{s}' (expected vhost-user, vhost-user-client, tap, uplink, vxlan or geneve)"
             )))
             }
         })
@@ -41,7 +44,15 @@ impl PortType {
     /// Whether the port is served by a kernel fd (TAP, uplink, tunnel socket) rather than
     /// vhost-user.
     pub fn is_kernel(self) -> bool {
-        matches!(self, PortType::Tap | PortType::Uplink | PortType::Vxlan)
+        matches!(
+            self,
+            PortType::Tap | PortType::Uplink | PortType::Vxlan | PortType::Geneve
+        )
+    }
+
+    /// Whether the port is a tunnel (VXLAN or Geneve).
+    pub fn is_tunnel(self) -> bool {
+        matches!(self, PortType::Vxlan | PortType::Geneve)
     }
 
     pub fn name(self) -> &'static str {
@@ -51,6 +62,7 @@ impl PortType {
             PortType::Tap => "tap",
             PortType::Uplink => "uplink",
             PortType::Vxlan => "vxlan",
+            PortType::Geneve => "geneve",
         }
     }
 }
@@ -92,7 +104,15 @@ pub struct PortConfig {
     /// Tunnels: the VNI (absent: 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<u32>,
-    /// Tunnels: the UDP port, local and remote (absent: 4789).
+    /// Tunnels: `key=flow`, each packet's VNI (and Geneve options) from its tunnel
+    /// metadata; `key` is then absent.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub key_flow: bool,
+    /// Tunnels: `csum` as OVS takes it (the outer UDP checksum is computed either way: the
+    /// host stack does it for our socket; kept to be shown and saved).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub csum: Option<bool>,
+    /// Tunnels: the UDP port, local and remote (absent: 4789 for VXLAN, 6081 for Geneve).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dst_port: Option<u16>,
     /// The OpenFlow port number asked for (1..=65279, as OVS's `ofport_request`); the bridge
@@ -130,6 +150,8 @@ impl PortConfig {
             remote_ip: None,
             local_ip: None,
             key: None,
+            key_flow: false,
+            csum: None,
             dst_port: None,
             ofport: None,
         }
@@ -620,9 +642,13 @@ pub fn validate_port(p: &PortConfig) -> Result<(), ConfigError> {
             }
             Some(_) => {}
         },
-        PortType::Vxlan => {
+        PortType::Vxlan | PortType::Geneve => {
+            let kind = p.kind.name();
             if p.remote_ip.is_none() {
-                return bad("remote_ip=IPV4 is required for vxlan ports".into());
+                return bad(format!("remote_ip=IPV4 is required for {kind} ports"));
+            }
+            if p.key_flow && p.key.is_some() {
+                return bad("key=flow and key=VNI are exclusive".into());
             }
             if p.key.is_some_and(|k| k > 0x00ff_ffff) {
                 return bad(format!(
@@ -631,16 +657,20 @@ pub fn validate_port(p: &PortConfig) -> Result<(), ConfigError> {
                 ));
             }
             if p.dst_port == Some(0) {
-                return bad("dst_port=0: give a UDP port (default 4789)".into());
+                let d = if p.kind == PortType::Geneve {
+                    6081
+                } else {
+                    4789
+                };
+                return bad(format!("dst_port=0: give a UDP port (default {d})"));
             }
             if p.path.is_some() || p.dev.is_some() {
-                return bad(
-                    "vxlan ports take remote_ip, key, local_ip and dst_port, not path or dev"
-                        .into(),
-                );
+                return bad(format!(
+                    "{kind} ports take remote_ip, key, local_ip, dst_port and csum, not path or dev"
+                ));
             }
             if p.queues != 1 {
-                return bad(format!("queues={}: vxlan ports have one queue", p.queues));
+                return bad(format!("queues={}: {kind} ports have one queue", p.queues));
             }
         }
         PortType::Tap | PortType::Uplink => {
@@ -665,14 +695,16 @@ pub fn validate_port(p: &PortConfig) -> Result<(), ConfigError> {
             }
         }
     }
-    if p.kind != PortType::Vxlan
+    if !p.kind.is_tunnel()
         && (p.remote_ip.is_some()
             || p.local_ip.is_some()
             || p.key.is_some()
+            || p.key_flow
+            || p.csum.is_some()
             || p.dst_port.is_some())
     {
         return bad(format!(
-            "remote_ip, local_ip, key and dst_port are for vxlan ports, not {}",
+            "remote_ip, local_ip, key, csum and dst_port are for tunnel ports, not {}",
             p.kind.name()
         ));
     }

@@ -634,6 +634,10 @@ const DUMP_FIELDS: &[(Field, &str, Style)] = &[
     (Field::TunId, "tun_id", Style::Hex),
     (Field::TunSrc, "tun_src", Style::Ipv4),
     (Field::TunDst, "tun_dst", Style::Ipv4),
+    (Field::TunMetadata0, "tun_metadata0", Style::Hex),
+    (Field::TunMetadata1, "tun_metadata1", Style::Hex),
+    (Field::TunMetadata2, "tun_metadata2", Style::Hex),
+    (Field::TunMetadata3, "tun_metadata3", Style::Hex),
     (Field::MplsLabel, "mpls_label", Style::Dec),
     (Field::MplsTc, "mpls_tc", Style::Dec),
     (Field::MplsTtl, "mpls_ttl", Style::Dec),
@@ -748,6 +752,9 @@ pub fn format_dp_actions(actions: &[DpAction], names: &HashMap<u32, &str>) -> St
             }
             DpAction::SetTunnel { id } => format!("set(tun_id={id:#x})"),
             DpAction::SetTunnelDst(ip) => format!("set(tun_dst={ip})"),
+            DpAction::SetTunnelMetadata { index, value } => {
+                format!("set(tun_metadata{index}={value:#x})")
+            }
             DpAction::Meter(m) => format!("meter({m})"),
             DpAction::Controller(c) => format!("userspace(controller,max_len={})", c.max_len),
             DpAction::PushMpls { ethertype, lse } => format!(

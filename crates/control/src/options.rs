@@ -76,18 +76,26 @@ pub fn port_from_options(name: &str, opts: &[String]) -> Result<PortConfig, Conf
                     p.local_ip = Some(a);
                 }
             }
+            "key" if v == "flow" => p.key_flow = true,
             "key" => {
                 p.key = Some(
                     v.parse::<u32>()
-                        .map_err(|_| bad(format!("{k}={v}: not a number")))?,
+                        .map_err(|_| bad(format!("{k}={v}: not a number or flow")))?,
                 )
+            }
+            "csum" => {
+                p.csum = Some(match v {
+                    "true" => true,
+                    "false" => false,
+                    _ => return Err(bad(format!("csum={v}: true or false"))),
+                })
             }
             "dst_port" => p.dst_port = Some(num(v)?),
             "ofport" => p.ofport = Some(num(v)?),
             _ => {
                 return Err(bad(format!(
                     "unknown option '{k}' (known: type, path, dev, queues, tag, trunks, mode, \
-                     coalesce-usecs, coalesce-frames, remote_ip, local_ip, key, dst_port, ofport)"
+                     coalesce-usecs, coalesce-frames, remote_ip, local_ip, key, csum, dst_port, ofport)"
                 )))
             }
         }

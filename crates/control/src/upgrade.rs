@@ -184,6 +184,12 @@ pub struct BridgeState {
     pub id: u32,
     /// Learned addresses: (mac, vlan, port id).
     pub macs: Vec<(u64, u16, u32)>,
+    /// The bridge's tunnel option map (`NXT_TLV_TABLE_MOD`'s, which a controller does not
+    /// send again after a handover): (option class, type, length, `tun_metadata` index).
+    /// Added without a version change: an older peer leaves it out, and ignores it. Checked
+    /// by [`ferrovs_flow::TlvMap::new`] when restored.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tlv: Vec<(u16, u8, u8, u8)>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -645,6 +651,21 @@ mod tests {
         let t: T = serde_json::from_value(old.clone()).unwrap();
         assert_eq!(serde_json::to_value(&t).unwrap(), old);
         t
+    }
+
+    #[test]
+    fn a_bridge_s_tlv_map_travels_and_old_states_have_none() {
+        let b = same::<BridgeState>(json!({
+            "name": "br-int", "id": 1, "macs": [], "tlv": [[258, 128, 4, 0]],
+        }));
+        assert_eq!(b.tlv, vec![(0x0102, 0x80, 4, 0)]);
+        let b = same::<BridgeState>(json!({"name": "br0", "id": 0, "macs": []}));
+        assert!(b.tlv.is_empty());
+        // The v1 fixture's bridges (written before the field) read.
+        for b in v1()["bridges"].as_array().unwrap() {
+            let b: BridgeState = serde_json::from_value(b.clone()).unwrap();
+            assert!(b.tlv.is_empty());
+        }
     }
 
     #[test]

@@ -33,6 +33,7 @@ pub const IFACE_TYPES: &[&str] = &[
     "system",
     "tap",
     "vxlan",
+    "geneve",
 ];
 
 /// The only `Bridge.datapath_type` ferrovs runs (written to `Open_vSwitch.datapath_types`).
@@ -262,7 +263,8 @@ fn map_interface(
             dev: Some(name.into()),
             ..PortConfig::new(name, PortType::Uplink)
         },
-        "vxlan" => map_vxlan(iface)?,
+        "vxlan" => map_tunnel(iface, PortType::Vxlan)?,
+        "geneve" => map_tunnel(iface, PortType::Geneve)?,
         "patch" => return Err("patch ports are not supported".into()),
         other => {
             return Err(format!(
@@ -320,9 +322,11 @@ fn map_interface(
     Ok(p)
 }
 
-/// A `vxlan` interface's options.
-fn map_vxlan(iface: &InterfaceRow) -> Result<PortConfig, String> {
-    let mut p = PortConfig::new(&iface.name, PortType::Vxlan);
+/// A `vxlan` or `geneve` interface's options (OVN's tunnels: `remote_ip`, `key=flow`,
+/// `csum=true`, maybe `local_ip`).
+fn map_tunnel(iface: &InterfaceRow, kind: PortType) -> Result<PortConfig, String> {
+    let mut p = PortConfig::new(&iface.name, kind);
+    let name = kind.name();
     for (k, v) in &iface.options {
         let ip = || {
             v.parse::<Ipv4Addr>().map_err(|_| {
@@ -336,8 +340,18 @@ fn map_vxlan(iface: &InterfaceRow) -> Result<PortConfig, String> {
         match k.as_str() {
             "remote_ip" => p.remote_ip = Some(ip()?),
             "local_ip" => p.local_ip = Some(ip()?),
-            "key" | "in_key" | "out_key" if v == "flow" => {
-                return Err(format!("options:{k}=flow is not supported (give a VNI)"))
+            "key" if v == "flow" => p.key_flow = true,
+            "in_key" | "out_key" => {
+                return Err(format!(
+                    "options:{k} is not supported (key sets both directions)"
+                ))
+            }
+            "csum" => {
+                p.csum = Some(match v.as_str() {
+                    "true" => true,
+                    "false" => false,
+                    _ => return Err(format!("options:csum={v}: true or false")),
+                })
             }
             "key" => {
                 p.key = Some(
@@ -354,14 +368,16 @@ fn map_vxlan(iface: &InterfaceRow) -> Result<PortConfig, String> {
             "n_rxq" => {}
             other => {
                 return Err(format!(
-                    "options:{other} is not supported on vxlan interfaces (remote_ip, \
-                     local_ip, key and dst_port are)"
+                    "options:{other} is not supported on {name} interfaces (remote_ip, \
+                     local_ip, key, csum and dst_port are)"
                 ))
             }
         }
     }
     if p.remote_ip.is_none() {
-        return Err("options:remote_ip is required for vxlan interfaces".into());
+        return Err(format!(
+            "options:remote_ip is required for {name} interfaces"
+        ));
     }
     Ok(p)
 }
@@ -791,6 +807,53 @@ mod tests {
         let mut c = Config::default_for(Path::new("/run/fv"));
         c.bridges = d.bridges.clone();
         c.validate().unwrap();
+    }
+
+    /// The tunnel port ovn-controller 23.03 creates per remote chassis (`encaps.c`:
+    /// `type=geneve`, `options:remote_ip`, `key=flow`, `csum=true`, and `local_ip` when the
+    /// chassis sets `ovn-encap-ip` for it).
+    #[test]
+    fn ovn_s_geneve_tunnel_maps() {
+        let t = db(&[(
+            "ovn-ch2-0",
+            "geneve",
+            &[
+                ("remote_ip", "192.168.50.2"),
+                ("key", "flow"),
+                ("csum", "true"),
+                ("local_ip", "192.168.50.1"),
+            ],
+        )]);
+        let d = desired(&t, Path::new("/run"));
+        assert!(d.errors.is_empty(), "{:?}", d.errors);
+        let p = ports(&d);
+        let g = p[0];
+        assert_eq!(g.kind, PortType::Geneve);
+        assert_eq!(g.remote_ip, Some(Ipv4Addr::new(192, 168, 50, 2)));
+        assert_eq!(g.local_ip, Some(Ipv4Addr::new(192, 168, 50, 1)));
+        assert!(g.key_flow);
+        assert_eq!((g.key, g.csum, g.dst_port), (None, Some(true), None));
+        // A VXLAN port may take key=flow too; in_key/out_key and a bad csum are refused.
+        let t = db(&[
+            ("v", "vxlan", &[("remote_ip", "10.0.0.2"), ("key", "flow")]),
+            (
+                "g1",
+                "geneve",
+                &[("remote_ip", "10.0.0.3"), ("in_key", "flow")],
+            ),
+            (
+                "g2",
+                "geneve",
+                &[("remote_ip", "10.0.0.4"), ("csum", "yes")],
+            ),
+            ("g3", "geneve", &[("key", "flow")]),
+        ]);
+        let d = desired(&t, Path::new("/run"));
+        let e = |i: usize| d.errors.get(&format!("i{i}")).cloned().unwrap_or_default();
+        assert_eq!(e(0), "");
+        assert!(e(1).contains("options:in_key is not supported"), "{}", e(1));
+        assert_eq!(e(2), "options:csum=yes: true or false");
+        assert_eq!(e(3), "options:remote_ip is required for geneve interfaces");
     }
 
     #[test]

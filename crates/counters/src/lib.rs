@@ -67,6 +67,9 @@ reasons! {
     DirtyLogFault => "dirty_log_fault",
     // A packet recirculated (`ct(table=T)`) more times than the datapath allows.
     RecircDepth => "recirc_depth_exceeded",
+    // A Geneve header that does not check (version, lengths, payload, OAM, an unknown
+    // critical option: RFC 8926 says drop).
+    TunnelBadHeader => "tunnel_bad_header",
 }
 
 pub const NUM_REASONS: usize = DropReason::ALL.len();

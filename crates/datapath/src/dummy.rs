@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use ferrovs_counters::{DropReason, QueueStats};
+use ferrovs_flow::TunnelKey;
 use ferrovs_sys::pool::{Mbuf, Pool};
 use ferrovs_vhost::virtqueue::BURST;
 
@@ -40,6 +41,11 @@ pub struct DummyIo {
     tx_room: AtomicUsize,
     /// Transmit bursts made (the output stage's batching).
     tx_bursts: AtomicU64,
+    /// Plays a `key=flow` tunnel port: receives frames with tunnel metadata
+    /// ([`DummyIo::push_rx_tunnel`]) and captures the metadata of what it sends.
+    tunnel: AtomicBool,
+    pending_tun: Mutex<VecDeque<TunnelKey>>,
+    sent_tun: Mutex<Vec<Option<TunnelKey>>>,
     /// Frames received from the port (port → switch).
     pub rx: QueueStats,
     /// Frames sent to the port (switch → port).
@@ -63,6 +69,9 @@ impl DummyIo {
             link_up: AtomicBool::new(true),
             tx_room: AtomicUsize::new(usize::MAX),
             tx_bursts: AtomicU64::new(0),
+            tunnel: AtomicBool::new(false),
+            pending_tun: Mutex::new(VecDeque::new()),
+            sent_tun: Mutex::new(Vec::new()),
             rx: QueueStats::default(),
             tx: QueueStats::default(),
         }
@@ -71,6 +80,22 @@ impl DummyIo {
     /// Queues `frame` to be received by the next burst.
     pub fn push_rx(&self, frame: &[u8]) {
         lock(&self.pending).push_back(frame.to_vec());
+    }
+
+    /// Makes the port play a `key=flow` tunnel port (see the field).
+    pub fn set_tunnel(&self, on: bool) {
+        self.tunnel.store(on, Ordering::Relaxed);
+    }
+
+    /// Queues `frame`, received through the tunnel with metadata `t` (a tunnel port).
+    pub fn push_rx_tunnel(&self, frame: &[u8], t: TunnelKey) {
+        lock(&self.pending).push_back(frame.to_vec());
+        lock(&self.pending_tun).push_back(t);
+    }
+
+    /// Takes the tunnel metadata of the frames sent so far (a tunnel port), in order.
+    pub fn take_sent_tunnels(&self) -> Vec<Option<TunnelKey>> {
+        std::mem::take(&mut *lock(&self.sent_tun))
     }
 
     /// Frames waiting to be received.
@@ -119,19 +144,39 @@ impl KernelPort for DummyIo {
         None
     }
 
-    /// Takes up to `max` queued frames into buffers from `pool`, appended to `out`.
+    #[inline]
+    fn takes_tunnel_metadata(&self) -> bool {
+        self.tunnel.load(Ordering::Relaxed)
+    }
+
     fn rx_burst<'p>(&self, pool: &'p Pool, out: &mut Vec<Mbuf<'p>>, max: usize) -> usize {
+        self.rx_burst_tunnel(pool, out, max, None)
+    }
+
+    /// Takes up to `max` queued frames into buffers from `pool`, appended to `out` (a tunnel
+    /// port: with their metadata appended to `tun`).
+    fn rx_burst_tunnel<'p>(
+        &self,
+        pool: &'p Pool,
+        out: &mut Vec<Mbuf<'p>>,
+        max: usize,
+        mut tun: Option<&mut Vec<TunnelKey>>,
+    ) -> usize {
         let max = max.min(BURST).min(out.capacity() - out.len());
+        let tunnel = self.tunnel.load(Ordering::Relaxed);
+        let mut tq = lock(&self.pending_tun);
         let mut q = lock(&self.pending);
         let (mut pkts, mut bytes, mut runts, mut oversize) = (0u64, 0u64, 0u64, 0u64);
         while (pkts as usize) < max {
             let Some(f) = q.pop_front() else { break };
+            let t = tq.pop_front().unwrap_or_default();
             if f.len() < MIN_FRAME {
                 runts += 1;
                 continue;
             }
             let Some(mut m) = pool.alloc_for(f.len()) else {
                 q.push_front(f);
+                tq.push_front(t);
                 self.rx.drop(DropReason::NoMbuf, 1);
                 break;
             };
@@ -143,8 +188,12 @@ impl KernelPort for DummyIo {
             pkts += 1;
             bytes += f.len() as u64;
             out.push(m);
+            if let (true, Some(tun)) = (tunnel, tun.as_deref_mut()) {
+                tun.push(t);
+            }
         }
         drop(q);
+        drop(tq);
         self.rx.add(pkts, bytes);
         self.rx.drop(DropReason::Runt, runts);
         self.rx.drop(DropReason::Oversize, oversize);
@@ -158,7 +207,9 @@ impl KernelPort for DummyIo {
         let mut room = self.tx_room.load(Ordering::Relaxed);
         let (mut sent, mut bytes, mut down, mut full) = (0u64, 0u64, 0u64, 0u64);
         let mut out = lock(&self.sent);
-        for m in pkts.iter() {
+        let mut out_tun = lock(&self.sent_tun);
+        let tunnel = self.tunnel.load(Ordering::Relaxed);
+        for (k, m) in pkts.iter().enumerate() {
             if !up {
                 down += 1;
             } else if room == 0 {
@@ -168,11 +219,15 @@ impl KernelPort for DummyIo {
                     room -= 1;
                 }
                 out.push(m.data().to_vec());
+                if tunnel {
+                    out_tun.push(pkts.tunnel(k).copied());
+                }
                 sent += 1;
                 bytes += m.len() as u64;
             }
         }
         drop(out);
+        drop(out_tun);
         self.tx_room.store(room, Ordering::Relaxed);
         self.tx.add(sent, bytes);
         self.tx.drop(DropReason::KernelLinkDown, down);

@@ -12,23 +12,53 @@
 use std::os::fd::BorrowedFd;
 
 use ferrovs_counters::QueueStats;
+use ferrovs_flow::TunnelKey;
 use ferrovs_sys::pool::{Mbuf, Pool};
 use ferrovs_vhost::virtqueue::BURST;
 
 /// The packets of one burst chosen for one port, in order: indices into the burst's
 /// received packets (`i < BURST`) and the copies and segments it made (`BURST + k`).
+///
+/// For a port that takes per-packet tunnel metadata ([`KernelPort::takes_tunnel_metadata`])
+/// `tun` holds, for each packet, an index into `meta` (the burst's tunnel metadata table), or
+/// [`NO_TUNNEL`]; for every other port it is empty.
 #[derive(Debug, Clone, Copy)]
 pub struct TxPkts<'a, 'p> {
     idx: &'a [u16],
     batch: &'a [Mbuf<'p>],
     extra: &'a [Mbuf<'p>],
+    tun: &'a [u16],
+    meta: &'a [TunnelKey],
 }
+
+/// A packet without tunnel metadata of its own (a flow-based tunnel port sends it with VNI 0
+/// and no option).
+pub const NO_TUNNEL: u16 = u16::MAX;
 
 impl<'a, 'p> TxPkts<'a, 'p> {
     /// Packets `idx` of `batch` (below `BURST`) and `extra` (from `BURST` on).
     #[inline]
     pub fn new(idx: &'a [u16], batch: &'a [Mbuf<'p>], extra: &'a [Mbuf<'p>]) -> Self {
-        TxPkts { idx, batch, extra }
+        TxPkts {
+            idx,
+            batch,
+            extra,
+            tun: &[],
+            meta: &[],
+        }
+    }
+
+    /// With per-packet tunnel metadata: packet `k`'s is `meta[tun[k]]`.
+    #[inline]
+    pub fn with_tunnel(self, tun: &'a [u16], meta: &'a [TunnelKey]) -> Self {
+        TxPkts { tun, meta, ..self }
+    }
+
+    /// The tunnel metadata of the `k`-th packet, if it has any.
+    #[inline]
+    pub fn tunnel(&self, k: usize) -> Option<&'a TunnelKey> {
+        let meta = self.meta;
+        self.tun.get(k).and_then(move |&t| meta.get(usize::from(t)))
     }
 
     #[inline]
@@ -94,9 +124,30 @@ pub trait KernelPort {
     /// counters (a system call: the control thread's periodic tick, never a PMD).
     fn poll_kernel_drops(&self) {}
 
-    /// Tunnel metadata of what the port receives (tunnel ports).
+    /// Tunnel metadata of what the port receives (tunnel ports): what every frame's starts
+    /// from ([`KernelPort::rx_burst_tunnel`] gives each frame's own).
     #[inline]
-    fn tunnel_key(&self) -> Option<ferrovs_flow::TunnelKey> {
+    fn tunnel_key(&self) -> Option<TunnelKey> {
         None
+    }
+
+    /// [`KernelPort::rx_burst`], with each received frame's tunnel metadata appended to
+    /// `tun` (one per frame, in order) by a tunnel port; other ports leave it alone.
+    #[inline]
+    fn rx_burst_tunnel<'p>(
+        &self,
+        pool: &'p Pool,
+        out: &mut Vec<Mbuf<'p>>,
+        max: usize,
+        _tun: Option<&mut Vec<TunnelKey>>,
+    ) -> usize {
+        self.rx_burst(pool, out, max)
+    }
+
+    /// Whether [`KernelPort::tx_burst`] wants each packet's tunnel metadata
+    /// ([`TxPkts::tunnel`]): a tunnel port with `key=flow`.
+    #[inline]
+    fn takes_tunnel_metadata(&self) -> bool {
+        false
     }
 }

@@ -6,7 +6,8 @@
 //!   counters, an fd to sleep on).
 //! * [`kernel`]: the kernel ports' bursts (TAP devices, netdevs over AF_PACKET).
 //! * [`xdp`]: netdevs over AF_XDP (the uplink's first choice).
-//! * [`tunnel`]: VXLAN tunnel ports over the host stack.
+//! * [`tunnel`]: VXLAN and Geneve tunnel ports over the host stack; [`geneve`]: the Geneve
+//!   header as a checked view, and its encoding.
 //! * [`dummy`]: an in-memory port (frames queued in, frames captured out) for tests.
 //! * [`mac_table`]: the lock-free MAC learning table of a bridge.
 //! * [`meter`]: a bridge's OpenFlow meters (token buckets with drop bands).
@@ -25,6 +26,7 @@
 
 pub mod dummy;
 pub mod flow;
+pub mod geneve;
 pub mod kernel;
 pub mod kernel_port;
 pub mod l2;
@@ -47,7 +49,7 @@ pub use kernel::{TapIo, UplinkIo};
 pub use mac_table::MacTable;
 pub use pmd::{PmdHandle, PmdStats};
 pub use port::{KernelPort, NotifyTimers, Port, PortIo, TxPkts, VlanMode};
-pub use tunnel::VxlanIo;
+pub use tunnel::{Encap, TlvTable, TunnelEndpoint, TunnelIo, TunnelVni, VxlanIo};
 pub use xdp::XdpIo;
 
 /// A bridge as the datapath sees it.

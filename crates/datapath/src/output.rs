@@ -7,6 +7,13 @@
 //! popped for that port) or worked on in software (a checksum completed, a TSO packet cut
 //! into segments) when the port cannot take its offload metadata.
 //!
+//! Tunnel metadata (`key=flow` tunnel ports, see [`crate::tunnel`]): the flow executor
+//! records a packet's metadata once per change in the burst's table ([`Scratch::push_tunnel`])
+//! and passes its index with the output; only the list of a port that takes metadata keeps
+//! those indices, beside its packet indices. Other ports' lists, and packets that never meet
+//! such a port, pay nothing for it. Received metadata (`rx_tun`) is filled by tunnel ports
+//! only, one per received packet.
+//!
 //! Invariants: a packet is named by a `u16` index, `i < BURST` for `batch[i]` (received) and
 //! `BURST + k` for `extra[k]` (copies and segments made in this burst); every list and
 //! buffer vector is allocated once at full capacity ([`Scratch::new`]) and never grows: a
@@ -24,6 +31,9 @@ use ferrovs_sys::kernel::vnet::{self, caps, VnetHdr};
 use ferrovs_sys::pool::{Mbuf, Pool};
 use ferrovs_vhost::virtqueue::BURST;
 
+use ferrovs_flow::TunnelKey;
+
+pub(crate) use crate::kernel_port::NO_TUNNEL;
 use crate::l2::{self, Decision, Edit};
 use crate::port::{NotifyTimers, Port, TxPkts};
 use crate::{Bridge, Snapshot};
@@ -35,6 +45,8 @@ const MAX_OUTPUTS: usize = 64;
 pub(crate) const MAX_EXTRA: usize = 1536;
 /// Most packets one burst sends to one port.
 const MAX_PER_OUTPUT: usize = BURST + MAX_EXTRA;
+/// Most distinct tunnel metadata one burst sends with (more: dropped, `no_mbuf`).
+const MAX_TUNNEL_META: usize = 256;
 
 /// What every stage of one burst reads: the snapshot it runs under, the port the packets came
 /// from and its bridge, the PMD's pool (for copies and segments) and the clock (seconds, MAC
@@ -53,6 +65,10 @@ pub(crate) struct Burst<'a, 'p> {
 pub(crate) struct TxList {
     port: u32,
     idx: Vec<u16>,
+    /// The port takes tunnel metadata: `tun[k]` is packet `idx[k]`'s (an index into
+    /// [`Scratch::tun_meta`], or [`NO_TUNNEL`]); else empty.
+    meta: bool,
+    tun: Vec<u16>,
 }
 
 /// Scratch of one PMD, allocated once.
@@ -64,6 +80,11 @@ pub(crate) struct Scratch<'p> {
     segs: Vec<Mbuf<'p>>,
     outs: Vec<TxList>,
     nouts: usize,
+    /// The received packets' tunnel metadata (`rx_tun[i]` is `batch[i]`'s), filled by tunnel
+    /// ports only; empty for other ports.
+    pub(crate) rx_tun: Vec<TunnelKey>,
+    /// The tunnel metadata packets of this burst are sent with (see the module doc).
+    tun_meta: Vec<TunnelKey>,
 }
 
 impl<'p> Scratch<'p> {
@@ -96,10 +117,30 @@ impl<'p> Scratch<'p> {
                 .map(|_| TxList {
                     port: 0,
                     idx: Vec::with_capacity(MAX_PER_OUTPUT),
+                    meta: false,
+                    tun: Vec::with_capacity(MAX_PER_OUTPUT),
                 })
                 .collect(),
             nouts: 0,
+            rx_tun: Vec::with_capacity(BURST),
+            tun_meta: Vec::with_capacity(MAX_TUNNEL_META),
         }
+    }
+
+    /// Records `t` as the tunnel metadata of outputs to come; its index, the last one's
+    /// when equal; `None` when the table is full.
+    #[inline]
+    pub(crate) fn push_tunnel(&mut self, t: &TunnelKey) -> Option<u16> {
+        if let Some(last) = self.tun_meta.last() {
+            if last == t {
+                return Some((self.tun_meta.len() - 1) as u16);
+            }
+        }
+        if self.tun_meta.len() == MAX_TUNNEL_META {
+            return None;
+        }
+        self.tun_meta.push(*t);
+        Some((self.tun_meta.len() - 1) as u16)
     }
 
     /// The burst's output lists so far: (port, packet indices) in the order they were made.
@@ -115,6 +156,7 @@ impl<'p> Scratch<'p> {
     pub(crate) fn reset_outputs(&mut self) {
         self.nouts = 0;
         self.extra.clear();
+        self.tun_meta.clear();
     }
 
     /// A copy of packet `i` (with its offload metadata) in `extra`; its index, or `None`
@@ -147,13 +189,21 @@ impl<'p> Scratch<'p> {
             let Some(out) = snap.port(list.port) else {
                 continue;
             };
-            let (s, d) = transmit(out, &list.idx, &self.batch, &self.extra, pmd, timers);
+            let pkts = TxPkts::new(&list.idx, &self.batch, &self.extra);
+            let pkts = if list.meta {
+                pkts.with_tunnel(&list.tun, &self.tun_meta)
+            } else {
+                pkts
+            };
+            let (s, d) = out.tx_burst(pmd, pkts, timers);
             sent += s;
             dropped += d;
         }
         self.nouts = 0;
         self.batch.clear();
         self.extra.clear();
+        self.rx_tun.clear();
+        self.tun_meta.clear();
         (sent, dropped)
     }
 }
@@ -170,10 +220,25 @@ pub(crate) fn add_output<'p>(
     inp: &Port,
     out: &Port,
 ) {
+    add_output_tunnel(sc, pool, i, c, inp, out, NO_TUNNEL)
+}
+
+/// [`add_output`] with the packet's tunnel metadata `tun` (an index from
+/// [`Scratch::push_tunnel`], or [`NO_TUNNEL`]), kept if `out` takes it.
+#[inline]
+pub(crate) fn add_output_tunnel<'p>(
+    sc: &mut Scratch<'p>,
+    pool: &'p Pool,
+    i: usize,
+    c: &l2::Classified,
+    inp: &Port,
+    out: &Port,
+    tun: u16,
+) {
     let edit = l2::egress_edit(c, out);
     let ol = sc.at(i).vnet;
     if ol.is_offload() && !caps::accepts(out.tx_caps(), &ol) {
-        match software_offload(sc, pool, i, edit, out) {
+        match software_offload(sc, pool, i, edit, out, tun) {
             Ok(true) => return,
             Ok(false) => {}
             Err(_) => {
@@ -212,7 +277,7 @@ pub(crate) fn add_output<'p>(
             (BURST + sc.extra.len() - 1) as u16
         }
     };
-    push_output(&mut sc.outs, &mut sc.nouts, out, idx);
+    push_output(&mut sc.outs, &mut sc.nouts, out, idx, tun);
 }
 
 /// [`add_output`] for several packets sent as they are (no VLAN edit) to one port: the
@@ -236,9 +301,12 @@ pub(crate) fn add_outputs<'p>(
             add_output(sc, pool, i as usize, &AS_IS, inp, out);
             continue;
         }
-        let list = &mut sc.outs[slot].idx;
-        if list.len() < list.capacity() {
-            list.push(i);
+        let list = &mut sc.outs[slot];
+        if list.idx.len() < list.idx.capacity() {
+            list.idx.push(i);
+            if list.meta {
+                list.tun.push(NO_TUNNEL);
+            }
         }
     }
 }
@@ -265,15 +333,20 @@ fn shift_offsets(mut h: VnetHdr, edit: Edit) -> VnetHdr {
     h
 }
 
-/// Adds packet `idx` (`BURST + k`: `extra[k]`) to `out`'s list.
+/// Adds packet `idx` (`BURST + k`: `extra[k]`) to `out`'s list, with tunnel metadata `tun`
+/// if the port takes it.
 #[inline]
-fn push_output(outs: &mut [TxList], nouts: &mut usize, out: &Port, idx: u16) {
+fn push_output(outs: &mut [TxList], nouts: &mut usize, out: &Port, idx: u16, tun: u16) {
     let Some(slot) = output_slot(outs, nouts, out) else {
         out.rx_drops.drop(DropReason::NoRoute, 1);
         return;
     };
-    if outs[slot].idx.len() < outs[slot].idx.capacity() {
-        outs[slot].idx.push(idx);
+    let list = &mut outs[slot];
+    if list.idx.len() < list.idx.capacity() {
+        list.idx.push(idx);
+        if list.meta {
+            list.tun.push(tun);
+        }
     }
 }
 
@@ -284,8 +357,11 @@ fn output_slot(outs: &mut [TxList], nouts: &mut usize, out: &Port) -> Option<usi
     match outs[..*nouts].iter().position(|l| l.port == out.id) {
         Some(s) => Some(s),
         None if *nouts < MAX_OUTPUTS => {
-            outs[*nouts].port = out.id;
-            outs[*nouts].idx.clear();
+            let l = &mut outs[*nouts];
+            l.port = out.id;
+            l.idx.clear();
+            l.meta = out.takes_tunnel_metadata();
+            l.tun.clear();
             *nouts += 1;
             Some(*nouts - 1)
         }
@@ -305,6 +381,7 @@ fn software_offload<'p>(
     i: usize,
     edit: Edit,
     out: &Port,
+    tun: u16,
 ) -> Result<bool, offload::OffloadError> {
     let Scratch {
         batch,
@@ -312,6 +389,7 @@ fn software_offload<'p>(
         segs,
         outs,
         nouts,
+        ..
     } = sc;
     let src = if i < BURST {
         &batch[i]
@@ -351,7 +429,7 @@ fn software_offload<'p>(
                         m.pull_front(4);
                     }
                 }
-                push_output(outs, nouts, out, (BURST + base + segs.len()) as u16);
+                push_output(outs, nouts, out, (BURST + base + segs.len()) as u16, tun);
                 segs.push(m);
             }
             let made = segs.len() as u64;
@@ -374,17 +452,4 @@ fn software_offload<'p>(
     m.vnet = VnetHdr::default();
     out.offload.sw_csum.fetch_add(1, Ordering::Relaxed);
     Ok(false)
-}
-
-/// Sends packets `idx` to `out`; returns (sent, dropped).
-#[inline]
-fn transmit(
-    out: &Port,
-    idx: &[u16],
-    batch: &[Mbuf<'_>],
-    extra: &[Mbuf<'_>],
-    pmd: usize,
-    timers: &mut NotifyTimers,
-) -> (u64, u64) {
-    out.tx_burst(pmd, TxPkts::new(idx, batch, extra), timers)
 }

@@ -536,7 +536,13 @@ impl<'p> Worker<'p> {
             return (0, 0, 0);
         };
         let sc = &mut self.sc;
-        inp.rx_burst(rxq.pair, self.pool, &mut sc.batch, &mut self.timers);
+        inp.rx_burst_tunnel(
+            rxq.pair,
+            self.pool,
+            &mut sc.batch,
+            Some(&mut sc.rx_tun),
+            &mut self.timers,
+        );
         let n = sc.batch.len();
         if n == 0 {
             return (0, 0, 0);
@@ -544,6 +550,7 @@ impl<'p> Worker<'p> {
         let Some(bridge) = snap.bridge(inp.bridge) else {
             inp.rx_drops.drop(DropReason::NoRoute, n as u64);
             sc.batch.clear();
+            sc.rx_tun.clear();
             return (n as u64, 0, n as u64);
         };
         let b = Burst {

@@ -3,7 +3,7 @@
 //! A [`Port`] is immutable once published; its queues carry their own locks and counters.
 //! [`PortIo`] says how packets move: vhost-user virtqueues, or one of the kernel port kinds
 //! (a TAP device or an existing netdev over AF_PACKET, [`crate::kernel`]; a netdev over
-//! AF_XDP, [`crate::xdp`]; a VXLAN tunnel, [`crate::tunnel`]) behind the [`KernelPort`]
+//! AF_XDP, [`crate::xdp`]; a VXLAN or Geneve tunnel, [`crate::tunnel`]) behind the [`KernelPort`]
 //! trait (`kernel_port.rs`). [`Port::rx_burst`] and [`Port::tx_burst`] are the two entry points the PMD uses,
 //! whatever the kind: vhost-user queues are handled inline, a kernel port costs one
 //! dynamic call per burst, never per packet.
@@ -18,7 +18,7 @@ use ferrovs_vhost::virtqueue::{VirtQueue, BURST};
 
 use crate::kernel::{TapIo, UplinkIo};
 pub use crate::kernel_port::{KernelPort, TxPkts};
-use crate::tunnel::VxlanIo;
+use crate::tunnel::TunnelIo;
 use crate::xdp::XdpIo;
 
 /// Most queues one PMD tracks with a deferred guest notification; past that, a burst that
@@ -150,8 +150,8 @@ pub enum PortIo {
     Uplink(UplinkIo),
     /// An existing netdev over AF_XDP: one queue each way.
     Xdp(Box<XdpIo>),
-    /// A VXLAN tunnel over the host stack: one queue each way.
-    Vxlan(VxlanIo),
+    /// A VXLAN or Geneve tunnel over the host stack: one queue each way.
+    Tunnel(TunnelIo),
     /// An in-memory port for the datapath's own tests ([`crate::dummy`]).
     #[cfg(test)]
     Dummy(crate::dummy::DummyIo),
@@ -166,7 +166,7 @@ impl PortIo {
             PortIo::Tap(t) => Some(t),
             PortIo::Uplink(u) => Some(u),
             PortIo::Xdp(x) => Some(&**x),
-            PortIo::Vxlan(v) => Some(v),
+            PortIo::Tunnel(v) => Some(v),
             #[cfg(test)]
             PortIo::Dummy(d) => Some(d),
         }
@@ -286,6 +286,13 @@ impl Port {
         self.io.kernel().and_then(|k| k.tunnel_key())
     }
 
+    /// Whether packets sent to this port carry their tunnel metadata to it (a tunnel port
+    /// with `key=flow`, see [`crate::tunnel`]).
+    #[inline]
+    pub fn takes_tunnel_metadata(&self) -> bool {
+        self.io.kernel().is_some_and(|k| k.takes_tunnel_metadata())
+    }
+
     /// Queue pairs the datapath polls.
     pub fn rx_queues(&self) -> usize {
         match &self.io {
@@ -317,6 +324,20 @@ impl Port {
         out: &mut Vec<Mbuf<'p>>,
         timers: &mut NotifyTimers,
     ) -> usize {
+        self.rx_burst_tunnel(pair, pool, out, None, timers)
+    }
+
+    /// [`Port::rx_burst`], with a tunnel port's per-frame tunnel metadata appended to `tun`
+    /// (one per frame it appended to `out`; other ports leave `tun` alone).
+    #[inline]
+    pub fn rx_burst_tunnel<'p>(
+        &self,
+        pair: u16,
+        pool: &'p Pool,
+        out: &mut Vec<Mbuf<'p>>,
+        tun: Option<&mut Vec<ferrovs_flow::TunnelKey>>,
+        timers: &mut NotifyTimers,
+    ) -> usize {
         match &self.io {
             PortIo::Vhost { queues } => {
                 if pair == 0 {
@@ -335,7 +356,9 @@ impl Port {
                 defer_or_flush(q, &mut vq, timers);
                 out.len()
             }
-            io => io.kernel().map_or(0, |k| k.rx_burst(pool, out, BURST)),
+            io => io
+                .kernel()
+                .map_or(0, |k| k.rx_burst_tunnel(pool, out, BURST, tun)),
         }
     }
 

@@ -28,8 +28,9 @@ commands:
            [mode=af_xdp|af_packet]       TYPE: vhost-user | vhost-user-client (path=SOCKET),
                                          tap | uplink (dev=NETDEV); an uplink uses AF_XDP
                                          where it can, else AF_PACKET, unless mode= forces one;
-                                         vxlan (remote_ip=IP [key=VNI] [local_ip=IP]
-                                         [dst_port=4789]): a VXLAN tunnel port
+                                         vxlan | geneve (remote_ip=IP [key=VNI|flow]
+                                         [local_ip=IP] [dst_port=4789|6081] [csum=true]):
+                                         a VXLAN or Geneve tunnel port
   del-port BRIDGE PORT
   set-port PORT coalesce-usecs=US [coalesce-frames=N]
                                          guest notification coalescing of a vhost-user port

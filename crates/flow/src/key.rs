@@ -1,5 +1,5 @@
 //! The flow key: every header field a rule can match, extracted once per packet into
-//! twenty-nine 64-bit words, so masking, hashing and comparing are word operations.
+//! thirty-one 64-bit words, so masking, hashing and comparing are word operations.
 //!
 //! Layout (fixed; [`Field::layout`]): w0 in_port·eth_type·vlan_tci, w1 eth_dst·ip_proto·
 //! ip_tos, w2 eth_src·ip_ttl·ip_frag, w3 ipv4_src·ipv4_dst (ARP spa/tpa too), w4-w5
@@ -18,6 +18,10 @@
 //! `21 + i` holding `xreg i` (64 bits) = `reg(2i)` in bits 32..64 and `reg(2i+1)` in bits
 //! 0..32, so `xxreg j` (128 bits) is words `21 + 2j` (high) and `22 + 2j` (low), `reg(4j)`
 //! its most significant 32 bits — the views overlap exactly as in OVS.
+//! Tunnel options (Geneve TLVs mapped by the bridge's [`crate::tlv::TlvMap`], 0 unless a
+//! tunnel port received the option or a `set_field` wrote it): w29 bits 32..64
+//! tun_metadata0, bits 0..32 tun_metadata1, w30 bits 32..64 tun_metadata2, bits 0..32
+//! tun_metadata3 (32 bits each: options of at most 4 bytes).
 //! Addresses are integers of their big-endian value.
 //!
 //! MPLS (w14 bits 48..60 mpls_ttl·mpls_tc·mpls_bos, bits 60..62 the internal mpls payload
@@ -35,10 +39,13 @@
 use std::net::Ipv4Addr;
 
 /// Words in a key.
-pub const KEY_WORDS: usize = 29;
+pub const KEY_WORDS: usize = 31;
 
 /// The first register word (`xreg0`).
 pub const REG_WORD: usize = 21;
+
+/// How many `tun_metadataN` fields the key holds.
+pub const TUN_METADATA: usize = 4;
 
 /// A packet's (or a mask's) match fields.
 #[derive(Clone, Copy, Eq, Default, Debug)]
@@ -66,12 +73,48 @@ impl std::hash::Hash for FlowKey {
     }
 }
 
-/// Tunnel metadata of a packet that arrived through a tunnel port.
+/// Tunnel metadata of a packet that arrived through a tunnel port: the VNI, the outer
+/// addresses and the options the bridge's TLV map maps to `tun_metadataN` (bit N of
+/// `present`: option N was in the header; an absent one reads 0).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TunnelKey {
     pub id: u64,
     pub src: Ipv4Addr,
     pub dst: Ipv4Addr,
+    pub meta: [u32; TUN_METADATA],
+    pub present: u8,
+}
+
+impl Default for TunnelKey {
+    fn default() -> Self {
+        TunnelKey {
+            id: 0,
+            src: Ipv4Addr::UNSPECIFIED,
+            dst: Ipv4Addr::UNSPECIFIED,
+            meta: [0; TUN_METADATA],
+            present: 0,
+        }
+    }
+}
+
+impl TunnelKey {
+    /// The tunnel fields of `k` (a packet's key as the pipeline left it): what a flow-based
+    /// tunnel port encapsulates with. A non-zero `tun_metadataN` counts as present.
+    pub fn from_key(k: &FlowKey) -> TunnelKey {
+        let mut t = TunnelKey {
+            id: k.get(Field::TunId) as u64,
+            src: Ipv4Addr::from(k.get(Field::TunSrc) as u32),
+            dst: Ipv4Addr::from(k.get(Field::TunDst) as u32),
+            ..TunnelKey::default()
+        };
+        for (n, f) in Field::TUN_METADATA.iter().enumerate() {
+            t.meta[n] = k.get(*f) as u32;
+            if t.meta[n] != 0 {
+                t.present |= 1 << n;
+            }
+        }
+        t
+    }
 }
 
 /// A match field.
@@ -161,6 +204,12 @@ pub enum Field {
     Xxreg1,
     Xxreg2,
     Xxreg3,
+    /// Tunnel options as the bridge's TLV map names them (`NXM_NX_TUN_METADATA0..3`, 32
+    /// bits each here; see the module doc).
+    TunMetadata0,
+    TunMetadata1,
+    TunMetadata2,
+    TunMetadata3,
 }
 
 impl Field {
@@ -200,12 +249,13 @@ impl Field {
     /// Whether `self` is a register or a view of registers (pipeline-internal state, not a
     /// packet field).
     pub const fn is_register(self) -> bool {
-        self.layout().0 >= REG_WORD
+        let w = self.layout().0;
+        w >= REG_WORD && w < REG_WORD + 8
     }
 
     /// Every field that has its own bits (the register views `xreg`/`xxreg` left out: they
     /// are `reg`s).
-    pub const ALL: [Field; 55] = [
+    pub const ALL: [Field; 59] = [
         Field::InPort,
         Field::EthType,
         Field::VlanTci,
@@ -261,7 +311,31 @@ impl Field {
         Field::Reg13,
         Field::Reg14,
         Field::Reg15,
+        Field::TunMetadata0,
+        Field::TunMetadata1,
+        Field::TunMetadata2,
+        Field::TunMetadata3,
     ];
+
+    /// `tun_metadata0..3`, by index.
+    pub const TUN_METADATA: [Field; TUN_METADATA] = [
+        Field::TunMetadata0,
+        Field::TunMetadata1,
+        Field::TunMetadata2,
+        Field::TunMetadata3,
+    ];
+
+    /// `Some(N)` for `tun_metadataN`.
+    #[inline]
+    pub const fn tun_metadata_index(self) -> Option<usize> {
+        match self {
+            Field::TunMetadata0 => Some(0),
+            Field::TunMetadata1 => Some(1),
+            Field::TunMetadata2 => Some(2),
+            Field::TunMetadata3 => Some(3),
+            _ => None,
+        }
+    }
 
     /// (word, shift, bits). 128-bit fields take words `word` (high half) and `word + 1`.
     #[inline]
@@ -334,6 +408,10 @@ impl Field {
             Field::Xxreg1 => (REG_WORD + 2, 0, 128),
             Field::Xxreg2 => (REG_WORD + 4, 0, 128),
             Field::Xxreg3 => (REG_WORD + 6, 0, 128),
+            Field::TunMetadata0 => (29, 32, 32),
+            Field::TunMetadata1 => (29, 0, 32),
+            Field::TunMetadata2 => (30, 32, 32),
+            Field::TunMetadata3 => (30, 0, 32),
         }
     }
 
@@ -636,10 +714,8 @@ impl FlowKey {
         };
         match w {
             Some([w0, w1, w2, w3, w8]) => {
-                self.0 = [
-                    w0, w1, w2, w3, 0, 0, 0, 0, w8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                    0, 0, 0, 0,
-                ];
+                self.0 = [0; KEY_WORDS];
+                (self.0[0], self.0[1], self.0[2], self.0[3], self.0[8]) = (w0, w1, w2, w3, w8);
                 true
             }
             None => false,
@@ -655,6 +731,11 @@ impl FlowKey {
             k.set(Field::TunId, u128::from(t.id));
             k.set(Field::TunSrc, u128::from(u32::from(t.src)));
             k.set(Field::TunDst, u128::from(u32::from(t.dst)));
+            if t.present != 0 {
+                for (f, v) in Field::TUN_METADATA.iter().zip(t.meta) {
+                    k.set(*f, u128::from(v));
+                }
+            }
         }
         let (Some(dst), Some(src), Some(mut ty)) =
             (be48(frame, 0), be48(frame, 6), be16(frame, 12))
@@ -1196,9 +1277,16 @@ mod tests {
             id: 5,
             src: Ipv4Addr::new(1, 2, 3, 4),
             dst: Ipv4Addr::new(5, 6, 7, 8),
+            meta: [0x1_0002, 0, 0, 7],
+            present: 0b1001,
         };
         let f = udp4(None);
-        assert_eq!(FlowKey::extract(&f, 1, Some(&t)).get(Field::TunId), 5);
+        let k = FlowKey::extract(&f, 1, Some(&t));
+        assert_eq!(k.get(Field::TunId), 5);
+        assert_eq!(k.get(Field::TunMetadata0), 0x1_0002);
+        assert_eq!(k.get(Field::TunMetadata3), 7);
+        // The key gives the tunnel metadata back (what a flow-based tunnel port sends).
+        assert_eq!(TunnelKey::from_key(&k), t);
     }
 
     /// `udp4`'s frame with `lses` (label, bos) pushed under its Ethernet header (TC 5,

@@ -10,6 +10,7 @@
 //! * [`pipeline`]: rule tables, and the translation of a key into datapath actions.
 //! * [`spec`]: ovs-ofctl's rule syntax, parsed with precise errors and printed back.
 //! * [`meter`]: OpenFlow meters in ovs-ofctl's syntax (`meter=1,kbps,band=...`).
+//! * [`tlv`]: the tunnel option map (Geneve option ↔ `tun_metadataN`).
 //! * [`edit`]: header rewrites with incremental checksum updates.
 //! * [`mod@reference`]: a linear classifier, the reference the tuple-space one is tested
 //!   against.
@@ -33,9 +34,10 @@ pub mod spec;
 mod testrng;
 #[cfg(test)]
 mod tests;
+pub mod tlv;
 
 pub use classifier::Classifier;
-pub use key::{Field, FlowKey, SubField, TunnelKey, KEY_WORDS};
+pub use key::{Field, FlowKey, SubField, TunnelKey, KEY_WORDS, TUN_METADATA};
 pub use matching::Match;
 pub use pipeline::{
     is_table_miss, CompiledGroup, CompiledRule, ControllerAction, DpAction, GroupStats, Pipeline,
@@ -46,3 +48,4 @@ pub use spec::{
     parse_filter, parse_flow, parse_flows_file, parse_group, ActionSpec, BucketSpec, FlowFilter,
     FlowSpec, GroupSpec, GroupType, ParseError,
 };
+pub use tlv::{TlvEntry, TlvError, TlvMap};

@@ -72,6 +72,12 @@ pub enum DpAction {
         id: u64,
     },
     SetTunnelDst(Ipv4Addr),
+    /// Set `tun_metadata{index}` (a Geneve option on output to a flow-based tunnel port,
+    /// through the bridge's TLV map).
+    SetTunnelMetadata {
+        index: u8,
+        value: u32,
+    },
     /// Run the packet through the bridge's meter N; a band that drops it drops it for
     /// every later action. (Looked up by id at execution: a meter's configuration changes
     /// without a new pipeline.)
@@ -1036,6 +1042,10 @@ fn is_l2_or_meta(f: Field) -> bool {
                 | Field::TunSrc
                 | Field::TunDst
                 | Field::Metadata
+                | Field::TunMetadata0
+                | Field::TunMetadata1
+                | Field::TunMetadata2
+                | Field::TunMetadata3
         )
 }
 
@@ -1225,7 +1235,7 @@ fn set_field(st: &mut State, f: Field, v: u128) {
         }
         _ => {
             k.set(f, v);
-            t.actions.push(DpAction::SetField(f, v & f.full()));
+            t.actions.push(set_action(f, v & f.full()));
         }
     }
 }
@@ -1468,6 +1478,25 @@ fn apply<'a>(
     true
 }
 
+/// The datapath action that writes `v` into field `f`: the tunnel fields (`tun_id`,
+/// `tun_dst`, `tun_metadataN`) are packet metadata a flow-based tunnel port sends with,
+/// every other field a header edit. (Whatever writes a field, `set_field`, a bucket's
+/// restore or a `load`/`move`, emits through here.)
+#[inline]
+pub(crate) fn set_action(f: Field, v: u128) -> DpAction {
+    match f {
+        Field::TunId => DpAction::SetTunnel { id: v as u64 },
+        Field::TunDst => DpAction::SetTunnelDst(Ipv4Addr::from(v as u32)),
+        _ => match f.tun_metadata_index() {
+            Some(index) => DpAction::SetTunnelMetadata {
+                index: index as u8,
+                value: v as u32,
+            },
+            None => DpAction::SetField(f, v),
+        },
+    }
+}
+
 /// The fields `ct_clear` sets back to untracked (0).
 const CT_FIELDS: [Field; 9] = [
     Field::CtState,
@@ -1648,7 +1677,7 @@ fn restore(st: &mut State, entry: &FlowKey, vlan_depth: i32, mpls_depth: i32) {
             _ => {
                 st.t.mask.or_field(f, f.full());
                 if now != was {
-                    st.t.actions.push(DpAction::SetField(f, was));
+                    st.t.actions.push(set_action(f, was));
                 }
             }
         }

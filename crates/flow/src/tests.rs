@@ -2060,3 +2060,60 @@ fn ct_without_a_table_goes_on_with_the_state_from_before() {
     );
     assert_eq!(t.mask.get(Field::RecircId), Field::RecircId.full());
 }
+
+/// `tun_metadata0..3` as OVN uses them: matched, set (as tunnel metadata, not a header
+/// edit), restored after a group bucket, printed and parsed back.
+#[test]
+fn tun_metadata_matches_sets_and_prints() {
+    let rule = "priority=5,in_port=p0,tun_id=0x7b,tun_metadata0=0x10002/0x7fff7fff \
+                actions=set_field:0x30004->tun_metadata0,set_field:0x5->tun_metadata3,output:p1";
+    let spec = parse_flow(rule).unwrap();
+    let printed = spec.to_string();
+    assert!(
+        printed.contains("tun_metadata0=0x10002/0x7fff7fff"),
+        "{printed}"
+    );
+    assert!(
+        printed.contains("set_field:0x30004->tun_metadata0"),
+        "{printed}"
+    );
+    assert_eq!(parse_flow(&printed).unwrap(), spec);
+    let p = pipeline_with(&[rule], &[]);
+    let mut k = ip_key(10, 64);
+    k.set(Field::TunId, 0x7b);
+    k.set(Field::TunMetadata0, 0x8001_0002);
+    let t = p.translate(&k);
+    assert_eq!(
+        t.actions,
+        vec![
+            DpAction::SetTunnelMetadata {
+                index: 0,
+                value: 0x30004
+            },
+            DpAction::SetTunnelMetadata { index: 3, value: 5 },
+            DpAction::Output(11),
+        ]
+    );
+    assert_eq!(t.mask.get(Field::TunMetadata0), 0x7fff_7fff);
+    // Another value under the mask: no match.
+    k.set(Field::TunMetadata0, 0x0001_0003);
+    assert!(p.translate(&k).actions.is_empty());
+    // A bucket that sets one is undone after it (as any field).
+    let p = pipeline_with(
+        &["priority=1 actions=group:1,output:p2"],
+        &["group_id=1,type=all,bucket=set_field:0x9->tun_metadata1,output:p1"],
+    );
+    let t = p.translate(&ip_key(12, 64));
+    assert_eq!(
+        t.actions,
+        vec![
+            DpAction::SetTunnelMetadata { index: 1, value: 9 },
+            DpAction::Output(11),
+            DpAction::SetTunnelMetadata { index: 1, value: 0 },
+        ]
+    );
+    // Beyond 32 bits: refused.
+    assert!(parse_flow("tun_metadata0=0x100000000 actions=drop").is_err());
+    assert!(parse_flow("actions=set_field:0x100000000->tun_metadata2").is_err());
+    assert!(parse_flow("tun_metadata4=1 actions=drop").is_err());
+}

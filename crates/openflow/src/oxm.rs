@@ -162,6 +162,13 @@ pub enum Field {
     NxNdSll,
     NxNdTll,
     NxIpv6Label,
+    /// `NXM_NX_TUN_METADATA0..3` (class 1, fields 40..43): variable length in OVS (the
+    /// mapped option's); here 4 bytes, the width the pipeline keeps (another length is
+    /// `OFPBMC_BAD_LEN`).
+    TunMetadata0,
+    TunMetadata1,
+    TunMetadata2,
+    TunMetadata3,
 }
 
 /// What the wire says of a field: its class and number, its width, whether it may carry a
@@ -245,7 +252,7 @@ impl Field {
     pub const XXREGS: [Field; 4] = [Field::Xxreg0, Field::Xxreg1, Field::Xxreg2, Field::Xxreg3];
 
     /// Every field, in declaration order.
-    pub const ALL: [Field; 83] = [
+    pub const ALL: [Field; 87] = [
         Field::InPort,
         Field::InPhyPort,
         Field::Metadata,
@@ -329,6 +336,10 @@ impl Field {
         Field::Xxreg3,
         Field::NxmInPort,
         Field::NxIpTtl,
+        Field::TunMetadata0,
+        Field::TunMetadata1,
+        Field::TunMetadata2,
+        Field::TunMetadata3,
     ];
 
     /// The field's wire description.
@@ -445,6 +456,10 @@ impl Field {
             NxNdSll => fi(N, 24, 6, true, 48, true, "nx_nd_sll"),
             NxNdTll => fi(N, 25, 6, true, 48, true, "nx_nd_tll"),
             NxIpv6Label => fi(N, 27, 4, true, 20, true, "nx_ipv6_label"),
+            TunMetadata0 => fi(N, 40, 4, true, 32, true, "nx_tun_metadata0"),
+            TunMetadata1 => fi(N, 41, 4, true, 32, true, "nx_tun_metadata1"),
+            TunMetadata2 => fi(N, 42, 4, true, 32, true, "nx_tun_metadata2"),
+            TunMetadata3 => fi(N, 43, 4, true, 32, true, "nx_tun_metadata3"),
         }
     }
 

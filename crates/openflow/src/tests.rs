@@ -1280,3 +1280,39 @@ fn corrupted_messages_never_panic() {
         }
     }
 }
+
+/// `NXM_NX_TUN_METADATA0` as OVS sends it for OVN's 4-byte option: class 1, field 40,
+/// 4 bytes (`00 01 50 04`), masked `00 01 51 08`; another width is refused.
+#[test]
+fn tun_metadata_fields_have_ovs_s_encoding() {
+    let exact = [0x00, 0x01, 0x50, 0x04, 0x00, 0x01, 0x00, 0x02];
+    assert_eq!(tlv(0x0001, 40, false, &[0, 1, 0, 2]), exact);
+    let (_, m) = decode(&raw_match(&exact)).unwrap();
+    let Message::FlowMod(fm) = m else {
+        panic!("{m:?}")
+    };
+    assert_eq!(
+        fm.match_.fields,
+        vec![Oxm::exact(Field::TunMetadata0, 0x0001_0002)]
+    );
+    let masked = tlv(0x0001, 43, true, &[0, 0, 0, 2, 0, 0, 0x7f, 0xff]);
+    assert_eq!(masked[..4], [0x00, 0x01, 0x57, 0x08]);
+    let (_, m) = decode(&raw_match(&masked)).unwrap();
+    let Message::FlowMod(fm) = m else {
+        panic!("{m:?}")
+    };
+    assert_eq!(
+        fm.match_.fields,
+        vec![Oxm::masked(Field::TunMetadata3, 2, 0x7fff)]
+    );
+    // OVS's tun_metadata may be up to 124 bytes; here only the 4 the pipeline keeps.
+    assert_eq!(
+        err(&raw_match(&tlv(
+            0x0001,
+            40,
+            false,
+            &[0, 0, 0, 0, 0, 0, 0, 1]
+        ))),
+        (et::BAD_MATCH, bmc::BAD_LEN)
+    );
+}

@@ -322,7 +322,11 @@ pub struct VxlanInfo {
     pub remote: String,
     pub rx: String,
     pub tx: String,
+    /// The fixed VNI (0 with `key=flow`).
     pub vni: u32,
+    /// `key=flow`: each packet's VNI (and Geneve options) from its tunnel metadata.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub key_flow: bool,
 }
 
 /// `version`.

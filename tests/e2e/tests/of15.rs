@@ -95,12 +95,12 @@ fn ovs_ofctl_openflow15() {
     assert!(out.contains("nw_dst=10.0.0.1"), "{out}");
     let out = of15(&sock, "dump-aggregate", &[]);
     assert!(out.contains(&format!("flow_count={}", before + 3)), "{out}");
-    // A bundle with a rule the codec refuses (resubmit, a Nicira action ferrovs lacks yet):
+    // A bundle with a rule the codec refuses (clone, a Nicira action ferrovs lacks yet):
     // its ADD gets the error, ovs-ofctl sees it at its barrier and discards the bundle.
     std::fs::write(
         &flows,
         "priority=80,ip,actions=output:1\n\
-         priority=70,ip,actions=resubmit(,1)\n",
+         priority=70,ip,actions=clone(output:1)\n",
     )
     .unwrap();
     let (ok, _, err) = ofctl_v(

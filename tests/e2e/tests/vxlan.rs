@@ -372,7 +372,7 @@ fn bad_vxlan_ports_are_refused() {
         ),
         (
             vec!["type=tap", "dev=x0", "remote_ip=10.0.0.3"],
-            "are for vxlan ports",
+            "are for tunnel ports",
         ),
         (
             vec!["type=vxlan", "remote_ip=10.0.0.3", "local_ip=192.0.2.77"],
@@ -385,7 +385,8 @@ fn bad_vxlan_ports_are_refused() {
         let e = String::from_utf8_lossy(&o.stderr);
         assert!(!o.status.success() && e.contains(want), "{a:?}: {e}");
     }
-    // A second port on the same local endpoint is refused with the reason.
+    // A second port on the same local endpoint shares its socket; one to the same remote
+    // is refused with the reason.
     ok(
         &dir,
         &[
@@ -408,9 +409,21 @@ fn bad_vxlan_ports_are_refused() {
             "dst_port=14789",
         ],
     );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = cli(
+        &dir,
+        &[
+            "add-port",
+            "br0",
+            "v3",
+            "type=vxlan",
+            "remote_ip=10.0.0.4",
+            "dst_port=14789",
+        ],
+    );
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(
-        !o.status.success() && e.contains("own local_ip or dst_port"),
+        !o.status.success() && e.contains("port v2 already tunnels to 10.0.0.4"),
         "{e}"
     );
     assert!(cli(&dir, &["show"]).status.success());

@@ -549,6 +549,13 @@ impl Daemon {
                     .into_iter()
                     .map(|e| (e.mac, e.vlan, e.port))
                     .collect(),
+                tlv: b
+                    .tlv
+                    .load()
+                    .entries()
+                    .iter()
+                    .map(|e| (e.class, e.kind, e.len, e.index))
+                    .collect(),
             })
             .collect();
         let ports = self
@@ -566,8 +573,8 @@ impl Daemon {
                 });
                 let (device, kernel) = match (&p.device, &p.port.io) {
                     (Some(d), _) => (d.export(&mut fds.0), None),
-                    (None, PortIo::Vxlan(v)) => {
-                        let fd = fds.push(v.sock.as_fd().as_raw_fd());
+                    (None, PortIo::Tunnel(v)) => {
+                        let fd = fds.push(v.ep.sock.as_fd().as_raw_fd());
                         let k = KernelState {
                             fd,
                             ring: None,
@@ -868,6 +875,17 @@ impl Daemon {
             for &(mac, vlan, port) in &b.macs {
                 macs.learn(mac, vlan, port, 0);
             }
+            // Before the ports: a tunnel port reads its bridge's map from the start.
+            let tlv = ferrovs_flow::TlvMap::new(b.tlv.iter().map(|&(class, kind, len, index)| {
+                ferrovs_flow::TlvEntry {
+                    class,
+                    kind,
+                    len,
+                    index,
+                }
+            }))
+            .map_err(|e| ConfigError::Invalid(format!("bridge {}: tlv map: {e}", b.name)))?;
+            d.set_tlv_map(&b.name, tlv);
         }
         for p in state.ports {
             let name = p.cfg.name.clone();
@@ -942,10 +960,22 @@ impl Daemon {
         let k = p.kernel.as_ref().ok_or(PortError::NoKernelFd)?;
         let fd = fds.take(k.fd)?;
         let io = match p.cfg.kind {
-            PortType::Vxlan => {
-                let (_, remote, vni) = super::vxlan_endpoints(&p.cfg);
-                let sock = std::net::UdpSocket::from(fd);
-                PortIo::Vxlan(dp::VxlanIo::new(sock, remote, vni).map_err(kernel)?)
+            PortType::Vxlan | PortType::Geneve => {
+                let (encap, _, remote, vni) = super::tunnel_endpoints(&p.cfg);
+                let tlv = self.bridge_tlv(&p.bridge);
+                // Ports that shared an endpoint each handed its socket over: the first one
+                // restored makes the endpoint, the others join it (their copy of the fd is
+                // closed).
+                match self.shared_endpoint(&p.cfg).ok().flatten() {
+                    Some(ep) => PortIo::Tunnel(dp::TunnelIo::on_endpoint(ep, remote, vni, tlv)),
+                    None => {
+                        let sock = std::net::UdpSocket::from(fd);
+                        PortIo::Tunnel(
+                            dp::TunnelIo::with_socket(sock, encap, remote, vni, tlv)
+                                .map_err(kernel)?,
+                        )
+                    }
+                }
             }
             PortType::Tap => {
                 let tap = ferrovs_sys::kernel::tap::Tap::from_fd(fd).map_err(kernel)?;

@@ -71,7 +71,7 @@ mod report;
 mod sessions;
 
 // The takeover restores vxlan ports by their endpoints.
-use ports::vxlan_endpoints;
+use ports::tunnel_endpoints;
 
 /// Name of the control socket in the run directory.
 pub use ferrovs_proto::CTL_SOCKET;
@@ -215,6 +215,8 @@ struct BridgeState {
     /// configuration with when it was added (`meters.rs`).
     meters: Arc<dp::meter::MeterTable>,
     meter_specs: BTreeMap<u32, (ferrovs_flow::meter::MeterSpec, Instant)>,
+    /// The bridge's tunnel option map (`NXT_TLV_TABLE_MOD`), shared with its tunnel ports.
+    tlv: Arc<dp::TlvTable>,
 }
 
 /// The daemon.

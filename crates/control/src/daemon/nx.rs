@@ -156,9 +156,16 @@ impl Daemon {
                     );
                 }
                 let table = self.openflow.tlv.entry(c.bridge.clone()).or_default();
-                match table.apply(command, &mappings) {
-                    Ok(()) => {
+                let mut next = table.clone();
+                let applied = next
+                    .apply(command, &mappings)
+                    .and_then(|()| datapath_map(&next.mappings()));
+                match applied {
+                    Ok(map) => {
+                        *table = next;
                         let now = table.mappings();
+                        // The bridge's tunnel ports map options with it from now on.
+                        self.set_tlv_map(&c.bridge, map);
                         log::info!(
                             "bridge {}: Geneve TLV table now {}",
                             c.bridge,
@@ -270,6 +277,34 @@ impl Daemon {
             .map(TlvTable::mappings)
             .unwrap_or_default()
     }
+}
+
+/// The datapath's option map of an OpenFlow TLV table: refused as OVS refuses what its
+/// tunnel metadata cannot hold (`NXTTMFC_BAD_FIELD_IDX` beyond `tun_metadata3`,
+/// `NXTTMFC_BAD_OPT_LEN` beyond the 4 bytes a key field keeps; see `ferrovs_flow::tlv`).
+fn datapath_map(maps: &[TlvMap]) -> Result<ferrovs_flow::TlvMap, OfError> {
+    use ferrovs_flow::{TlvEntry, TlvError};
+    let entries = maps.iter().map(|m| TlvEntry {
+        class: m.option_class,
+        kind: m.option_type,
+        len: m.option_len,
+        index: u8::try_from(m.index).unwrap_or(u8::MAX),
+    });
+    ferrovs_flow::TlvMap::new(entries).map_err(|e| match e {
+        TlvError::BadIndex(_) => nx_error(
+            nxerr::TTMFC_BAD_FIELD_IDX,
+            "this switch keeps tun_metadata0..3 only",
+        ),
+        TlvError::BadLen(_) => nx_error(
+            nxerr::TTMFC_BAD_OPT_LEN,
+            "this switch keeps options of 4 bytes (or none) only",
+        ),
+        TlvError::IndexTwice(_) => nx_error(
+            nxerr::TTMFC_ALREADY_MAPPED,
+            "tun_metadata index mapped twice",
+        ),
+        TlvError::OptionTwice(..) => nx_error(nxerr::TTMFC_DUP_ENTRY, "option mapped twice"),
+    })
 }
 
 #[cfg(test)]

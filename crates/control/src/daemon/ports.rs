@@ -1,5 +1,5 @@
 //! Bridges and ports: adding and removing them, and opening the kernel side of TAP,
-//! uplink (AF_XDP or AF_PACKET) and VXLAN ports.
+//! uplink (AF_XDP or AF_PACKET) and tunnel (VXLAN, Geneve) ports.
 
 use ferrovs_sys::kernel::af_packet::AfPacketError;
 use ferrovs_sys::kernel::af_xdp::XskError;
@@ -10,7 +10,7 @@ use super::*;
 /// Why a kernel port could not be opened.
 #[derive(Debug, thiserror::Error)]
 pub enum KernelPortError {
-    #[error("cannot bind {local} (each vxlan port needs its own local_ip or dst_port)")]
+    #[error("cannot bind {local}")]
     VxlanBind {
         local: SocketAddrV4,
         #[source]
@@ -42,9 +42,13 @@ impl From<PortIo> for KernelSide {
     }
 }
 
-/// Opens the kernel side of a TAP or uplink port. An uplink without `mode=` tries AF_XDP
-/// and falls back to AF_PACKET, saying why AF_XDP was not used.
-pub(super) fn open_kernel_port(cfg: &PortConfig) -> Result<KernelSide, KernelPortError> {
+/// Opens the kernel side of a TAP, uplink or tunnel port (a tunnel port reads the bridge's
+/// option map `tlv`). An uplink without `mode=` tries AF_XDP and falls back to AF_PACKET,
+/// saying why AF_XDP was not used.
+pub(super) fn open_kernel_port(
+    cfg: &PortConfig,
+    tlv: Arc<dp::TlvTable>,
+) -> Result<KernelSide, KernelPortError> {
     let dev = cfg.dev.as_deref().unwrap_or_default();
     let af_packet = || {
         AfPacket::open(dev, RingGeometry::DEFAULT)
@@ -55,10 +59,10 @@ pub(super) fn open_kernel_port(cfg: &PortConfig) -> Result<KernelSide, KernelPor
             .map(|(sock, rx, tx)| PortIo::Xdp(Box::new(XdpIo::new(sock, rx, tx))))
     };
     match (cfg.kind, cfg.mode) {
-        (PortType::Vxlan, _) => {
-            let (local, remote, vni) = vxlan_endpoints(cfg);
-            dp::VxlanIo::open(local, remote, vni)
-                .map(|v| PortIo::Vxlan(v).into())
+        (PortType::Vxlan | PortType::Geneve, _) => {
+            let (encap, local, remote, vni) = tunnel_endpoints(cfg);
+            dp::TunnelIo::bind(encap, local, remote, vni, tlv)
+                .map(|v| PortIo::Tunnel(v).into())
                 .map_err(|source| KernelPortError::VxlanBind { local, source })
         }
         (PortType::Tap, _) => {
@@ -104,13 +108,25 @@ pub(super) fn open_kernel_port(cfg: &PortConfig) -> Result<KernelSide, KernelPor
     }
 }
 
-/// A vxlan port's (local, remote, VNI).
-pub(super) fn vxlan_endpoints(cfg: &PortConfig) -> (SocketAddrV4, SocketAddrV4, u32) {
-    let port = cfg.dst_port.unwrap_or(dp::tunnel::VXLAN_PORT);
+/// A tunnel port's (encapsulation, local, remote, VNI).
+pub(super) fn tunnel_endpoints(
+    cfg: &PortConfig,
+) -> (dp::Encap, SocketAddrV4, SocketAddrV4, dp::TunnelVni) {
+    let (encap, default) = match cfg.kind {
+        PortType::Geneve => (dp::Encap::Geneve, dp::tunnel::GENEVE_PORT),
+        _ => (dp::Encap::Vxlan, dp::tunnel::VXLAN_PORT),
+    };
+    let port = cfg.dst_port.unwrap_or(default);
+    let vni = if cfg.key_flow {
+        dp::TunnelVni::Flow
+    } else {
+        dp::TunnelVni::Fixed(cfg.key.unwrap_or(0))
+    };
     (
+        encap,
         SocketAddrV4::new(cfg.local_ip.unwrap_or(Ipv4Addr::UNSPECIFIED), port),
         SocketAddrV4::new(cfg.remote_ip.unwrap_or(Ipv4Addr::UNSPECIFIED), port),
-        cfg.key.unwrap_or(0),
+        vni,
     )
 }
 
@@ -173,6 +189,7 @@ impl Daemon {
                 built_ports: vec![],
                 meters: Default::default(),
                 meter_specs: BTreeMap::new(),
+                tlv: Arc::default(),
             },
         );
         self.apply_flow_limit();
@@ -298,9 +315,17 @@ impl Daemon {
                 cfg.name, other.cfg.name
             )));
         }
-        let KernelSide { io, fallback } = open_kernel_port(&cfg).map_err(|e| {
-            ConfigError::Invalid(format!("port {}: {}", cfg.name, with_sources(&e)))
-        })?;
+        let tlv = self.bridge_tlv(bridge);
+        let KernelSide { io, fallback } = match self.shared_endpoint(&cfg)? {
+            // Another tunnel port's endpoint: this port shares its socket.
+            Some(ep) => {
+                let (_, _, remote, vni) = tunnel_endpoints(&cfg);
+                PortIo::Tunnel(dp::TunnelIo::on_endpoint(ep, remote, vni, tlv)).into()
+            }
+            None => open_kernel_port(&cfg, tlv).map_err(|e| {
+                ConfigError::Invalid(format!("port {}: {}", cfg.name, with_sources(&e)))
+            })?,
+        };
         let id = alloc_slot(&mut self.port_slots);
         let name = cfg.name.clone();
         let res = self.insert_port(
@@ -320,6 +345,64 @@ impl Daemon {
             st.fallback = fallback;
         }
         res
+    }
+
+    /// The endpoint a new tunnel port `cfg` shares with a port already on the same local
+    /// address, port and encapsulation (OVN: one port per remote chassis, all on `:6081`);
+    /// `None`: it opens its own. Two ports to the same remote on one endpoint are refused.
+    pub(super) fn shared_endpoint(
+        &self,
+        cfg: &PortConfig,
+    ) -> Result<Option<Arc<dp::TunnelEndpoint>>, ConfigError> {
+        if !cfg.kind.is_tunnel() {
+            return Ok(None);
+        }
+        let (encap, local, remote, _) = tunnel_endpoints(cfg);
+        let mut shared = None;
+        for p in self.ports.values() {
+            let PortIo::Tunnel(t) = &p.port.io else {
+                continue;
+            };
+            if t.ep.local != local || t.ep.encap != encap {
+                continue;
+            }
+            if t.remote.ip() == remote.ip() {
+                return Err(ConfigError::Invalid(format!(
+                    "port {}: port {} already tunnels to {} from {local}",
+                    cfg.name,
+                    p.cfg.name,
+                    remote.ip()
+                )));
+            }
+            shared = Some(t.ep.clone());
+        }
+        Ok(shared)
+    }
+
+    /// `bridge`'s tunnel option map (a fresh empty one for a bridge that does not exist).
+    pub(super) fn bridge_tlv(&self, bridge: &str) -> Arc<dp::TlvTable> {
+        self.bridges
+            .get(bridge)
+            .map(|b| b.tlv.clone())
+            .unwrap_or_default()
+    }
+
+    /// Replaces `bridge`'s tunnel option map (what `NXT_TLV_TABLE_MOD` builds): its tunnel
+    /// ports map received Geneve options to `tun_metadataN`, and emit set ones, with it
+    /// from their next burst. False when there is no such bridge.
+    pub fn set_tlv_map(&self, bridge: &str, map: ferrovs_flow::TlvMap) -> bool {
+        match self.bridges.get(bridge) {
+            Some(b) => {
+                b.tlv.store(Arc::new(map));
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// `bridge`'s tunnel option map now.
+    pub fn tlv_map(&self, bridge: &str) -> Option<ferrovs_flow::TlvMap> {
+        self.bridges.get(bridge).map(|b| (**b.tlv.load()).clone())
     }
 
     /// The OpenFlow port number for a new port `cfg` of `bridge`: `OFPP_LOCAL` for the
@@ -500,5 +583,112 @@ impl Daemon {
                 x.poll_kernel_drops();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Tunnel ports of a real daemon (no traffic): a Geneve port as OVN asks for it, and the
+    //! bridge's option map reaching it.
+    use super::*;
+    use ferrovs_flow::{TlvEntry, TlvMap};
+    use ferrovs_proto::Request;
+
+    fn daemon(name: &str) -> (Daemon, PathBuf) {
+        let dir = std::env::temp_dir().join(format!("ferrovs-tun-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut opts = DaemonOptions::in_dir(&dir);
+        opts.pmd_cores = Some(vec![*os::allowed_cpus().last().unwrap_or(&0)]);
+        (Daemon::start(opts).expect("daemon starts"), dir)
+    }
+
+    #[test]
+    fn a_geneve_key_flow_port_opens_and_reads_the_bridge_s_option_map() {
+        let (mut d, dir) = daemon("geneve");
+        let r = d.handle(Request::AddPort {
+            bridge: "br0".into(),
+            port: "gv".into(),
+            options: [
+                "type=geneve",
+                "remote_ip=127.0.0.2",
+                "local_ip=127.0.0.1",
+                "dst_port=16081",
+                "key=flow",
+                "csum=true",
+            ]
+            .map(String::from)
+            .to_vec(),
+        });
+        assert!(r.ok, "{:?}", r.error);
+        let st = &d.ports["gv"];
+        assert!(st.cfg.key_flow && st.cfg.csum == Some(true));
+        let PortIo::Tunnel(t) = &st.port.io else {
+            panic!("not a tunnel port")
+        };
+        assert_eq!(t.encap, dp::Encap::Geneve);
+        assert!(t.takes_metadata() && st.port.takes_tunnel_metadata());
+        assert_eq!(t.local, "127.0.0.1:16081".parse().unwrap());
+        assert!(t.tlv.load().is_empty());
+        let ovn = TlvEntry {
+            class: 0x0102,
+            kind: 0x80,
+            len: 4,
+            index: 0,
+        };
+        assert!(d.set_tlv_map("br0", TlvMap::new([ovn]).unwrap()));
+        assert!(!d.set_tlv_map("nope", TlvMap::default()));
+        // The port reads the bridge's table: the new map without a new port.
+        assert_eq!(t.tlv.load().entries(), &[ovn]);
+        assert_eq!(d.tlv_map("br0").unwrap().entries(), &[ovn]);
+        // A fixed-key VXLAN port beside it on another endpoint.
+        let r = d.handle(Request::AddPort {
+            bridge: "br0".into(),
+            port: "vx".into(),
+            options: [
+                "type=vxlan",
+                "remote_ip=127.0.0.3",
+                "dst_port=14790",
+                "key=9",
+            ]
+            .map(String::from)
+            .to_vec(),
+        });
+        assert!(r.ok, "{:?}", r.error);
+        let PortIo::Tunnel(v) = &d.ports["vx"].port.io else {
+            panic!("not a tunnel port")
+        };
+        assert_eq!(
+            (v.encap, v.vni),
+            (dp::Encap::Vxlan, dp::TunnelVni::Fixed(9))
+        );
+        assert!(!v.takes_metadata());
+        // A second Geneve port on gv's endpoint shares its socket; one to a remote the
+        // endpoint has already is refused.
+        let add = |d: &mut Daemon, name: &str, remote: &str| {
+            d.handle(Request::AddPort {
+                bridge: "br0".into(),
+                port: name.into(),
+                options: [
+                    "type=geneve".to_string(),
+                    format!("remote_ip={remote}"),
+                    "local_ip=127.0.0.1".into(),
+                    "dst_port=16081".into(),
+                    "key=flow".into(),
+                ]
+                .to_vec(),
+            })
+        };
+        let r = add(&mut d, "gv2", "127.0.0.4");
+        assert!(r.ok, "{:?}", r.error);
+        let (PortIo::Tunnel(a), PortIo::Tunnel(b)) =
+            (&d.ports["gv"].port.io, &d.ports["gv2"].port.io)
+        else {
+            panic!("not tunnel ports")
+        };
+        assert!(Arc::ptr_eq(&a.ep, &b.ep));
+        let r = add(&mut d, "gv3", "127.0.0.4");
+        let e = r.error.unwrap_or_default();
+        assert!(e.contains("port gv2 already tunnels to 127.0.0.4"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -373,12 +373,16 @@ fn port_stats(p: &PortState) -> PortStats {
 pub(super) fn kernel_info(io: &PortIo) -> Option<KernelInfo> {
     Some(match io {
         PortIo::Vhost { .. } => return None,
-        PortIo::Vxlan(v) => KernelInfo::Vxlan(VxlanInfo {
+        PortIo::Tunnel(v) => KernelInfo::Vxlan(VxlanInfo {
             local: v.local.to_string(),
             remote: v.remote.to_string(),
             rx: "recvfrom".into(),
             tx: "sendto".into(),
-            vni: v.vni,
+            vni: match v.vni {
+                dp::TunnelVni::Fixed(n) => n,
+                dp::TunnelVni::Flow => 0,
+            },
+            key_flow: v.takes_metadata(),
         }),
         PortIo::Tap(t) => KernelInfo::Tap(TapInfo {
             device: t.tap.name().into(),

@@ -20,6 +20,13 @@
 //! here allocates per packet (the recirculation slots are the [`FlowCtx`]'s, `BURST` of
 //! them, made once); the tracker's shard mutex is the only lock taken. Its clock is the
 //! burst's ([`ct_now_ms`]); the packet path never sweeps it.
+//!
+//! Tunnel metadata: a packet's starts as its key's (`tun_id`, `tun_src`, `tun_dst`,
+//! `tun_metadataN`: what its tunnel port received, per packet). `set_tunnel`/`set_field` to
+//! a tunnel field change a copy held by the execution (`TunState`), which goes with the
+//! packet to an output port that takes it (a `key=flow` tunnel port: recorded once per
+//! change in the burst's table, `output.rs`) and into a recirculated pass's key. A
+//! packet that meets neither never builds it.
 
 use std::sync::Arc;
 
@@ -27,7 +34,7 @@ use ferrovs_conntrack::tuple::Family;
 use ferrovs_conntrack::{Commit, Nat, NatRange, Tracker};
 use ferrovs_counters::DropReason;
 use ferrovs_flow::ct::{recirc_id, CtAction, CtNat, NatKind};
-use ferrovs_flow::{DpAction, Field, FlowKey};
+use ferrovs_flow::{DpAction, Field, FlowKey, TunnelKey};
 use ferrovs_vhost::virtqueue::BURST;
 
 use super::emc::Emc;
@@ -35,7 +42,8 @@ use super::megaflow::Megaflow;
 use super::{upcall, BridgeFlows, FlowCounters};
 use crate::l2::{self, Classified, Decision};
 use crate::meter::{self, MeterTable};
-use crate::output::{add_output, add_outputs, Burst, Scratch};
+use crate::output::{add_output_tunnel, add_outputs, Burst, Scratch, NO_TUNNEL};
+use crate::port::Port;
 
 /// Per-PMD state of the flow path, allocated once.
 #[derive(Debug)]
@@ -137,6 +145,65 @@ pub(crate) struct Exec<'x> {
     next: &'x mut Recirc,
     /// [`carried`] bits.
     state: u8,
+    /// The packet's key in this pass (its tunnel metadata); `None`: a packet-out's, whose
+    /// tunnel metadata is its input port's.
+    key: Option<&'x FlowKey>,
+}
+
+impl Exec<'_> {
+    /// The tunnel metadata the packet entered the actions with.
+    #[inline]
+    fn tunnel(&self, inp: &Port) -> TunnelKey {
+        match self.key {
+            Some(k) => TunnelKey::from_key(k),
+            None => inp.tunnel_key().unwrap_or_default(),
+        }
+    }
+}
+
+/// A packet's tunnel metadata during its actions (see the module doc): built on first use.
+struct TunState {
+    cur: Option<TunnelKey>,
+    /// `cur`'s index in the burst's table once recorded; [`NO_TUNNEL`]: not yet.
+    idx: u16,
+}
+
+impl TunState {
+    const NEW: TunState = TunState {
+        cur: None,
+        idx: NO_TUNNEL,
+    };
+
+    /// The metadata now (a copy).
+    #[inline]
+    fn get(&self, x: &Exec<'_>, inp: &Port) -> TunnelKey {
+        self.cur.unwrap_or_else(|| x.tunnel(inp))
+    }
+
+    /// Changes the metadata with `f`.
+    #[inline]
+    fn change(&mut self, x: &Exec<'_>, inp: &Port, f: impl FnOnce(&mut TunnelKey)) {
+        let t = self.cur.get_or_insert_with(|| x.tunnel(inp));
+        f(t);
+        self.idx = NO_TUNNEL;
+    }
+
+    /// The metadata's index in `sc`'s table for an output to `out` ([`NO_TUNNEL`] when `out`
+    /// does not take it, or the table is full).
+    #[inline]
+    fn for_output(&mut self, sc: &mut Scratch<'_>, x: &Exec<'_>, inp: &Port, out: &Port) -> u16 {
+        if !out.takes_tunnel_metadata() {
+            return NO_TUNNEL;
+        }
+        if self.idx == NO_TUNNEL {
+            let t = self.get(x, inp);
+            match sc.push_tunnel(&t) {
+                Some(i) => self.idx = i,
+                None => out.rx_drops.drop(DropReason::NoMbuf, 1),
+            }
+        }
+        self.idx
+    }
 }
 
 /// A classification that makes no VLAN edit on output (OpenFlow outputs send the packet as
@@ -181,9 +248,16 @@ pub(crate) fn process<'p>(
     // Every port's rx_burst takes at most BURST packets (the scratch's packet indices rely
     // on it too).
     debug_assert!(n <= BURST);
-    let tun = inp.tunnel_key();
-    for (m, k) in sc.batch.iter().zip(fx.keys.iter_mut()) {
-        k.extract_into(m.data(), inp.id, tun.as_ref());
+    if sc.rx_tun.len() == n {
+        // A tunnel port: each packet's own metadata (its VNI and options).
+        for ((m, k), t) in sc.batch.iter().zip(fx.keys.iter_mut()).zip(&sc.rx_tun) {
+            k.extract_into(m.data(), inp.id, Some(t));
+        }
+    } else {
+        let tun = inp.tunnel_key();
+        for (m, k) in sc.batch.iter().zip(fx.keys.iter_mut()) {
+            k.extract_into(m.data(), inp.id, tun.as_ref());
+        }
     }
     fx.counters.packets += n as u64;
     fx.next.clear();
@@ -353,8 +427,9 @@ fn pass<'p>(
             }
         }
     }
-    // Execution, group by group (in the order the groups were made). The keys are not
-    // read any more: recirculations write the next pass's into `next.keys`.
+    // Execution, group by group (in the order the groups were made). The keys are read
+    // only for their tunnel metadata (a packet whose actions touch it); recirculations
+    // write the next pass's into `next.keys`.
     let mut dropped = 0u64;
     for g in groups.list[..groups.len].iter_mut() {
         let Some(f) = g.flow.take() else { continue };
@@ -379,8 +454,17 @@ fn pass<'p>(
             dropped += execute_outputs(b, sc, &g.pkts, actions);
         } else {
             for &i in &g.pkts {
-                let state = if recirc { cur.state_of(i) } else { 0 };
-                let mut x = Exec { next, state };
+                let (state, slot) = if recirc {
+                    let slot = cur.pkts.iter().position(|&p| p == i).unwrap_or(0);
+                    (cur.state_of(i), slot)
+                } else {
+                    (0, usize::from(i))
+                };
+                let mut x = Exec {
+                    next,
+                    state,
+                    key: keys.get(slot),
+                };
                 dropped += execute_in(b, sc, i as usize, actions, &mut x);
             }
         }
@@ -529,8 +613,8 @@ impl SubtableHits {
 }
 
 /// Whether `actions` only send the packet as it is, each port at most once, or send it
-/// nowhere: one output, one `in_port` or one `flood`, or outputs to distinct ports (tunnel
-/// metadata, which only tunnel ports use, may stand beside them); no rewrite, no `Normal`.
+/// nowhere: one output, one `in_port` or one `flood`, or outputs to distinct ports; no
+/// rewrite, no tunnel metadata (a flow-based tunnel port takes it per packet), no `Normal`.
 /// Such actions can be executed for a whole group at once ([`execute_outputs`]) with the
 /// same result on every port's list as packet by packet. (A port named twice would get the
 /// group twice in a row instead of each packet twice in a row: left to [`execute`].)
@@ -546,7 +630,6 @@ fn outputs_only(actions: &[DpAction]) -> bool {
                 }
             }
             DpAction::InPort | DpAction::Flood => sends += 2,
-            DpAction::SetTunnel { .. } | DpAction::SetTunnelDst(_) => {}
             _ => return false,
         }
     }
@@ -624,6 +707,7 @@ pub(crate) fn execute_actions<'p>(
     let mut x = Exec {
         next: &mut fx.next,
         state: 0,
+        key: None,
     };
     let mut dropped = execute_in(b, sc, i, actions, &mut x);
     if let Some(bf) = b.bridge.flows.as_ref() {
@@ -654,6 +738,7 @@ pub(crate) fn execute<'p>(
         &mut Exec {
             next: &mut next,
             state: 0,
+            key: None,
         },
     )
 }
@@ -682,19 +767,22 @@ pub(crate) fn execute_in<'p>(
     let mut queued = x.state & carried::QUEUED != 0;
     let mut sent = x.state & carried::SENT != 0;
     let mut normal_drop = None;
+    let mut ts = TunState::NEW;
     for a in actions {
         match *a {
             DpAction::Output(p) => {
                 if let Some(out) = snap.port(p).filter(|o| o.bridge == inp.bridge) {
                     if out.id != inp.id {
-                        add_output(sc, pool, cur, &AS_IS, inp, out);
+                        let t = ts.for_output(sc, x, inp, out);
+                        add_output_tunnel(sc, pool, cur, &AS_IS, inp, out, t);
                         queued = true;
                         sent = true;
                     }
                 }
             }
             DpAction::InPort => {
-                add_output(sc, pool, cur, &AS_IS, inp, inp);
+                let t = ts.for_output(sc, x, inp, inp);
+                add_output_tunnel(sc, pool, cur, &AS_IS, inp, inp, t);
                 queued = true;
                 sent = true;
             }
@@ -704,7 +792,8 @@ pub(crate) fn execute_in<'p>(
                         continue;
                     }
                     if let Some(out) = snap.port(p) {
-                        add_output(sc, pool, cur, &AS_IS, inp, out);
+                        let t = ts.for_output(sc, x, inp, out);
+                        add_output_tunnel(sc, pool, cur, &AS_IS, inp, out, t);
                         queued = true;
                         sent = true;
                     }
@@ -716,7 +805,8 @@ pub(crate) fn execute_in<'p>(
                     Decision::Drop(r) => normal_drop = Some(r),
                     Decision::Unicast(p) => {
                         if let Some(out) = snap.port(p) {
-                            add_output(sc, pool, cur, &c, inp, out);
+                            let t = ts.for_output(sc, x, inp, out);
+                            add_output_tunnel(sc, pool, cur, &c, inp, out, t);
                             queued = true;
                             sent = true;
                         }
@@ -727,7 +817,8 @@ pub(crate) fn execute_in<'p>(
                                 continue;
                             }
                             if let Some(out) = snap.port(p).filter(|o| o.vlan.carries(c.vlan)) {
-                                add_output(sc, pool, cur, &c, inp, out);
+                                let t = ts.for_output(sc, x, inp, out);
+                                add_output_tunnel(sc, pool, cur, &c, inp, out, t);
                                 queued = true;
                                 sent = true;
                             }
@@ -753,8 +844,15 @@ pub(crate) fn execute_in<'p>(
                 }
                 modify(sc, cur, a);
             }
-            // Tunnel metadata: used by tunnel ports.
-            DpAction::SetTunnel { .. } | DpAction::SetTunnelDst(_) => {}
+            // Tunnel metadata: what a flow-based tunnel port sends with.
+            DpAction::SetTunnel { id } => ts.change(x, inp, |t| t.id = id),
+            DpAction::SetTunnelDst(ip) => ts.change(x, inp, |t| t.dst = ip),
+            DpAction::SetTunnelMetadata { index, value } => ts.change(x, inp, |t| {
+                if let Some(m) = t.meta.get_mut(usize::from(index)) {
+                    *m = value;
+                    t.present |= 1 << index;
+                }
+            }),
             // A meter after other actions (a later table's rule): this packet alone.
             DpAction::Meter(id) => {
                 let m = bridge.flows.as_ref().and_then(|f| f.meters.get(id));
@@ -768,7 +866,7 @@ pub(crate) fn execute_in<'p>(
             DpAction::Controller(c) => {
                 // The packet as it is now (the edits so far), to the control thread.
                 if let Some(q) = bridge.flows.as_ref().and_then(|f| f.packet_in.as_ref()) {
-                    let tun = inp.tunnel_key().map_or(0, |t| t.id);
+                    let tun = ts.get(x, inp).id;
                     q.push(inp.bridge, inp.id, tun, sc.at(cur).data(), c);
                 }
                 sent = true;
@@ -792,7 +890,8 @@ pub(crate) fn execute_in<'p>(
                 if let Some(t) = c.recirc {
                     let state = if queued { carried::QUEUED } else { 0 }
                         | if sent { carried::SENT } else { 0 };
-                    if !x.push(sc, inp, cur, c, t, &r, state) {
+                    let tun = ts.get(x, inp);
+                    if !x.push(sc, inp, cur, c, t, &r, state, &tun) {
                         // No slot left (cannot happen: one recirculation per packet and
                         // pass): counted as too deep.
                         inp.rx_drops.drop(DropReason::RecircDepth, 1);
@@ -857,9 +956,9 @@ fn conntrack(
 
 impl Exec<'_> {
     /// Hands packet `i` (in `state`) to the next pass, its key made from its frame as it is
-    /// now, the input port and tunnel it came with, the metadata the translation had
-    /// reached, the recirculation id of table `t` and the tracker's verdict `r`. False when
-    /// the next pass is full.
+    /// now, the input port it came from and its tunnel metadata `tun` as the actions left
+    /// it, the metadata the translation had reached, the recirculation id of table `t` and
+    /// the tracker's verdict `r`. False when the next pass is full.
     #[allow(clippy::too_many_arguments)]
     fn push(
         &mut self,
@@ -870,6 +969,7 @@ impl Exec<'_> {
         t: u8,
         r: &ferrovs_conntrack::CtResult,
         state: u8,
+        tun: &TunnelKey,
     ) -> bool {
         let n = &mut *self.next;
         let j = n.pkts.len();
@@ -877,7 +977,8 @@ impl Exec<'_> {
             return false;
         }
         let k = &mut n.keys[j];
-        k.extract_into(sc.at(i).data(), inp.id, inp.tunnel_key().as_ref());
+        let tun = (*tun != TunnelKey::default()).then_some(tun);
+        k.extract_into(sc.at(i).data(), inp.id, tun);
         set_ct_fields(k, c, t, r);
         n.pkts.push(i as u16);
         if state != 0 {

@@ -27,6 +27,8 @@ pub mod upcall;
 mod ct_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tunnel_tests;
 
 use std::sync::Arc;
 

@@ -465,6 +465,10 @@ fn parse_action_in(a: &str, table: u8, m: Option<&Match>) -> Result<ActionSpec, 
                     ActionSpec::SetTunnel(num(f, v, u128::from(u64::MAX))? as u64)
                 }
                 "tun_dst" => ActionSpec::SetField(Field::TunDst, u128::from(self::ipv4(f, v)?)),
+                "tun_metadata0" | "tun_metadata1" | "tun_metadata2" | "tun_metadata3" => {
+                    let fld = super::matches::tun_metadata_field(f).unwrap_or(Field::TunMetadata0);
+                    ActionSpec::SetField(fld, num(f, v, fld.full())?)
+                }
                 "mpls_label" => {
                     require(mpls, "mpls or mplsm")?;
                     ActionSpec::SetField(Field::MplsLabel, num(f, v, 0xfffff)?)

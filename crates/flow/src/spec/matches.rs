@@ -240,6 +240,11 @@ fn match_token(p: &mut Parsed, name: &str, value: Option<&str>) -> Result<(), Pa
             let (a, m) = ipv4_masked(name, v)?;
             field(Field::TunSrc, a, m);
         }
+        "tun_metadata0" | "tun_metadata1" | "tun_metadata2" | "tun_metadata3" => {
+            let f = tun_metadata_field(name).unwrap_or(Field::TunMetadata0);
+            let (a, m) = with_mask(name, v, f.full(), |s| num(name, s, f.full()))?;
+            field(f, a, m);
+        }
         "tun_dst" => {
             let (a, m) = ipv4_masked(name, v)?;
             field(Field::TunDst, a, m);
@@ -369,6 +374,10 @@ const FIELD_NAMES: &[&str] = &[
     "metadata",
     "tun_src",
     "tun_dst",
+    "tun_metadata0",
+    "tun_metadata1",
+    "tun_metadata2",
+    "tun_metadata3",
     "mpls_label",
     "mpls_tc",
     "mpls_bos",
@@ -487,4 +496,10 @@ pub(super) fn parse_match_part(s: &str) -> Result<Parsed, ParseError> {
     }
     check_prerequisites(&p)?;
     Ok(p)
+}
+
+/// `tun_metadataN` (N = 0..3) by name.
+pub(crate) fn tun_metadata_field(name: &str) -> Option<Field> {
+    let n: usize = name.strip_prefix("tun_metadata")?.parse().ok()?;
+    Field::TUN_METADATA.get(n).copied()
 }

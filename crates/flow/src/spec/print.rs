@@ -244,6 +244,15 @@ fn fmt_match(out: &mut Vec<String>, m: &Match) {
     }
     put("tun_src", Field::TunSrc, &fmt_ipv4);
     put("tun_dst", Field::TunDst, &fmt_ipv4);
+    for (n, fld) in Field::TUN_METADATA.iter().enumerate() {
+        put(format!("tun_metadata{n}").as_str(), *fld, &|v, mk| {
+            if mk == fld.full() {
+                format!("{v:#x}")
+            } else {
+                format!("{v:#x}/{mk:#x}")
+            }
+        });
+    }
     put("mpls_label", Field::MplsLabel, &|v, _| v.to_string());
     put("mpls_tc", Field::MplsTc, &|v, _| v.to_string());
     put("mpls_ttl", Field::MplsTtl, &|v, _| v.to_string());
@@ -280,6 +289,10 @@ impl fmt::Display for ActionSpec {
                 Field::MplsLabel => write!(f, "set_field:{v}->mpls_label"),
                 Field::MplsTc => write!(f, "set_field:{v}->mpls_tc"),
                 Field::MplsTtl => write!(f, "set_field:{v}->mpls_ttl"),
+                Field::TunMetadata0 => write!(f, "set_field:{v:#x}->tun_metadata0"),
+                Field::TunMetadata1 => write!(f, "set_field:{v:#x}->tun_metadata1"),
+                Field::TunMetadata2 => write!(f, "set_field:{v:#x}->tun_metadata2"),
+                Field::TunMetadata3 => write!(f, "set_field:{v:#x}->tun_metadata3"),
                 other => write!(f, "set_field:{v}->{other:?}"),
             },
             ActionSpec::SetEcn(v) => write!(f, "mod_nw_ecn:{v}"),
