@@ -124,6 +124,27 @@ fn every_case_ovs_passes_passes_on_ferrovs() {
         );
         fv = run("ferrovs", &dir, &["--no-target-controller-rule"]);
     }
+    // A case that timed out waiting for its packet runs once more, its file alone: the
+    // tester waits a few seconds, which a busy shared host sometimes outlasts; a case that
+    // really fails fails twice.
+    let again: std::collections::BTreeSet<String> = fv
+        .iter()
+        .filter(|(k, (ok, reason))| {
+            !ok && reason.starts_with("Receiving timeout") && ovs.get(*k).is_some_and(|o| o.0)
+        })
+        .map(|(k, _)| k.0.clone())
+        .collect();
+    for file in &again {
+        let args = if strict {
+            vec!["--cases", file.as_str()]
+        } else {
+            vec!["--cases", file.as_str(), "--no-target-controller-rule"]
+        };
+        for (k, r) in run("ferrovs", &dir, &args) {
+            eprintln!("rerun {} {}: {}", k.0, k.1, if r.0 { "OK" } else { &r.1 });
+            fv.insert(k, r);
+        }
+    }
     let mut failed = Vec::new();
     let mut checked = 0;
     for (k, (ok, _)) in &ovs {
