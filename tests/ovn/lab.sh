@@ -659,6 +659,9 @@ do_test() {
     return $rc
 }
 
+# Sourced (bench/ovn.sh): the functions only.
+[ "${BASH_SOURCE[0]}" = "$0" ] || return 0
+
 cmd=${1:-}
 [ $# -gt 0 ] && shift
 case $cmd in
