@@ -6,6 +6,7 @@
 pub mod guest;
 pub mod ofwire;
 pub mod ovsdb;
+pub mod tunnel;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

@@ -10,8 +10,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use ferrovs_e2e::tunnel::*;
 use ferrovs_e2e::*;
-use serde_json::Value;
 
 fn privileged() -> bool {
     require(
@@ -23,33 +23,6 @@ fn privileged() -> bool {
             && Path::new("/dev/net/tun").exists(),
         "root, iproute2, ping, iperf3, tcpdump and /dev/net/tun (network namespaces, veth, TAP)",
     )
-}
-
-fn ok(dir: &Path, args: &[&str]) {
-    let o = cli(dir, args);
-    assert!(
-        o.status.success(),
-        "ferrovs {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&o.stderr)
-    );
-}
-
-/// ferrovsd on `dir` inside namespace `ns`, its PMD on `core`.
-fn switch_in(ns: &str, dir: &Path, core: usize) -> Proc {
-    let d = dir.display().to_string();
-    let c = core.to_string();
-    let f = bin("ferrovsd").display().to_string();
-    let p = Proc::spawn(
-        "ferrovsd",
-        dir,
-        Path::new("/usr/sbin/ip"),
-        &["netns", "exec", ns, &f, "--run-dir", &d, "--pmd-cores", &c],
-    );
-    wait_until("control socket", 10, || {
-        dir.join("ferrovs.ctl").exists() && cli(dir, &["show"]).status.success()
-    });
-    p
 }
 
 /// One side: a Geneve port `gv` to `remote` from `local`, a TAP `tap` with `addr` in the
@@ -111,13 +84,16 @@ fn geneve_key_flow_carries_ping_and_tcp_between_two_switches_across_an_upgrade()
         net.netns(ns);
     }
     let (ab, ba) = (Net::name("gab"), Net::name("gba"));
-    net.veth_into(&ab, &ba, &ns_b, "10.79.0.2/24");
-    Net::ip(&["link", "set", &ab, "netns", &ns_a]);
-    Net::ip(&["-n", &ns_a, "addr", "add", "10.79.0.1/24", "dev", &ab]);
-    Net::ip(&["-n", &ns_a, "link", "set", &ab, "up"]);
     // Room for the outer headers (58 bytes with OVN's option) around a 1500-byte MTU.
-    Net::ip(&["-n", &ns_a, "link", "set", &ab, "mtu", "1600"]);
-    Net::ip(&["-n", &ns_b, "link", "set", &ba, "mtu", "1600"]);
+    underlay(
+        &mut net,
+        &ab,
+        &ns_a,
+        "10.79.0.1/24",
+        &ba,
+        &ns_b,
+        "10.79.0.2/24",
+    );
     let (pmd, _) = cores();
     let (dir_a, dir_b) = (run_dir("geneve-a"), run_dir("geneve-b"));
     let mut sw_a = switch_in(&ns_a, &dir_a, pmd);
@@ -188,99 +164,19 @@ fn geneve_key_flow_carries_ping_and_tcp_between_two_switches_across_an_upgrade()
         assert_ne!(*csum, 0);
     }
     let show = cli_json(&dir_a, &["show"]);
-    let gv = show["bridges"][0]["ports"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["name"] == "gv")
-        .unwrap()
-        .clone();
+    let gv = port_of(&show, "gv");
     assert_eq!(gv["mode"], "geneve", "{gv}");
     assert_eq!(gv["kernel"]["key_flow"], true, "{gv}");
 
     // 2. TCP (TSO from the TAP's stack, segmented by ferrovs before encapsulation; the
     // receiving stack checks every inner checksum).
-    let srv = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &ns_b,
-            "iperf3",
-            "-s",
-            "-1",
-            "-B",
-            "192.168.79.2",
-        ])
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
-    let o = Net::exec(
-        &ns_a,
-        &[
-            "timeout",
-            "30",
-            "iperf3",
-            "-c",
-            "192.168.79.2",
-            "-t",
-            "2",
-            "-J",
-        ],
-    );
-    let v: Value = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
-    let _ = wait(srv);
-    let bytes = v["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0);
-    assert!(
-        bytes > 1_000_000,
-        "iperf3 through the tunnel: {} {}; A: {}",
-        v["error"],
-        String::from_utf8_lossy(&o.stderr),
-        cli_json(&dir_a, &["port-stats"])
-    );
+    iperf3_through(&ns_a, &ns_b, "192.168.79.2", &dir_a);
     let st = cli_json(&dir_a, &["port-stats", "gv"]);
     assert_eq!(st[0]["tx"]["dropped"], 0, "{st}");
 
     // 3. A hot upgrade of A hands the Geneve socket over: no ping lost.
-    let ping = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &ns_a,
-            "ping",
-            "-c",
-            "60",
-            "-i",
-            "0.05",
-            "-W",
-            "2",
-            "192.168.79.2",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(1000));
-    let f = bin("ferrovs").display().to_string();
-    let d = dir_a.display().to_string();
-    let up = Net::exec(&ns_a, &[&f, "--run-dir", &d, "upgrade", "--json"]);
-    assert!(
-        up.status.success(),
-        "upgrade: {}",
-        String::from_utf8_lossy(&up.stderr)
-    );
-    let out = ping.wait_with_output().unwrap();
-    let out = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.contains(" 0% packet loss"),
-        "ping across the upgrade:\n{out}"
-    );
-    let show = cli_json(&dir_a, &["show"]);
-    assert_eq!(show["upgrades"], 1, "{show}");
-
-    let pid = show["pid"].as_u64().unwrap();
-    let _ = Command::new("kill").arg(pid.to_string()).status();
-    sw_a.kill();
-    sw_b.kill();
+    let show = ping_across_upgrade(&ns_a, &dir_a, "192.168.79.2");
+    stop_pair(&show, &mut sw_a, &mut sw_b);
     drop(net);
 }
 
@@ -563,16 +459,4 @@ fn bad_geneve_ports_are_refused() {
         ],
     );
     assert!(cli(&dir, &["show"]).status.success());
-}
-
-fn wait(mut c: std::process::Child) -> Option<std::process::ExitStatus> {
-    let start = std::time::Instant::now();
-    while start.elapsed() < Duration::from_secs(10) {
-        if let Ok(Some(s)) = c.try_wait() {
-            return Some(s);
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let _ = c.kill();
-    c.wait().ok()
 }

@@ -7,11 +7,10 @@
 //! Needs root; outside CI it skips without it.
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
+use ferrovs_e2e::tunnel::*;
 use ferrovs_e2e::*;
-use serde_json::Value;
 
 fn privileged() -> bool {
     require(
@@ -22,44 +21,6 @@ fn privileged() -> bool {
             && Path::new("/dev/net/tun").exists(),
         "root, iproute2, ping, iperf3 and /dev/net/tun (network namespaces, veth, TAP, vxlan)",
     )
-}
-
-fn ok(dir: &Path, args: &[&str]) {
-    let o = cli(dir, args);
-    assert!(
-        o.status.success(),
-        "ferrovs {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&o.stderr)
-    );
-}
-
-/// ferrovsd on `dir` inside namespace `ns`, its PMD on `core`.
-fn switch_in(ns: &str, dir: &Path, core: usize) -> Proc {
-    let d = dir.display().to_string();
-    let c = core.to_string();
-    let f = bin("ferrovsd").display().to_string();
-    let p = Proc::spawn(
-        "ferrovsd",
-        dir,
-        Path::new("/usr/sbin/ip"),
-        &["netns", "exec", ns, &f, "--run-dir", &d, "--pmd-cores", &c],
-    );
-    wait_until("control socket", 10, || {
-        dir.join("ferrovs.ctl").exists() && cli(dir, &["show"]).status.success()
-    });
-    p
-}
-
-/// A veth pair with one end in each namespace, addressed, MTU 1600 (room for the 50 bytes
-/// of VXLAN over IPv4 around a 1500-byte inner MTU).
-fn link(net: &mut Net, a: &str, ns_a: &str, addr_a: &str, b: &str, ns_b: &str, addr_b: &str) {
-    net.veth_into(a, b, ns_b, addr_b);
-    Net::ip(&["link", "set", a, "netns", ns_a]);
-    Net::ip(&["-n", ns_a, "addr", "add", addr_a, "dev", a]);
-    Net::ip(&["-n", ns_a, "link", "set", a, "up"]);
-    Net::ip(&["-n", ns_a, "link", "set", a, "mtu", "1600"]);
-    Net::ip(&["-n", ns_b, "link", "set", b, "mtu", "1600"]);
 }
 
 fn drops(dir: &Path, port: &str, way: &str) -> u64 {
@@ -85,7 +46,7 @@ fn vxlan_carries_guest_traffic_between_two_switches_and_interoperates_with_the_k
         Net::name("ac"),
         Net::name("ca"),
     );
-    link(
+    underlay(
         &mut net,
         &ab,
         &ns_a,
@@ -94,7 +55,7 @@ fn vxlan_carries_guest_traffic_between_two_switches_and_interoperates_with_the_k
         &ns_b,
         "10.77.0.2/24",
     );
-    link(
+    underlay(
         &mut net,
         &ac,
         &ns_a,
@@ -185,13 +146,7 @@ fn vxlan_carries_guest_traffic_between_two_switches_and_interoperates_with_the_k
         "{macs}"
     );
     let show = cli_json(&dir_a, &["show"]);
-    let vx = show["bridges"][0]["ports"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["name"] == "vx")
-        .unwrap()
-        .clone();
+    let vx = port_of(&show, "vx");
     assert_eq!(vx["mode"], "vxlan", "{vx}");
     assert_eq!(vx["kernel"]["vni"], 42, "{vx}");
 
@@ -262,44 +217,7 @@ fn vxlan_carries_guest_traffic_between_two_switches_and_interoperates_with_the_k
     // 3. TCP from the TAP's stack (TSO packets) to the kernel's vxlan device: ferrovs cuts
     // them into segments before encapsulating; the receiving kernel checks every inner
     // checksum (a bad one would be dropped and stall the stream).
-    let srv = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &ns_c,
-            "iperf3",
-            "-s",
-            "-1",
-            "-B",
-            "192.168.77.2",
-        ])
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
-    let o = Net::exec(
-        &ns_a,
-        &[
-            "timeout",
-            "30",
-            "iperf3",
-            "-c",
-            "192.168.77.2",
-            "-t",
-            "2",
-            "-J",
-        ],
-    );
-    let v: Value = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
-    let _ = wait(srv);
-    let bytes = v["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0);
-    assert!(
-        bytes > 1_000_000,
-        "iperf3 through the tunnel: {} {}; switch A: {}",
-        v["error"],
-        String::from_utf8_lossy(&o.stderr),
-        cli_json(&dir_a, &["port-stats"])
-    );
+    iperf3_through(&ns_a, &ns_c, "192.168.77.2", &dir_a);
     let st = cli_json(&dir_a, &["port-stats", "vk"]);
     assert!(
         st[0]["offload"]["sw_tso"].as_u64().unwrap() > 0,
@@ -308,45 +226,8 @@ fn vxlan_carries_guest_traffic_between_two_switches_and_interoperates_with_the_k
     assert_eq!(st[0]["tx"]["dropped"], 0, "{st}");
 
     // 4. A hot upgrade hands the tunnel sockets over: a ping across it loses nothing.
-    let ping = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &ns_a,
-            "ping",
-            "-c",
-            "60",
-            "-i",
-            "0.05",
-            "-W",
-            "2",
-            "192.168.77.2",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(1000));
-    let f = bin("ferrovs").display().to_string();
-    let d = dir_a.display().to_string();
-    let up = Net::exec(&ns_a, &[&f, "--run-dir", &d, "upgrade", "--json"]);
-    assert!(
-        up.status.success(),
-        "upgrade: {}",
-        String::from_utf8_lossy(&up.stderr)
-    );
-    let out = ping.wait_with_output().unwrap();
-    let out = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.contains(" 0% packet loss"),
-        "ping across the upgrade:\n{out}"
-    );
-    let show = cli_json(&dir_a, &["show"]);
-    assert_eq!(show["upgrades"], 1, "{show}");
-
-    let pid = show["pid"].as_u64().unwrap();
-    let _ = Command::new("kill").arg(pid.to_string()).status();
-    sw_a.kill();
-    sw_b.kill();
+    let show = ping_across_upgrade(&ns_a, &dir_a, "192.168.77.2");
+    stop_pair(&show, &mut sw_a, &mut sw_b);
     drop(net);
 }
 
@@ -427,16 +308,4 @@ fn bad_vxlan_ports_are_refused() {
         "{e}"
     );
     assert!(cli(&dir, &["show"]).status.success());
-}
-
-fn wait(mut c: std::process::Child) -> Option<std::process::ExitStatus> {
-    let start = std::time::Instant::now();
-    while start.elapsed() < Duration::from_secs(10) {
-        if let Ok(Some(s)) = c.try_wait() {
-            return Some(s);
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let _ = c.kill();
-    c.wait().ok()
 }
