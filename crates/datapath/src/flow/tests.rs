@@ -6,7 +6,9 @@
 use std::sync::Arc;
 
 use ferrovs_counters::DropReason;
-use ferrovs_flow::{parse_flow, FlowKey, FlowSpec, Pipeline, RuleStats};
+use ferrovs_flow::{
+    parse_flow, parse_group, FlowKey, FlowSpec, GroupSpec, GroupStats, Pipeline, RuleStats,
+};
 use ferrovs_sys::pool::Pool;
 
 use super::input::{execute, process, FlowCtx};
@@ -33,16 +35,34 @@ pub(super) fn port(id: u32) -> Option<Arc<Port>> {
 
 /// One bridge with ports vm1..vm4 (ids 0..3) and `rules`.
 fn switch(rules: &[String]) -> Snapshot {
+    switch_with_groups(rules, &[])
+}
+
+/// One bridge with ports vm1..vm4 (ids 0..3), `rules` and `groups` (every port live).
+fn switch_with_groups(rules: &[String], groups: &[&str]) -> Snapshot {
     let specs: Vec<FlowSpec> = rules.iter().map(|r| parse_flow(r).unwrap()).collect();
-    switch_specs(&specs)
+    let groups: Vec<GroupSpec> = groups.iter().map(|g| parse_group(g).unwrap()).collect();
+    snapshot(Pipeline::build_with_groups(
+        specs.iter().map(|s| (s, Arc::new(RuleStats::default()))),
+        groups.iter().map(|g| (g, GroupStats::for_group(g))),
+        &resolve,
+        &|_| true,
+    ))
+}
+
+fn resolve(n: &str) -> Option<u32> {
+    NAMES.iter().position(|x| *x == n).map(|i| i as u32)
 }
 
 /// One bridge with ports vm1..vm4 (ids 0..3) and the rules `specs`.
 pub(super) fn switch_specs(specs: &[FlowSpec]) -> Snapshot {
-    let pipeline = Pipeline::build(
+    snapshot(Pipeline::build(
         specs.iter().map(|s| (s, Arc::new(RuleStats::default()))),
-        &|n: &str| NAMES.iter().position(|x| *x == n).map(|i| i as u32),
-    );
+        &resolve,
+    ))
+}
+
+fn snapshot(pipeline: Pipeline) -> Snapshot {
     let bridge = Bridge {
         name: "br0".into(),
         macs: Arc::new(MacTable::new(1024, 300)),
@@ -165,6 +185,12 @@ fn reference(snap: &Snapshot, pool: &Pool, frames: &[Vec<u8>]) -> (Outputs, u64)
     (o, d)
 }
 
+/// The groups [`rules`] uses.
+const GROUPS: [&str; 2] = [
+    "group_id=1,type=select,bucket=output:vm2,bucket=output:vm3,bucket=mod_tp_src:9,output:vm4",
+    "group_id=2,type=all,bucket=mod_nw_tos:32,output:vm2,bucket=output:vm3,bucket=group:1",
+];
+
 fn rules() -> Vec<String> {
     [
         "priority=100,in_port=vm1,udp,tp_dst=1 actions=output:vm2",
@@ -178,6 +204,14 @@ fn rules() -> Vec<String> {
         "priority=100,in_port=vm1,udp,tp_dst=9 actions=output:vm1",
         "priority=100,in_port=vm1,udp,tp_dst=10 actions=output:vm4,output:vm2,output:vm4",
         "priority=100,in_port=vm1,udp,tp_dst=11 actions=push_vlan:0x8100,mod_vlan_vid:5,output:vm2",
+        // Groups and metadata: a select group (its bucket by the packet's hash), and an all
+        // group that rewrites in one bucket (restored for the next), reached from a second
+        // table by the metadata the first wrote.
+        "priority=100,in_port=vm1,udp,tp_dst=12 actions=group:1",
+        "priority=100,in_port=vm1,udp,tp_dst=0,nw_src=10.0.0.1 actions=write_metadata:0x5/0xff,goto_table:1",
+        "priority=90,in_port=vm1,udp,tp_dst=0 actions=write_metadata:0x6,goto_table:1",
+        "table=1,priority=10,metadata=0x5/0xff actions=group:2",
+        "table=1,priority=5,ip actions=mod_nw_tos:16,group:1",
         "priority=50,in_port=vm1,ip,nw_src=10.0.0.3 actions=output:vm4",
         "priority=0 actions=normal",
     ]
@@ -223,17 +257,18 @@ fn same_as_reference(got: &Outputs, want: &Outputs, frames: &[Vec<u8>], first: u
 /// translation of every packet sends it, each flow's packets in their order; drops and
 /// megaflow counters agree. Random bursts of a dozen rule shapes (outputs, several outputs,
 /// drop, rewrites between outputs, flood, in_port, NORMAL, an output to the input port,
-/// VLAN push), few or many flows per rule, through the EMC (insertion always), the megaflow
+/// VLAN push, a select group, an all group with a rewrite in one bucket and a nested group,
+/// metadata written in table 0 and matched in table 1), few or many flows per rule, through the EMC (insertion always), the megaflow
 /// cache and upcalls; and the same with the EMC never filled, so that it is bypassed.
 #[test]
 fn grouped_execution_equals_packet_by_packet_and_the_reference() {
     let pool = Pool::new(1024).unwrap();
     let rules = rules();
     let (grouped, plain, bypass, refsw) = (
-        switch(&rules),
-        switch(&rules),
-        switch(&rules),
-        switch(&rules),
+        switch_with_groups(&rules, &GROUPS),
+        switch_with_groups(&rules, &GROUPS),
+        switch_with_groups(&rules, &GROUPS),
+        switch_with_groups(&rules, &GROUPS),
     );
     let mut fx_g = FlowCtx::default();
     let mut fx_p = FlowCtx::default();
