@@ -488,6 +488,29 @@ pub fn set_socket_buffers(sock: &UnixStream, bytes: usize) -> io::Result<()> {
     Ok(())
 }
 
+/// Sets a socket's receive buffer to `bytes`, past `net.core.rmem_max` when the process may
+/// (`SO_RCVBUFFORCE`, CAP_NET_ADMIN), else as far as the limit allows (`SO_RCVBUF`). A
+/// tunnel endpoint's socket holds what arrives while its PMD is not polling (a burst, or a
+/// core shared with other work): the kernel drops what does not fit.
+pub fn set_receive_buffer(fd: &impl AsRawFd, bytes: usize) -> io::Result<()> {
+    let v = bytes.min(i32::MAX as usize / 2) as libc::c_int;
+    let set = |opt| {
+        // SAFETY: `v` is a valid c_int option value of the size passed.
+        cvt(unsafe {
+            libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                opt,
+                (&v as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as u32,
+            )
+        })
+    };
+    set(libc::SO_RCVBUFFORCE)
+        .or_else(|_| set(libc::SO_RCVBUF))
+        .map(|_| ())
+}
+
 /// The pid of the process at the other end of a unix socket (SO_PEERCRED, set by the
 /// kernel at connect time: cannot be forged by the peer).
 pub fn peer_pid(sock: &UnixStream) -> io::Result<i32> {
