@@ -6,7 +6,7 @@
 # scenarios run on either.
 #
 #   tests/ovn/lab.sh up [--switch ovs|ferrovs] [--chassis N] [--no-of-trace]
-#   tests/ovn/lab.sh run [--keep] SCENARIO...     1, 2, 3, 4 or all (scenarios below)
+#   tests/ovn/lab.sh run [--keep] SCENARIO...     1, 2, 3, 4, 6 or all (scenarios below)
 #   tests/ovn/lab.sh inventory [OUT.md]           what ovn-controller used (docs/ovn.md)
 #   tests/ovn/lab.sh status                       chassis, tunnels, ports, bindings
 #   tests/ovn/lab.sh down [--keep-logs]
@@ -22,6 +22,9 @@
 #      of IPv4: vm1 -> vm2 ping and TCP work (replies come back), vm2 -> vm1 neither
 #   4  OVN's native DHCP (ovn-controller's pinctrl: packet-in, continuation): vm1 (ch1)
 #      gets its address and router from OVN with busybox udhcpc, then pings vm2 (ch2)
+#   6  QEMU guests (TCG, the e2e tests' image) on one logical switch, g1 on chassis 1 and g2
+#      on chassis 2: their virtio-net NICs are vhost-user ports of ferrovs, or TAPs on OVS's
+#      br-int; each pings the other from inside, then 2 s of TCP guest to guest
 #
 # `run` exits 0 when every check passed; on a failure it prints the checks and the tails of
 # the logs and takes the lab down (keeping its directory: --keep leaves the lab running).
@@ -533,6 +536,107 @@ cleanup_4() {
     for u in $(nbctl --bare --columns=_uuid list DHCP_Options); do nbctl dhcp-options-del "$u"; done
 }
 
+# ---------------------------------------------------------------- QEMU guests
+
+# guest_add CHASSIS NAME MAC IP/PLEN ARGS: a QEMU guest (TCG; the e2e tests' image: busybox,
+# the host's kernel, tests/e2e/guest) whose virtio-net NIC is bound to logical port NAME, with
+# its console commands on LAB/NAME.serial and its log in LAB/NAME.console. ARGS: more of the
+# guest's kernel command line (ferrovs.cmd=..., see tests/e2e/guest/build-initramfs.sh).
+# The NIC: with ferrovs a vhost-user port (dpdkvhostuserclient, QEMU the socket's server: a
+# cloud host's usual attachment); with OVS a TAP made by QEMU in the chassis's namespace and
+# added to br-int as a system port (this OVS's netdev datapath runs without DPDK here, so no
+# vhost-user: a TAP is how libvirt attaches a guest to it). The TAP has no virtio-net
+# header (vnet_hdr=off), so the guest is offered no TSO: OVS 3.1's userspace datapath reads
+# the TAP with AF_PACKET and has no use for 64 KiB segments (userspace TSO is off).
+guest_add() {
+    local n=$1 name=$2 mac=$3 addr=$4 args=$5 img=$ROOT/target/guest nic port
+    bash "$ROOT/tests/e2e/guest/build-initramfs.sh" "$img" >/dev/null
+    if [ "$SWITCH" = ferrovs ]; then
+        port=vhu-$name
+        nic=(-chardev "socket,id=c0,path=$LAB/ch$n/$name.sock,server=on,wait=off"
+            -netdev vhost-user,id=n0,chardev=c0)
+    else
+        port=tap-$name
+        nic=(-netdev "tap,id=n0,ifname=$port,script=no,downscript=no,vnet_hdr=off")
+    fi
+    local q=(qemu-system-x86_64 -accel tcg -m 262152k -smp 1 -nographic -nodefaults -no-reboot
+        -chardev "socket,id=con,path=$LAB/$name.serial,server=on,wait=off,logfile=$LAB/$name.console"
+        -serial chardev:con -kernel "$img/vmlinuz" -initrd "$img/initramfs.gz"
+        -append "console=ttyS0 quiet ferrovs.ip=$addr ferrovs.mtu=$VM_MTU $args"
+        -object memory-backend-memfd,id=mem,size=268443648,share=on -numa node,memdev=mem
+        "${nic[@]}" -device "virtio-net-pci,netdev=n0,mac=$mac,vectors=0")
+    start "ovl-ch$n" "$LAB/vm-$name.pid" "$LAB/$name.qemu.log" "${q[@]}"
+    if [ "$SWITCH" = ferrovs ]; then
+        wait_for 10 "$name's vhost-user socket" test -S "$LAB/ch$n/$name.sock"
+        vsctl "$n" add-port br-int "$port" -- set Interface "$port" type=dpdkvhostuserclient \
+            "options:vhost-server-path=$LAB/ch$n/$name.sock" "external_ids:iface-id=$name"
+    else
+        wait_for 10 "$name's TAP" ip -n "ovl-ch$n" link show "$port"
+        ip -n "ovl-ch$n" link set "$port" mtu $VM_MTU up
+        vsctl "$n" add-port br-int "$port" -- set Interface "$port" "external_ids:iface-id=$name"
+    fi
+}
+
+# guest_says NAME TEXT SECONDS: TEXT appears on the guest's console within SECONDS.
+guest_says() {
+    wait_for "$3" "'$2' from guest $1" grep -aq -- "$2" "$LAB/$1.console" ||
+        { tail -n 15 "$LAB/$1.console"; return 1; }
+}
+
+# guest_cmd NAME COMMAND: a line to the guest's console (its /init's control loop).
+guest_cmd() { echo "$2" | socat -t 1 - "UNIX-CONNECT:$LAB/$1.serial"; }
+
+# guest_ping SRC DST_IP: the guest pings (5, 0.2 s apart) and says FERROVS-PING-OK.
+guest_ping() {
+    local before
+    before=$(grep -ac 'FERROVS-PING-' "$LAB/$1.console" || true)
+    guest_cmd "$1" "ping $2 5"
+    wait_for 30 "guest $1's ping" test "$(grep -ac 'FERROVS-PING-' "$LAB/$1.console")" -gt "$before"
+    grep -a 'FERROVS-PING-' "$LAB/$1.console" | tail -n 1 | grep -q 'FERROVS-PING-OK' ||
+        { tail -n 12 "$LAB/$1.console"; return 1; }
+}
+
+# guest_tcp SRC DST DST_IP: 2 s of TCP from guest SRC to the receiver guest DST runs
+# (tcp-recv on port 5001, started at boot): both report, the bytes agree and are more than 1 MB.
+guest_tcp() {
+    guest_cmd "$1" "tool tcp-send,$3,5001,2"
+    guest_says "$2" FERROVS-RESULT 60 || return 1
+    local got
+    got=$(grep -a FERROVS-RESULT "$LAB/$2.console" | tail -n 1)
+    echo "$2: $got"
+    echo "$got" | grep -Eq 'bytes[^0-9]*[0-9]{7,}'
+}
+
+scenario_6() {
+    nbctl ls-add ls1
+    lsp ls1 g1 0a:00:00:00:06:01 10.0.1.21
+    lsp ls1 g2 0a:00:00:00:06:02 10.0.1.22
+    guest_add 1 g1 0a:00:00:00:06:01 10.0.1.21/24 \
+        "ferrovs.cmd=tool ferrovs.control=1 ferrovs.args=sleep,0"
+    guest_add 2 g2 0a:00:00:00:06:02 10.0.1.22/24 \
+        "ferrovs.cmd=tool ferrovs.control=1 ferrovs.args=bg,tcp-recv,5001"
+    check "s6: QEMU guests g1 (ch1) and g2 (ch2) booted" guest_says g1 FERROVS-GUEST-READY 120
+    check "s6: logical ports g1 and g2 bound and up" ports_up g1 g2
+    check "s6: guest g2 listening" guest_says g2 FERROVS-LISTENING 60
+    check "s6: ping g1 -> g2 across chassis (from the guest)" guest_ping g1 10.0.1.22
+    check "s6: ping g2 -> g1 across chassis (from the guest)" guest_ping g2 10.0.1.21
+    check "s6: TCP g1 -> g2 across chassis for 2 s (guest to guest)" guest_tcp g1 g2 10.0.1.22
+}
+cleanup_6() {
+    local g p
+    for g in g1 g2; do
+        p=$(cat "$LAB/vm-$g.pid" 2>/dev/null) || continue
+        kill "$p" 2>/dev/null || true
+        rm -f "$LAB/vm-$g.pid"
+    done
+    local n
+    for n in 1 2; do
+        vsctl "$n" --if-exists del-port br-int vhu-g$n -- --if-exists del-port br-int tap-g$n \
+            >/dev/null 2>&1 || true
+    done
+    nbctl --if-exists ls-del ls1
+}
+
 run_scenario() {
     local s=$1
     echo "== scenario $s ($SWITCH, $NCH chassis)"
@@ -564,12 +668,12 @@ do_run() {
     while [ $# -gt 0 ]; do
         case $1 in
         --keep) RUN_KEEP=1; shift ;;
-        all) scenarios+=(1 2 3 4); shift ;;
-        1 | 2 | 3 | 4) scenarios+=("$1"); shift ;;
-        *) die "run: unknown scenario '$1' (1, 2, 3, 4, all)" ;;
+        all) scenarios+=(1 2 3 4 6); shift ;;
+        1 | 2 | 3 | 4 | 6) scenarios+=("$1"); shift ;;
+        *) die "run: unknown scenario '$1' (1, 2, 3, 4, 6, all)" ;;
         esac
     done
-    [ ${#scenarios[@]} -gt 0 ] || die "run: which scenario? (1, 2, 3, 4, all)"
+    [ ${#scenarios[@]} -gt 0 ] || die "run: which scenario? (1, 2, 3, 4, 6, all)"
     load_state
     trap 'rc=$?; if [ $rc != 0 ]; then show_logs; [ $RUN_KEEP = 1 ] || do_down --keep-logs; fi' EXIT
     for s in "${scenarios[@]}"; do run_scenario "$s"; done

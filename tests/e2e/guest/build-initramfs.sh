@@ -14,6 +14,7 @@
 #   answers, up to N tries, before the counted run)
 #   A tool command written bg,CMD,ARGS runs in the background; FERROVS-TOOL-DONE comes when
 #   all have ended.
+#   ferrovs.mtu=N: eth0's MTU (an overlay's, e.g. 1400 under Geneve)
 #   ferrovs.xps=off: clear every TX queue's XPS CPU mask (the queue then follows the flow hash)
 #   ferrovs.neigh=IP,MAC: a permanent ARP entry (the guest never asks for IP, and so sends
 #   nothing unasked: a migration test sees the guest's MAC move only by an announce)
@@ -71,11 +72,12 @@ for m in $(cat /lib/modules/order); do
 done
 arg() { sed -n "s/.*ferrovs\.$1=\([^ ]*\).*/\1/p" /proc/cmdline; }
 ip=$(arg ip); cmd=$(arg cmd); peer=$(arg peer); count=$(arg count); interval=$(arg interval); wait=$(arg wait); targs=$(arg args)
-xps=$(arg xps); control=$(arg control); neigh=$(arg neigh)
+xps=$(arg xps); control=$(arg control); neigh=$(arg neigh); mtu=$(arg mtu)
 setup_eth0() {
     for i in $(seq 150); do [ -e /sys/class/net/eth0 ] && break; sleep 0.1; done
     [ -e /sys/class/net/eth0 ] || { echo "FERROVS-GUEST: no eth0"; ls /sys/class/net; cat /proc/modules; ls /sys/bus/pci/devices; cat /sys/bus/pci/devices/*/vendor /sys/bus/pci/devices/*/device; dmesg | tail -15; }
     ip link set lo up
+    [ -z "$mtu" ] || ip link set eth0 mtu "$mtu"
     ip link set eth0 up
     ip addr add "$ip" dev eth0
     if [ -n "$neigh" ]; then
