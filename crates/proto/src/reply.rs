@@ -327,6 +327,10 @@ pub struct VxlanInfo {
     /// `key=flow`: each packet's VNI (and Geneve options) from its tunnel metadata.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub key_flow: bool,
+    /// Datagrams the kernel dropped at the endpoint's UDP socket, its receive buffer full
+    /// (`/proc/net/udp`'s `drops`; the endpoint's, shared by the ports on it).
+    #[serde(default)]
+    pub socket_drops: u64,
 }
 
 /// `version`.

@@ -369,6 +369,40 @@ fn port_stats(p: &PortState) -> PortStats {
     }
 }
 
+/// Datagrams the kernel dropped at UDP socket `fd` (of this process's network namespace)
+/// because its receive buffer was full: the `drops` column of `udp_table` (the kernel's
+/// `/proc/self/net/udp`) on the socket's inode; 0 when either cannot be read.
+pub(super) fn udp_socket_drops(udp_table: &Path, fd: std::os::fd::RawFd) -> u64 {
+    let Some(inode) = std::fs::read_link(format!("/proc/self/fd/{fd}"))
+        .ok()
+        .and_then(|l| {
+            l.to_str()?
+                .strip_prefix("socket:[")?
+                .strip_suffix(']')
+                .map(str::to_string)
+        })
+    else {
+        return 0;
+    };
+    socket_drops_in(
+        &std::fs::read_to_string(udp_table).unwrap_or_default(),
+        &inode,
+    )
+}
+
+/// The `drops` (last) column of the line of `table` (`/proc/net/udp`'s format: `sl
+/// local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode ref
+/// pointer drops`) whose inode is `inode`.
+fn socket_drops_in(table: &str, inode: &str) -> u64 {
+    table
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|f| f.len() >= 13 && f[9] == inode)
+        .and_then(|f| f.last()?.parse().ok())
+        .unwrap_or(0)
+}
+
 /// What `show` says about a kernel port's attachment (`None` for vhost-user ports).
 pub(super) fn kernel_info(io: &PortIo) -> Option<KernelInfo> {
     Some(match io {
@@ -383,6 +417,10 @@ pub(super) fn kernel_info(io: &PortIo) -> Option<KernelInfo> {
                 dp::TunnelVni::Flow => 0,
             },
             key_flow: v.takes_metadata(),
+            socket_drops: udp_socket_drops(
+                Path::new("/proc/self/net/udp"),
+                std::os::fd::AsRawFd::as_raw_fd(v.sock()),
+            ),
         }),
         PortIo::Tap(t) => KernelInfo::Tap(TapInfo {
             device: t.tap.name().into(),
@@ -435,4 +473,36 @@ pub(super) fn kernel_info(io: &PortIo) -> Option<KernelInfo> {
             })
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn socket_drops_are_read_by_inode_from_the_udp_table() {
+        let table = "   sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode ref pointer drops\n\
+  1: 0100000A:12B5 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 4242 2 0000000000000000 17\n\
+  2: 0100000A:17C1 00000000:0000 07 00000000:00034000 00:00000000 00000000     0        0 777 2 0000000000000000 0\n";
+        assert_eq!(socket_drops_in(table, "4242"), 17);
+        assert_eq!(socket_drops_in(table, "777"), 0);
+        assert_eq!(socket_drops_in(table, "9"), 0);
+        assert_eq!(socket_drops_in("garbage", "4242"), 0);
+    }
+
+    /// A real socket that nobody reads, flooded past its receive buffer: the kernel's count
+    /// of what it dropped is what the port reports.
+    #[test]
+    fn a_full_udp_socket_s_kernel_drops_are_counted() {
+        use std::os::fd::AsRawFd;
+        let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let to = rx.local_addr().unwrap();
+        let table = Path::new("/proc/self/net/udp");
+        assert_eq!(udp_socket_drops(table, rx.as_raw_fd()), 0);
+        for _ in 0..5000 {
+            let _ = tx.send_to(&[0u8; 1000], to);
+        }
+        assert!(udp_socket_drops(table, rx.as_raw_fd()) > 0);
+    }
 }
