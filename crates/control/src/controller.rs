@@ -172,6 +172,41 @@ impl Backoff {
     }
 }
 
+/// A [`Backoff`] as plain data, for a hot upgrade: the current delay, and how long until
+/// a failure stops doubling it (`None`: no attempt yet).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackoffState {
+    pub current_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_ms: Option<u64>,
+}
+
+impl Backoff {
+    /// This backoff at `now`, as plain data.
+    pub fn state(&self, now: Instant) -> BackoffState {
+        BackoffState {
+            current_ms: self.cur.as_millis() as u64,
+            deadline_ms: self
+                .deadline
+                .map(|d| d.saturating_duration_since(now).as_millis() as u64),
+        }
+    }
+
+    /// A backoff from handed-over state (untrusted: the delay is kept within `max`, the
+    /// deadline within the delay).
+    pub fn from_state(s: &BackoffState, max: Duration, now: Instant) -> Backoff {
+        let max = max.max(BACKOFF_MIN);
+        let cur = Duration::from_millis(s.current_ms).min(max);
+        Backoff {
+            cur,
+            max,
+            deadline: s
+                .deadline_ms
+                .map(|ms| now + Duration::from_millis(ms).min(cur)),
+        }
+    }
+}
+
 /// What the inactivity probe wants done.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProbeAction {
@@ -230,6 +265,38 @@ impl Probe {
     pub fn echo_outstanding(&self) -> bool {
         self.echo_sent.is_some()
     }
+
+    /// This probe at `now`, as plain data (a hot upgrade carries it, so that a peer that
+    /// went silent is still probed, and dropped, on time).
+    pub fn state(&self, now: Instant) -> ProbeState {
+        ProbeState {
+            interval_ms: self.interval.map_or(0, |i| i.as_millis() as u64),
+            idle_ms: now.saturating_duration_since(self.last_rx).as_millis() as u64,
+            echo_ms: self
+                .echo_sent
+                .map(|t| now.saturating_duration_since(t).as_millis() as u64),
+        }
+    }
+
+    /// A probe from handed-over state (untrusted: an interval below [`MIN_PROBE`] is raised
+    /// as [`Probe::new`] does; times this process cannot represent count as now).
+    pub fn from_state(s: &ProbeState, now: Instant) -> Probe {
+        let ago = |ms: u64| now.checked_sub(Duration::from_millis(ms)).unwrap_or(now);
+        let mut p = Probe::new(Duration::from_millis(s.interval_ms), now);
+        p.last_rx = ago(s.idle_ms);
+        p.echo_sent = s.echo_ms.map(ago);
+        p
+    }
+}
+
+/// A [`Probe`] as plain data: its interval (0: off), how long since the peer last sent
+/// anything, and how long since the outstanding echo went (`None`: none is).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProbeState {
+    pub interval_ms: u64,
+    pub idle_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub echo_ms: Option<u64>,
 }
 
 /// A role number OpenFlow does not define.
@@ -468,6 +535,78 @@ mod tests {
         assert_eq!(p.poll(t0 + 17 * s), ProbeAction::Disconnect);
         let mut off = Probe::new(Duration::ZERO, t0);
         assert_eq!(off.poll(t0 + 1000 * s), ProbeAction::Nothing);
+    }
+
+    /// A probe and a backoff handed over carry on exactly where they were (the new daemon
+    /// echoes and drops on the old one's schedule), and hostile values stay in bounds.
+    #[test]
+    fn probe_and_backoff_state_round_trip() {
+        let s = Duration::from_secs(1);
+        let t0 = Instant::now() + 100 * s;
+        let mut p = Probe::new(5 * s, t0);
+        assert_eq!(p.poll(t0 + 5 * s), ProbeAction::SendEcho);
+        let st = p.state(t0 + 7 * s);
+        assert_eq!(
+            st,
+            ProbeState {
+                interval_ms: 5000,
+                idle_ms: 7000,
+                echo_ms: Some(2000)
+            }
+        );
+        let back: ProbeState = serde_json::from_value(serde_json::to_value(st).unwrap()).unwrap();
+        // Restored at t1: the echo went 2 s ago, so the peer is dropped 3 s later.
+        let t1 = t0 + 50 * s;
+        let mut q = Probe::from_state(&back, t1);
+        assert!(q.echo_outstanding());
+        assert_eq!(q.poll(t1 + 2 * s), ProbeAction::Nothing);
+        assert_eq!(q.poll(t1 + 3 * s), ProbeAction::Disconnect);
+        // No echo out, idle 4 s: the echo goes 1 s after the takeover.
+        let st = ProbeState {
+            interval_ms: 5000,
+            idle_ms: 4000,
+            echo_ms: None,
+        };
+        let mut q = Probe::from_state(&st, t1);
+        assert_eq!(q.poll(t1), ProbeAction::Nothing);
+        assert_eq!(q.poll(t1 + s), ProbeAction::SendEcho);
+        // Hostile: a 1 ms interval is raised to 5 s; times before this process's clock
+        // count as now.
+        let q = Probe::from_state(
+            &ProbeState {
+                interval_ms: 1,
+                idle_ms: u64::MAX,
+                echo_ms: Some(u64::MAX),
+            },
+            t1,
+        );
+        assert_eq!(q.interval(), Some(MIN_PROBE));
+
+        let mut b = Backoff::new(DEFAULT_MAX_BACKOFF);
+        b.attempt(t0);
+        b.failed(t0);
+        b.attempt(t0 + s);
+        let st = b.state(t0 + s);
+        assert_eq!(
+            st,
+            BackoffState {
+                current_ms: 1000,
+                deadline_ms: Some(1000)
+            }
+        );
+        let mut c = Backoff::from_state(&st, DEFAULT_MAX_BACKOFF, t1);
+        // Failing within the deadline doubles, as it would have in the old daemon.
+        assert_eq!(c.failed(t1), 2 * s);
+        // Hostile: a delay beyond max_backoff is cut to it, a deadline to the delay.
+        let c = Backoff::from_state(
+            &BackoffState {
+                current_ms: u64::MAX,
+                deadline_ms: Some(u64::MAX),
+            },
+            DEFAULT_MAX_BACKOFF,
+            t1,
+        );
+        assert_eq!(c.current(), DEFAULT_MAX_BACKOFF);
     }
 
     #[test]

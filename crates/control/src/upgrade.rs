@@ -165,6 +165,206 @@ pub struct State {
     /// and in what daemons older than the field wrote).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ovsdb: Option<OvsdbState>,
+    /// The OpenFlow connections, listeners and controllers, handed over whole (absent in
+    /// what older daemons wrote, and ignored by them: then the new daemon binds the
+    /// management sockets and reconnects to the controllers itself).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub openflow: Option<OpenflowState>,
+}
+
+/// The OpenFlow side of a daemon (`docs/upgrade.md`, "OpenFlow connections"): every
+/// connection's socket and state, the management sockets, and each bridge's controllers.
+/// Fds are indices into the fd list, as everywhere in [`State`].
+///
+/// A connection or a bridge's controllers are each [`Lenient`]: one that does not parse
+/// (or that the new daemon refuses once parsed) is closed and counted, the rest of the
+/// upgrade goes on.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct OpenflowState {
+    /// Each bridge's management socket `BRIDGE.mgmt`: (bridge, listening fd).
+    #[serde(default)]
+    pub listeners: Vec<(String, u32)>,
+    /// Every connection (management, active and accepted controller connections).
+    #[serde(default)]
+    pub conns: Vec<Lenient<OfConnState>>,
+    /// Per bridge: its controllers, their election and fail-open state.
+    #[serde(default)]
+    pub bridges: Vec<Lenient<OfBridgeState>>,
+    /// PORT_MOD's configuration bits, by port name (they last until a restart, as OVS's).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub port_config: Vec<(String, u32)>,
+}
+
+/// One OpenFlow connection, at whatever byte of a message it is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OfConnState {
+    /// The socket (fd index).
+    pub socket: u32,
+    /// A TCP socket (else a Unix stream socket).
+    #[serde(default)]
+    pub tcp: bool,
+    pub bridge: String,
+    /// The controller target it belongs to (`None`: a management connection).
+    #[serde(default)]
+    pub controller: Option<String>,
+    /// HELLO exchanged; `version` is then the negotiated one.
+    pub negotiated: bool,
+    pub version: u8,
+    /// Closing once `output` is written.
+    #[serde(default)]
+    pub closing: bool,
+    /// A non-blocking TCP connect still under way.
+    #[serde(default)]
+    pub connecting: bool,
+    pub role: crate::controller::Role,
+    pub miss_send_len: u16,
+    /// SET_ASYNC's masks: packet-in, port-status, flow-removed, each `[master/equal,
+    /// slave]`.
+    pub async_config: [[u32; 2]; 3],
+    /// `NXPIF_*`.
+    #[serde(default)]
+    pub packet_in_format: u32,
+    #[serde(default)]
+    pub controller_id: u16,
+    /// Bytes read and not yet handled (a partial message, or whole ones that waited).
+    #[serde(default, with = "hex_bytes")]
+    pub input: Vec<u8>,
+    /// Bytes not yet written.
+    #[serde(default, with = "hex_bytes")]
+    pub output: Vec<u8>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe: Option<crate::controller::ProbeState>,
+    /// Open (or closed, not committed) bundles, their messages as received.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bundles: Vec<BundleState>,
+}
+
+/// An open bundle: its id, flags, whether it was closed, and its messages' bytes (the
+/// new daemon decodes them again, as untrusted input).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BundleState {
+    pub id: u32,
+    pub flags: u16,
+    #[serde(default)]
+    pub closed: bool,
+    #[serde(default)]
+    pub msgs: Vec<HexBytes>,
+}
+
+/// Bytes on the wire as a hex string.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct HexBytes(#[serde(with = "hex_bytes")] pub Vec<u8>);
+
+/// A bridge's controllers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OfBridgeState {
+    pub bridge: String,
+    /// The master election id.
+    #[serde(default)]
+    pub election: Option<u64>,
+    /// How long no controller has been connected (`None`: one is, or none is configured).
+    #[serde(default)]
+    pub disconnected_ms: Option<u64>,
+    #[serde(default)]
+    pub fail_open: bool,
+    pub controllers: Vec<CtrlState>,
+}
+
+/// One controller of a bridge.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CtrlState {
+    pub target: String,
+    pub state: CtrlLink,
+    #[serde(default)]
+    pub backoff: crate::controller::BackoffState,
+    #[serde(default)]
+    pub connects: u64,
+    #[serde(default)]
+    pub last_error: Option<String>,
+    #[serde(default)]
+    pub ever_error: Option<String>,
+    /// Milliseconds since the last connection was made and the last one ended.
+    #[serde(default)]
+    pub connected_ms: Option<u64>,
+    #[serde(default)]
+    pub disconnected_ms: Option<u64>,
+}
+
+/// Where a controller is: `conn` is an index into [`OpenflowState::conns`], `fd` a
+/// passive target's listening socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "at", rename_all = "lowercase")]
+pub enum CtrlLink {
+    /// The next attempt in this many milliseconds.
+    Backoff {
+        in_ms: u64,
+    },
+    Connecting {
+        conn: u32,
+    },
+    Connected {
+        conn: u32,
+    },
+    Listening {
+        fd: u32,
+    },
+}
+
+/// One element of a list that is restored element by element: one that does not parse
+/// is kept as its error (and refused alone) instead of refusing the whole state.
+#[derive(Debug)]
+pub struct Lenient<T>(pub Result<T, String>);
+
+impl<T: Serialize> Serialize for Lenient<T> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match &self.0 {
+            Ok(t) => t.serialize(s),
+            Err(_) => s.serialize_unit(),
+        }
+    }
+}
+
+impl<'de, T: serde::de::DeserializeOwned> Deserialize<'de> for Lenient<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = serde_json::Value::deserialize(d)?;
+        Ok(Lenient(
+            serde_json::from_value(v).map_err(|e| e.to_string()),
+        ))
+    }
+}
+
+/// `Vec<u8>` as a lowercase hex string.
+mod hex_bytes {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(b: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        let mut out = String::with_capacity(b.len() * 2);
+        for x in b {
+            out.push(char::from(b"0123456789abcdef"[usize::from(x >> 4)]));
+            out.push(char::from(b"0123456789abcdef"[usize::from(x & 15)]));
+        }
+        s.serialize_str(&out)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        let digit = |c: u8| -> Result<u8, D::Error> {
+            match c {
+                b'0'..=b'9' => Ok(c - b'0'),
+                b'a'..=b'f' => Ok(c - b'a' + 10),
+                b'A'..=b'F' => Ok(c - b'A' + 10),
+                _ => Err(serde::de::Error::custom("not a hex digit")),
+            }
+        };
+        let s = s.as_bytes();
+        if s.len() % 2 != 0 {
+            return Err(serde::de::Error::custom("odd number of hex digits"));
+        }
+        s.chunks(2)
+            .map(|p| Ok((digit(p[0])? << 4) | digit(p[1])?))
+            .collect()
+    }
 }
 
 /// The OVSDB side of a daemon, as plain data (the connection itself is not handed over: the

@@ -88,6 +88,13 @@ impl Framer {
         self.buf.len() - self.start
     }
 
+    /// The bytes pushed and not yet taken as messages (a partial message, or whole ones
+    /// waiting behind unread replies). A hot upgrade hands them to the next daemon, which
+    /// pushes them into a new framer and goes on from exactly that byte.
+    pub fn unread(&self) -> &[u8] {
+        &self.buf[self.start..]
+    }
+
     /// The next whole message (header included), `Ok(None)` if more bytes are needed.
     /// After [`FrameError::BadLength`] the framer keeps returning it.
     pub fn next_message(&mut self) -> Result<Option<Vec<u8>>, FrameError> {

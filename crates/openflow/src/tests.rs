@@ -1213,6 +1213,28 @@ fn framing_at_every_split_point() {
     assert_eq!(got, msgs);
 }
 
+/// A framer's unread bytes, pushed into a new framer (a hot upgrade's handover of a
+/// connection), give the same messages from the exact byte, at every split point.
+#[test]
+fn unread_bytes_continue_in_a_new_framer() {
+    let (msgs, all) = stream();
+    for split in 0..=all.len() {
+        let mut f = Framer::new();
+        let mut got = Vec::new();
+        f.push(&all[..split]);
+        // The first message only: the rest stays unread, whole or in part.
+        if let Some(m) = f.next_message().unwrap() {
+            got.push(m);
+        }
+        let mut g = Framer::new();
+        g.push(f.unread());
+        assert_eq!(f.unread().len(), f.pending());
+        g.push(&all[split..]);
+        drain(&mut g, &mut got);
+        assert_eq!(got, msgs, "split at {split}");
+    }
+}
+
 #[test]
 fn framing_refusals() {
     let mut f = Framer::new();

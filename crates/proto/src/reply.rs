@@ -106,6 +106,10 @@ pub struct OpenflowStatus {
     pub bundles_committed: u64,
     pub bundled_messages: u64,
     pub bundles_failed: u64,
+    /// OpenFlow connections taken over at the last hot upgrade, and pieces of the
+    /// handed-over OpenFlow state refused then (each closed alone).
+    pub handed_over: u64,
+    pub handover_refused: u64,
     /// Each bridge's Geneve TLV mappings, as `tun_metadataN=CLASS,TYPE,LEN`.
     pub tlv_maps: std::collections::BTreeMap<String, Vec<String>>,
 }

@@ -9,6 +9,8 @@
 //!    ovn-controller through both; its three OpenFlow connections (ofctrl, pinctrl, the
 //!    feature probe) must negotiate 1.5 and stay up; what it sends that ferrovs refuses is
 //!    counted by error name in `ferrovs show --json`'s `openflow` (and printed).
+//! 3. The same chassis across a hot upgrade: ovn-controller's connections are handed over
+//!    (no reconnect in its log) and it sends no flow again.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -258,18 +260,29 @@ fn lines(file: &Path, what: &str) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn ovn_controller_single_chassis() {
+/// One chassis: a private vswitch and southbound ovsdb-server, ferrovsd configured
+/// through the first, ovn-controller through both; returned once its three OpenFlow
+/// connections negotiated 1.5 and its TLV map is in place (`None`: a tool or root is
+/// missing, the test is skipped).
+struct Chassis {
+    dir: PathBuf,
+    log: PathBuf,
+    // Dropped in this order: the switch, then the databases and ovn-controller.
+    _sw: Proc,
+    _d: Daemons,
+}
+
+fn ovn_chassis(name: &str) -> Option<Chassis> {
     if !(require(
         have("ovn-controller") && Path::new(SB_SCHEMA).exists(),
         "ovn-controller and the OVN southbound schema (Debian's ovn-host)",
     ) && require(available(), "ovsdb-server, ovsdb-tool, ovs-vsctl")
         && require(is_root(), "root (br-int's internal port is a TAP)"))
     {
-        return;
+        return None;
     }
-    let dir = run_dir("ovn-controller");
-    let _d = Daemons(dir.clone());
+    let dir = run_dir(name);
+    let d = Daemons(dir.clone());
     let vs = ovsdb_server(&dir, "vs", "/usr/share/openvswitch/vswitch.ovsschema");
     let sb = ovsdb_server(&dir, "sb", SB_SCHEMA);
     let vsctl = |args: &[&str]| {
@@ -303,7 +316,7 @@ fn ovn_controller_single_chassis() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let (pmd, _) = cores();
     let remote = format!("unix:{}", vs.display());
-    let _sw = start_switch(&dir, pmd, &["--ovsdb", &remote]);
+    let sw = start_switch(&dir, pmd, &["--ovsdb", &remote]);
     // ovn-controller finds br-int.mgmt in OVS_RUNDIR: ferrovsd's run directory.
     let log = dir.join("ovn-controller.log");
     let o = Command::new("ovn-controller")
@@ -331,15 +344,29 @@ fn ovn_controller_single_chassis() {
     wait_until("the TLV map", 30, || {
         openflow_status(&dir)["tlv_maps"]["br-int"][0] == "tun_metadata0=0x0102,0x80,4"
     });
-    let first = openflow_status(&dir);
+    Some(Chassis {
+        dir,
+        log,
+        _sw: sw,
+        _d: d,
+    })
+}
+
+#[test]
+fn ovn_controller_single_chassis() {
+    let Some(ch) = ovn_chassis("ovn-controller") else {
+        return;
+    };
+    let (dir, log) = (&ch.dir, &ch.log);
+    let first = openflow_status(dir);
     std::thread::sleep(Duration::from_secs(15));
-    let st = openflow_status(&dir);
-    let negotiated = lines(&log, "negotiated OpenFlow version 0x06");
-    let disconnects = lines(&log, "connection closed by peer");
+    let st = openflow_status(dir);
+    let negotiated = lines(log, "negotiated OpenFlow version 0x06");
+    let disconnects = lines(log, "connection closed by peer");
     eprintln!("ovn-controller negotiations:\n{}", negotiated.join("\n"));
     eprintln!("disconnects seen by ovn-controller: {}", disconnects.len());
     eprintln!("ferrovs openflow status after 15 s: {st}");
-    for l in lines(&log, "OpenFlow error") {
+    for l in lines(log, "OpenFlow error") {
         eprintln!("ovn-controller: {l}");
     }
     assert!(negotiated.len() >= 3, "{negotiated:?}");
@@ -353,4 +380,62 @@ fn ovn_controller_single_chassis() {
         st["tlv_maps"]["br-int"][0], "tun_metadata0=0x0102,0x80,4",
         "{st}"
     );
+}
+
+/// The real ovn-controller across a hot upgrade: its three OpenFlow connections are
+/// handed over (its log shows no new negotiation, no connection closed, no reconnect), it
+/// sends no flow again (the new daemon commits no bundle: ovn-controller did not resync),
+/// and the TLV table answers as before.
+#[test]
+fn ovn_controller_keeps_its_connections_across_a_hot_upgrade() {
+    let Some(ch) = ovn_chassis("ovn-upgrade") else {
+        return;
+    };
+    let (dir, log) = (&ch.dir, &ch.log);
+    let _stop = StopCurrent(dir.clone());
+    // Settled: no bundle for 3 s.
+    let mut last = openflow_status(dir)["bundles_committed"].clone();
+    let t = std::time::Instant::now();
+    loop {
+        std::thread::sleep(Duration::from_secs(3));
+        let now = openflow_status(dir)["bundles_committed"].clone();
+        if now == last || t.elapsed() > Duration::from_secs(30) {
+            break;
+        }
+        last = now;
+    }
+    let before = openflow_status(dir);
+    let count = |what: &str| lines(log, what).len();
+    let (neg, closed, connecting) = (
+        count("negotiated OpenFlow version"),
+        count("connection closed"),
+        count("connecting..."),
+    );
+    let r = upgrade(dir, &[]).expect("upgrade");
+    assert_eq!(r["ok"], true, "{r}");
+    std::thread::sleep(Duration::from_secs(10));
+    let after = openflow_status(dir);
+    eprintln!("before the upgrade: {before}\nafter: {after}");
+    for l in lines(log, "rconn") {
+        eprintln!("ovn-controller: {l}");
+    }
+    assert_eq!(after["handover_refused"], 0, "{after}");
+    assert!(
+        after["handed_over"].as_u64().is_some_and(|n| n >= 3),
+        "{after}"
+    );
+    assert_eq!(
+        count("negotiated OpenFlow version"),
+        neg,
+        "no new negotiation"
+    );
+    assert_eq!(count("connection closed"), closed, "no connection closed");
+    assert_eq!(count("connecting..."), connecting, "no reconnect");
+    // No resync: ovn-controller sent the new daemon no bundle (its counters start at 0).
+    assert_eq!(after["bundles_committed"], 0, "{after}");
+    assert!(
+        after["connections"]["1.5"].as_u64().unwrap_or(0) >= 3,
+        "{after}"
+    );
+    assert_eq!(after["tlv_maps"], before["tlv_maps"], "{after}");
 }

@@ -401,6 +401,24 @@ fn handed_over_state_of_every_released_schema_restores() {
     assert!(!br.groups.is_empty() && !br.meters.is_empty() && !br.controllers.is_empty());
     assert!(!br.send_flow_rem.is_empty(), "{br:?}");
     assert!(of.ports.iter().all(|p| p.ofport.is_some()));
+    // A daemon with OpenFlow connections open hands them over: a controller over TCP, a
+    // management connection with a bundle open and half a message read (captured by
+    // `management_connections_and_bundles_survive_a_hot_upgrade`).
+    let oc = State::parse(
+        std::fs::read_to_string(fixtures().join("upgrade-state-v1-ofconns.json"))
+            .unwrap()
+            .as_bytes(),
+    )
+    .unwrap();
+    let o = oc.openflow.as_ref().expect("the OpenFlow section");
+    assert!(!o.listeners.is_empty() && !o.bridges.is_empty());
+    let conns: Vec<_> = o.conns.iter().map(|c| c.0.as_ref().unwrap()).collect();
+    assert!(conns
+        .iter()
+        .any(|c| c.tcp && c.controller.is_some() && c.negotiated));
+    assert!(conns
+        .iter()
+        .any(|c| !c.bundles.is_empty() && !c.input.is_empty()));
     // Schema 4 carries the conntrack settings in the configuration.
     let v4 = State::parse(
         std::fs::read_to_string(fixtures().join("upgrade-state-v4.json"))
@@ -752,6 +770,7 @@ impl Controller {
     const HELLO: u8 = 0;
     const ECHO_REQUEST: u8 = 2;
     const FEATURES_REPLY: u8 = 6;
+    const PACKET_IN: u8 = 10;
     const FLOW_REMOVED: u8 = 11;
 
     fn start() -> Controller {
@@ -924,6 +943,7 @@ fn openflow_state_and_counters_survive_a_hot_upgrade() {
         "add-flow",
         &["send_flow_rem,cookie=0x43,priority=40,ip,nw_dst=10.99.0.2,actions=drop"],
     );
+    ofctl_ok(&sock, "add-flow", &[TO_CONTROLLER]);
     let ports_before = ofctl_ok(&sock, "dump-ports-desc", &[]);
     let (mut flows_before, mut dur_before, mut group_before, mut meter_before) =
         (vec![], vec![], 0, 0);
@@ -1001,19 +1021,25 @@ fn openflow_state_and_counters_survive_a_hot_upgrade() {
     // The same port numbers.
     assert_eq!(ofctl_ok(&sock, "dump-ports-desc", &[]), ports_before);
 
-    // The controller: one reconnect, at once, and nothing else.
-    wait_until("the controller's second handshake", 5, || {
-        ctl.saw(1, Controller::FEATURES_REPLY)
+    // The controller: no reconnect; a packet-in after the upgrade comes on its one
+    // connection, handed over.
+    assert!(!ctl.saw(0, Controller::PACKET_IN));
+    packet_out_to_controller(&sock);
+    wait_until("a packet-in on the handed-over connection", 5, || {
+        ctl.saw(0, Controller::PACKET_IN)
     });
-    assert_eq!(ctl.counts(), (2, 1), "exactly one reconnect");
-    // SEND_FLOW_REM kept: deleting the rule tells the (new) connection.
+    assert_eq!(ctl.counts(), (1, 0), "no reconnect");
+    // SEND_FLOW_REM kept: deleting the rule tells the same connection.
     ofctl_ok(
         &sock,
         "del-flows",
         &["--strict", "priority=40,ip,nw_dst=10.99.0.2"],
     );
-    wait_until("FLOW_REMOVED", 5, || ctl.saw(1, Controller::FLOW_REMOVED));
-    assert_eq!(ctl.counts(), (2, 1));
+    wait_until("FLOW_REMOVED", 5, || ctl.saw(0, Controller::FLOW_REMOVED));
+    assert_eq!(ctl.counts(), (1, 0));
+    let of = &cli_json(&dir, &["show"])["openflow"];
+    assert_eq!(of["handover_refused"], 0, "{of}");
+    assert!(of["handed_over"].as_u64().is_some_and(|n| n >= 1), "{of}");
 
     // A restart (stop, start from the saved configuration) keeps SEND_FLOW_REM too.
     ofctl_ok(
@@ -1030,8 +1056,8 @@ fn openflow_state_and_counters_survive_a_hot_upgrade() {
         ofctl(&sock, "dump-flows", &[]).0
     });
     assert_eq!(flows_and_durations(&sock).0, flows_saved, "rules kept");
-    wait_until("the controller's third handshake", 10, || {
-        ctl.saw(2, Controller::FEATURES_REPLY)
+    wait_until("the controller's second handshake", 10, || {
+        ctl.saw(1, Controller::FEATURES_REPLY)
     });
     ofctl_ok(
         &sock,
@@ -1039,18 +1065,18 @@ fn openflow_state_and_counters_survive_a_hot_upgrade() {
         &["--strict", "priority=40,ip,nw_dst=10.99.0.5"],
     );
     wait_until("FLOW_REMOVED after the restart", 5, || {
-        ctl.saw(2, Controller::FLOW_REMOVED)
+        ctl.saw(1, Controller::FLOW_REMOVED)
     });
 
     if std::env::var_os("FERROVS_WRITE_FIXTURE").is_some() {
-        capture_openflow_fixture(&dir);
+        capture_openflow_fixture(&dir, "openflow");
     }
 }
 
 /// Plays the new daemon through a whole handover with the daemon serving `dir` (a guest
 /// sending meanwhile, so that its connection is in the state) and writes what it hands
 /// over: the state and the final counters.
-fn capture_openflow_fixture(dir: &Path) {
+fn capture_openflow_fixture(dir: &Path, what: &str) {
     // A rule that asks for FLOW_REMOVED (the test's own one was deleted).
     ofctl_ok(
         &dir.join("br0.mgmt"),
@@ -1104,9 +1130,9 @@ fn capture_openflow_fixture(dir: &Path) {
     ch.send(&Msg::Resumed { t_resumed_ns: 1 }, &[]).unwrap();
     let (bye, _) = ch.recv(Duration::from_secs(5)).unwrap();
     assert!(matches!(bye, Msg::Bye { .. }), "{bye:?}");
-    let write = |what: &str, v: String| {
+    let write = |kind: &str, v: String| {
         std::fs::write(
-            fixtures().join(format!("upgrade-{what}-v{schema}-openflow.json")),
+            fixtures().join(format!("upgrade-{kind}-v{schema}-{what}.json")),
             v,
         )
         .unwrap()
@@ -1115,5 +1141,343 @@ fn capture_openflow_fixture(dir: &Path) {
         "state",
         serde_json::to_string_pretty(&Msg::State(Box::new(st))).unwrap(),
     );
-    write("bye", serde_json::to_string_pretty(&bye).unwrap());
+    if what == "openflow" {
+        // Its rules', groups' and meters' final counters.
+        write("bye", serde_json::to_string_pretty(&bye).unwrap());
+    }
+}
+
+/// A UDP frame from 10.8.0.1 to 10.8.0.2, ports 1234 → 5678 (no guest sends it).
+const UDP_FRAME: &str = "020000000002020000000001080045000024000100004011a6c40a0800010a080002\
+                         04d2162e0010f2a70102030405060708";
+
+/// The rule that sends [`UDP_FRAME`] to the controllers.
+const TO_CONTROLLER: &str =
+    "priority=60000,udp,nw_src=10.8.0.1,tp_dst=5678,actions=CONTROLLER:65535";
+
+/// A PACKET_OUT of [`UDP_FRAME`] through the tables: [`TO_CONTROLLER`] sends it to every
+/// controller (and management connection with a `miss_send_len`) as a PACKET_IN.
+fn packet_out_to_controller(sock: &Path) {
+    ofctl_ok(
+        sock,
+        "packet-out",
+        &[&format!(
+            "in_port=controller packet={UDP_FRAME} actions=TABLE"
+        )],
+    );
+}
+
+/// `ovs-ofctl -O OpenFlow13 monitor unix:SOCK 65535`, its output in `out`; killed on drop.
+struct Monitor {
+    child: std::process::Child,
+    out: PathBuf,
+}
+
+impl Monitor {
+    fn start(sock: &Path, out: PathBuf) -> Monitor {
+        let f = std::fs::File::create(&out).unwrap();
+        let child = Command::new("ovs-ofctl")
+            .env("OVS_RUNDIR", out.parent().unwrap())
+            .args(["-O", "OpenFlow13", "monitor"])
+            .arg(format!("unix:{}", sock.display()))
+            .arg("65535")
+            .stdout(std::process::Stdio::from(f.try_clone().unwrap()))
+            .stderr(std::process::Stdio::from(f))
+            .spawn()
+            .expect("ovs-ofctl monitor");
+        // Its SET_CONFIG (miss_send_len) has gone out by then.
+        std::thread::sleep(Duration::from_millis(700));
+        Monitor { child, out }
+    }
+
+    fn count(&self, what: &str) -> usize {
+        std::fs::read_to_string(&self.out)
+            .unwrap_or_default()
+            .matches(what)
+            .count()
+    }
+
+    fn running(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+}
+
+impl Drop for Monitor {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An OpenFlow 1.4 BUNDLE_CONTROL (`type_`: 0 open, 4 commit; flags ordered|atomic).
+fn bundle_control(id: u32, type_: u16, xid: u32) -> Vec<u8> {
+    let mut m = vec![5, 33, 0, 16];
+    m.extend_from_slice(&xid.to_be_bytes());
+    m.extend_from_slice(&id.to_be_bytes());
+    m.extend_from_slice(&type_.to_be_bytes());
+    m.extend_from_slice(&3u16.to_be_bytes());
+    m
+}
+
+/// An OpenFlow 1.4 BUNDLE_ADD_MESSAGE of `inner` (flags ordered|atomic).
+fn bundle_add(id: u32, inner: &[u8], xid: u32) -> Vec<u8> {
+    let mut m = vec![5, 34];
+    m.extend_from_slice(&((16 + inner.len()) as u16).to_be_bytes());
+    m.extend_from_slice(&xid.to_be_bytes());
+    m.extend_from_slice(&id.to_be_bytes());
+    m.extend_from_slice(&[0, 0]);
+    m.extend_from_slice(&3u16.to_be_bytes());
+    m.extend_from_slice(inner);
+    m
+}
+
+/// The management socket across a hot upgrade: `ovs-ofctl monitor` keeps its connection
+/// and receives the packet-in sent after the upgrade; a client that opened a bundle and
+/// sent half of its COMMIT before the upgrade sends the other half after it and gets
+/// COMMIT_REPLY, the bundled rule in place; `ovs-ofctl` works at once after the upgrade
+/// (the listening socket came over too).
+#[test]
+fn management_connections_and_bundles_survive_a_hot_upgrade() {
+    use ferrovs_e2e::ofwire;
+    if !require(have("ovs-ofctl"), "ovs-ofctl (openvswitch-common)") {
+        return;
+    }
+    let dir = run_dir("upgrade-mgmt");
+    let (pmd, _) = cores();
+    let _sw = start_switch(&dir, pmd, &[]);
+    let _stop = StopCurrent(dir.clone());
+    let sock = dir.join("br0.mgmt");
+    wait_until("management socket", 10, || sock.exists());
+    // A TCP controller too (first: a bridge's first controller flushes its tables).
+    let ctl = ofwire::Listener::tcp();
+    let o = cli(
+        &dir,
+        &[
+            "set-controller",
+            "br0",
+            &format!("tcp:127.0.0.1:{}", ctl.port()),
+        ],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut c = ctl.accept(10);
+    c.handshake();
+    ofctl_ok(&sock, "add-flow", &[TO_CONTROLLER]);
+    let mut mon = Monitor::start(&sock, dir.join("monitor.txt"));
+    packet_out_to_controller(&sock);
+    wait_until("the packet-in before the upgrade", 5, || {
+        mon.count("PACKET_IN") == 1
+    });
+    c.expect(10);
+
+    // A bundle client (OpenFlow 1.4): open, add a FLOW_MOD, half a COMMIT.
+    let s = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut b = ofwire::Switch::new(Box::new(s));
+    b.expect(ofwire::HELLO);
+    b.send(&[5, 0, 0, 8, 0, 0, 0, 1]);
+    b.send(&bundle_control(7, 0, 2));
+    let r = b.expect(33);
+    assert_eq!(&r[12..14], &[0, 1], "OPEN_REPLY: {r:?}");
+    let mut fm = ofwire::flow_mod_drop(4321, 3);
+    fm[0] = 5;
+    b.send(&bundle_add(7, &fm, 3));
+    let commit = bundle_control(7, 4, 4);
+    b.send(&commit[..10]);
+    // Read by the old daemon (its framer holds the half) before it hands over.
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!ofctl_ok(&sock, "dump-flows", &[]).contains("priority=4321"));
+
+    let pid = daemon_pid(&dir);
+    let r = upgrade(&dir, &[]).expect("upgrade");
+    assert_eq!(r["ok"], true, "{r}");
+    assert_ne!(daemon_pid(&dir), pid, "a new daemon serves");
+    // The listening socket came over: no wait for a rebind.
+    let (ok, _, err) = ofctl(&sock, "dump-flows", &[]);
+    assert!(ok, "ovs-ofctl right after the upgrade: {err}");
+
+    // The rest of the COMMIT, to the new daemon: the bundle commits.
+    b.send(&commit[10..]);
+    loop {
+        let (t, m) = b.recv().expect("the switch answers the commit");
+        assert_ne!(t, ofwire::ERROR, "{m:?}");
+        if t == 33 {
+            assert_eq!(&m[12..14], &[0, 5], "COMMIT_REPLY: {m:?}");
+            break;
+        }
+    }
+    assert!(
+        ofctl_ok(&sock, "dump-flows", &[]).contains("priority=4321 actions=drop"),
+        "the bundled rule is in place"
+    );
+
+    // The monitor and the controller kept their connections and get the next packet-in.
+    packet_out_to_controller(&sock);
+    wait_until("the packet-in after the upgrade", 5, || {
+        mon.count("PACKET_IN") == 2
+    });
+    c.expect(10);
+    assert!(
+        ctl.try_accept().is_none(),
+        "the controller saw no reconnect"
+    );
+    assert!(mon.running(), "ovs-ofctl monitor still runs");
+    let text = std::fs::read_to_string(dir.join("monitor.txt")).unwrap();
+    assert!(
+        !text.contains("connection closed") && !text.contains("End of file"),
+        "{text}"
+    );
+    let of = &cli_json(&dir, &["show"])["openflow"];
+    assert_eq!(of["handover_refused"], 0, "{of}");
+    assert!(of["handed_over"].as_u64().is_some_and(|n| n >= 3), "{of}");
+
+    if std::env::var_os("FERROVS_WRITE_FIXTURE").is_some() {
+        // A bundle open and half a message read when the state is taken.
+        b.send(&bundle_control(8, 0, 5));
+        b.expect(33);
+        let mut fm = ofwire::flow_mod_drop(4322, 6);
+        fm[0] = 5;
+        b.send(&bundle_add(8, &fm, 6));
+        b.send(&commit[..10]);
+        std::thread::sleep(Duration::from_millis(300));
+        capture_openflow_fixture(&dir, "ofconns");
+    }
+}
+
+/// Hostile handed-over OpenFlow state: the test plays the old daemon and hands a new
+/// ferrovsd a management socket and four connections, of which one is sound, one claims a
+/// version no switch speaks, one does not parse and one names a fd never sent. The new
+/// daemon takes over, serves the sound connection (its ECHO_REQUEST is answered on the
+/// same socket, after the half of it the "old daemon" had read), closes the other three
+/// and counts them.
+#[test]
+fn a_corrupt_connection_in_the_handed_over_state_is_refused_alone() {
+    use ferrovs_control::upgrade::FdList;
+    use std::io::{Read, Write};
+    use std::os::fd::AsRawFd;
+    use std::os::unix::net::{UnixListener, UnixStream};
+    let dir = run_dir("upgrade-hostile-of");
+    let (pmd, _) = cores();
+    let ctl = UnixListener::bind(dir.join("ferrovs.ctl")).unwrap();
+    let up = ferrovs_sys::os::seqpacket_listener(&dir.join("ferrovs.upgrade")).unwrap();
+    let mgmt = UnixListener::bind(dir.join("br0.mgmt")).unwrap();
+    let (good, mut good_peer) = UnixStream::pair().unwrap();
+    let (bad, mut bad_peer) = UnixStream::pair().unwrap();
+    let (junk, mut junk_peer) = UnixStream::pair().unwrap();
+    for p in [&good_peer, &bad_peer, &junk_peer] {
+        p.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    }
+    let mut fds = FdList::default();
+    let [i_ctl, i_up, i_mgmt, i_good, i_bad, i_junk] = [
+        ctl.as_raw_fd(),
+        up.as_raw_fd(),
+        mgmt.as_raw_fd(),
+        good.as_raw_fd(),
+        bad.as_raw_fd(),
+        junk.as_raw_fd(),
+    ]
+    .map(|fd| fds.push(fd));
+    // An ECHO_REQUEST (1.5) of which the old daemon had read the first 5 bytes.
+    let echo = [6u8, 2, 0, 12, 0, 0, 0, 9, 1, 2, 3, 4];
+    let conn = |socket: u32, version: u8, input: &str| {
+        serde_json::json!({
+            "socket": socket, "bridge": "br0", "negotiated": true, "version": version,
+            "role": "equal", "miss_send_len": 0,
+            "async_config": [[3, 0], [7, 7], [7, 0]], "input": input, "output": "",
+        })
+    };
+    let mut junk_conn = conn(i_junk, 6, "");
+    junk_conn["role"] = serde_json::json!("king");
+    let state = serde_json::json!({
+        "msg": "state", "schema": 1, "version": "test", "pid": std::process::id(),
+        "config": {"version": 1, "bridges": [{"name": "br0", "ports": []}],
+                   "pmd_cores": [pmd], "other": {}},
+        "ctl_listener": i_ctl, "upgrade_listener": i_up,
+        "bridges": [{"name": "br0", "id": 0, "macs": []}],
+        "ports": [], "upgrades": 0,
+        "openflow": {
+            "listeners": [["br0", i_mgmt]],
+            "conns": [conn(i_good, 6, "0602000c00"), conn(i_bad, 9, ""), junk_conn,
+                      conn(99, 6, "")],
+            "bridges": [],
+        },
+    });
+    let pmd_s = pmd.to_string();
+    let d = dir.display().to_string();
+    let _new = Proc::spawn(
+        "ferrovsd-takeover",
+        &dir,
+        &bin("ferrovsd"),
+        &["--run-dir", &d, "--pmd-cores", &pmd_s, "--takeover"],
+    );
+    up.set_nonblocking(false).unwrap();
+    let (s, _) = up.accept().unwrap();
+    let mut ch = Channel::new(s).unwrap();
+    let (hello, _) = ch.recv(Duration::from_secs(10)).unwrap();
+    assert!(matches!(hello, Msg::Hello { .. }), "{hello:?}");
+    // The state as raw JSON (with its fds), as an old daemon sends it.
+    for chunk in fds.0.chunks(32) {
+        ch.send(
+            &Msg::Fds {
+                count: chunk.len() as u32,
+            },
+            chunk,
+        )
+        .unwrap();
+    }
+    let bytes = serde_json::to_vec(&state).unwrap();
+    assert_eq!(
+        ferrovs_sys::os::send_with_fds(ch.socket(), &bytes, &[]).unwrap(),
+        bytes.len()
+    );
+    let (ready, _) = ch.recv(Duration::from_secs(30)).unwrap();
+    assert!(matches!(ready, Msg::Ready { .. }), "{ready:?}");
+    ch.send(
+        &Msg::Frozen {
+            t_freeze_ns: 0,
+            freeze_us: 0,
+            positions: vec![],
+            rings: vec![],
+            xsks: vec![],
+        },
+        &[],
+    )
+    .unwrap();
+    let (resumed, _) = ch.recv(Duration::from_secs(10)).unwrap();
+    assert!(matches!(resumed, Msg::Resumed { .. }), "{resumed:?}");
+    ch.send(
+        &Msg::Bye {
+            stats: vec![],
+            ports: vec![],
+            rules: vec![],
+            groups: vec![],
+            meters: vec![],
+        },
+        &[],
+    )
+    .unwrap();
+    // The "old daemon" exits: its copies close.
+    drop((good, bad, junk, mgmt, ctl, up));
+    let _stop = StopCurrent(dir.clone());
+
+    // The sound connection: the rest of the echo, and its reply on the same socket.
+    good_peer.write_all(&echo[5..]).unwrap();
+    let mut reply = [0u8; 12];
+    good_peer.read_exact(&mut reply).unwrap();
+    assert_eq!(reply[..2], [6, 3], "ECHO_REPLY: {reply:?}");
+    assert_eq!(reply[4..], echo[4..]);
+    // The others are closed.
+    for (what, p) in [
+        ("bad version", &mut bad_peer),
+        ("unparsable", &mut junk_peer),
+    ] {
+        let mut b = [0u8; 8];
+        assert_eq!(p.read(&mut b).unwrap(), 0, "{what}: closed");
+    }
+    let of = &cli_json(&dir, &["show"])["openflow"];
+    assert_eq!(of["handover_refused"], 3, "{of}");
+    assert_eq!(of["handed_over"], 1, "{of}");
+    // The management socket came over: ovs-ofctl is served.
+    if have("ovs-ofctl") {
+        ofctl_ok(&dir.join("br0.mgmt"), "show", &[]);
+    }
 }

@@ -28,11 +28,11 @@ pub(super) const MAX_BUNDLE_BYTES: usize = 64 << 20;
 /// An open (or closed, not yet committed) bundle.
 #[derive(Debug, Default)]
 pub(super) struct Bundle {
-    flags: u16,
-    closed: bool,
+    pub(super) flags: u16,
+    pub(super) closed: bool,
     /// The messages, decoded, with their bytes (for a commit's error).
-    msgs: Vec<(Message, Vec<u8>)>,
-    bytes: usize,
+    pub(super) msgs: Vec<(Message, Vec<u8>)>,
+    pub(super) bytes: usize,
 }
 
 impl Daemon {

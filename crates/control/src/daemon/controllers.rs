@@ -6,8 +6,9 @@
 //! * The configuration (`BridgeConfig::controllers`, ...) is the truth; the tick
 //!   reconciles each bridge's [`BridgeCtl`] with it, so a change through the CLI, the
 //!   database, a restart or a hot upgrade all take the same path. A new controller is tried
-//!   at once (after a hot upgrade the new daemon connects on its first tick: a controller
-//!   sees one reconnect, and the flows came over in the configuration).
+//!   at once. A hot upgrade hands each controller over with its connection, backoff and
+//!   election (`of_handover.rs`): the controller sees no reconnect; a new daemon given no
+//!   OpenFlow state (an older peer's) connects on its first tick, as after a restart.
 //! * Connections are [`OfConn`]s in `OfState::conns`, handled exactly as management
 //!   connections (`daemon/openflow.rs`); a TCP connect is non-blocking (the socket joins
 //!   the epoll loop writable-armed and HELLO goes once it is established). Nothing here
@@ -52,7 +53,7 @@ pub(super) enum PassiveListener {
 }
 
 impl PassiveListener {
-    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+    pub(super) fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         match self {
             PassiveListener::Unix(l) => l.as_fd(),
             PassiveListener::Tcp(l) => l.as_fd(),
@@ -64,10 +65,10 @@ impl PassiveListener {
 #[derive(Debug)]
 pub(super) struct Controller {
     pub target: String,
-    parsed: Target,
-    backoff: Backoff,
+    pub(super) parsed: Target,
+    pub(super) backoff: Backoff,
     pub state: CState,
-    listener: Option<PassiveListener>,
+    pub(super) listener: Option<PassiveListener>,
     /// Connections made (HELLO exchanged or not).
     pub connects: u64,
     pub last_error: Option<String>,
@@ -111,7 +112,7 @@ impl Daemon {
         self.config.bridges.iter().find(|b| b.name == bridge)
     }
 
-    fn ctrl_max_backoff(&self, bridge: &str) -> Duration {
+    pub(super) fn ctrl_max_backoff(&self, bridge: &str) -> Duration {
         self.bridge_cfg(bridge)
             .and_then(|b| b.max_backoff_ms)
             .map_or(DEFAULT_MAX_BACKOFF, |ms| {

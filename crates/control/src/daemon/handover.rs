@@ -659,6 +659,7 @@ impl Daemon {
                 remote: o.remote.clone(),
                 settings: self.db_settings.iter().cloned().collect(),
             }),
+            openflow: Some(self.of_export(fds)),
         }
     }
 
@@ -823,7 +824,7 @@ impl Daemon {
     /// Builds the daemon from handed-over state; PMDs parked, rings not started.
     fn restore(
         opts: &DaemonOptions,
-        state: State,
+        mut state: State,
         fds: Vec<OwnedFd>,
     ) -> Result<Daemon, HandoverError> {
         let mut fds = FdTable::new(fds);
@@ -849,6 +850,12 @@ impl Daemon {
             .or_else(|| state.ovsdb.as_ref().map(|o| o.remote.clone()));
         if let Some(o) = &state.ovsdb {
             d.db_settings = o.settings.iter().cloned().collect();
+        }
+        // The OpenFlow management sockets before the bridges (which then bind none).
+        let openflow = state.openflow.take();
+        if let Some(of) = &openflow {
+            let names: Vec<String> = state.bridges.iter().map(|b| b.name.clone()).collect();
+            d.of_restore_listeners(of, &names, &mut fds);
         }
         for b in &state.bridges {
             let flows = state
@@ -886,11 +893,17 @@ impl Daemon {
             }))
             .map_err(|e| ConfigError::Invalid(format!("bridge {}: tlv map: {e}", b.name)))?;
             d.set_tlv_map(&b.name, tlv);
+            d.of_restore_tlv(&b.name, &b.tlv);
         }
         for p in state.ports {
             let name = p.cfg.name.clone();
             d.restore_port(p, &mut fds)
                 .map_err(HandoverError::port(&name))?;
+        }
+        // Connections and controllers once the ports are built (their PORT_STATUS reach
+        // no handed-over peer); nothing is read or written before the commit.
+        if let Some(of) = openflow {
+            d.of_restore(of, &mut fds);
         }
         d.ovsdb = remote.map(|r| Box::new(ovsdb::OvsdbLink::new(r)));
         Ok(d)

@@ -61,6 +61,7 @@ mod flows;
 mod handover;
 mod meters;
 mod nx;
+mod of_handover;
 mod ofports;
 mod openflow;
 mod ovsdb;

@@ -6,8 +6,9 @@
 //! * The TLV table is the bridge's, as OVS's is its ofproto's: every connection of the
 //!   bridge sees the same mappings, a TLV_TABLE_MOD applies all its mappings or none, and
 //!   the table lives as long as the daemon (it is not in the configuration; after a restart
-//!   or a hot upgrade ovn-controller reconnects, finds its option missing and maps it
-//!   again: see `docs/openflow.md`, "OpenFlow 1.4 and 1.5").
+//!   ovn-controller reconnects, finds its option missing and maps it again: see
+//!   `docs/openflow.md`, "OpenFlow 1.4 and 1.5"). A hot upgrade carries it in the
+//!   datapath's map and restores this table from it (`of_handover.rs`).
 //! * `tun_metadataN` is the option the table maps to index N: a Geneve tunnel port matches
 //!   or sets option (class, type) of length len as `tun_metadataN` (the Geneve datapath
 //!   reads [`TlvTable::mappings`]).
@@ -224,7 +225,7 @@ impl Daemon {
     /// `show --json`'s `openflow`.
     pub(super) fn openflow_status(&self) -> Option<ferrovs_proto::reply::OpenflowStatus> {
         let c = &self.openflow.counters;
-        if c.accepted == 0 && self.openflow.conns.is_empty() {
+        if c.accepted == 0 && self.openflow.conns.is_empty() && c.handover_refused == 0 {
             return None;
         }
         let name = |v: u8| format!("1.{}", v.saturating_sub(1));
@@ -247,6 +248,8 @@ impl Daemon {
             bundles_committed: c.bundles_committed,
             bundled_messages: c.bundled_messages,
             bundles_failed: c.bundles_failed,
+            handed_over: c.handed_over,
+            handover_refused: c.handover_refused,
             tlv_maps: self
                 .openflow
                 .tlv

@@ -23,10 +23,10 @@
 //! * A FLOW_MOD changes the bridge's rules through `crate::openflow` (all or nothing), then
 //!   the configuration and the datapath exactly as `ferrovs add-flow` does, before the next
 //!   message (so a BARRIER reply means every earlier change is published).
-//! * The listener follows the bridge (created with it, removed with it). During a hot
-//!   upgrade the old daemon still holds the socket; the new one binds it on its first ticks
-//!   once the old one is gone (connections are not handed over: ovs-ofctl reconnects per
-//!   command).
+//! * The listener follows the bridge (created with it, removed with it). A hot upgrade
+//!   hands the listener and every connection over, at the exact byte of each message
+//!   (`of_handover.rs`); a new daemon given none (an older peer's state) binds the socket
+//!   on its first ticks once the old one is gone.
 
 use std::collections::BTreeSet;
 
@@ -48,13 +48,13 @@ use crate::openflow::{self as ofmap, PortMap, Selector, N_TABLES};
 use super::*;
 
 /// Bytes read from one connection per epoll event.
-const READ_BUDGET: usize = 256 << 10;
+pub(super) const READ_BUDGET: usize = 256 << 10;
 /// Replies waiting unread past which the connection's input waits too.
 pub(super) const OUT_BACKLOG: usize = 1 << 20;
 /// Replies waiting unread past which the peer is dropped (a dump of ~100 000 rules fits).
-const OUT_MAX: usize = 64 << 20;
+pub(super) const OUT_MAX: usize = 64 << 20;
 /// Input waiting (behind unread replies) past which the peer is dropped.
-const IN_MAX: usize = 4 << 20;
+pub(super) const IN_MAX: usize = 4 << 20;
 
 /// What the management sockets saw, for the log, `ferrovs show --json` and tests.
 #[derive(Debug, Default, Clone)]
@@ -86,6 +86,11 @@ pub(super) struct OfCounters {
     pub bundled_messages: u64,
     /// Bundles whose commit was refused (one message refused: none applied).
     pub bundles_failed: u64,
+    /// Connections this daemon took over from the one it replaced (hot upgrade).
+    pub handed_over: u64,
+    /// Pieces of the handed-over OpenFlow state refused at a takeover (each closed alone:
+    /// a connection, a listener, a bridge's controllers).
+    pub handover_refused: u64,
     /// ERROR replies by error name (`OFPBAC_BAD_EXP_TYPE`, ...).
     pub refused: BTreeMap<&'static str, u64>,
 }
@@ -134,7 +139,7 @@ pub use crate::controller::Role;
 pub(super) struct OfConn {
     pub(super) stream: OfStream,
     pub(super) bridge: String,
-    framer: Framer,
+    pub(super) framer: Framer,
     pub(super) out: Vec<u8>,
     /// The peer's HELLO was read and a version agreed.
     pub(super) negotiated: bool,
@@ -306,7 +311,7 @@ pub(super) fn hello(versions: &[u8]) -> Vec<u8> {
 #[derive(Debug, Default)]
 pub(super) struct OfState {
     /// Bridge → its listener and epoll token (absent while the socket cannot be bound).
-    listeners: HashMap<String, (UnixListener, u64)>,
+    pub(super) listeners: HashMap<String, (UnixListener, u64)>,
     pub(super) conns: HashMap<u64, OfConn>,
     pub counters: OfCounters,
     /// Bridges whose rules changed in the messages being handled: published once they are
