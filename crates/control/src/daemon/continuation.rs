@@ -18,7 +18,8 @@
 //! it: the DHCP reply) and the metadata match (pinctrl may set register bits there: the
 //! result of `put_dhcp_opts`). The switch trusts none of it ([`decode`]): a token that is
 //! not this process's for this bridge is `NXR_STALE` (OVS's answer after a restart: a
-//! hot upgrade makes every outstanding continuation stale, as an OVS restart does), a
+//! restart makes every outstanding continuation stale, as an OVS restart does; a hot upgrade
+//! hands the nonce to the new daemon in the upgrade state, so its continuations stay good), a
 //! property too short or running past its parent `OFPBPC_BAD_LEN`, an unknown one
 //! `OFPBPC_BAD_TYPE`, more than [`MAX_FROZEN_FRAMES`] frames `OFPBPC_TOO_MANY`, a register
 //! stack or mirrors (which this switch never freezes) `OFPBPC_BAD_VALUE`, a table beyond
@@ -62,10 +63,23 @@ pub mod cpt {
 pub const VERSION: u8 = 1;
 const MAGIC: &[u8; 3] = b"FVC";
 
-/// This process's nonce: a continuation from another process (before a restart or a hot
-/// upgrade) is stale.
+static NONCE: OnceLock<u32> = OnceLock::new();
+
+/// The nonce of this process's bridge tokens (what a hot upgrade hands to the next daemon).
+pub fn current_nonce() -> u32 {
+    nonce()
+}
+
+/// Takes the previous daemon's nonce (a hot upgrade's new daemon, before its first
+/// packet-in), so the continuations it sent are not stale; false if a nonce was already in
+/// use.
+pub fn adopt_nonce(n: u32) -> bool {
+    NONCE.set(n).is_ok()
+}
+
+/// This process's nonce: a continuation from another process (before a restart, or from
+/// a daemon older than the nonce's handover) is stale.
 fn nonce() -> u32 {
-    static NONCE: OnceLock<u32> = OnceLock::new();
     *NONCE.get_or_init(|| {
         use std::hash::{BuildHasher, Hasher};
         let mut h = std::collections::hash_map::RandomState::new().build_hasher();

@@ -659,6 +659,7 @@ impl Daemon {
                 remote: o.remote.clone(),
                 settings: self.db_settings.iter().cloned().collect(),
             }),
+            continuation_nonce: Some(super::continuation::current_nonce()),
         }
     }
 
@@ -843,6 +844,10 @@ impl Daemon {
         d.datapath.set_standby(true);
         d.start_pmds().map_err(HandoverError::Pmds)?;
         d.upgrades = state.upgrades;
+        if let Some(n) = state.continuation_nonce {
+            // Before any packet-in: the old daemon's continuations stay valid.
+            super::continuation::adopt_nonce(n);
+        }
         let remote = opts
             .ovsdb
             .clone()
