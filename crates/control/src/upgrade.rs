@@ -170,6 +170,12 @@ pub struct State {
     /// management sockets and reconnects to the controllers itself).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub openflow: Option<OpenflowState>,
+    /// The nonce in the bridge tokens of the continuations the old daemon sent
+    /// (`controller(pause)`, docs/openflow.md "Continuations"): the new daemon takes it, so
+    /// a controller's `NXT_RESUME` of one is not stale after the upgrade (absent: in what
+    /// daemons older than the field wrote; their continuations are then stale).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continuation_nonce: Option<u32>,
 }
 
 /// The OpenFlow side of a daemon (`docs/upgrade.md`, "OpenFlow connections"): every
@@ -1090,6 +1096,20 @@ mod tests {
         assert!(matches!(t.take(0), Err(StateError::MissingFd(0))));
         assert!(matches!(t.take_opt(Some(9)), Err(StateError::MissingFd(9))));
         assert!(t.take_opt(None).unwrap().is_none());
+    }
+
+    /// A schema 4 state with the continuation nonce (a field serde-defaults: the states
+    /// without it read as before) restores it and writes it back the same.
+    #[test]
+    fn the_continuation_nonce_travels() {
+        const C: &str =
+            include_str!("../../../tests/e2e/fixtures/upgrade-state-v4-continuation.json");
+        let st = State::parse(C.as_bytes()).unwrap();
+        assert_eq!(st.continuation_nonce, Some(0x1234_5678));
+        let v: Value = serde_json::from_str(C).unwrap();
+        assert_eq!(serde_json::to_value(Msg::State(Box::new(st))).unwrap(), v);
+        let old = State::parse(V1.as_bytes()).unwrap();
+        assert_eq!(old.continuation_nonce, None);
     }
 
     /// Rules travel as their ovs-ofctl text in the configuration: a schema 4 state whose

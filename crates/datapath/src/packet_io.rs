@@ -306,6 +306,7 @@ mod tests {
             reason: 1,
             table_id: 0,
             cookie: 9,
+            ..ControllerAction::default()
         }
     }
 

@@ -20,6 +20,8 @@
 #![forbid(unsafe_code)]
 
 pub mod classifier;
+#[cfg(test)]
+mod cont_tests;
 pub mod ct;
 pub mod edit;
 pub mod key;
@@ -40,12 +42,13 @@ pub use classifier::Classifier;
 pub use key::{Field, FlowKey, SubField, TunnelKey, KEY_WORDS, TUN_METADATA};
 pub use matching::Match;
 pub use pipeline::{
-    is_table_miss, CompiledGroup, CompiledRule, ControllerAction, DpAction, GroupStats, Pipeline,
-    PortNumbers, ResolvedAction, RuleStats, TableCounters, Translation, XlateCounters, XlateError,
-    REASON_ACTION, REASON_NO_MATCH,
+    is_table_miss, resolve_frame, CompiledGroup, CompiledRule, ControllerAction, DpAction, Frozen,
+    FrozenFrame, GroupStats, PacketInState, Pipeline, PortNumbers, ResolvedAction, RuleStats,
+    TableCounters, Translation, XlateCounters, XlateError, MAX_FROZEN_FRAMES, REASON_ACTION,
+    REASON_NO_MATCH,
 };
 pub use spec::{
-    parse_filter, parse_flow, parse_flows_file, parse_group, ActionSpec, BucketSpec, FlowFilter,
-    FlowSpec, GroupSpec, GroupType, ParseError,
+    parse_filter, parse_flow, parse_flows_file, parse_group, ActionSpec, BucketSpec, ControllerExt,
+    FlowFilter, FlowSpec, GroupSpec, GroupType, ParseError,
 };
 pub use tlv::{TlvEntry, TlvError, TlvMap};

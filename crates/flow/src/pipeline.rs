@@ -104,16 +104,69 @@ pub enum DpAction {
 }
 
 /// What a PACKET_IN says about the rule that sent it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ControllerAction {
     /// The action's `max_len` (65535: `OFPCML_NO_BUFFER`). As in OVS, which buffers
     /// nothing, it truncates nothing: the whole frame goes up.
     pub max_len: u16,
-    /// `OFPR_NO_MATCH` (0) from a table-miss rule, else `OFPR_ACTION` (1).
+    /// `OFPR_NO_MATCH` (0) from a table-miss rule, else `OFPR_ACTION` (1), unless the
+    /// action names one (`controller(reason=…)`).
     pub reason: u8,
     pub table_id: u8,
     pub cookie: u64,
+    /// `controller(id=N)`: only connections with this controller id receive it (0: all).
+    pub controller_id: u16,
+    /// `controller(userdata=…)`: `NXPINT_USERDATA` of the `NXT_PACKET_IN2`.
+    pub userdata: Option<Arc<[u8]>>,
+    /// `controller(pause)`: the translation stops here and the packet-in carries its
+    /// continuation ([`PacketInState::frozen`]).
+    pub pause: bool,
+    /// `controller(meter_id=N)` (kept and shown; not applied, see docs/openflow.md).
+    pub meter_id: Option<u32>,
+    /// The pipeline's state where the action ran: set by the translation (a rule's
+    /// compiled action has none).
+    pub at: Option<Arc<PacketInState>>,
 }
+
+/// What the pipeline had reached at a `controller` action: the packet-in's metadata
+/// (OVS's `flow_get_metadata`: OVN's pinctrl reads its logical ports and datapath from the
+/// registers and metadata) and, for `controller(pause)`, the frozen translation.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PacketInState {
+    /// `xreg0`..`xreg7` (each `reg2i` in the high half, `reg2i+1` in the low).
+    pub regs: [u64; 8],
+    pub metadata: u64,
+    pub ct_state: u32,
+    pub ct_zone: u16,
+    pub ct_mark: u32,
+    pub ct_label: u128,
+    /// The continuation of a `controller(pause)`.
+    pub frozen: Option<Frozen>,
+}
+
+/// A translation frozen at `controller(pause)`: what is left to do, innermost first (OVS's
+/// frozen state, unrolled). Resuming ([`Pipeline::resume`]) runs each frame's actions in
+/// order with the frame's table as the current one, then the action set.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Frozen {
+    pub frames: Vec<FrozenFrame>,
+    /// The action set (`write_actions`) accumulated so far.
+    pub action_set: Vec<ResolvedAction>,
+}
+
+/// The rest of one action list: the pausing rule's, or a rule's after the `resubmit` the
+/// pause was inside. A pending `goto_table` is a `resubmit(,T)` at its end (the same thing
+/// at the end of a list), `write_metadata` a `load` of `metadata`, and a `resubmit` to the
+/// current table names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FrozenFrame {
+    pub table: u8,
+    pub cookie: u64,
+    pub actions: Vec<ResolvedAction>,
+}
+
+/// Most frames a continuation may carry (one per nested resubmit, and the pausing rule's).
+pub const MAX_FROZEN_FRAMES: usize = MAX_RESUBMIT_DEPTH + 1;
 
 /// `OFPR_NO_MATCH`: the packet-in reason of a table-miss rule's controller action.
 pub const REASON_NO_MATCH: u8 = 0;
@@ -285,6 +338,8 @@ pub const MAX_GROUP_DEPTH: usize = 8;
 #[derive(Debug)]
 pub struct CompiledRule {
     pub priority: u16,
+    /// The rule's cookie (a continuation's frames carry it).
+    pub cookie: u64,
     pub actions: Vec<ResolvedAction>,
     pub stats: Arc<RuleStats>,
     /// Order of insertion into the pipeline (from 1).
@@ -389,16 +444,26 @@ fn resolve_action(
             v.iter().map(|a| resolve_action(a, rule, resolve)).collect(),
         ),
         ActionSpec::Meter(m) => ResolvedAction::Meter(*m),
-        ActionSpec::Controller { max_len } => ResolvedAction::Controller(ControllerAction {
-            max_len: *max_len,
-            reason: if rule.is_some_and(is_table_miss) {
-                REASON_NO_MATCH
-            } else {
-                REASON_ACTION
-            },
-            table_id: rule.map_or(0, |r| r.table),
-            cookie: rule.map_or(0, |r| r.cookie),
-        }),
+        ActionSpec::Controller { max_len, ext } => {
+            let e = ext.as_deref();
+            ResolvedAction::Controller(ControllerAction {
+                max_len: *max_len,
+                reason: match e.and_then(|e| e.reason) {
+                    Some(r) => r,
+                    None if rule.is_some_and(is_table_miss) => REASON_NO_MATCH,
+                    None => REASON_ACTION,
+                },
+                table_id: rule.map_or(0, |r| r.table),
+                cookie: rule.map_or(0, |r| r.cookie),
+                controller_id: e.map_or(0, |e| e.controller_id),
+                userdata: e
+                    .filter(|e| !e.userdata.is_empty())
+                    .map(|e| Arc::from(e.userdata.as_slice())),
+                pause: e.is_some_and(|e| e.pause),
+                meter_id: e.and_then(|e| e.meter_id),
+                at: None,
+            })
+        }
         ActionSpec::ClearActions => ResolvedAction::ClearActions,
         ActionSpec::WriteMetadata { value, mask } => ResolvedAction::WriteMetadata {
             value: *value,
@@ -425,6 +490,103 @@ fn resolve_action(
         },
         ActionSpec::OutputReg(f) => ResolvedAction::OutputReg(*f),
     }
+}
+
+impl ResolvedAction {
+    /// The rule syntax of this action (a continuation's frames go to the controller as
+    /// OpenFlow actions through it); `name` gives a datapath port's name. `None`: the
+    /// action does nothing (an output to a port that did not resolve).
+    pub fn to_spec(&self, name: &dyn Fn(u32) -> Option<String>) -> Option<ActionSpec> {
+        use crate::spec::ControllerExt;
+        Some(match self {
+            ResolvedAction::Output(p) => ActionSpec::Output(name((*p)?)?),
+            ResolvedAction::Mirror(p) => ActionSpec::Mirror(name((*p)?)?),
+            ResolvedAction::InPort => ActionSpec::InPort,
+            ResolvedAction::Normal => ActionSpec::Normal,
+            ResolvedAction::Flood => ActionSpec::Flood,
+            ResolvedAction::Drop => ActionSpec::Drop,
+            ResolvedAction::SetField(f, v) => ActionSpec::SetField(*f, *v),
+            ResolvedAction::SetEcn(e) => ActionSpec::SetEcn(*e),
+            ResolvedAction::SetVlanVid(v) => ActionSpec::SetVlanVid(*v),
+            ResolvedAction::SetVlanPcp(v) => ActionSpec::SetVlanPcp(*v),
+            ResolvedAction::PopVlan => ActionSpec::PopVlan,
+            ResolvedAction::PushVlan(t) => ActionSpec::PushVlan(*t),
+            ResolvedAction::SetTunnel(t) => ActionSpec::SetTunnel(*t),
+            ResolvedAction::GotoTable(t) => ActionSpec::GotoTable(*t),
+            ResolvedAction::Meter(m) => ActionSpec::Meter(*m),
+            ResolvedAction::Controller(c) => {
+                let ext = ControllerExt {
+                    reason: (c.reason != REASON_ACTION).then_some(c.reason),
+                    controller_id: c.controller_id,
+                    userdata: c.userdata.as_deref().unwrap_or_default().to_vec(),
+                    pause: c.pause,
+                    meter_id: c.meter_id,
+                };
+                ActionSpec::Controller {
+                    max_len: c.max_len,
+                    ext: (!ext.is_plain()).then(|| Box::new(ext)),
+                }
+            }
+            ResolvedAction::Group(g) => ActionSpec::Group(*g),
+            ResolvedAction::DecTtl => ActionSpec::DecTtl,
+            ResolvedAction::SetQueue(q) => ActionSpec::SetQueue(*q),
+            ResolvedAction::WriteActions(list) => {
+                ActionSpec::WriteActions(list.iter().filter_map(|a| a.to_spec(name)).collect())
+            }
+            ResolvedAction::ClearActions => ActionSpec::ClearActions,
+            ResolvedAction::WriteMetadata { value, mask } => ActionSpec::WriteMetadata {
+                value: *value,
+                mask: *mask,
+            },
+            ResolvedAction::PushMpls(t) => ActionSpec::PushMpls(*t),
+            ResolvedAction::PopMpls(t) => ActionSpec::PopMpls(*t),
+            ResolvedAction::SetMplsTtl(t) => ActionSpec::SetMplsTtl(*t),
+            ResolvedAction::DecMplsTtl => ActionSpec::DecMplsTtl,
+            ResolvedAction::Ct(c) => ActionSpec::Ct(c.clone()),
+            ResolvedAction::CtClear => ActionSpec::CtClear,
+            ResolvedAction::Load { field, value, mask } => ActionSpec::Load {
+                field: *field,
+                value: *value,
+                mask: *mask,
+            },
+            ResolvedAction::Move { src, dst } => ActionSpec::Move {
+                src: *src,
+                dst: *dst,
+            },
+            ResolvedAction::Resubmit { port, table } => ActionSpec::Resubmit {
+                port: match port {
+                    None => None,
+                    Some(p) => Some(name((*p)?)?),
+                },
+                table: *table,
+            },
+            ResolvedAction::OutputReg(f) => ActionSpec::OutputReg(*f),
+        })
+    }
+}
+
+/// `actions` (a continuation's frame, back from the controller) resolved as the actions
+/// of a rule of table `table` with cookie `cookie` (what their packet-ins say).
+pub fn resolve_frame(
+    actions: &[ActionSpec],
+    table: u8,
+    cookie: u64,
+    resolve: &dyn Fn(&str) -> Option<u32>,
+) -> Vec<ResolvedAction> {
+    let rule = FlowSpec {
+        table,
+        priority: 1,
+        cookie,
+        idle_timeout: 0,
+        hard_timeout: 0,
+        in_port: None,
+        m: crate::Match::catchall(),
+        actions: Vec::new(),
+    };
+    actions
+        .iter()
+        .map(|a| resolve_action(a, Some(&rule), resolve))
+        .collect()
 }
 
 impl Pipeline {
@@ -491,6 +653,7 @@ impl Pipeline {
         self.next_id += 1;
         let rule = Arc::new(CompiledRule {
             priority: spec.priority,
+            cookie: spec.cookie,
             actions,
             stats,
             id: self.next_id,
@@ -675,6 +838,23 @@ impl Pipeline {
         t
     }
 
+    /// Resumes a translation frozen by `controller(pause)` (see [`Frozen`]): `key` is the
+    /// packet the controller sent back with the registers, metadata and ct fields its
+    /// `NXT_RESUME` carries; the frames' `resubmit`s look this pipeline's tables up (the
+    /// tables as they are now, as OVS resumes against its current tables).
+    pub fn resume(&self, key: &FlowKey, frozen: &Frozen) -> Translation {
+        let lookup = |table: usize, k: &FlowKey, wc: &mut FlowKey| {
+            self.tables
+                .get(table)
+                .and_then(|c| c.lookup(k, wc))
+                .map(|(r, _)| r)
+        };
+        let groups = |g: u32| self.groups.get(&g);
+        let t = walk_resume(key, &lookup, &groups, self.port_numbers.as_deref(), frozen);
+        self.count_error(&t);
+        t
+    }
+
     fn count_error(&self, t: &Translation) {
         use std::sync::atomic::Ordering::Relaxed;
         match t.error {
@@ -747,6 +927,14 @@ struct State<'p> {
     resubmits: usize,
     /// OpenFlow port numbers (see [`PortNumbers`]).
     ports: Option<&'p PortNumbers>,
+    /// The cookie of the rule whose actions run (a continuation's frames carry it).
+    cookie: u64,
+    /// Set by `controller(pause)`: the index of its datapath action and the continuation
+    /// being unrolled (each action list the pause was inside adds its rest on the way out).
+    frozen: Option<(usize, Frozen)>,
+    /// While unrolling out of a `resubmit(PORT,T)`: the in_port (OpenFlow number) the
+    /// caller's rest of actions runs with.
+    frozen_in_port: Option<u32>,
 }
 
 impl State<'_> {
@@ -808,21 +996,7 @@ fn walk_full<'a>(
     ports: Option<&PortNumbers>,
     first: Option<&[ResolvedAction]>,
 ) -> Translation {
-    let mut st = State {
-        t: Translation::default(),
-        k: *key,
-        in_port: key.in_port(),
-        modified: false,
-        set: Vec::new(),
-        written: FlowKey::default(),
-        vlan_depth: 0,
-        mpls_depth: 0,
-        mpls_unknown: false,
-        table: 0,
-        depth: 0,
-        resubmits: 0,
-        ports,
-    };
+    let mut st = State::new(key, ports);
     // Recirculation: the same key bits with another recirculation id are another
     // packet (another pass), so the id is always in the mask; a resumed pass starts in
     // the table its id names (an id no `ct(table=T)` gives drops).
@@ -847,20 +1021,7 @@ fn walk_full<'a>(
             }
         }
     };
-    if ended && !st.set.is_empty() && st.t.error.is_none() {
-        let mut set = std::mem::take(&mut st.set);
-        // OpenFlow's order; a group in the set replaces the output.
-        set.sort_by_key(|a| set_slot(a).0);
-        if set.iter().any(|a| matches!(a, ResolvedAction::Group(_))) {
-            set.retain(|a| set_slot(a).0 != 70);
-        }
-        let mut next = None;
-        apply(&mut st, &set, &mut next, lookup, groups, 0);
-    }
-    if st.t.error.is_some() {
-        // A failed translation drops the packet (as OVS): what it emitted is not done.
-        st.t.actions.clear();
-    }
+    finish(&mut st, ended, lookup, groups);
     if recirc == 0 {
         // A first pass's metadata and registers are 0 on input; a resumed pass's are the
         // key's own (the values frozen at its ct action), which the rules' matches and
@@ -871,6 +1032,164 @@ fn walk_full<'a>(
         }
     }
     st.t
+}
+
+impl<'p> State<'p> {
+    fn new(key: &FlowKey, ports: Option<&'p PortNumbers>) -> State<'p> {
+        State {
+            t: Translation::default(),
+            k: *key,
+            in_port: key.in_port(),
+            modified: false,
+            set: Vec::new(),
+            written: FlowKey::default(),
+            vlan_depth: 0,
+            mpls_depth: 0,
+            mpls_unknown: false,
+            table: 0,
+            depth: 0,
+            resubmits: 0,
+            ports,
+            cookie: 0,
+            frozen: None,
+            frozen_in_port: None,
+        }
+    }
+}
+
+/// The end of a translation: the action set when the pipeline `ended` (not when it
+/// stopped, paused or missed), a failure's drop, a pause's continuation put into its
+/// packet-in.
+fn finish<'a>(st: &mut State, ended: bool, lookup: &RuleLookup<'_, 'a>, groups: &GroupLookup<'a>) {
+    if ended && !st.set.is_empty() && st.t.error.is_none() && st.frozen.is_none() {
+        let mut set = std::mem::take(&mut st.set);
+        // OpenFlow's order; a group in the set replaces the output.
+        set.sort_by_key(|a| set_slot(a).0);
+        if set.iter().any(|a| matches!(a, ResolvedAction::Group(_))) {
+            set.retain(|a| set_slot(a).0 != 70);
+        }
+        let mut next = None;
+        apply(st, &set, &mut next, lookup, groups, 0);
+    }
+    if let Some((at, frozen)) = st.frozen.take() {
+        if let Some(DpAction::Controller(c)) = st.t.actions.get_mut(at) {
+            let mut s = c.at.as_deref().cloned().unwrap_or_default();
+            s.frozen = Some(frozen);
+            c.at = Some(Arc::new(s));
+        }
+    }
+    if st.t.error.is_some() {
+        // A failed translation drops the packet (as OVS): what it emitted is not done.
+        st.t.actions.clear();
+    }
+}
+
+/// Resumes a frozen translation (see [`Frozen`]) on `key` (the packet the controller sent
+/// back, with the registers, metadata and ct fields of its message).
+fn walk_resume<'a>(
+    key: &FlowKey,
+    lookup: &RuleLookup<'_, 'a>,
+    groups: &GroupLookup<'a>,
+    ports: Option<&PortNumbers>,
+    frozen: &Frozen,
+) -> Translation {
+    let mut st = State::new(key, ports);
+    st.set = frozen.action_set.clone();
+    let mut ended = true;
+    let n = frozen.frames.len();
+    for (i, f) in frozen.frames.iter().enumerate() {
+        st.table = usize::from(f.table);
+        st.cookie = f.cookie;
+        let mut next = None;
+        let mut run = if apply(&mut st, &f.actions, &mut next, lookup, groups, 0) {
+            Run::Finished
+        } else {
+            Run::Stopped
+        };
+        if run == Run::Finished {
+            if let Some(t) = next.filter(|&t| t > usize::from(f.table)) {
+                run = run_tables(&mut st, t, lookup, groups);
+            }
+        }
+        match run {
+            Run::Stopped => {
+                if let Some((_, fz)) = st.frozen.as_mut() {
+                    // Paused again: the outer frames are still to do after this one.
+                    fz.frames.extend(frozen.frames[i + 1..].iter().cloned());
+                }
+                ended = false;
+                break;
+            }
+            // A miss in the outermost list's goto ends the pipeline (as a first pass's
+            // would); an inner one was inside a resubmit, which goes on.
+            Run::Missed if i + 1 == n => ended = false,
+            _ => {}
+        }
+    }
+    finish(&mut st, ended, lookup, groups);
+    st.t
+}
+
+/// `controller(pause)` at `actions[i]`: the continuation starts with the rest of this list.
+fn freeze_rest(st: &mut State, rest: &[ResolvedAction], next: Option<usize>) {
+    let in_port = st.frozen_in_port.take();
+    let table = st.table;
+    let cookie = st.cookie;
+    let Some((_, fz)) = st.frozen.as_mut() else {
+        return;
+    };
+    let mut actions = Vec::new();
+    if let Some(no) = in_port {
+        // Back from `resubmit(PORT,T)`: the rest runs with the caller's in_port.
+        actions.push(ResolvedAction::Load {
+            field: Field::InPort,
+            value: u128::from(no),
+            mask: Field::InPort.full(),
+        });
+    }
+    let mut goto = next;
+    for a in rest {
+        match a {
+            ResolvedAction::GotoTable(t) => goto = Some(usize::from(*t)),
+            ResolvedAction::WriteMetadata { value, mask } => actions.push(ResolvedAction::Load {
+                field: Field::Metadata,
+                value: u128::from(*value),
+                mask: u128::from(*mask),
+            }),
+            // Instructions after the pause only touch the action set: applied to the
+            // frozen one now (exact unless a resubmit before them writes the same slot).
+            ResolvedAction::ClearActions => fz.action_set.clear(),
+            ResolvedAction::WriteActions(list) => {
+                for w in list {
+                    let slot = set_slot(w);
+                    fz.action_set.retain(|x| set_slot(x) != slot);
+                    fz.action_set.push(w.clone());
+                }
+            }
+            // The meter instruction runs first: never after a pause.
+            ResolvedAction::Meter(_) => {}
+            ResolvedAction::Resubmit { port, table: None } => {
+                actions.push(ResolvedAction::Resubmit {
+                    port: *port,
+                    table: Some(table as u8),
+                })
+            }
+            other => actions.push(other.clone()),
+        }
+    }
+    if let Some(t) = goto {
+        actions.push(ResolvedAction::Resubmit {
+            port: None,
+            table: Some(t as u8),
+        });
+    }
+    if !actions.is_empty() {
+        fz.frames.push(FrozenFrame {
+            table: table as u8,
+            cookie,
+            actions,
+        });
+    }
 }
 
 /// Looks `table` up and runs the rule found, then the tables its `goto_table`s name.
@@ -897,6 +1216,7 @@ fn run_tables<'a>(
         };
         st.t.rules.push(rule.stats.clone());
         st.table = table;
+        st.cookie = rule.cookie;
         let mut next = None;
         if !apply(st, &rule.actions, &mut next, lookup, groups, 0) {
             // dec_ttl at TTL 0/1, a recirculation, a limit: the packet goes no further.
@@ -928,6 +1248,7 @@ fn resubmit<'a>(
         return false;
     }
     let (saved_key_port, saved_in_port, saved_table) = (st.k.in_port(), st.in_port, st.table);
+    let saved_cookie = st.cookie;
     if let Some(p) = port {
         st.k.set(Field::InPort, u128::from(p));
         st.in_port = p;
@@ -937,6 +1258,10 @@ fn resubmit<'a>(
     let r = run_tables(st, table, lookup, groups);
     st.depth -= 1;
     st.table = saved_table;
+    st.cookie = saved_cookie;
+    if port.is_some() && st.frozen.is_some() {
+        st.frozen_in_port = Some(st.port_no(saved_key_port));
+    }
     if port.is_some() {
         st.k.set(Field::InPort, u128::from(saved_key_port));
         st.in_port = saved_in_port;
@@ -1250,7 +1575,7 @@ fn apply<'a>(
     groups: &GroupLookup<'a>,
     depth: usize,
 ) -> bool {
-    for a in actions {
+    for (i, a) in actions.iter().enumerate() {
         if st.t.error.is_some() {
             return false;
         }
@@ -1301,6 +1626,7 @@ fn apply<'a>(
             }
             ResolvedAction::Resubmit { port, table } => {
                 if !resubmit(st, port, table, lookup, groups) {
+                    freeze_rest(st, &actions[i + 1..], *next);
                     return false;
                 }
             }
@@ -1395,7 +1721,12 @@ fn apply<'a>(
             }
             ResolvedAction::Group(g) => run_group(st, g, lookup, groups, depth),
             ResolvedAction::Meter(m) => st.t.actions.push(DpAction::Meter(m)),
-            ResolvedAction::Controller(c) => st.t.actions.push(DpAction::Controller(c)),
+            ResolvedAction::Controller(ref c) => {
+                if controller(st, c, depth) {
+                    freeze_rest(st, &actions[i + 1..], *next);
+                    return false;
+                }
+            }
             ResolvedAction::PushMpls(ety) => {
                 if !push_mpls(st, ety) {
                     return false;
@@ -1476,6 +1807,53 @@ fn apply<'a>(
         }
     }
     true
+}
+
+/// The packet-in fields a `controller` action reads from the key (they join the mask).
+const PACKET_IN_CT: [Field; 4] = [Field::CtState, Field::CtZone, Field::CtMark, Field::CtLabel];
+
+/// A `controller` action: its packet-in with the pipeline's state here. True when it
+/// pauses the translation (`pause`, not inside a group's bucket: a bucket's effects are set
+/// back after it, which a continuation could not do).
+fn controller(st: &mut State, c: &ControllerAction, depth: usize) -> bool {
+    // The message carries the metadata, the registers and the ct fields as they are now:
+    // every bit of them is part of the decision (a first pass's registers and metadata
+    // leave the mask at the end, being functions of the bits already in it).
+    st.t.mask.or_field(Field::Metadata, Field::Metadata.full());
+    for w in &mut st.t.mask.0[REG_WORD..REG_WORD + 8] {
+        *w = u64::MAX;
+    }
+    for f in PACKET_IN_CT {
+        st.t.mask.or_field(f, f.full());
+    }
+    let mut regs = [0u64; 8];
+    regs.copy_from_slice(&st.k.0[REG_WORD..REG_WORD + 8]);
+    let state = PacketInState {
+        regs,
+        metadata: st.k.get(Field::Metadata) as u64,
+        ct_state: st.k.get(Field::CtState) as u32,
+        ct_zone: st.k.get(Field::CtZone) as u16,
+        ct_mark: st.k.get(Field::CtMark) as u32,
+        ct_label: st.k.get(Field::CtLabel),
+        frozen: None,
+    };
+    let mut c = c.clone();
+    c.at = Some(Arc::new(state));
+    let pause = c.pause && depth == 0;
+    if !pause {
+        c.pause = false;
+    }
+    st.t.actions.push(DpAction::Controller(c));
+    if pause {
+        st.frozen = Some((
+            st.t.actions.len() - 1,
+            Frozen {
+                frames: Vec::new(),
+                action_set: st.set.clone(),
+            },
+        ));
+    }
+    pause
 }
 
 /// The datapath action that writes `v` into field `f`: the tunnel fields (`tun_id`,

@@ -928,7 +928,7 @@ fn controller_actions_parse_print_and_carry_their_packet_in_reason() {
         let f = parse_flow(&format!("actions={text}")).unwrap();
         assert_eq!(
             f.actions,
-            vec![ActionSpec::Controller { max_len }],
+            vec![ActionSpec::Controller { max_len, ext: None }],
             "{text}"
         );
         let printed = f.to_string();
@@ -945,12 +945,13 @@ fn controller_actions_parse_print_and_carry_their_packet_in_reason() {
     let miss = parse_flow("table=0,priority=0,cookie=0x7 actions=CONTROLLER:65535").unwrap();
     let p = Pipeline::build([(&miss, Arc::new(RuleStats::default()))], &resolve);
     assert_eq!(
-        p.translate(&k).actions,
+        without_state(p.translate(&k).actions),
         vec![DpAction::Controller(ControllerAction {
             max_len: 65535,
             reason: REASON_NO_MATCH,
             table_id: 0,
             cookie: 7,
+            ..Default::default()
         })]
     );
     // Any other rule (a priority, or a match): OFPR_ACTION, with its table and cookie; an
@@ -964,7 +965,7 @@ fn controller_actions_parse_print_and_carry_their_packet_in_reason() {
         let mut k = k;
         k.set(Field::EthType, 0x0800);
         assert_eq!(
-            p.translate(&k).actions,
+            without_state(p.translate(&k).actions),
             vec![
                 DpAction::SetField(Field::EthSrc, 1),
                 DpAction::Controller(ControllerAction {
@@ -972,6 +973,7 @@ fn controller_actions_parse_print_and_carry_their_packet_in_reason() {
                     reason: REASON_ACTION,
                     table_id: 0,
                     cookie: 0,
+                    ..Default::default()
                 })
             ],
             "{text}"
@@ -2116,4 +2118,18 @@ fn tun_metadata_matches_sets_and_prints() {
     assert!(parse_flow("tun_metadata0=0x100000000 actions=drop").is_err());
     assert!(parse_flow("actions=set_field:0x100000000->tun_metadata2").is_err());
     assert!(parse_flow("tun_metadata4=1 actions=drop").is_err());
+}
+
+/// `actions` with the controller actions' pipeline state left out.
+fn without_state(actions: Vec<DpAction>) -> Vec<DpAction> {
+    actions
+        .into_iter()
+        .map(|a| match a {
+            DpAction::Controller(mut c) => {
+                c.at = None;
+                DpAction::Controller(c)
+            }
+            a => a,
+        })
+        .collect()
 }

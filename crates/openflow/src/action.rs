@@ -15,7 +15,7 @@
 //! and `OFPBAC_BAD_TYPE`).
 
 use crate::error::{bac, bic, bmc, OfError};
-use crate::nicira::{self, NxCt, NxMove, NxNat, NxOutputReg};
+use crate::nicira::{self, NxController, NxCt, NxMove, NxNat, NxOutputReg};
 use crate::oxm::{Field, Oxm};
 use crate::port;
 use crate::wire::{pad8, Put, Reader};
@@ -103,6 +103,8 @@ pub enum Action {
     },
     /// Nicira `NXAST_OUTPUT_REG`/`NXAST_OUTPUT_REG2` (`output:NXM_NX_REG15[]`).
     OutputReg(NxOutputReg),
+    /// Nicira `NXAST_CONTROLLER` / `NXAST_CONTROLLER2` (`controller(userdata=…,pause)`).
+    Controller(Box<NxController>),
 }
 
 /// Where an action list sits: a `ct` action's nested list takes only `nat` and writes of
@@ -173,7 +175,8 @@ impl Action {
             | Action::RegLoad2(_)
             | Action::RegMove(_)
             | Action::Resubmit { .. }
-            | Action::OutputReg(_) => at::EXPERIMENTER,
+            | Action::OutputReg(_)
+            | Action::Controller(_) => at::EXPERIMENTER,
         }
     }
 
@@ -193,6 +196,7 @@ impl Action {
             Action::RegMove(m) => nicira::encode_reg_move(m, out),
             Action::Resubmit { port, table } => nicira::encode_resubmit(*port, *table, out),
             Action::OutputReg(o) => nicira::encode_output_reg(o, out),
+            Action::Controller(c) => nicira::encode_controller(c, out),
             _ => {
                 out.put_u16(self.type_());
                 out.put_u16(0);
@@ -206,7 +210,8 @@ impl Action {
             | Action::RegLoad2(_)
             | Action::RegMove(_)
             | Action::Resubmit { .. }
-            | Action::OutputReg(_) => out.pad8_from(start),
+            | Action::OutputReg(_)
+            | Action::Controller(_) => out.pad8_from(start),
             Action::CopyField(m) => {
                 out.put_u16(m.nbits);
                 out.put_u16(m.src_ofs);
@@ -434,6 +439,11 @@ pub(crate) fn encode_actions(actions: &[Action], out: &mut Vec<u8>) {
     for a in actions {
         a.encode(out);
     }
+}
+
+/// Appends the encoding of an action list (what [`decode_actions_15`] reads back).
+pub fn encode_action_list(actions: &[Action], out: &mut Vec<u8>) {
+    encode_actions(actions, out);
 }
 
 /// The encoded length of an action list.

@@ -500,6 +500,7 @@ pub fn name(type_: u16, code: u16) -> Option<&'static str> {
             21 => Some("NXTTMFC_DUP_ENTRY"),
             22 => Some("OFPBFC_BAD_VERSION"),
             34 => Some("NXR_NOT_SUPPORTED"),
+            35 => Some("NXR_STALE"),
             38 => Some("NXTTMFC_INVALID_TLV_DEL"),
             _ => None,
         };

@@ -71,6 +71,8 @@ pub mod port;
 mod wire;
 
 #[cfg(test)]
+mod cont_tests;
+#[cfg(test)]
 mod ct_tests;
 #[cfg(test)]
 mod of15_tests;

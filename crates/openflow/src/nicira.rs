@@ -52,6 +52,8 @@ pub mod nxast {
     pub const REG_MOVE: u16 = 6;
     pub const REG_LOAD: u16 = 7;
     pub const RESUBMIT_TABLE: u16 = 14;
+    pub const CONTROLLER: u16 = 20;
+    pub const CONTROLLER2: u16 = 37;
     pub const OUTPUT_REG: u16 = 15;
     pub const OUTPUT_REG2: u16 = 32;
     pub const REG_LOAD2: u16 = 33;
@@ -140,6 +142,172 @@ pub mod nat_range {
     pub const IPV6_MAX: u16 = 8;
     pub const PROTO_MIN: u16 = 16;
     pub const PROTO_MAX: u16 = 32;
+}
+
+/// `NXAC2PT_*`: the properties of `NXAST_CONTROLLER2`.
+pub mod ac2pt {
+    pub const MAX_LEN: u16 = 0;
+    pub const CONTROLLER_ID: u16 = 1;
+    pub const REASON: u16 = 2;
+    pub const USERDATA: u16 = 3;
+    pub const PAUSE: u16 = 4;
+    pub const METER_ID: u16 = 5;
+}
+
+/// `NX_CTLR_NO_METER`: a controller action without a meter.
+pub const NX_CTLR_NO_METER: u32 = u32::MAX;
+
+/// `OFPR_ACTION`, the reason a controller action has unless it says otherwise.
+const OFPR_ACTION: u8 = 1;
+
+/// `NXAST_CONTROLLER` (16 bytes: `max_len`, `controller_id`, `reason`, a zero byte) or
+/// `NXAST_CONTROLLER2` (an 8-byte header with 6 zero bytes, then `NXAC2PT_*` properties,
+/// each `type`, `len`, value, padded to 8), as OVS's `ofpact_controller`. Encoded as OVS's
+/// `encode_CONTROLLER`: `NXAST_CONTROLLER2` when there is userdata, `pause` or a meter (or
+/// it came as one, `v2`), each property only when it differs from its default (`max_len`
+/// 65535, id 0, reason `OFPR_ACTION`, no meter); else `NXAST_CONTROLLER`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct NxController {
+    /// Bytes of the packet to send (65535: all).
+    pub max_len: u16,
+    /// The controller connection id that receives it (0: all).
+    pub controller_id: u16,
+    /// `OFPR_*`.
+    pub reason: u8,
+    /// `NXPINT_USERDATA` of the packet-in.
+    pub userdata: Vec<u8>,
+    /// Pause the pipeline (a continuation in the packet-in).
+    pub pause: bool,
+    /// A meter for the packet-ins ([`NX_CTLR_NO_METER`]: none).
+    pub meter_id: u32,
+    /// Decoded from (or to be written as) `NXAST_CONTROLLER2` even without its extras.
+    pub v2: bool,
+}
+
+impl Default for NxController {
+    fn default() -> Self {
+        NxController {
+            max_len: u16::MAX,
+            controller_id: 0,
+            reason: OFPR_ACTION,
+            userdata: Vec::new(),
+            pause: false,
+            meter_id: NX_CTLR_NO_METER,
+            v2: false,
+        }
+    }
+}
+
+impl NxController {
+    /// Whether OVS writes it as `NXAST_CONTROLLER2`.
+    pub fn needs_v2(&self) -> bool {
+        self.v2 || !self.userdata.is_empty() || self.pause || self.meter_id != NX_CTLR_NO_METER
+    }
+}
+
+/// Writes property `t` with `value`, padded to 8 (OVS's `ofpprop_put`).
+fn put_prop(out: &mut Vec<u8>, t: u16, value: &[u8]) {
+    let start = out.len();
+    out.put_u16(t);
+    out.put_u16((4 + value.len()) as u16);
+    out.extend_from_slice(value);
+    out.pad8_from(start);
+}
+
+pub(crate) fn encode_controller(c: &NxController, out: &mut Vec<u8>) {
+    if !c.needs_v2() {
+        put_header(out, nxast::CONTROLLER);
+        out.put_u16(c.max_len);
+        out.put_u16(c.controller_id);
+        out.put_u8(c.reason);
+        out.put_u8(0);
+        return;
+    }
+    put_header(out, nxast::CONTROLLER2);
+    out.put_zeros(6);
+    if c.max_len != u16::MAX {
+        // A 16-bit property is written in 4 bytes (ofpprop_put_u16).
+        put_prop(
+            out,
+            ac2pt::MAX_LEN,
+            &[(c.max_len >> 8) as u8, c.max_len as u8, 0, 0],
+        );
+    }
+    if c.controller_id != 0 {
+        let id = c.controller_id;
+        put_prop(
+            out,
+            ac2pt::CONTROLLER_ID,
+            &[(id >> 8) as u8, id as u8, 0, 0],
+        );
+    }
+    if c.reason != OFPR_ACTION {
+        put_prop(out, ac2pt::REASON, &[c.reason]);
+    }
+    if !c.userdata.is_empty() {
+        put_prop(out, ac2pt::USERDATA, &c.userdata);
+    }
+    if c.pause {
+        put_prop(out, ac2pt::PAUSE, &[]);
+    }
+    if c.meter_id != NX_CTLR_NO_METER {
+        put_prop(out, ac2pt::METER_ID, &c.meter_id.to_be_bytes());
+    }
+}
+
+/// `NXAST_CONTROLLER2`'s properties (after the 6 zero bytes), as OVS's
+/// `decode_NXAST_RAW_CONTROLLER2`: a property shorter than its header or whose padded
+/// length runs past the action is `OFPBPC_BAD_LEN`, as is a value too short for its type
+/// (or a meter id not of 4 bytes); an unknown type is `OFPBPC_BAD_TYPE`.
+fn decode_controller2(mut props: &[u8]) -> Result<NxController, OfError> {
+    use crate::error::{bpc, et};
+    let bad_len = |why| OfError::new(et::BAD_PROPERTY, bpc::BAD_LEN, why);
+    let mut c = NxController {
+        v2: true,
+        ..NxController::default()
+    };
+    while !props.is_empty() {
+        if props.len() < 4 {
+            return Err(bad_len("NXAST_CONTROLLER2 property header cut"));
+        }
+        let t = u16::from_be_bytes([props[0], props[1]]);
+        let len = usize::from(u16::from_be_bytes([props[2], props[3]]));
+        if len < 4 || crate::wire::pad8(len) > props.len() {
+            return Err(bad_len("NXAST_CONTROLLER2 property length past the action"));
+        }
+        let v = &props[4..len];
+        let be16 = |v: &[u8]| {
+            v.get(..2)
+                .map(|b| u16::from_be_bytes([b[0], b[1]]))
+                .ok_or(bad_len("NXAST_CONTROLLER2 16-bit property too short"))
+        };
+        match t {
+            ac2pt::MAX_LEN => c.max_len = be16(v)?,
+            ac2pt::CONTROLLER_ID => c.controller_id = be16(v)?,
+            ac2pt::REASON => {
+                c.reason = *v
+                    .first()
+                    .ok_or(bad_len("NXAST_CONTROLLER2 reason without a value"))?
+            }
+            ac2pt::USERDATA => c.userdata = v.to_vec(),
+            ac2pt::PAUSE => c.pause = true,
+            ac2pt::METER_ID => {
+                let b: [u8; 4] = v
+                    .try_into()
+                    .map_err(|_| bad_len("NXAST_CONTROLLER2 meter id not 4 bytes"))?;
+                c.meter_id = u32::from_be_bytes(b);
+            }
+            _ => {
+                return Err(OfError::new(
+                    et::BAD_PROPERTY,
+                    bpc::BAD_TYPE,
+                    "unknown NXAST_CONTROLLER2 property",
+                ))
+            }
+        }
+        props = &props[crate::wire::pad8(len)..];
+    }
+    Ok(c)
 }
 
 /// `recirc_table` of a `ct` that does not recirculate.
@@ -464,6 +632,31 @@ pub(crate) fn decode_experimenter(body: &[u8], ctx: ActionContext) -> Result<Act
                 value,
             }
         }
+        nxast::CONTROLLER => {
+            if len != 16 {
+                return Err(bad(bac::BAD_LEN, "NXAST_CONTROLLER not 16 bytes"));
+            }
+            let max_len = r.u16()?;
+            let controller_id = r.u16()?;
+            let reason = r.u8()?;
+            Action::Controller(Box::new(NxController {
+                max_len,
+                controller_id,
+                reason,
+                ..NxController::default()
+            }))
+        }
+        nxast::CONTROLLER2 => {
+            let rest = r.rest();
+            if rest.len() < 6 {
+                return Err(bad(bac::BAD_LEN, "NXAST_CONTROLLER2 shorter than 16 bytes"));
+            }
+            if rest[..6].iter().any(|&b| b != 0) {
+                // OVS: NXBRC_MUST_BE_ZERO.
+                return Err(bad(bac::BAD_ARGUMENT, "NXAST_CONTROLLER2 padding not zero"));
+            }
+            Action::Controller(Box::new(decode_controller2(&rest[6..])?))
+        }
         nxast::RESUBMIT | nxast::RESUBMIT_TABLE => {
             if len != 16 {
                 return Err(bad(bac::BAD_LEN, "NXAST_RESUBMIT not 16 bytes"));
@@ -567,7 +760,12 @@ pub(crate) fn decode_experimenter(body: &[u8], ctx: ActionContext) -> Result<Act
             ))
         }
     };
-    if ctx == ActionContext::Ct && matches!(a, Action::Resubmit { .. } | Action::RegMove(_)) {
+    if ctx == ActionContext::Ct
+        && matches!(
+            a,
+            Action::Resubmit { .. } | Action::RegMove(_) | Action::Controller(_)
+        )
+    {
         return Err(bad(bac::BAD_ARGUMENT, "ct nests a resubmit or a move"));
     }
     Ok(a)

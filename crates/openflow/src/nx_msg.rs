@@ -67,6 +67,8 @@ pub mod nxerr {
     pub const TTMFC_ALREADY_MAPPED: u16 = 20;
     pub const TTMFC_DUP_ENTRY: u16 = 21;
     pub const R_NOT_SUPPORTED: u16 = 34;
+    /// The continuation is not this switch's (another process, bridge, or garbage).
+    pub const R_STALE: u16 = 35;
     pub const TTMFC_INVALID_TLV_DEL: u16 = 38;
 }
 
@@ -105,8 +107,8 @@ pub struct TlvTableReply {
 /// `ofputil_put_packet_in` writes it: `PACKET`, `FULL_LEN` only when the packet was cut,
 /// (`BUFFER_ID` only when buffered, which OVS never does), `TABLE_ID`, `COOKIE` unless it is
 /// all ones, `REASON`, `METADATA` (OXM TLVs without an `ofp_match` header), `USERDATA` when
-/// there is some. A continuation (`controller(pause)`) is not produced (kept as bytes when
-/// decoded).
+/// there is some, `CONTINUATION` (the switch's own properties, nested) for
+/// `controller(pause)`. `NXT_RESUME` carries the same properties.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct PacketIn2 {
     /// The frame (possibly cut).
@@ -125,7 +127,7 @@ pub struct PacketIn2 {
     pub metadata: Vec<Oxm>,
     /// `controller(userdata=...)`'s bytes.
     pub userdata: Option<Vec<u8>>,
-    /// A continuation (decoded only; ferrovs does not pause).
+    /// A continuation: the nested properties, opaque to the controller.
     pub continuation: Option<Vec<u8>>,
 }
 
@@ -164,7 +166,7 @@ pub enum NxMessage {
     CtFlushZone(u16),
     /// `NXT_PACKET_IN2`.
     PacketIn2(PacketIn2),
-    /// `NXT_RESUME` (body kept: resuming a paused pipeline is not supported).
+    /// `NXT_RESUME` (body kept: [`PacketIn2::decode`] reads it where it is resumed).
     Resume(Vec<u8>),
     /// `NXT_CT_FLUSH` (body kept: flushing by tuple is not supported).
     CtFlush(Vec<u8>),
@@ -402,7 +404,8 @@ impl PacketIn2 {
         }
     }
 
-    fn decode(mut buf: &[u8]) -> Result<PacketIn2, OfError> {
+    /// Decodes `NXT_PACKET_IN2`'s (or `NXT_RESUME`'s: the same properties) body.
+    pub fn decode(mut buf: &[u8]) -> Result<PacketIn2, OfError> {
         let bad_prop = |code, reason| OfError::new(et::BAD_PROPERTY, code, reason);
         let mut p = PacketIn2 {
             packet: Vec::new(),

@@ -709,6 +709,12 @@ const FLOWS: &[&str] = &[
     "tcp6,tcp_src=22,actions=output:1",
     "udp,udp_src=53,actions=controller:128",
     "udp6,udp_dst=546,actions=controller",
+    // NXAST_CONTROLLER2 and NXAST_CONTROLLER: OVN 23.03's DHCP action, OVS's
+    // tests/ofp-actions.at's, a meter.
+    "udp,tp_src=68,tp_dst=67,actions=controller(userdata=00.00.00.02.00.00.00.00.00.01.de.10.00.00.00.63.0a.00.01.0b.33.04.00.00.0e.10.01.04.ff.ff.ff.00.03.04.0a.00.01.01.36.04.0a.00.01.01,pause),resubmit(,29)",
+    "actions=controller(reason=invalid_ttl,max_len=1234,id=5678,userdata=01.02.03.04.05,pause)",
+    "actions=controller(reason=invalid_ttl,max_len=1234,id=5678)",
+    "actions=controller(userdata=00.00.00.0c.00.00.00.00,meter_id=7)",
     "sctp,sctp_src=1,sctp_dst=2,actions=local",
     "icmp,icmp_type=8,icmp_code=0,actions=in_port",
     "arp,arp_op=1,arp_spa=10.0.0.1,arp_tpa=10.0.0.0/24,arp_sha=00:00:00:00:00:01,arp_tha=00:00:00:00:00:00/ff:ff:ff:00:00:00,actions=output:3",

@@ -132,6 +132,14 @@ pub struct PacketIoStatus {
     pub packet_outs_executed: u64,
     /// Packet-outs accepted but not executed (queue full, or no Ethernet header).
     pub packet_outs_dropped: u64,
+    /// `NXT_RESUME`s received, and those refused (stale, garbage, bad actions).
+    #[serde(default)]
+    pub resumes: u64,
+    #[serde(default)]
+    pub resumes_refused: u64,
+    /// Packet-ins sent with a continuation (`controller(pause)`), per connection.
+    #[serde(default)]
+    pub continuations_sent: u64,
 }
 
 /// The OVSDB connection of a daemon configured through the database.

@@ -660,6 +660,7 @@ impl Daemon {
                 settings: self.db_settings.iter().cloned().collect(),
             }),
             openflow: Some(self.of_export(fds)),
+            continuation_nonce: Some(super::continuation::current_nonce()),
         }
     }
 
@@ -844,6 +845,10 @@ impl Daemon {
         d.datapath.set_standby(true);
         d.start_pmds().map_err(HandoverError::Pmds)?;
         d.upgrades = state.upgrades;
+        if let Some(n) = state.continuation_nonce {
+            // Before any packet-in: the old daemon's continuations stay valid.
+            super::continuation::adopt_nonce(n);
+        }
         let remote = opts
             .ovsdb
             .clone()

@@ -55,6 +55,7 @@ use ferrovs_proto::{Request, Response, MAX_REQUEST};
 
 mod bundles;
 mod conntrack;
+pub mod continuation;
 mod controllers;
 mod ctl;
 mod flows;

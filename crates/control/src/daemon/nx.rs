@@ -12,7 +12,8 @@
 //! * `tun_metadataN` is the option the table maps to index N: a Geneve tunnel port matches
 //!   or sets option (class, type) of length len as `tun_metadataN` (the Geneve datapath
 //!   reads [`TlvTable::mappings`]).
-//! * What ferrovs cannot do (`NXT_RESUME`, `NXT_CT_FLUSH` by tuple, the old
+//! * `NXT_RESUME` continues a translation `controller(pause)` froze (`continuation.rs`).
+//! * What ferrovs cannot do (`NXT_CT_FLUSH` by tuple, the old
 //!   `NXT_PACKET_IN` format) is answered with OVS's error for it and counted; the
 //!   connection goes on.
 
@@ -191,14 +192,12 @@ impl Daemon {
             NxMessage::CtFlushZone(zone) => {
                 self.flush_conntrack(Some(zone));
             }
-            NxMessage::Resume(_) => {
-                // ferrovs never pauses a pipeline (no continuation is ever sent), so there
-                // is nothing to resume: OVS's answer for a datapath without the feature.
-                self.of_refuse(
-                    c,
-                    nx_error(nxerr::R_NOT_SUPPORTED, "NXT_RESUME is not supported"),
-                    msg,
-                )
+            NxMessage::Resume(body) => {
+                // The rest of a translation `controller(pause)` froze (continuation.rs).
+                let bridge = c.bridge.clone();
+                if let Err(e) = self.of_resume(&bridge, &body) {
+                    self.of_refuse(c, e, msg);
+                }
             }
             NxMessage::CtFlush(_) => self.of_refuse(
                 c,

@@ -75,6 +75,11 @@ pub(super) struct OfCounters {
     pub packet_outs: u64,
     /// Packet-outs accepted but not executed (the queue was full, or no frame).
     pub packet_outs_dropped: u64,
+    /// `NXT_RESUME`s received, and those refused (garbage, stale, bad actions).
+    pub resumes: u64,
+    pub resumes_refused: u64,
+    /// Packet-ins that carried a continuation (`controller(pause)`), per connection.
+    pub continuations_sent: u64,
     /// FLOW_REMOVED messages written to connections.
     pub flow_removed_sent: u64,
     /// Connections that negotiated each version (index: wire version 4, 5, 6 → 0, 1, 2).
@@ -223,6 +228,10 @@ impl OfConn {
 pub(super) struct Fanout {
     msg: Message,
     done: Vec<(u8, bool, Vec<u8>)>,
+    /// A packet-in's `NXPINT_USERDATA` and `NXPINT_CONTINUATION` (only `NXT_PACKET_IN2`
+    /// carries them).
+    userdata: Option<Vec<u8>>,
+    continuation: Option<Vec<u8>>,
 }
 
 impl Fanout {
@@ -230,7 +239,27 @@ impl Fanout {
         Fanout {
             msg,
             done: Vec::new(),
+            userdata: None,
+            continuation: None,
         }
+    }
+
+    /// A packet-in with what only `NXT_PACKET_IN2` carries.
+    pub(super) fn packet_in(
+        msg: Message,
+        userdata: Option<Vec<u8>>,
+        continuation: Option<Vec<u8>>,
+    ) -> Fanout {
+        Fanout {
+            userdata,
+            continuation,
+            ..Fanout::new(msg)
+        }
+    }
+
+    /// Whether connection `c` gets a continuation (it reads `NXT_PACKET_IN2`).
+    pub(super) fn continues(&self, c: &OfConn) -> bool {
+        self.continuation.is_some() && c.packet_in_format == pif::NXT_PACKET_IN2
     }
 
     /// The bytes for connection `c`.
@@ -245,10 +274,12 @@ impl Fanout {
             Some(i) => i,
             None => {
                 let bytes = match &self.msg {
-                    Message::PacketIn(p) if pin2 => c.encode(
-                        &Message::Experimenter(NxMessage::PacketIn2(packet_in2(p))),
-                        0,
-                    ),
+                    Message::PacketIn(p) if pin2 => {
+                        let mut p2 = packet_in2(p);
+                        p2.userdata = self.userdata.clone();
+                        p2.continuation = self.continuation.clone();
+                        c.encode(&Message::Experimenter(NxMessage::PacketIn2(p2)), 0)
+                    }
                     m => c.encode(m, 0),
                 };
                 self.done.push((c.version, pin2, bytes));
@@ -260,8 +291,8 @@ impl Fanout {
 }
 
 /// A PACKET_IN as `NXT_PACKET_IN2` (as OVS writes it: the full length only when the frame
-/// was cut, the buffer id only when buffered; no userdata: ferrovs' controller action
-/// carries none yet).
+/// was cut, the buffer id only when buffered; userdata and continuation added by
+/// [`Fanout`]).
 pub(super) fn packet_in2(p: &ferrovs_openflow::PacketIn) -> PacketIn2 {
     PacketIn2 {
         packet: p.data.clone(),

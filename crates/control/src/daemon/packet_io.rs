@@ -57,6 +57,47 @@ fn rule_id(s: &FlowSpec) -> RuleId {
     (s.table, s.priority, s.in_port.clone(), s.m)
 }
 
+/// The pipeline fields of a packet-in's match, as OVS's `flow_get_metadata` puts them:
+/// in_port; the tunnel id when the packet came with one; metadata and each register when
+/// not 0 (OVN's pinctrl reads its logical ports and datapath there); the ct fields when
+/// the packet was tracked.
+pub(super) fn packet_in_metadata(
+    in_port: u32,
+    tun_id: u64,
+    state: Option<&ferrovs_flow::PacketInState>,
+) -> Vec<Oxm> {
+    let mut fields = vec![Oxm::exact(Of::InPort, u128::from(in_port))];
+    if tun_id != 0 {
+        fields.push(Oxm::exact(Of::TunnelId, u128::from(tun_id)));
+    }
+    let Some(s) = state else {
+        return fields;
+    };
+    if s.metadata != 0 {
+        fields.push(Oxm::exact(Of::Metadata, u128::from(s.metadata)));
+    }
+    for (i, x) in s.regs.iter().enumerate() {
+        for (half, v) in [(0, x >> 32), (1, x & 0xffff_ffff)] {
+            if v != 0 {
+                fields.push(Oxm::exact(Of::REGS[2 * i + half], u128::from(v)));
+            }
+        }
+    }
+    if s.ct_state != 0 {
+        fields.push(Oxm::exact(Of::CtState, u128::from(s.ct_state)));
+        if s.ct_zone != 0 {
+            fields.push(Oxm::exact(Of::CtZone, u128::from(s.ct_zone)));
+        }
+        if s.ct_mark != 0 {
+            fields.push(Oxm::exact(Of::CtMark, u128::from(s.ct_mark)));
+        }
+        if s.ct_label != 0 {
+            fields.push(Oxm::exact(Of::CtLabel, s.ct_label));
+        }
+    }
+    fields
+}
+
 /// `OFPRR_*`: why a rule was removed.
 const OFPRR_IDLE_TIMEOUT: u8 = 0;
 const OFPRR_HARD_TIMEOUT: u8 = 1;
@@ -171,27 +212,32 @@ impl Daemon {
                 u32::from(x.ofport)
             }
         };
+        // OVS's connmgr: a controller action's id must be the connection's own (both 0 by
+        // default).
         let receives = |c: &OfConn| {
-            c.bridge == bridge && c.receives_async(AsyncKind::PacketIn, p.action.reason)
+            c.bridge == bridge
+                && c.controller_id == p.action.controller_id
+                && c.receives_async(AsyncKind::PacketIn, p.action.reason)
         };
         if !self.openflow.conns.values().any(receives) {
             return;
         }
-        // The pipeline fields OVS puts in a packet-in's match: in_port, and the tunnel id
-        // when the packet came with one.
-        let mut fields = vec![Oxm::exact(Of::InPort, u128::from(in_port))];
-        if p.tun_id != 0 {
-            fields.push(Oxm::exact(Of::TunnelId, u128::from(p.tun_id)));
-        }
-        let mut msg = super::openflow::Fanout::new(Message::PacketIn(ferrovs_openflow::PacketIn {
-            buffer_id: OFP_NO_BUFFER,
-            total_len: p.total_len,
-            reason: p.action.reason,
-            table_id: p.action.table_id,
-            cookie: p.action.cookie,
-            match_: OfMatch { fields },
-            data: p.data,
-        }));
+        let state = p.action.at.as_deref();
+        let fields = packet_in_metadata(in_port, p.tun_id, state);
+        let continuation = self.continuation_of(&bridge, state, &p.data, p.in_port);
+        let mut msg = super::openflow::Fanout::packet_in(
+            Message::PacketIn(ferrovs_openflow::PacketIn {
+                buffer_id: OFP_NO_BUFFER,
+                total_len: p.total_len,
+                reason: p.action.reason,
+                table_id: p.action.table_id,
+                cookie: p.action.cookie,
+                match_: OfMatch { fields },
+                data: p.data,
+            }),
+            p.action.userdata.as_deref().map(<[u8]>::to_vec),
+            continuation,
+        );
         for (t, c) in self.openflow.conns.iter_mut() {
             if !receives(c) {
                 continue;
@@ -199,6 +245,9 @@ impl Daemon {
             if c.out.len() >= OUT_BACKLOG {
                 self.openflow.counters.packet_ins_unsent += 1;
                 continue;
+            }
+            if msg.continues(c) {
+                self.openflow.counters.continuations_sent += 1;
             }
             let bytes = msg.bytes(c);
             c.out.extend_from_slice(bytes);
@@ -538,6 +587,9 @@ impl Daemon {
             packet_outs: c.packet_outs,
             packet_outs_executed: pout.executed,
             packet_outs_dropped: c.packet_outs_dropped,
+            resumes: c.resumes,
+            resumes_refused: c.resumes_refused,
+            continuations_sent: c.continuations_sent,
         })
     }
 

@@ -381,7 +381,10 @@ fn action_from_of(a: &Action, ports: &PortMap) -> Result<ActionSpec, OfError> {
             OFPP_FLOOD => ActionSpec::Flood,
             OFPP_ALL => ActionSpec::All,
             // A PACKET_IN of the first `max_len` bytes (0xffff, OFPCML_NO_BUFFER: all).
-            OFPP_CONTROLLER => ActionSpec::Controller { max_len: *max_len },
+            OFPP_CONTROLLER => ActionSpec::Controller {
+                max_len: *max_len,
+                ext: None,
+            },
             p => ActionSpec::Output(
                 ports
                     .name(p)
@@ -469,8 +472,41 @@ fn action_from_of(a: &Action, ports: &PortMap) -> Result<ActionSpec, OfError> {
         }
         Action::Ct(c) => ActionSpec::Ct(Box::new(ct::ct_from_of(c)?)),
         Action::CtClear => ActionSpec::CtClear,
+        Action::Controller(c) => controller_from_of(c),
         _ => return Err(bad_type()),
     })
+}
+
+/// Nicira's `controller(...)` as the rule's action (OVS's defaults: reason `action`, no
+/// meter, are left out of the rule's text).
+fn controller_from_of(c: &ferrovs_openflow::nicira::NxController) -> ActionSpec {
+    use ferrovs_openflow::nicira::NX_CTLR_NO_METER;
+    let ext = ferrovs_flow::ControllerExt {
+        reason: (c.reason != 1).then_some(c.reason),
+        controller_id: c.controller_id,
+        userdata: c.userdata.clone(),
+        pause: c.pause,
+        meter_id: (c.meter_id != NX_CTLR_NO_METER).then_some(c.meter_id),
+    };
+    ActionSpec::Controller {
+        max_len: c.max_len,
+        ext: (!ext.is_plain()).then(|| Box::new(ext)),
+    }
+}
+
+/// A `controller(...)` beyond `max_len` on the wire: `NXAST_CONTROLLER2` when it has
+/// userdata, pause or a meter, else `NXAST_CONTROLLER` (as OVS's `encode_CONTROLLER`).
+fn controller_to_of(max_len: u16, e: &ferrovs_flow::ControllerExt) -> Action {
+    use ferrovs_openflow::nicira::{NxController, NX_CTLR_NO_METER};
+    Action::Controller(Box::new(NxController {
+        max_len,
+        controller_id: e.controller_id,
+        reason: e.reason.unwrap_or(1),
+        userdata: e.userdata.clone(),
+        pause: e.pause,
+        meter_id: e.meter_id.unwrap_or(NX_CTLR_NO_METER),
+        v2: false,
+    }))
 }
 
 /// The actions and goto of a FLOW_MOD's instructions, as the rule's action list.
@@ -698,10 +734,14 @@ pub fn instructions_to_of_with(
             ActionSpec::SetTunnel(id) => apply.push(set(Of::TunnelId, u128::from(*id))),
             ActionSpec::GotoTable(t) => goto = Some(*t),
             ActionSpec::Meter(m) => meter = Some(*m),
-            ActionSpec::Controller { max_len } => apply.push(Action::Output {
+            ActionSpec::Controller { max_len, ext: None } => apply.push(Action::Output {
                 port: OFPP_CONTROLLER,
                 max_len: *max_len,
             }),
+            ActionSpec::Controller {
+                max_len,
+                ext: Some(e),
+            } => apply.push(controller_to_of(*max_len, e)),
             ActionSpec::Group(g) => apply.push(Action::Group(*g)),
             ActionSpec::DecTtl => apply.push(Action::DecNwTtl),
             ActionSpec::SetQueue(q) => apply.push(Action::SetQueue(*q)),

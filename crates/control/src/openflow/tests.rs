@@ -945,7 +945,13 @@ fn output_to_the_controller_is_a_controller_action_with_its_max_len() {
         }],
     );
     let spec = rule_from_flow_mod(&f, &ports).unwrap();
-    assert_eq!(spec.actions, vec![ActionSpec::Controller { max_len: 128 }]);
+    assert_eq!(
+        spec.actions,
+        vec![ActionSpec::Controller {
+            max_len: 128,
+            ext: None
+        }]
+    );
     assert_eq!(
         instructions_to_of(&spec, &ports),
         vec![Instruction::ApplyActions(vec![Action::Output {

@@ -863,11 +863,11 @@ pub(crate) fn execute_in<'p>(
                     }
                 }
             }
-            DpAction::Controller(c) => {
+            DpAction::Controller(ref c) => {
                 // The packet as it is now (the edits so far), to the control thread.
                 if let Some(q) = bridge.flows.as_ref().and_then(|f| f.packet_in.as_ref()) {
                     let tun = ts.get(x, inp).id;
-                    q.push(inp.bridge, inp.id, tun, sc.at(cur).data(), c);
+                    q.push(inp.bridge, inp.id, tun, sc.at(cur).data(), c.clone());
                 }
                 sent = true;
             }

@@ -52,6 +52,93 @@ fn settable(a: &ActionSpec) -> bool {
     )
 }
 
+/// The packet-in reasons by name (OVS's `ofputil_packet_in_reason_to_string`), by number.
+pub(crate) const PACKET_IN_REASONS: [&str; 6] = [
+    "no_match",
+    "action",
+    "invalid_ttl",
+    "action_set",
+    "group",
+    "packet_out",
+];
+
+/// `controller:N`, or `controller(key=value,...)` with OVS's keys: `reason`, `max_len`,
+/// `id`, `userdata` (hex bytes, optionally separated by `.`), `pause`, `meter_id`.
+fn parse_controller(name: &str, v: &str) -> Result<ActionSpec, ParseError> {
+    let bad = |m: String| ParseError::Invalid(format!("{name}({v}): {m}"));
+    if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) {
+        return Ok(ActionSpec::Controller {
+            max_len: num(name, v, 65535)? as u16,
+            ext: None,
+        });
+    }
+    let mut max_len = u16::MAX;
+    let mut ext = super::ControllerExt::default();
+    for kv in v.split(',').map(str::trim).filter(|x| !x.is_empty()) {
+        let (k, val) = match kv.split_once('=') {
+            Some((k, val)) => (k.trim(), Some(val.trim())),
+            None => (kv, None),
+        };
+        let val_of = |what: &str| val.ok_or_else(|| bad(format!("{k} needs {what}")));
+        match k {
+            "reason" => {
+                let r = val_of("a reason")?;
+                let i = PACKET_IN_REASONS
+                    .iter()
+                    .position(|n| n.eq_ignore_ascii_case(r))
+                    .ok_or_else(|| bad(format!("unknown reason \"{r}\"")))?;
+                ext.reason = Some(i as u8);
+            }
+            "max_len" => max_len = num(name, val_of("a length")?, 65535)? as u16,
+            "id" => ext.controller_id = num(name, val_of("an id")?, 65535)? as u16,
+            "userdata" => {
+                ext.userdata = parse_hex(val_of("hex bytes")?).ok_or_else(|| {
+                    bad("bad hex digit in `controller' action `userdata'".to_string())
+                })?
+            }
+            "pause" if val.is_none() => ext.pause = true,
+            "meter_id" => {
+                ext.meter_id = Some(num(name, val_of("a meter")?, u128::from(u32::MAX))? as u32)
+            }
+            _ => {
+                return Err(bad(format!(
+                    "unknown key \"{k}\" parsing controller action"
+                )))
+            }
+        }
+    }
+    if ext.meter_id == Some(u32::MAX) {
+        // NX_CTLR_NO_METER: no meter.
+        ext.meter_id = None;
+    }
+    if ext.reason == Some(1) {
+        ext.reason = None;
+    }
+    Ok(ActionSpec::Controller {
+        max_len,
+        ext: (!ext.is_plain()).then(|| Box::new(ext)),
+    })
+}
+
+/// Pairs of hex digits, optionally separated by `.`, spaces or tabs (OVS's
+/// `ofpbuf_put_hex`); `None` on anything else or an odd digit.
+pub(crate) fn parse_hex(s: &str) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if matches!(b[i], b'.' | b' ' | b'\t') {
+            i += 1;
+            continue;
+        }
+        let hi = (*b.get(i)? as char).to_digit(16)?;
+        let lo = (*b.get(i + 1)? as char).to_digit(16)?;
+        out.push((hi << 4 | lo) as u8);
+        i += 2;
+    }
+    Some(out)
+}
+
 fn parse_action_in(a: &str, table: u8, m: Option<&Match>) -> Result<ActionSpec, ParseError> {
     let colon = a.find(':');
     let paren = a.find('(');
@@ -99,14 +186,11 @@ fn parse_action_in(a: &str, table: u8, m: Option<&Match>) -> Result<ActionSpec, 
         ("drop", None) => ActionSpec::Drop,
         ("in_port", None) => ActionSpec::InPort,
         ("strip_vlan" | "pop_vlan", None) => ActionSpec::PopVlan,
-        ("controller", None) => ActionSpec::Controller { max_len: u16::MAX },
-        ("controller", Some(v)) => {
-            // `controller:N` or `controller(max_len=N)`.
-            let v = v.strip_prefix("max_len=").unwrap_or(v);
-            ActionSpec::Controller {
-                max_len: num(name, v, 65535)? as u16,
-            }
-        }
+        ("controller", None) => ActionSpec::Controller {
+            max_len: u16::MAX,
+            ext: None,
+        },
+        ("controller", Some(v)) => parse_controller(name, v)?,
         ("output", _) => {
             let p = need("a port")?;
             if p.contains('[') {

@@ -49,6 +49,33 @@ use values::tokens;
 pub const DEFAULT_PRIORITY: u16 = 32768;
 
 /// An action as written (ports by name).
+/// What `controller(...)` says beyond `max_len` (OVS's `ofpact_controller`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ControllerExt {
+    /// `reason=` (`OFPR_*`); `None`: OVS's default, `action` (ferrovs, as OVS, says
+    /// `no_match` for a table-miss rule's plain `CONTROLLER`).
+    pub reason: Option<u8>,
+    /// `id=`: the controller connection id (`NXT_SET_CONTROLLER_ID`) that receives it; 0: all.
+    pub controller_id: u16,
+    /// `userdata=` (hex): copied into `NXT_PACKET_IN2`'s `NXPINT_USERDATA`.
+    pub userdata: Vec<u8>,
+    /// `pause`: the translation stops here; the controller resumes it (`NXT_RESUME`).
+    pub pause: bool,
+    /// `meter_id=` (`None`: `NX_CTLR_NO_METER`).
+    pub meter_id: Option<u32>,
+}
+
+impl ControllerExt {
+    /// Whether nothing beyond `max_len` is set (the action is a plain `CONTROLLER:N`).
+    pub fn is_plain(&self) -> bool {
+        matches!(self.reason, None | Some(1))
+            && self.controller_id == 0
+            && self.userdata.is_empty()
+            && !self.pause
+            && self.meter_id.is_none()
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ActionSpec {
     Output(String),
@@ -73,9 +100,13 @@ pub enum ActionSpec {
     /// through meter N before the other actions, which a band may drop it for.
     Meter(u32),
     /// The packet (its first `max_len` bytes; 65535: all of it) to the OpenFlow
-    /// controllers, as a PACKET_IN (`controller`, `controller:N`, `CONTROLLER:N`).
+    /// controllers, as a PACKET_IN (`controller`, `controller:N`, `CONTROLLER:N`); with
+    /// `ext`, Nicira's `controller(reason=…,max_len=…,id=…,userdata=…,pause,meter_id=…)`
+    /// (`NXAST_CONTROLLER2`).
     Controller {
         max_len: u16,
+        /// The parts beyond `max_len` (`None`: plain `CONTROLLER:N`).
+        ext: Option<Box<ControllerExt>>,
     },
     /// Process the packet through a group (`group:N`).
     Group(u32),

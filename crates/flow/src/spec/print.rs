@@ -303,7 +303,37 @@ impl fmt::Display for ActionSpec {
             ActionSpec::SetTunnel(t) => write!(f, "set_tunnel:{t:#x}"),
             ActionSpec::GotoTable(t) => write!(f, "goto_table:{t}"),
             ActionSpec::Meter(m) => write!(f, "meter:{m}"),
-            ActionSpec::Controller { max_len } => write!(f, "CONTROLLER:{max_len}"),
+            ActionSpec::Controller { max_len, ext: None } => write!(f, "CONTROLLER:{max_len}"),
+            ActionSpec::Controller {
+                max_len,
+                ext: Some(e),
+            } => {
+                // OVS's format_CONTROLLER: only what differs from the defaults.
+                let mut parts = Vec::new();
+                if let Some(r) = e.reason.filter(|&r| r != 1) {
+                    match super::actions::PACKET_IN_REASONS.get(usize::from(r)) {
+                        Some(n) => parts.push(format!("reason={n}")),
+                        None => parts.push(format!("reason={r}")),
+                    }
+                }
+                if *max_len != u16::MAX {
+                    parts.push(format!("max_len={max_len}"));
+                }
+                if e.controller_id != 0 {
+                    parts.push(format!("id={}", e.controller_id));
+                }
+                if !e.userdata.is_empty() {
+                    let hex: Vec<String> = e.userdata.iter().map(|b| format!("{b:02x}")).collect();
+                    parts.push(format!("userdata={}", hex.join(".")));
+                }
+                if e.pause {
+                    parts.push("pause".to_string());
+                }
+                if let Some(m) = e.meter_id {
+                    parts.push(format!("meter_id={m}"));
+                }
+                write!(f, "controller({})", parts.join(","))
+            }
             ActionSpec::Group(g) => write!(f, "group:{g}"),
             ActionSpec::DecTtl => write!(f, "dec_ttl"),
             ActionSpec::SetQueue(q) => write!(f, "set_queue:{q}"),
