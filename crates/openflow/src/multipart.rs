@@ -484,6 +484,8 @@ impl MultipartRequest {
             mp::DESC => exact(rest, 0).map(|_| B::Desc)?,
             mp::TABLE => exact(rest, 0).map(|_| B::Table)?,
             mp::PORT_DESC => exact(rest, 0).map(|_| B::PortDesc)?,
+            // 1.5 names a group (or ALL); every group is described whichever it names.
+            mp::GROUP_DESC if version >= crate::VERSION_1_5 => id(rest).map(|_| B::GroupDesc)?,
             mp::GROUP_DESC => exact(rest, 0).map(|_| B::GroupDesc)?,
             mp::GROUP_FEATURES => exact(rest, 0).map(|_| B::GroupFeatures)?,
             mp::METER_FEATURES => exact(rest, 0).map(|_| B::MeterFeatures)?,

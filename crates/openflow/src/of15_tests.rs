@@ -711,7 +711,7 @@ fn multipart_in_1_4_and_1_5() {
     let e = decode(&q).unwrap_err();
     assert_eq!((e.type_, e.code), (et::BAD_REQUEST, brc::BAD_MULTIPART));
     // 1.5's GROUP_DESC is written (its layout: learn_tests and tests/ovs_ofctl.rs).
-    let q = unhex("06 12 00 10 00 00 00 01 00 07 00 00 00 00 00 00");
+    let q = unhex("06 12 00 18 00 00 00 01 00 07 00 00 00 00 00 00 ff ff ff fc 00 00 00 00");
     assert!(decode(&q).is_ok());
 }
 

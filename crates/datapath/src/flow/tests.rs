@@ -54,6 +54,7 @@ pub(super) fn switch_specs(specs: &[FlowSpec]) -> Snapshot {
             meters: Default::default(),
             packet_in: None,
             conntrack: Arc::new(ferrovs_conntrack::Tracker::new(Default::default())),
+            learn: None,
         }),
         default_rule: None,
     };
