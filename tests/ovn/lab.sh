@@ -6,7 +6,7 @@
 # scenarios run on either.
 #
 #   tests/ovn/lab.sh up [--switch ovs|ferrovs] [--chassis N] [--no-of-trace]
-#   tests/ovn/lab.sh run [--keep] SCENARIO...     1, 2, 3, 4, 6, 7 or all (scenarios below)
+#   tests/ovn/lab.sh run [--keep] SCENARIO...     1 to 7 or all (scenarios below)
 #   tests/ovn/lab.sh inventory [OUT.md]           what ovn-controller used (docs/ovn.md)
 #   tests/ovn/lab.sh status                       chassis, tunnels, ports, bindings
 #   tests/ovn/lab.sh down [--keep-logs]
@@ -22,6 +22,9 @@
 #      of IPv4: vm1 -> vm2 ping and TCP work (replies come back), vm2 -> vm1 neither
 #   4  OVN's native DHCP (ovn-controller's pinctrl: packet-in, continuation): vm1 (ch1)
 #      gets its address and router from OVN with busybox udhcpc, then pings vm2 (ch2)
+#   5  a load balancer (VIP 10.0.0.100:80 over be1 on ch1 and be2 on ch2, servers that
+#      answer their name): 20 connections from vm1 (ch1, behind a router) spread over both,
+#      each connection stays on its backend, and hairpin (be1 to the VIP reaches itself too)
 #   6  QEMU guests (TCG, the e2e tests' image) on one logical switch, g1 on chassis 1 and g2
 #      on chassis 2: their virtio-net NICs are vhost-user ports of ferrovs, or TAPs on OVS's
 #      br-int; each pings the other from inside, then 2 s of TCP guest to guest
@@ -732,6 +735,138 @@ scenario_7() {
     check "s7: ping vm2 -> vm1 after the upgrade" ping_ok vm2 10.0.1.11
 }
 cleanup_7() { nbctl --if-exists ls-del ls1; }
+# The load balancer's servers and client (python3, standard library). lbserver.py NAME
+# PORT answers every line of every connection with NAME. lbclient.py IP PORT spread N: N
+# connections, one request each, prints each answer; session N: one connection, N requests
+# 0.1 s apart, prints each answer.
+lb_scripts() {
+    cat >"$LAB/lbserver.py" <<'PY'
+import socketserver, sys
+name, port = sys.argv[1], int(sys.argv[2])
+class Handler(socketserver.StreamRequestHandler):
+    def handle(self):
+        for _ in self.rfile:
+            self.wfile.write((name + "\n").encode())
+            self.wfile.flush()
+class Server(socketserver.ThreadingTCPServer):
+    allow_reuse_address = True
+    daemon_threads = True
+Server(("0.0.0.0", port), Handler).serve_forever()
+PY
+    cat >"$LAB/lbclient.py" <<'PY'
+import socket, sys, time
+ip, port, mode, n = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+def ask(f, s):
+    s.sendall(b"who\n")
+    line = f.readline().decode().strip()
+    print(line or "(no answer)", flush=True)
+    return bool(line)
+ok = True
+if mode == "spread":
+    for _ in range(n):
+        try:
+            with socket.create_connection((ip, port), timeout=5) as s:
+                ok = ask(s.makefile("rb"), s) and ok
+        except OSError as e:
+            print("(error %s)" % e, flush=True)
+            ok = False
+else:
+    with socket.create_connection((ip, port), timeout=5) as s:
+        f = s.makefile("rb")
+        for _ in range(n):
+            ok = ask(f, s) and ok
+            time.sleep(0.1)
+sys.exit(0 if ok else 1)
+PY
+}
+
+# lb_server VM: the VM's server on port 8080, answering its own name.
+lb_server() {
+    start "ovl-$1" "$LAB/vm-$1-lbserver.pid" "$LAB/$1-lbserver.log" python3 "$LAB/lbserver.py" "$1" 8080
+    wait_for 5 "$1's server" listening "$1" 8080
+}
+
+# lb_servers: be1's and be2's servers up, each answering vm1 directly (through the router).
+lb_servers() {
+    lb_server be1 && lb_server be2 || return 1
+    in_ns ovl-vm1 timeout 10 python3 "$LAB/lbclient.py" 10.0.2.21 8080 spread 1 &&
+        in_ns ovl-vm1 timeout 10 python3 "$LAB/lbclient.py" 10.0.2.22 8080 spread 1
+}
+
+# lb_spread VM N: N connections from VM to the VIP all answered, by both backends.
+lb_spread() {
+    local out=$LAB/lb-spread.out
+    in_ns "ovl-$1" timeout 60 python3 "$LAB/lbclient.py" 10.0.0.100 80 spread "$2" >"$out" || { sort "$out" | uniq -c; return 1; }
+    sort "$out" | uniq -c
+    grep -qx be1 "$out" && grep -qx be2 "$out"
+}
+
+# lb_sticky VM: 5 connections of 5 requests each; every connection answered by one backend.
+lb_sticky() {
+    local i
+    for i in 1 2 3 4 5; do
+        in_ns "ovl-$1" timeout 20 python3 "$LAB/lbclient.py" 10.0.0.100 80 session 5 >"$LAB/lb.out" || { cat "$LAB/lb.out"; return 1; }
+        echo "connection $i: $(sort -u "$LAB/lb.out" | tr '\n' ' ')"
+        [ "$(sort -u "$LAB/lb.out" | wc -l)" = 1 ] || return 1
+    done
+}
+
+# lb_hairpin VM N: N connections from a backend to the VIP, all answered, at least one by
+# the backend itself (OVN's hairpin: the reply comes back from the VIP).
+lb_hairpin() {
+    local out=$LAB/lb-hairpin.out
+    in_ns "ovl-$1" timeout 60 python3 "$LAB/lbclient.py" 10.0.0.100 80 spread "$2" >"$out" || { sort "$out" | uniq -c; return 1; }
+    sort "$out" | uniq -c
+    grep -qx "$1" "$out"
+}
+
+# lb_info: the answers' tallies (information, not a check).
+lb_info() {
+    local f
+    for f in spread hairpin; do
+        [ -s "$LAB/lb-$f.out" ] || continue
+        echo "INFO s5 $f: $(sort "$LAB/lb-$f.out" | uniq -c | awk '{printf "%s %s, ", $2, $1}' | sed 's/, $//') ($SWITCH)"
+    done
+}
+
+# 5: a load balancer. lr1 joins ls1 (10.0.1.0/24: the client vm1 on ch1) and ls2
+# (10.0.2.0/24: backends be1 on ch1 and be2 on ch2). lb1 (VIP 10.0.0.100:80 -> be1 and be2
+# on port 8080, TCP) is on both switches: ls1's for the client (it reaches the VIP through
+# its router), ls2's for the backends themselves (hairpin).
+scenario_5() {
+    lb_scripts
+    nbctl ls-add ls1 -- ls-add ls2 -- lr-add lr1
+    nbctl lrp-add lr1 lr1-ls1 0a:00:00:00:ff:01 10.0.1.1/24
+    nbctl lrp-add lr1 lr1-ls2 0a:00:00:00:ff:02 10.0.2.1/24
+    local s
+    for s in 1 2; do
+        nbctl lsp-add "ls$s" "ls$s-lr1" -- lsp-set-type "ls$s-lr1" router \
+            -- lsp-set-addresses "ls$s-lr1" router -- lsp-set-options "ls$s-lr1" "router-port=lr1-ls$s"
+    done
+    lsp ls1 vm1 0a:00:00:00:01:01 10.0.1.11
+    lsp ls2 be1 0a:00:00:00:02:21 10.0.2.21
+    lsp ls2 be2 0a:00:00:00:02:22 10.0.2.22
+    nbctl lb-add lb1 10.0.0.100:80 10.0.2.21:8080,10.0.2.22:8080 tcp
+    nbctl ls-lb-add ls1 lb1 -- ls-lb-add ls2 lb1
+    vm_add 1 vm1 0a:00:00:00:01:01 10.0.1.11/24 10.0.1.1
+    vm_add 1 be1 0a:00:00:00:02:21 10.0.2.21/24 10.0.2.1
+    vm_add 2 be2 0a:00:00:00:02:22 10.0.2.22/24 10.0.2.1
+    check "s5: logical ports vm1 (ch1), be1 (ch1) and be2 (ch2) bound and up" ports_up vm1 be1 be2
+    check "s5: backends be1 and be2 serve on 8080, vm1 reaches each directly" lb_servers
+    check "s5: 20 connections vm1 -> VIP 10.0.0.100:80 answered, spread over be1 and be2" lb_spread vm1 20
+    check "s5: each connection stays on its backend (5 connections x 5 requests)" lb_sticky vm1
+    check "s5: hairpin: be1 -> VIP answered (20 connections), by be1 itself among them" lb_hairpin be1 20
+    lb_info
+}
+cleanup_5() {
+    local f
+    for f in "$LAB"/vm-be*-lbserver.pid; do
+        [ -s "$f" ] || continue
+        kill "$(cat "$f")" 2>/dev/null || true
+        rm -f "$f"
+    done
+    nbctl --if-exists lb-del lb1 -- --if-exists lr-del lr1 -- --if-exists ls-del ls1 -- --if-exists ls-del ls2
+}
 
 run_scenario() {
     local s=$1
@@ -764,12 +899,12 @@ do_run() {
     while [ $# -gt 0 ]; do
         case $1 in
         --keep) RUN_KEEP=1; shift ;;
-        all) scenarios+=(1 2 3 4 6 7); shift ;;
-        1 | 2 | 3 | 4 | 6 | 7) scenarios+=("$1"); shift ;;
-        *) die "run: unknown scenario '$1' (1, 2, 3, 4, 6, 7, all)" ;;
+        all) scenarios+=(1 2 3 4 5 6 7); shift ;;
+        [1-7]) scenarios+=("$1"); shift ;;
+        *) die "run: unknown scenario '$1' (1 to 7, all)" ;;
         esac
     done
-    [ ${#scenarios[@]} -gt 0 ] || die "run: which scenario? (1, 2, 3, 4, 6, 7, all)"
+    [ ${#scenarios[@]} -gt 0 ] || die "run: which scenario? (1 to 7, all)"
     load_state
     trap 'rc=$?; if [ $rc != 0 ]; then show_logs; [ $RUN_KEEP = 1 ] || do_down --keep-logs; fi' EXIT
     for s in "${scenarios[@]}"; do run_scenario "$s"; done
@@ -871,6 +1006,6 @@ run) do_run "$@" ;;
 status) do_status ;;
 inventory) do_inventory "$@" ;;
 test) do_test "$@" ;;
--h | --help | help | "") sed -n '2,48p' "$0" ;;
+-h | --help | help | "") sed -n '2,51p' "$0" ;;
 *) die "unknown command '$cmd' (up, run, inventory, status, down, test)" ;;
 esac

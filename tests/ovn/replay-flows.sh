@@ -12,7 +12,8 @@
 # ferrovsd (release build, FERROVS_BIN_DIR overrides), or OVS (ovs-vswitchd, netdev, in a
 # namespace of its own). Flows go to br-int.mgmt over --protocol (default OpenFlow13: the
 # version ferrovs speaks today; ovs-ofctl encodes OVN's Nicira actions in it as in 1.5).
-# Port numbers need not exist (OpenFlow allows rules on absent ports).
+# Port numbers need not exist (OpenFlow allows rules on absent ports). Groups dumped beside
+# the flows (sN-chM.groups) are added first, over OpenFlow 1.5.
 #
 # Without --probes: how many flows were accepted, then each distinct refusal (ovs-ofctl's
 # error, which names the first thing the switch refused in that flow) with its count and an
@@ -33,11 +34,11 @@ while [ $# -gt 0 ]; do
     --switch) switch=$2; shift 2 ;;
     --probes) probes=1; shift ;;
     --keep) keep=1; shift ;;
-    -h | --help) sed -n '2,23p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,24p' "$0"; exit 0 ;;
     *) break ;;
     esac
 done
-[ $# -gt 0 ] || { sed -n '2,23p' "$0" >&2; exit 1; }
+[ $# -gt 0 ] || { sed -n '2,24p' "$0" >&2; exit 1; }
 
 W=$(mktemp -d /tmp/ferrovs-ovn-replay.XXXXXX)
 declare -A TLV_MAP
@@ -114,6 +115,10 @@ if [ $probes = 1 ]; then
     S_OVS=$SOCK
     start_switch ferrovs
     S_FV=$SOCK
+    for flows in "$@"; do
+        switch=ovs add_groups "$S_OVS" "$flows"
+        switch=ferrovs add_groups "$S_FV" "$flows"
+    done
     python3 "$ROOT/tests/ovn/tally.py" probes "$@" >"$W/probes.tsv"
     n=0 ok=0 bad=0
     echo "| kind | name | OVS | ferrovs ($proto) | probe |"
@@ -133,9 +138,27 @@ if [ $probes = 1 ]; then
     exit 0
 fi
 
+# add_groups S FLOWS: the groups dumped beside FLOWS (sN-chM.groups, `dump-groups` output),
+# added first over OpenFlow 1.5 (their selection_method needs it) so that the flows' `group:N`
+# actions find them; prints how many the switch took.
+add_groups() {
+    local g=${2%.flows}.groups n=0 ok=0 line
+    [ -f "$g" ] || return 0
+    while IFS= read -r line; do
+        n=$((n + 1))
+        if ovs-ofctl -O OpenFlow15 add-group "$1" "$line" >"$W/group.err" 2>&1; then
+            ok=$((ok + 1))
+        else
+            echo "group refused: $(head -1 "$W/group.err" | sed -E "s#unix:$W/[a-z]+/##g; s/ ?\(xid=0x[0-9a-f]+\)//; s/^ovs-ofctl: //") ($(echo "$line" | cut -c1-100))"
+        fi
+    done < <(grep -E 'group_id=' "$g" | sed -E 's/^ +//')
+    [ $n = 0 ] || echo "$ok of $n groups of $(basename "$g") accepted by $switch over OpenFlow15"
+}
+
 start_switch "$switch"
 S=$SOCK
 for flows in "$@"; do
+    add_groups "$S" "$flows"
     out=$W/$(basename "$flows").$switch.tsv
     : >"$out"
     grep -E 'actions=' "$flows" | strip | while IFS= read -r f; do

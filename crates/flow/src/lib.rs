@@ -10,6 +10,7 @@
 //! * [`pipeline`]: rule tables, and the translation of a key into datapath actions.
 //! * [`spec`]: ovs-ofctl's rule syntax, parsed with precise errors and printed back.
 //! * [`meter`]: OpenFlow meters in ovs-ofctl's syntax (`meter=1,kbps,band=...`).
+//! * [`learn`]: the `learn(...)` action: the rule a packet teaches.
 //! * [`tlv`]: the tunnel option map (Geneve option ↔ `tun_metadataN`).
 //! * [`edit`]: header rewrites with incremental checksum updates.
 //! * [`mod@reference`]: a linear classifier, the reference the tuple-space one is tested
@@ -25,6 +26,9 @@ mod cont_tests;
 pub mod ct;
 pub mod edit;
 pub mod key;
+#[cfg(test)]
+mod lb_tests;
+pub mod learn;
 pub mod matching;
 pub mod meter;
 pub mod pipeline;

@@ -33,6 +33,7 @@ use crate::key::{
     IP_ICMPV6, IP_TCP, IP_UDP, MPLS_PAYLOAD_ARP, MPLS_PAYLOAD_IPV4, MPLS_PAYLOAD_IPV6, ND_NA,
     ND_NS, REG_WORD, VLAN_CFI,
 };
+use crate::learn::{Learned, ResolvedLearn};
 use crate::spec::{ActionSpec, FlowSpec, GroupSpec, GroupType};
 
 /// Counters of one rule, shared by the rule and the megaflows that came from it.
@@ -232,6 +233,8 @@ pub enum ResolvedAction {
     },
     /// Output to the OpenFlow port number held in `src`.
     OutputReg(SubField),
+    /// `learn(...)`: what the packet teaches goes to [`Translation::learned`].
+    Learn(Arc<ResolvedLearn>),
 }
 
 /// Most nested resubmits (and gotos within them) in one translation, as OVS's
@@ -357,6 +360,9 @@ pub struct Translation {
     pub rules: Vec<Arc<RuleStats>>,
     /// Set when the translation hit a limit: `actions` is then empty (the packet dropped).
     pub error: Option<XlateError>,
+    /// The rules `learn` actions learned on the way (for the control plane to add; the
+    /// tables are not changed by a translation, see [`crate::learn`]).
+    pub learned: Vec<Learned>,
 }
 
 /// Most table visits per translation (loop safety; gotos only go forward anyway).
@@ -489,6 +495,10 @@ fn resolve_action(
             table: *table,
         },
         ActionSpec::OutputReg(f) => ResolvedAction::OutputReg(*f),
+        ActionSpec::Learn(l) => ResolvedAction::Learn(Arc::new(ResolvedLearn {
+            spec: (**l).clone(),
+            origin: rule.map(|r| (r.table, r.priority, r.m)),
+        })),
     }
 }
 
@@ -935,6 +945,12 @@ struct State<'p> {
     /// While unrolling out of a `resubmit(PORT,T)`: the in_port (OpenFlow number) the
     /// caller's rest of actions runs with.
     frozen_in_port: Option<u32>,
+    /// Buckets of `all` groups nested now: each runs on a copy of the packet, so
+    /// connection tracking is skipped there (a tracker's verdict cannot be set back).
+    copies: u32,
+    /// Set when a `ct(table=T)` ended the pass (in a rule or in a group's bucket): nothing
+    /// after it runs, the next pass starts in table T.
+    recirculated: bool,
 }
 
 impl State<'_> {
@@ -1053,6 +1069,8 @@ impl<'p> State<'p> {
             cookie: 0,
             frozen: None,
             frozen_in_port: None,
+            copies: 0,
+            recirculated: false,
         }
     }
 }
@@ -1081,6 +1099,7 @@ fn finish<'a>(st: &mut State, ended: bool, lookup: &RuleLookup<'_, 'a>, groups: 
     if st.t.error.is_some() {
         // A failed translation drops the packet (as OVS): what it emitted is not done.
         st.t.actions.clear();
+        st.t.learned.clear();
     }
 }
 
@@ -1719,7 +1738,13 @@ fn apply<'a>(
                     st.set.push(w.clone());
                 }
             }
-            ResolvedAction::Group(g) => run_group(st, g, lookup, groups, depth),
+            ResolvedAction::Group(g) => {
+                run_group(st, g, lookup, groups, depth);
+                if st.recirculated {
+                    // A bucket's ct(table=T): the pass ends there (as a rule's).
+                    return false;
+                }
+            }
             ResolvedAction::Meter(m) => st.t.actions.push(DpAction::Meter(m)),
             ResolvedAction::Controller(ref c) => {
                 if controller(st, c, depth) {
@@ -1747,10 +1772,10 @@ fn apply<'a>(
                 st.t.actions
                     .push(DpAction::SetField(Field::MplsTtl, u128::from(ttl)));
             }
-            // Connection tracking is not run inside a group's bucket (whose effects are
-            // set back after it): the rule syntax refuses it there, a bucket that holds
-            // it anyway (OpenFlow) skips it.
-            ResolvedAction::Ct(_) | ResolvedAction::CtClear if depth > 0 => {}
+            // Connection tracking is not run in an `all` group's bucket (a copy of the
+            // packet whose effects are set back after it); in a select, indirect or
+            // fast_failover group's one bucket it runs as in a rule (OVN's load balancer).
+            ResolvedAction::Ct(_) | ResolvedAction::CtClear if st.copies > 0 => {}
             ResolvedAction::Ct(ref spec) => {
                 // The action carries the metadata and the registers: on a resumed pass
                 // their bits come from the key (a first pass's mask drops them at the
@@ -1769,6 +1794,7 @@ fn apply<'a>(
                 st.t.actions
                     .push(DpAction::Ct(Arc::new(CtAction::from_spec(spec, &st.k))));
                 if spec.table.is_some() {
+                    st.recirculated = true;
                     // Recirculation: the rest happens on the next pass (which starts in
                     // table T with the ct fields set). Unlike OVS, the pending action set
                     // is dropped (OVS freezes it with the packet) and this rule's later
@@ -1777,6 +1803,13 @@ fn apply<'a>(
                 }
                 // Without a table the key's ct fields stay as they were (as OVS): a later
                 // lookup sees the state from before this action.
+            }
+            ResolvedAction::Learn(ref l) => {
+                l.spec.mask_sources(&mut st.t.mask);
+                let no = st.port_no(st.k.in_port());
+                let mut x = l.spec.learn(&st.k, no);
+                x.origin = l.origin;
+                st.t.learned.push(x);
             }
             ResolvedAction::CtClear => {
                 st.t.actions.push(DpAction::CtClear);
@@ -1919,9 +1952,11 @@ fn run_group<'a>(
     st.t.rules.push(g.stats.clone());
     match g.ty {
         GroupType::All => {
+            st.copies += 1;
             for b in g.buckets.iter().filter(|b| b.live) {
                 run_bucket(st, b, lookup, groups, depth);
             }
+            st.copies -= 1;
         }
         GroupType::Indirect => {
             if let Some(b) = g.buckets.first() {
@@ -1979,6 +2014,11 @@ fn run_bucket<'a>(
     // A limit hit in the bucket fails the whole translation (`error` is set); anything
     // else that stops a bucket (dec_ttl at 1) stops only it.
     apply(st, &b.actions, &mut next, lookup, groups, depth + 1);
+    if st.recirculated {
+        // A ct(table=T) in the bucket ended the pass: the packet is the tracker's now,
+        // the next pass starts from the key as the bucket left it (nothing to set back).
+        return;
+    }
     st.in_port = in_port;
     restore(st, &entry, vlan_depth, mpls_depth);
     st.mpls_unknown = mpls_unknown;

@@ -4,8 +4,8 @@
 //! runs past its list or differs from the type's fixed size is `OFPBAC_BAD_LEN` /
 //! `OFPBIC_BAD_LEN`. Of the experimenter actions, Nicira's connection-tracking ones (`ct`,
 //! `nat` inside it, `ct_clear`) and register ones (`reg_load`, `reg_load2`, `reg_move`,
-//! `resubmit`, `output_reg`) are decoded (see [`crate::nicira`]); Nicira's others (`learn`,
-//! `note`, …) are `OFPBAC_BAD_EXP_TYPE`, another experimenter's `OFPBAC_BAD_EXPERIMENTER`, and experimenter
+//! `resubmit`, `output_reg`) are decoded (see [`crate::nicira`]), and `learn` (see
+//! [`crate::learn`]); Nicira's others (`note`, …) are `OFPBAC_BAD_EXP_TYPE`, another experimenter's `OFPBAC_BAD_EXPERIMENTER`, and experimenter
 //! instructions `OFPBIC_BAD_EXPERIMENTER`. Checks that need the flow's context (an output to
 //! `OFPP_TABLE` outside PACKET_OUT, a goto to an earlier table) are made by the message
 //! that carries the list.
@@ -105,6 +105,8 @@ pub enum Action {
     OutputReg(NxOutputReg),
     /// Nicira `NXAST_CONTROLLER` / `NXAST_CONTROLLER2` (`controller(userdata=…,pause)`).
     Controller(Box<NxController>),
+    /// Nicira `NXAST_LEARN`/`NXAST_LEARN2` (`learn(...)`, see [`crate::learn`]).
+    Learn(Box<crate::learn::NxLearn>),
 }
 
 /// Where an action list sits: a `ct` action's nested list takes only `nat` and writes of
@@ -176,7 +178,8 @@ impl Action {
             | Action::RegMove(_)
             | Action::Resubmit { .. }
             | Action::OutputReg(_)
-            | Action::Controller(_) => at::EXPERIMENTER,
+            | Action::Controller(_)
+            | Action::Learn(_) => at::EXPERIMENTER,
         }
     }
 
@@ -197,6 +200,7 @@ impl Action {
             Action::Resubmit { port, table } => nicira::encode_resubmit(*port, *table, out),
             Action::OutputReg(o) => nicira::encode_output_reg(o, out),
             Action::Controller(c) => nicira::encode_controller(c, out),
+            Action::Learn(l) => crate::learn::encode(l, out),
             _ => {
                 out.put_u16(self.type_());
                 out.put_u16(0);
@@ -211,7 +215,8 @@ impl Action {
             | Action::RegMove(_)
             | Action::Resubmit { .. }
             | Action::OutputReg(_)
-            | Action::Controller(_) => out.pad8_from(start),
+            | Action::Controller(_)
+            | Action::Learn(_) => out.pad8_from(start),
             Action::CopyField(m) => {
                 out.put_u16(m.nbits);
                 out.put_u16(m.src_ofs);

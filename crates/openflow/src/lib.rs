@@ -62,6 +62,9 @@ pub mod action;
 pub mod bundle;
 pub mod error;
 mod framer;
+pub mod learn;
+#[cfg(test)]
+mod learn_tests;
 pub mod message;
 pub mod multipart;
 pub mod nicira;

@@ -1022,7 +1022,18 @@ fn encode_group_mod15(g: &GroupMod, out: &mut Vec<u8>) {
     out.put_zeros(2);
     out.put_u32(g.command_bucket_id);
     let start = out.len();
-    for b in &g.buckets {
+    encode_buckets15(g.type_, &g.buckets, out);
+    let blen = len16(out.len() - start, "bucket array");
+    out.patch_u16(at, blen);
+    if let Some(sm) = &g.selection_method {
+        encode_selection_method(sm, out);
+    }
+}
+
+/// `ofp15_bucket`s as OVS writes them: a weight property for select groups (or any
+/// non-zero weight), watch properties unless `ANY` (GROUP_MOD and 1.5's GROUP_DESC).
+pub(crate) fn encode_buckets15(type_: u8, buckets: &[Bucket], out: &mut Vec<u8>) {
+    for b in buckets {
         let bstart = out.len();
         out.put_u16(0);
         out.put_u16(0);
@@ -1030,7 +1041,7 @@ fn encode_group_mod15(g: &GroupMod, out: &mut Vec<u8>) {
         action::encode_actions(&b.actions, out);
         let alen = len16(out.len() - bstart - 8, "bucket actions");
         out.patch_u16(bstart + 2, alen);
-        if g.type_ == group::TYPE_SELECT || b.weight != 0 {
+        if type_ == group::TYPE_SELECT || b.weight != 0 {
             out.put_u16(gbpt::WEIGHT);
             out.put_u16(8);
             out.put_u16(b.weight);
@@ -1049,22 +1060,22 @@ fn encode_group_mod15(g: &GroupMod, out: &mut Vec<u8>) {
         let blen = len16(out.len() - bstart, "bucket");
         out.patch_u16(bstart, blen);
     }
-    let blen = len16(out.len() - start, "bucket array");
-    out.patch_u16(at, blen);
-    if let Some(sm) = &g.selection_method {
-        let pstart = out.len();
-        out.put_u16(gbpt::EXPERIMENTER);
-        out.put_u16(0);
-        out.put_u32(sm.experimenter);
-        out.put_u32(gbpt::NTRT_SELECTION_METHOD);
-        out.put_zeros(4);
-        out.put_string(&sm.method, 16);
-        out.put_u64(sm.param);
-        out.extend_from_slice(&sm.fields);
-        let plen = len16(out.len() - pstart, "selection method");
-        out.patch_u16(pstart + 2, plen);
-        out.pad8_from(pstart);
-    }
+}
+
+/// The Netronome selection-method group property (padded to 8).
+pub(crate) fn encode_selection_method(sm: &SelectionMethod, out: &mut Vec<u8>) {
+    let pstart = out.len();
+    out.put_u16(gbpt::EXPERIMENTER);
+    out.put_u16(0);
+    out.put_u32(sm.experimenter);
+    out.put_u32(gbpt::NTRT_SELECTION_METHOD);
+    out.put_zeros(4);
+    out.put_string(&sm.method, 16);
+    out.put_u64(sm.param);
+    out.extend_from_slice(&sm.fields);
+    let plen = len16(out.len() - pstart, "selection method");
+    out.patch_u16(pstart + 2, plen);
+    out.pad8_from(pstart);
 }
 
 fn decode_group_mod15(r: &mut Reader<'_>) -> Result<Message, OfError> {

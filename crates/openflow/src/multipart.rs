@@ -193,6 +193,8 @@ pub struct GroupDesc {
     pub type_: u8,
     pub group_id: u32,
     pub buckets: Vec<Bucket>,
+    /// OpenFlow 1.5: the selection method property (written in 1.5 replies only).
+    pub selection_method: Option<crate::message::SelectionMethod>,
 }
 
 /// `ofp_group_features`.
@@ -438,9 +440,9 @@ impl MultipartRequest {
         }
     }
 
-    /// Decodes a request of wire version `version`. In 1.4 and 1.5 the replies to
-    /// PORT_STATS (1.4+) and GROUP_DESC (1.5) have layouts this codec does not write yet:
-    /// those requests are `OFPBRC_BAD_MULTIPART` there.
+    /// Decodes a request of wire version `version`. In 1.4 and 1.5 the reply to
+    /// PORT_STATS has a layout this codec does not write yet: that request is
+    /// `OFPBRC_BAD_MULTIPART` there.
     pub(crate) fn decode(body: &[u8], version: u8) -> Result<MultipartRequest, OfError> {
         use MultipartRequestBody as B;
         let mut r = Reader::new(body, BAD_LEN);
@@ -450,7 +452,6 @@ impl MultipartRequest {
         decode_multipart_type(type_)?;
         let unwritten = match type_ {
             mp::PORT_STATS => version >= crate::VERSION_1_4,
-            mp::GROUP_DESC => version >= crate::VERSION_1_5,
             _ => false,
         };
         if unwritten {
@@ -483,6 +484,8 @@ impl MultipartRequest {
             mp::DESC => exact(rest, 0).map(|_| B::Desc)?,
             mp::TABLE => exact(rest, 0).map(|_| B::Table)?,
             mp::PORT_DESC => exact(rest, 0).map(|_| B::PortDesc)?,
+            // 1.5 names a group (or ALL); every group is described whichever it names.
+            mp::GROUP_DESC if version >= crate::VERSION_1_5 => id(rest).map(|_| B::GroupDesc)?,
             mp::GROUP_DESC => exact(rest, 0).map(|_| B::GroupDesc)?,
             mp::GROUP_FEATURES => exact(rest, 0).map(|_| B::GroupFeatures)?,
             mp::METER_FEATURES => exact(rest, 0).map(|_| B::MeterFeatures)?,
@@ -716,6 +719,24 @@ impl MultipartReplyBody {
                     o.put_u64(c.byte_count);
                 }
                 let len = len16(o.len(), "group stats entry");
+                o.patch_u16(0, len);
+            }),
+            B::GroupDesc(v) if version >= crate::VERSION_1_5 => each(v, |g, o| {
+                // ofp15_group_desc: length, type, pad, group_id, bucket_list_len, 6 pad,
+                // ofp15_buckets, then the group's properties.
+                o.put_u16(0);
+                o.put_u8(g.type_);
+                o.put_u8(0);
+                o.put_u32(g.group_id);
+                o.put_u16(0);
+                o.put_zeros(6);
+                crate::message::encode_buckets15(g.type_, &g.buckets, o);
+                let blen = len16(o.len() - 16, "group desc buckets");
+                o.patch_u16(8, blen);
+                if let Some(sm) = &g.selection_method {
+                    crate::message::encode_selection_method(sm, o);
+                }
+                let len = len16(o.len(), "group desc entry");
                 o.patch_u16(0, len);
             }),
             B::GroupDesc(v) => each(v, |g, o| {
@@ -977,6 +998,7 @@ impl MultipartReply {
                     type_,
                     group_id: r.u32()?,
                     buckets: decode_buckets(r.rest())?,
+                    selection_method: None,
                 })
             })?),
             mp::METER => B::Meter(var_entries(rest, 4, 40, |e| {

@@ -30,8 +30,9 @@
 //! nested action `ct` does not take is `OFPBAC_BAD_ARGUMENT`; a field-sourced zone of an
 //! unknown field is `OFPBAC_BAD_SET_TYPE`, of other than 16 bits or beyond its field
 //! `OFPBAC_BAD_SET_LEN`; NAT or a write of `ct_mark`/`ct_label` outside `ct` is
-//! `OFPBAC_BAD_SET_ARGUMENT`; a Nicira subtype this codec does not decode (`learn`, `note`,
-//! `resubmit(...,ct)`, ...) is `OFPBAC_BAD_EXP_TYPE`. A load, move or output of an unknown
+//! `OFPBAC_BAD_SET_ARGUMENT`; a Nicira subtype this codec does not decode (`note`,
+//! `resubmit(...,ct)`, ...) is `OFPBAC_BAD_EXP_TYPE`. `NXAST_LEARN`/`LEARN2` are decoded in
+//! [`crate::learn`]. A load, move or output of an unknown
 //! field is `OFPBAC_BAD_SET_TYPE`, of bits beyond it `OFPBAC_BAD_SET_LEN`; bytes that must
 //! be zero and are not are `OFPBAC_BAD_ARGUMENT` (OVS's `NXBRC_MUST_BE_ZERO`, a Nicira
 //! error code this codec does not send).
@@ -752,6 +753,12 @@ pub(crate) fn decode_experimenter(body: &[u8], ctx: ActionContext) -> Result<Act
                 return Err(bad(bac::BAD_SET_TYPE, "reg_load2 of a read-only field"));
             }
             Action::RegLoad2(oxm)
+        }
+        crate::learn::NXAST_LEARN | crate::learn::NXAST_LEARN2 => {
+            if ctx == ActionContext::Ct {
+                return Err(bad(bac::BAD_ARGUMENT, "learn nested inside ct"));
+            }
+            crate::learn::decode(&mut r, subtype, len)?
         }
         _ => {
             return Err(bad(

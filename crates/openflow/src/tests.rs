@@ -435,6 +435,7 @@ fn samples() -> Vec<Message> {
             type_: group::TYPE_SELECT,
             group_id: 1,
             buckets: buckets(),
+            selection_method: None,
         }])),
         reply(A::GroupFeatures(GroupFeatures {
             types: 15,

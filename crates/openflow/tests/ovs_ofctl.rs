@@ -270,6 +270,7 @@ fn encode_then_ofp_print() {
                             actions: vec![Action::Output { port: 2, max_len: 0 }],
                         },
                     ],
+                    selection_method: None,
                 },
                 GroupDesc {
                     type_: message::group::TYPE_FF,
@@ -281,6 +282,7 @@ fn encode_then_ofp_print() {
                         bucket_id: 0,
                         actions: vec![Action::Group(1)],
                     }],
+                    selection_method: None,
                 },
             ]),
             5,
@@ -289,6 +291,40 @@ fn encode_then_ofp_print() {
             "OFPST_GROUP_DESC reply (OF1.3)",
             "group_id=1,type=select,bucket=weight:10,actions=output:1,bucket=weight:20,actions=output:2",
             "group_id=2,type=ff,bucket=watch_port:1,actions=group:1",
+        ],
+    );
+    // OpenFlow 1.5's layout: bucket ids, properties, the selection method (OVN's load
+    // balancer group).
+    print_shows(
+        &encode_multipart_reply_with_version(
+            &MultipartReplyBody::GroupDesc(vec![GroupDesc {
+                type_: message::group::TYPE_SELECT,
+                group_id: 1,
+                buckets: (0..2)
+                    .map(|i| Bucket {
+                        weight: 100,
+                        watch_port: port::OFPP_ANY,
+                        watch_group: OFPG_ANY,
+                        bucket_id: i,
+                        actions: vec![Action::Output {
+                            port: 1 + i,
+                            max_len: 0,
+                        }],
+                    })
+                    .collect(),
+                selection_method: Some(SelectionMethod {
+                    experimenter: message::NTR_VENDOR_ID,
+                    method: "dp_hash".into(),
+                    param: 0,
+                    fields: Vec::new(),
+                }),
+            }]),
+            VERSION_1_5,
+            5,
+        )[0],
+        &[
+            "OFPST_GROUP_DESC reply (OF1.5)",
+            "group_id=1,type=select,selection_method=dp_hash,bucket=bucket_id:0,weight:100,actions=output:1,bucket=bucket_id:1,weight:100,actions=output:2",
         ],
     );
     print_shows(
@@ -781,6 +817,10 @@ const FLOWS: &[&str] = &[
     "actions=set_field:0x5/0xff->reg3,set_field:0x8->xxreg2,load:0x1234->NXM_NX_XXREG0[64..127]",
     "ip,actions=move:NXM_OF_IP_SRC[]->NXM_NX_REG0[],move:NXM_NX_XXREG0[0..7]->NXM_NX_IP_TTL[]",
     "metadata=0x1,in_port=2,dl_type=0x86dd,nw_proto=58,icmpv6_type=128,actions=drop",
+    // learn: OVN 23.03's hairpin learning (NXAST_LEARN), and LEARN2 (a limit).
+    "table=68,priority=100,ct_mark=0x2/0x2,tcp,nw_src=10.0.2.21,nw_dst=10.0.2.21,tp_dst=8080,actions=load:0x1->NXM_NX_REG10[7],learn(table=69,delete_learned,cookie=0x5e3b7d9e,OXM_OF_METADATA[],eth_type=0x800,NXM_OF_IP_SRC[],ip_dst=10.0.0.100,nw_proto=6,NXM_OF_TCP_SRC[]=NXM_OF_TCP_DST[],load:0x1->NXM_NX_REG10[7])",
+    "actions=learn(table=2,idle_timeout=10,hard_timeout=20,fin_idle_timeout=2,fin_hard_timeout=4,priority=80,cookie=0x123456789abcdef0,limit=1,NXM_NX_REG0[0..11],NXM_OF_ETH_DST[]=NXM_OF_ETH_SRC[],output:NXM_OF_IN_PORT[])",
+    "ip,actions=learn(table=3,NXM_NX_REG1[3..4]=0x2,load:NXM_OF_IP_SRC[]->NXM_NX_REG2[])",
 ];
 
 #[test]

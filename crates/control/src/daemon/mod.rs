@@ -60,6 +60,7 @@ mod controllers;
 mod ctl;
 mod flows;
 mod handover;
+mod learn;
 mod meters;
 mod nx;
 mod of_handover;
@@ -152,6 +153,8 @@ enum Source {
     CtrlListener,
     /// The datapath's packet-in queue's eventfd (`packet_io`).
     PacketIn,
+    /// A bridge's learn queue's eventfd (`learn`; the name is the bridge's).
+    Learn,
 }
 
 #[derive(Debug)]
@@ -561,6 +564,7 @@ impl Daemon {
                     Source::OfConn => self.on_of_conn(ev.token, ev),
                     Source::CtrlListener => self.on_ctrl_listener(ev.token, &name),
                     Source::PacketIn => self.on_packet_in(),
+                    Source::Learn => self.on_learn(&name),
                 }
                 if self.handed_over {
                     return;

@@ -371,6 +371,8 @@ pub(super) struct OfState {
     pub(super) send_flow_rem: HashMap<String, std::collections::HashSet<super::packet_io::RuleId>>,
     /// Bridge → its Geneve TLV table (`nx.rs`).
     pub(super) tlv: HashMap<String, super::nx::TlvTable>,
+    /// Learn queues and learned rules (`learn.rs`).
+    pub(super) learn: super::learn::LearnState,
 }
 
 /// The management socket's path of `bridge`.
@@ -436,6 +438,7 @@ impl Daemon {
             return;
         }
         for b in std::mem::take(&mut self.openflow.unpublished) {
+            self.learn_gc(&b);
             if let Some(b) = self.bridges.get_mut(&b) {
                 b.dirty = true;
             }

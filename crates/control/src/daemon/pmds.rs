@@ -206,6 +206,16 @@ impl Daemon {
         } else {
             self.openflow.packet_in.clone()
         };
+        let with_rules: Vec<String> = self
+            .bridges
+            .iter()
+            .filter(|(_, b)| b.pipeline.is_some())
+            .map(|(n, _)| n.clone())
+            .collect();
+        let learn: HashMap<String, Arc<ferrovs_datapath::flow::learn::LearnQueue>> = with_rules
+            .into_iter()
+            .filter_map(|n| self.learn_queue(&n).map(|q| (n, q)))
+            .collect();
         let mut bridges: Vec<Option<Arc<Bridge>>> = vec![None; self.bridge_slots.len()];
         for (name, b) in &self.bridges {
             let members = self
@@ -221,6 +231,7 @@ impl Daemon {
                 meters: b.meters.clone(),
                 packet_in: packet_in.clone(),
                 conntrack: self.conntrack.clone(),
+                learn: learn.get(name).cloned(),
             });
             let default_rule = (b.pipeline.is_none() && !self.is_fail_open(name))
                 .then(|| b.rules.rules().first().map(|r| r.stats.clone()))

@@ -374,6 +374,9 @@ fn action_from_of(a: &Action, ports: &PortMap) -> Result<ActionSpec, OfError> {
     if let Some(spec) = regs::action_from_of(a, ports)? {
         return Ok(spec);
     }
+    if let Action::Learn(l) = a {
+        return learn::learn_from_of(l);
+    }
     Ok(match a {
         Action::Output { port, max_len } => match *port {
             OFPP_IN_PORT => ActionSpec::InPort,
@@ -757,6 +760,11 @@ pub fn instructions_to_of_with(
             | ActionSpec::Resubmit { .. } => {
                 apply.extend(regs::action_to_of(a, &spec.m, ports).unwrap_or_default())
             }
+            ActionSpec::Learn(l) => {
+                if let Some(l) = learn::learn_to_of(l, &spec.m) {
+                    apply.push(Action::Learn(Box::new(l)));
+                }
+            }
             ActionSpec::ClearActions
             | ActionSpec::WriteActions(_)
             | ActionSpec::WriteMetadata { .. } => {}
@@ -1023,10 +1031,16 @@ pub fn group_from_of(gm: &GroupMod, ports: &PortMap) -> Result<GroupSpec, OfErro
             "an indirect group has exactly one bucket",
         ));
     }
+    let sm = gm
+        .selection_method
+        .as_ref()
+        .filter(|s| !s.method.is_empty());
     let spec = GroupSpec {
         id: gm.group_id,
         ty,
         buckets,
+        selection_method: sm.map(|s| s.method.clone()),
+        selection_param: sm.map_or(0, |s| s.param),
     };
     if spec.chained().any(|c| c == spec.id) {
         return Err(gerr(gmfc::LOOP, "a bucket sends to its own group"));
@@ -1054,7 +1068,8 @@ pub fn group_desc(spec: &GroupSpec, ports: &PortMap) -> GroupDesc {
     let buckets = spec
         .buckets
         .iter()
-        .map(|b| {
+        .enumerate()
+        .map(|(i, b)| {
             let as_rule = FlowSpec {
                 table: 0,
                 priority: 0,
@@ -1080,7 +1095,9 @@ pub fn group_desc(spec: &GroupSpec, ports: &PortMap) -> GroupDesc {
                     .and_then(|n| ports.number(n))
                     .unwrap_or(OFPP_ANY),
                 watch_group: b.watch_group.unwrap_or(OFPG_ANY),
-                bucket_id: 0,
+                // OVS numbers buckets given without ids (OpenFlow 1.3) from 0, and OVN
+                // gives them in order from 0: the position is the id.
+                bucket_id: i as u32,
                 actions,
             }
         })
@@ -1089,6 +1106,14 @@ pub fn group_desc(spec: &GroupSpec, ports: &PortMap) -> GroupDesc {
         type_,
         group_id: spec.id,
         buckets,
+        selection_method: spec.selection_method.as_ref().map(|m| {
+            ferrovs_openflow::SelectionMethod {
+                experimenter: ferrovs_openflow::message::NTR_VENDOR_ID,
+                method: m.clone(),
+                param: spec.selection_param,
+                fields: Vec::new(),
+            }
+        }),
     }
 }
 
@@ -1348,6 +1373,7 @@ pub fn aggregate(rules: &BridgeRules, sel: &Selector) -> AggregateStats {
 pub mod ct;
 #[cfg(test)]
 mod ct_tests;
+pub mod learn;
 pub mod meters;
 pub mod regs;
 #[cfg(test)]

@@ -590,7 +590,12 @@ fn group_mods_apply_with_ovs_errors() {
         spec.to_string(),
         "group_id=1,type=all,bucket=actions=output:vm1,bucket=actions=mod_dl_dst:02:00:00:00:00:09,output:vm2"
     );
-    assert_eq!(group_desc(spec, &ports()).buckets, all.buckets);
+    // Bucket ids are the positions (what 1.5's GROUP_DESC shows; 1.3 has none).
+    let mut numbered = all.buckets.clone();
+    for (i, b) in numbered.iter_mut().enumerate() {
+        b.bucket_id = i as u32;
+    }
+    assert_eq!(group_desc(spec, &ports()).buckets, numbered);
     assert_eq!(
         code(&mut r, &all),
         (et::GROUP_MOD_FAILED, gmfc::GROUP_EXISTS)

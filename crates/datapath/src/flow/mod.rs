@@ -20,6 +20,7 @@
 
 pub mod emc;
 pub mod input;
+pub mod learn;
 pub mod megaflow;
 pub mod upcall;
 
@@ -51,6 +52,8 @@ pub struct BridgeFlows {
     pub packet_in: Option<Arc<crate::packet_io::PacketInQueue>>,
     /// The connection tracker `DpAction::Ct` runs (one per daemon, shared by bridges).
     pub conntrack: Arc<ferrovs_conntrack::Tracker>,
+    /// Where the rules `learn` actions learn go (`None`: they are dropped), see [`learn`].
+    pub learn: Option<Arc<learn::LearnQueue>>,
 }
 
 /// Flow-path counters of one PMD (kept locally, published with the PMD's other counters).

@@ -74,6 +74,7 @@ fn snapshot(pipeline: Pipeline) -> Snapshot {
             meters: Default::default(),
             packet_in: None,
             conntrack: Arc::new(ferrovs_conntrack::Tracker::new(Default::default())),
+            learn: None,
         }),
         default_rule: None,
     };

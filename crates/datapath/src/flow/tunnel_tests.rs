@@ -52,6 +52,7 @@ fn switch(rules: &[&str]) -> Snapshot {
             meters: Default::default(),
             packet_in: None,
             conntrack: Arc::new(ferrovs_conntrack::Tracker::new(Default::default())),
+            learn: None,
         }),
         default_rule: None,
     };

@@ -22,6 +22,13 @@ pub fn resolve(bf: &BridgeFlows, key: &FlowKey, now: u32) -> (Arc<Megaflow>, boo
     if let Some(f) = bf.cache.read().lookup(key) {
         return (f.clone(), false);
     }
-    let t = bf.pipeline.translate(key);
+    let mut t = bf.pipeline.translate(key);
+    if !t.learned.is_empty() {
+        // What `learn` actions learned goes to the control plane (see `learn`).
+        let l = std::mem::take(&mut t.learned);
+        if let Some(q) = &bf.learn {
+            q.push(l);
+        }
+    }
     (bf.cache.insert(bf.gen, key, t, now), true)
 }

@@ -18,14 +18,12 @@ pub(super) fn parse_action(a: &str, table: u8, m: &Match) -> Result<ActionSpec, 
 /// An action of a group's bucket: no rule, so no match to check rewrites against (a rewrite
 /// of a header the packet lacks does nothing, as in OVS), and no instructions.
 pub(super) fn parse_bucket_action(a: &str) -> Result<ActionSpec, ParseError> {
+    // `ct(...)` and `ct_clear` are allowed (OVN's load balancers are select groups whose
+    // buckets are `ct(commit,table=T,nat(dst=...))`); the translation runs them in a
+    // bucket of a group that runs one bucket, and skips them in an `all` group's buckets
+    // (each a copy of the packet: a tracker's verdict cannot be set back). See
+    // docs/conntrack.md.
     let act = parse_action_in(a, 0, None)?;
-    if matches!(act, ActionSpec::Ct(_) | ActionSpec::CtClear) {
-        // A bucket runs on a copy of the packet the translation sets back afterwards;
-        // a tracker's verdict (or its recirculation) cannot be set back.
-        return Err(ParseError::Invalid(format!(
-            "{act}: connection tracking is for rules, not group buckets (ferrovs)"
-        )));
-    }
     if act.instruction_rank() != 0 {
         return Err(ParseError::Invalid(format!(
             "{}: instructions are for rules, not group buckets",
@@ -49,6 +47,7 @@ fn settable(a: &ActionSpec) -> bool {
             | ActionSpec::CtClear
             | ActionSpec::Resubmit { .. }
             | ActionSpec::OutputReg(_)
+            | ActionSpec::Learn(_)
     )
 }
 
@@ -366,6 +365,9 @@ fn parse_action_in(a: &str, table: u8, m: Option<&Match>) -> Result<ActionSpec, 
             ActionSpec::Ct(Box::new(super::ct::parse_ct(arg, family, invalid_only)?))
         }
         ("ct_clear", None) | ("ct_clear", Some("")) => ActionSpec::CtClear,
+        ("learn", Some(arg)) if a.contains('(') => ActionSpec::Learn(Box::new(
+            super::learn::parse_learn(arg, (!lenient).then_some(m))?,
+        )),
         ("dec_ttl", None) => ActionSpec::DecTtl,
         ("mod_nw_ttl", _) => {
             require(matches!(ty, Some(ETH_IPV4 | ETH_IPV6)), "ip or ipv6")?;

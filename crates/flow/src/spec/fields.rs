@@ -277,6 +277,44 @@ pub(super) fn prerequisite(f: Field, m: &Match) -> Option<&'static str> {
     })
 }
 
+/// A whole field by its ovs-fields name (or an alias ovs-ofctl takes: `nw_src`, `dl_type`,
+/// `tp_dst`, ...), as `learn`'s `NAME=VALUE` names it: the field and its OVS width.
+pub(super) fn whole_by_name(name: &str) -> Option<SubField> {
+    let name = match name {
+        "nw_src" => "ip_src",
+        "nw_dst" => "ip_dst",
+        "dl_type" => "eth_type",
+        "dl_src" => "eth_src",
+        "dl_dst" => "eth_dst",
+        "tp_src" => "tcp_src",
+        "tp_dst" => "tcp_dst",
+        n => n,
+    };
+    NAMES
+        .iter()
+        .find(|x| x.short == name)
+        .and_then(|x| SubField::new(x.field, 0, x.width))
+}
+
+/// The ovs-fields name of a whole field in a rule with match `m` (the name `m`'s protocol
+/// gives it), if `sf` is all of a named field.
+pub(super) fn whole_name(sf: &SubField, m: &Match) -> Option<&'static str> {
+    if sf.ofs != 0 {
+        return None;
+    }
+    let (ty, proto) = protocol(m);
+    NAMES
+        .iter()
+        .filter(|x| x.field == sf.field && x.width == sf.nbits)
+        .find(|x| fits(x, ty, proto))
+        .or_else(|| {
+            NAMES
+                .iter()
+                .find(|x| x.field == sf.field && x.width == sf.nbits)
+        })
+        .map(|x| x.short)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

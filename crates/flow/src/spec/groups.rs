@@ -60,6 +60,12 @@ pub struct GroupSpec {
     pub id: u32,
     pub ty: GroupType,
     pub buckets: Vec<BucketSpec>,
+    /// OpenFlow 1.5's (Netronome's) selection method of a select group (`dp_hash`, `hash`)
+    /// and its parameter, as given: kept and shown; the pipeline's select hashes the L2-L4
+    /// fields whatever the method (OVS's `dp_hash` is a 5-tuple hash too). The method's
+    /// `fields(...)` are not kept.
+    pub selection_method: Option<String>,
+    pub selection_param: u64,
 }
 
 impl GroupSpec {
@@ -129,6 +135,7 @@ pub fn parse_group(s: &str) -> Result<GroupSpec, ParseError> {
     let mut in_actions = false;
     // Buckets given a weight (ovs-ofctl's default for a select bucket is 1, not 0).
     let mut weighted = Vec::new();
+    let (mut selection_method, mut selection_param) = (None, 0u64);
     for tok in tokens(s) {
         let tok = tok.trim();
         let lower = tok.to_ascii_lowercase();
@@ -159,6 +166,22 @@ pub fn parse_group(s: &str) -> Result<GroupSpec, ParseError> {
                     id = Some(g);
                 }
                 "type" => ty = Some(parse_type(v)?),
+                "selection_method" => {
+                    let ok = !v.is_empty()
+                        && v.len() <= 15
+                        && v.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+                    if !ok {
+                        return Err(ParseError::BadValue {
+                            field: k.into(),
+                            value: v.into(),
+                            expected: "a method name (dp_hash, hash)",
+                        });
+                    }
+                    selection_method = Some(v.to_string());
+                }
+                "selection_method_param" => {
+                    selection_param = num(k, v, u128::from(u64::MAX))? as u64;
+                }
                 _ => return Err(ParseError::UnknownField(k.into())),
             }
             continue;
@@ -217,7 +240,13 @@ pub fn parse_group(s: &str) -> Result<GroupSpec, ParseError> {
             return Err(ParseError::Invalid("drop must be the only action".into()));
         }
     }
-    let g = GroupSpec { id, ty, buckets };
+    let g = GroupSpec {
+        id,
+        ty,
+        buckets,
+        selection_method,
+        selection_param,
+    };
     g.check()?;
     Ok(g)
 }
@@ -243,6 +272,12 @@ impl fmt::Display for BucketSpec {
 impl fmt::Display for GroupSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "group_id={},type={}", self.id, self.ty.name())?;
+        if let Some(m) = &self.selection_method {
+            write!(f, ",selection_method={m}")?;
+            if self.selection_param != 0 {
+                write!(f, ",selection_method_param={}", self.selection_param)?;
+            }
+        }
         for b in &self.buckets {
             if self.ty == GroupType::Select && b.weight == 0 {
                 // Without it, the default weight 1 would parse back.

@@ -20,6 +20,7 @@
 //!   prerequisites;
 //! * `actions`: actions by name, checked against the rule's table and match;
 //! * `ct`: connection tracking's syntax: `ct(...)`'s arguments, `ct_state`'s flags;
+//! * `learn`: `learn(...)`'s arguments (parsed and printed as ovs-ofctl);
 //! * `fields`: fields by their NXM/OXM and ovs-fields names as subfields (`NXM_NX_REG0[0..15]`),
 //!   the registers' names, which fields `load`/`move` may write;
 //! * `print`: the canonical text of rules, filters and actions.
@@ -36,6 +37,7 @@ mod actions;
 mod ct;
 mod fields;
 mod groups;
+mod learn;
 mod matches;
 mod print;
 mod values;
@@ -164,6 +166,8 @@ pub enum ActionSpec {
     },
     /// `output:NXM_NX_REG15[]`: output to the OpenFlow port number the field holds.
     OutputReg(SubField),
+    /// `learn(...)`: a rule learned from the packet (see [`crate::learn`]).
+    Learn(Box<crate::learn::LearnSpec>),
 }
 
 impl ActionSpec {

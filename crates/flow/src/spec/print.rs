@@ -351,7 +351,10 @@ impl fmt::Display for ActionSpec {
             ActionSpec::DecMplsTtl => write!(f, "dec_mpls_ttl"),
             ActionSpec::Ct(c) => write!(f, "{}", super::ct::fmt_ct(c)),
             ActionSpec::CtClear => write!(f, "ct_clear"),
-            ActionSpec::Load { .. } | ActionSpec::Move { .. } | ActionSpec::OutputReg(_) => {
+            ActionSpec::Load { .. }
+            | ActionSpec::Move { .. }
+            | ActionSpec::OutputReg(_)
+            | ActionSpec::Learn(_) => {
                 write!(f, "{}", fmt_action(self, &Match::catchall()))
             }
             ActionSpec::Resubmit { port, table } => match (port, table) {
@@ -404,6 +407,7 @@ fn fmt_action(a: &ActionSpec, m: &Match) -> String {
             format!("move:{}->{}", fmt_subfield(src, m), fmt_subfield(dst, m))
         }
         (ActionSpec::OutputReg(src), _, _) => format!("output:{}", fmt_subfield(src, m)),
+        (ActionSpec::Learn(l), _, _) => super::learn::fmt_learn(l, m),
         (ActionSpec::Load { field, value, mask }, _, _) => fmt_load(*field, *value, *mask, m),
         _ => a.to_string(),
     }
