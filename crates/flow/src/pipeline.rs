@@ -571,6 +571,9 @@ impl ResolvedAction {
                 table: *table,
             },
             ResolvedAction::OutputReg(f) => ActionSpec::OutputReg(*f),
+            // A resumed learn teaches as the paused one would, but no longer names the rule
+            // that taught it (`delete_learned` of that rule then leaves its rule alone).
+            ResolvedAction::Learn(l) => ActionSpec::Learn(Box::new(l.spec.clone())),
         })
     }
 }
