@@ -340,8 +340,9 @@ pub struct VxlanInfo {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub key_flow: bool,
     /// Datagrams the kernel dropped at the endpoint's UDP socket, its receive buffer full
-    /// (`/proc/net/udp`'s `drops`; the endpoint's, shared by the ports on it).
-    #[serde(default)]
+    /// (`/proc/net/udp`'s `drops`; the endpoint's, shared by the ports on it). Left out
+    /// while 0, as in what older daemons wrote.
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub socket_drops: u64,
 }
 
