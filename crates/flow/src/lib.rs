@@ -25,6 +25,8 @@ pub mod edit;
 pub mod key;
 pub mod matching;
 pub mod meter;
+#[cfg(test)]
+mod ovn_tests;
 pub mod pipeline;
 pub mod reference;
 #[cfg(test)]

@@ -15,7 +15,7 @@
 //! and `OFPBAC_BAD_TYPE`).
 
 use crate::error::{bac, bic, bmc, OfError};
-use crate::nicira::{self, NxCt, NxMove, NxNat, NxOutputReg};
+use crate::nicira::{self, NxCt, NxMove, NxNat, NxOutputReg, NxStack};
 use crate::oxm::{Field, Oxm};
 use crate::port;
 use crate::wire::{pad8, Put, Reader};
@@ -103,6 +103,12 @@ pub enum Action {
     },
     /// Nicira `NXAST_OUTPUT_REG`/`NXAST_OUTPUT_REG2` (`output:NXM_NX_REG15[]`).
     OutputReg(NxOutputReg),
+    /// Nicira `NXAST_STACK_PUSH` (`push:FIELD[a..b]`).
+    StackPush(NxStack),
+    /// Nicira `NXAST_STACK_POP` (`pop:FIELD[a..b]`).
+    StackPop(NxStack),
+    /// Nicira `NXAST_CLONE` (`clone(...)`): the nested actions on a copy of the packet.
+    Clone(Vec<Action>),
 }
 
 /// Where an action list sits: a `ct` action's nested list takes only `nat` and writes of
@@ -173,7 +179,10 @@ impl Action {
             | Action::RegLoad2(_)
             | Action::RegMove(_)
             | Action::Resubmit { .. }
-            | Action::OutputReg(_) => at::EXPERIMENTER,
+            | Action::OutputReg(_)
+            | Action::StackPush(_)
+            | Action::StackPop(_)
+            | Action::Clone(_) => at::EXPERIMENTER,
         }
     }
 
@@ -193,6 +202,9 @@ impl Action {
             Action::RegMove(m) => nicira::encode_reg_move(m, out),
             Action::Resubmit { port, table } => nicira::encode_resubmit(*port, *table, out),
             Action::OutputReg(o) => nicira::encode_output_reg(o, out),
+            Action::StackPush(st) => nicira::encode_stack(nicira::nxast::STACK_PUSH, st, out),
+            Action::StackPop(st) => nicira::encode_stack(nicira::nxast::STACK_POP, st, out),
+            Action::Clone(list) => nicira::encode_clone(list, out),
             _ => {
                 out.put_u16(self.type_());
                 out.put_u16(0);
@@ -206,7 +218,10 @@ impl Action {
             | Action::RegLoad2(_)
             | Action::RegMove(_)
             | Action::Resubmit { .. }
-            | Action::OutputReg(_) => out.pad8_from(start),
+            | Action::OutputReg(_)
+            | Action::StackPush(_)
+            | Action::StackPop(_)
+            | Action::Clone(_) => out.pad8_from(start),
             Action::CopyField(m) => {
                 out.put_u16(m.nbits);
                 out.put_u16(m.src_ofs);

@@ -4,7 +4,8 @@
 //! ovs-ofctl's encoding of a masked `set_field`, e.g. of `ct_mark` inside `ct`'s `exec`),
 //! `NXAST_REG_LOAD2` (a masked OXM), `NXAST_REG_MOVE` (`move:A[..]->B[..]`),
 //! `NXAST_RESUBMIT` / `NXAST_RESUBMIT_TABLE` (`resubmit(PORT,TABLE)`), `NXAST_OUTPUT_REG` /
-//! `NXAST_OUTPUT_REG2` (`output:NXM_NX_REG15[]`).
+//! `NXAST_OUTPUT_REG2` (`output:NXM_NX_REG15[]`); the register stack's `NXAST_STACK_PUSH` /
+//! `NXAST_STACK_POP` (`push:F[..]`, `pop:F[..]`) and `NXAST_CLONE` (`clone(...)`).
 //!
 //! Layouts (big-endian, after the experimenter header `type=0xffff, len, vendor, subtype`):
 //! * `NXAST_CT` (24 bytes + nested actions): `flags` (commit 1, force 2), `zone_src` (an NXM
@@ -21,6 +22,10 @@
 //! * `NXAST_RESUBMIT` (16 bytes): `in_port` (16-bit port number); `NXAST_RESUBMIT_TABLE` (16
 //!   bytes): `in_port`, `table` (0xff: the current one), 3 zero bytes. `OFPP_IN_PORT`
 //!   (0xfff8): the packet's own.
+//! * `NXAST_STACK_PUSH`/`NXAST_STACK_POP` (24 bytes): `offset`, `field` (an NXM header),
+//!   `n_bits` (the number of bits, not minus one), 6 zero bytes.
+//! * `NXAST_CLONE` (16 bytes + nested actions): 6 zero bytes, then an action list (of the
+//!   same kind as the list the clone is in).
 //! * `NXAST_OUTPUT_REG` (24 bytes): `ofs_nbits`, `src`, `max_len`, 6 zero bytes;
 //!   `NXAST_OUTPUT_REG2` (24 bytes): `ofs_nbits`, `max_len`, `src`, zero bytes.
 //!
@@ -57,7 +62,22 @@ pub mod nxast {
     pub const REG_LOAD2: u16 = 33;
     pub const CT: u16 = 35;
     pub const NAT: u16 = 36;
+    pub const STACK_PUSH: u16 = 27;
+    pub const STACK_POP: u16 = 28;
+    pub const CLONE: u16 = 42;
     pub const CT_CLEAR: u16 = 43;
+}
+
+/// `NXAST_STACK_PUSH`/`NXAST_STACK_POP`: bits `ofs..ofs + nbits` of `field` pushed onto
+/// (popped from) the translation's stack. Decoded values have the range within the field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct NxStack {
+    /// The field pushed or popped.
+    pub field: Field,
+    /// Its first bit.
+    pub ofs: u16,
+    /// How many bits.
+    pub nbits: u16,
 }
 
 /// A copy of `nbits` bits from `src` at `src_ofs` to `dst` at `dst_ofs` (`NXAST_REG_MOVE`,
@@ -206,7 +226,14 @@ pub(crate) fn field_of_header(header: u32) -> Result<Field, OfError> {
     let unknown = bad(bac::BAD_SET_TYPE, "NXM header of an unknown field");
     let f =
         Field::from_header((header >> 16) as u16, ((header >> 9) & 0x7f) as u8).ok_or(unknown)?;
-    if header & 0x100 != 0 || (header & 0xff) as u8 != f.info().len {
+    let len = (header & 0xff) as u8;
+    // A tunnel option field is variable length in OVS, which writes it in an action's
+    // header with the whole option space's length (124): any length up to that names it.
+    let variable = matches!(
+        f,
+        Field::TunMetadata0 | Field::TunMetadata1 | Field::TunMetadata2 | Field::TunMetadata3
+    );
+    if header & 0x100 != 0 || (len != f.info().len && !(variable && (1..=124).contains(&len))) {
         return Err(unknown);
     }
     Ok(f)
@@ -328,6 +355,20 @@ pub(crate) fn encode_output_reg(o: &NxOutputReg, out: &mut Vec<u8>) {
         out.put_u16(o.max_len);
         out.put_zeros(6);
     }
+}
+
+pub(crate) fn encode_stack(subtype: u16, st: &NxStack, out: &mut Vec<u8>) {
+    put_header(out, subtype);
+    out.put_u16(st.ofs);
+    out.put_u32(nxm_header(st.field));
+    out.put_u16(st.nbits);
+    out.put_zeros(6);
+}
+
+pub(crate) fn encode_clone(list: &[Action], out: &mut Vec<u8>) {
+    put_header(out, nxast::CLONE);
+    out.put_zeros(6);
+    encode_actions(list, out);
 }
 
 pub(crate) fn encode_reg_load2(oxm: &Oxm, out: &mut Vec<u8>) {
@@ -489,13 +530,70 @@ pub(crate) fn decode_experimenter(body: &[u8], ctx: ActionContext) -> Result<Act
             let dst_ofs = r.u16()?;
             let src = field_of_header(r.u32()?)?;
             let dst = field_of_header(r.u32()?)?;
-            Action::RegMove(check_move(NxMove {
+            let m = NxMove {
                 src,
                 src_ofs,
                 dst,
                 dst_ofs,
                 nbits,
-            })?)
+            };
+            if ctx == ActionContext::Ct {
+                // Inside ct, a move writes ct_mark or ct_label only (OVN's
+                // `move:NXM_NX_XXREG0[0..31]->NXM_NX_CT_LABEL[96..127]`).
+                if !within(src, src_ofs, nbits) || !within(dst, dst_ofs, nbits) {
+                    return Err(bad(bac::BAD_SET_LEN, "move bits beyond their field"));
+                }
+                if !is_ct_writable(dst) {
+                    return Err(bad(
+                        bac::BAD_ARGUMENT,
+                        "ct nests a move into other than ct_mark/ct_label",
+                    ));
+                }
+                Action::RegMove(m)
+            } else {
+                Action::RegMove(check_move(m)?)
+            }
+        }
+        nxast::STACK_PUSH | nxast::STACK_POP => {
+            if len != 24 {
+                return Err(bad(bac::BAD_LEN, "NXAST_STACK_PUSH/POP not 24 bytes"));
+            }
+            let ofs = r.u16()?;
+            let field = field_of_header(r.u32()?)?;
+            let nbits = r.u16()?;
+            if r.rest().iter().any(|&b| b != 0) {
+                return Err(bad(bac::BAD_ARGUMENT, "stack action padding not zero"));
+            }
+            if !within(field, ofs, nbits) {
+                return Err(bad(bac::BAD_SET_LEN, "stack bits beyond their field"));
+            }
+            if ctx == ActionContext::Ct {
+                return Err(bad(bac::BAD_ARGUMENT, "push/pop nested inside ct"));
+            }
+            let st = NxStack { field, ofs, nbits };
+            if subtype == nxast::STACK_PUSH {
+                Action::StackPush(st)
+            } else {
+                if is_ct_writable(field) {
+                    return Err(bad(bac::BAD_SET_ARGUMENT, "pop into a ct field"));
+                }
+                if !field.info().settable {
+                    return Err(bad(bac::BAD_SET_TYPE, "pop into a read-only field"));
+                }
+                Action::StackPop(st)
+            }
+        }
+        nxast::CLONE => {
+            if len < 16 {
+                return Err(bad(bac::BAD_LEN, "NXAST_CLONE shorter than 16 bytes"));
+            }
+            if ctx == ActionContext::Ct {
+                return Err(bad(bac::BAD_ARGUMENT, "clone nested inside ct"));
+            }
+            if r.array::<6>()?.iter().any(|&b| b != 0) {
+                return Err(bad(bac::BAD_ARGUMENT, "clone padding not zero"));
+            }
+            Action::Clone(decode_actions_in(r.rest(), ctx)?)
         }
         nxast::OUTPUT_REG | nxast::OUTPUT_REG2 => {
             if len != 24 {
@@ -567,8 +665,8 @@ pub(crate) fn decode_experimenter(body: &[u8], ctx: ActionContext) -> Result<Act
             ))
         }
     };
-    if ctx == ActionContext::Ct && matches!(a, Action::Resubmit { .. } | Action::RegMove(_)) {
-        return Err(bad(bac::BAD_ARGUMENT, "ct nests a resubmit or a move"));
+    if ctx == ActionContext::Ct && matches!(a, Action::Resubmit { .. }) {
+        return Err(bad(bac::BAD_ARGUMENT, "ct nests a resubmit"));
     }
     Ok(a)
 }
