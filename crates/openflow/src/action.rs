@@ -122,6 +122,22 @@ pub(crate) enum ActionContext {
     /// [`ActionContext::Top`] in an OpenFlow 1.5 message: `OFPAT_SET_FIELD` may carry a
     /// mask, `OFPAT_COPY_FIELD` exists.
     Top15,
+    /// [`ActionContext::Ct`] in an OpenFlow 1.5 message (ovn-controller's
+    /// `exec(set_field:0/0x1->ct_mark)` is a masked SET_FIELD there, its `move` a
+    /// COPY_FIELD).
+    Ct15,
+}
+
+impl ActionContext {
+    /// Inside a `ct` action's list.
+    pub(crate) fn is_ct(self) -> bool {
+        matches!(self, ActionContext::Ct | ActionContext::Ct15)
+    }
+
+    /// In an OpenFlow 1.5 message.
+    pub(crate) fn is_15(self) -> bool {
+        matches!(self, ActionContext::Top15 | ActionContext::Ct15)
+    }
 }
 
 /// `OFPAT_*` numbers.
@@ -337,7 +353,7 @@ impl Action {
                 Action::Group(g)
             }
             at::SET_FIELD => Action::SetField(decode_set_field(body, ctx)?),
-            at::COPY_FIELD if ctx == ActionContext::Top15 => {
+            at::COPY_FIELD if ctx.is_15() => {
                 if len != 24 {
                     return Err(bad(bac::BAD_LEN, "OFPAT_COPY_FIELD not 24 bytes"));
                 }
@@ -347,18 +363,23 @@ impl Action {
                 r.skip(2)?;
                 let src = nicira::field_of_header(r.u32()?)?;
                 let dst = nicira::field_of_header(r.u32()?)?;
-                Action::CopyField(nicira::check_move(NxMove {
+                let m = NxMove {
                     src,
                     src_ofs,
                     dst,
                     dst_ofs,
                     nbits,
-                })?)
+                };
+                Action::CopyField(if ctx.is_ct() {
+                    nicira::check_ct_move(m)?
+                } else {
+                    nicira::check_move(m)?
+                })
             }
             at::EXPERIMENTER => return nicira::decode_experimenter(body, ctx),
             _ => return Err(bad(bac::BAD_TYPE, "unknown action type")),
         };
-        if ctx == ActionContext::Ct && !matches!(a, Action::SetField(_)) {
+        if ctx.is_ct() && !matches!(a, Action::SetField(_) | Action::CopyField(_)) {
             return Err(bad(
                 bac::BAD_ARGUMENT,
                 "ct nests an action other than nat or a write of ct_mark/ct_label",
@@ -385,14 +406,14 @@ fn decode_set_field(body: &[u8], ctx: ActionContext) -> Result<Oxm, OfError> {
         bmc::BAD_LEN => bad(bac::BAD_SET_LEN, "set_field OXM length wrong for its field"),
         _ => bad(bac::BAD_SET_ARGUMENT, "set_field value out of range"),
     })?;
-    if oxm.mask.is_some() && ctx != ActionContext::Top15 {
+    if oxm.mask.is_some() && !ctx.is_15() {
         return Err(bad(bac::BAD_SET_ARGUMENT, "set_field with a mask"));
     }
     // ct_mark and ct_label are written by a ct action's nested set_field only (OVS's
     // ofpacts_verify_nested); inside ct, nothing else is written.
     match (ctx, nicira::is_ct_writable(oxm.field)) {
-        (ActionContext::Ct, true) => return Ok(oxm),
-        (ActionContext::Ct, false) => {
+        (ActionContext::Ct | ActionContext::Ct15, true) => return Ok(oxm),
+        (ActionContext::Ct | ActionContext::Ct15, false) => {
             return Err(bad(
                 bac::BAD_ARGUMENT,
                 "ct nests a set_field of other than ct_mark/ct_label",

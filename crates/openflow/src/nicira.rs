@@ -401,7 +401,7 @@ pub(crate) fn decode_experimenter(body: &[u8], ctx: ActionContext) -> Result<Act
             if len < 24 {
                 return Err(bad(bac::BAD_LEN, "NXAST_CT shorter than 24 bytes"));
             }
-            if ctx == ActionContext::Ct {
+            if ctx.is_ct() {
                 return Err(bad(bac::BAD_ARGUMENT, "ct nested inside ct"));
             }
             let flags = r.u16()?;
@@ -423,7 +423,12 @@ pub(crate) fn decode_experimenter(body: &[u8], ctx: ActionContext) -> Result<Act
             let recirc_table = r.u8()?;
             r.skip(3)?;
             let alg = r.u16()?;
-            let actions = decode_actions_in(r.rest(), ActionContext::Ct)?;
+            let nested = if ctx.is_15() {
+                ActionContext::Ct15
+            } else {
+                ActionContext::Ct
+            };
+            let actions = decode_actions_in(r.rest(), nested)?;
             if flags & ct_flags::COMMIT == 0
                 && actions.iter().any(|a| {
                     !matches!(a, Action::Nat(n) if n.flags == 0 && n.addr_min.is_none()
@@ -447,7 +452,7 @@ pub(crate) fn decode_experimenter(body: &[u8], ctx: ActionContext) -> Result<Act
             if len != 16 {
                 return Err(bad(bac::BAD_LEN, "NXAST_CT_CLEAR not 16 bytes"));
             }
-            if ctx == ActionContext::Ct {
+            if ctx.is_ct() {
                 return Err(bad(bac::BAD_ARGUMENT, "ct_clear nested inside ct"));
             }
             Action::CtClear
@@ -458,7 +463,7 @@ pub(crate) fn decode_experimenter(body: &[u8], ctx: ActionContext) -> Result<Act
             }
             r.skip(2)?;
             let nat = decode_nat(&mut r)?;
-            if ctx != ActionContext::Ct {
+            if !ctx.is_ct() {
                 return Err(bad(bac::BAD_SET_ARGUMENT, "nat outside a ct action"));
             }
             Action::Nat(nat)
@@ -480,7 +485,7 @@ pub(crate) fn decode_experimenter(body: &[u8], ctx: ActionContext) -> Result<Act
                     "reg_load value wider than its bits",
                 ));
             }
-            match (ctx == ActionContext::Ct, is_ct_writable(field)) {
+            match (ctx.is_ct(), is_ct_writable(field)) {
                 (true, false) => {
                     return Err(bad(
                         bac::BAD_SET_TYPE,
@@ -537,19 +542,8 @@ pub(crate) fn decode_experimenter(body: &[u8], ctx: ActionContext) -> Result<Act
                 dst_ofs,
                 nbits,
             };
-            if ctx == ActionContext::Ct {
-                // Inside ct, a move writes ct_mark or ct_label only (OVN's
-                // `move:NXM_NX_XXREG0[0..31]->NXM_NX_CT_LABEL[96..127]`).
-                if !within(src, src_ofs, nbits) || !within(dst, dst_ofs, nbits) {
-                    return Err(bad(bac::BAD_SET_LEN, "move bits beyond their field"));
-                }
-                if !is_ct_writable(dst) {
-                    return Err(bad(
-                        bac::BAD_ARGUMENT,
-                        "ct nests a move into other than ct_mark/ct_label",
-                    ));
-                }
-                Action::RegMove(m)
+            if ctx.is_ct() {
+                Action::RegMove(check_ct_move(m)?)
             } else {
                 Action::RegMove(check_move(m)?)
             }
@@ -567,7 +561,7 @@ pub(crate) fn decode_experimenter(body: &[u8], ctx: ActionContext) -> Result<Act
             if !within(field, ofs, nbits) {
                 return Err(bad(bac::BAD_SET_LEN, "stack bits beyond their field"));
             }
-            if ctx == ActionContext::Ct {
+            if ctx.is_ct() {
                 return Err(bad(bac::BAD_ARGUMENT, "push/pop nested inside ct"));
             }
             let st = NxStack { field, ofs, nbits };
@@ -587,7 +581,7 @@ pub(crate) fn decode_experimenter(body: &[u8], ctx: ActionContext) -> Result<Act
             if len < 16 {
                 return Err(bad(bac::BAD_LEN, "NXAST_CLONE shorter than 16 bytes"));
             }
-            if ctx == ActionContext::Ct {
+            if ctx.is_ct() {
                 return Err(bad(bac::BAD_ARGUMENT, "clone nested inside ct"));
             }
             if r.array::<6>()?.iter().any(|&b| b != 0) {
@@ -615,7 +609,7 @@ pub(crate) fn decode_experimenter(body: &[u8], ctx: ActionContext) -> Result<Act
             if !within(src, ofs, nbits) {
                 return Err(bad(bac::BAD_SET_LEN, "output_reg bits beyond their field"));
             }
-            if ctx == ActionContext::Ct {
+            if ctx.is_ct() {
                 return Err(bad(bac::BAD_ARGUMENT, "output_reg nested inside ct"));
             }
             Action::OutputReg(NxOutputReg {
@@ -647,7 +641,7 @@ pub(crate) fn decode_experimenter(body: &[u8], ctx: ActionContext) -> Result<Act
                     "NXAST_REG_LOAD2 length does not fit its OXM",
                 ));
             }
-            if ctx == ActionContext::Ct || is_ct_writable(oxm.field) {
+            if ctx.is_ct() || is_ct_writable(oxm.field) {
                 return Err(bad(
                     bac::BAD_SET_ARGUMENT,
                     "reg_load2 inside ct or of a ct field",
@@ -665,10 +659,25 @@ pub(crate) fn decode_experimenter(body: &[u8], ctx: ActionContext) -> Result<Act
             ))
         }
     };
-    if ctx == ActionContext::Ct && matches!(a, Action::Resubmit { .. }) {
+    if ctx.is_ct() && matches!(a, Action::Resubmit { .. }) {
         return Err(bad(bac::BAD_ARGUMENT, "ct nests a resubmit"));
     }
     Ok(a)
+}
+
+/// A move inside `ct`: it writes ct_mark or ct_label only (OVN's
+/// `move:NXM_NX_XXREG0[0..31]->NXM_NX_CT_LABEL[96..127]`), its ranges within their fields.
+pub(crate) fn check_ct_move(m: NxMove) -> Result<NxMove, OfError> {
+    if !within(m.src, m.src_ofs, m.nbits) || !within(m.dst, m.dst_ofs, m.nbits) {
+        return Err(bad(bac::BAD_SET_LEN, "move bits beyond their field"));
+    }
+    if !is_ct_writable(m.dst) {
+        return Err(bad(
+            bac::BAD_ARGUMENT,
+            "ct nests a move into other than ct_mark/ct_label",
+        ));
+    }
+    Ok(m)
 }
 
 /// A move's ranges within their fields (`OFPBAC_BAD_SET_LEN`), its destination writable

@@ -232,3 +232,40 @@ fn nw_frag_is_a_maskable_ip_field() {
     // A value beyond its two bits.
     assert!(Oxm::decode(&unhex("00013401 04")).is_err());
 }
+
+/// The apply-actions of `ovs-ofctl -O OpenFlow15 -mmmmm parse-flow` of the same `ct` as
+/// [`OVS_CT_EXEC_MOVE`]: what ovn-controller sends (a masked SET_FIELD and a COPY_FIELD
+/// inside the ct).
+const OVS15_CT_EXEC_MOVE: &str = "ffff0050 00002320 0023 0001 00011a04 000f ff 000000 0000
+    ffff0010 00002320 0024 0000 0001 0000
+    0019 0010 0001d708 00000000 00000001
+    001c 0018 0020 0000 0060 0000 0001de10 0001d810 00000000";
+
+#[test]
+fn ct_exec_in_openflow_15_is_a_masked_set_field_and_a_copy_field() {
+    let bytes = unhex(OVS15_CT_EXEC_MOVE);
+    let a = crate::action::decode_actions_15(&bytes).unwrap_or_else(|e| panic!("{e}"));
+    let mut out = Vec::new();
+    encode_actions(&a, &mut out);
+    assert_eq!(out, bytes);
+    let [Action::Ct(ct)] = &a[..] else {
+        panic!("{a:?}")
+    };
+    assert_eq!(
+        ct.actions[1],
+        Action::SetField(Oxm::masked(Field::CtMark, 0, 1))
+    );
+    assert!(matches!(
+        ct.actions[2],
+        Action::CopyField(NxMove {
+            dst: Field::CtLabel,
+            dst_ofs: 96,
+            ..
+        })
+    ));
+    // In OpenFlow 1.3 neither is taken inside ct.
+    assert_eq!(
+        decode_actions(&bytes).unwrap_err().code,
+        bac::BAD_SET_ARGUMENT
+    );
+}

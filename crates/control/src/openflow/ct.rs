@@ -102,7 +102,7 @@ pub fn ct_from_of(ct: &NxCt) -> Result<CtSpec, OfError> {
                 continue;
             }
             Action::SetField(o) => (o.field, o.value_u128(), o.mask_u128()),
-            Action::RegMove(m) => {
+            Action::RegMove(m) | Action::CopyField(m) => {
                 let src = super::regs::subfield(m.src, m.src_ofs, m.nbits)?;
                 let dst = super::regs::subfield(m.dst, m.dst_ofs, m.nbits)?;
                 spec.moves.push((src, dst));
