@@ -62,6 +62,8 @@ pub mod nxast {
     pub const REG_LOAD2: u16 = 33;
     pub const CT: u16 = 35;
     pub const NAT: u16 = 36;
+    pub const DEC_TTL: u16 = 18;
+    pub const DEC_TTL_CNT_IDS: u16 = 21;
     pub const STACK_PUSH: u16 = 27;
     pub const STACK_POP: u16 = 28;
     pub const CLONE: u16 = 42;
@@ -576,6 +578,39 @@ pub(crate) fn decode_experimenter(body: &[u8], ctx: ActionContext) -> Result<Act
                 }
                 Action::StackPop(st)
             }
+        }
+        // Nicira's dec_ttl, and dec_ttl(ids) with no controller id (what ovn-controller
+        // sends for OVN's dec_ttl, printed `dec_ttl()`): OpenFlow's DEC_NW_TTL (a TTL that
+        // expires drops the packet; no controller asked for a packet-in). A list of ids
+        // (packet-ins with reason invalid_ttl) is not supported.
+        nxast::DEC_TTL | nxast::DEC_TTL_CNT_IDS => {
+            if len < 16 {
+                return Err(bad(bac::BAD_LEN, "NXAST_DEC_TTL shorter than 16 bytes"));
+            }
+            if ctx.is_ct() {
+                return Err(bad(bac::BAD_ARGUMENT, "dec_ttl nested inside ct"));
+            }
+            if subtype == nxast::DEC_TTL_CNT_IDS {
+                let n = r.u16()?;
+                if r.array::<4>()?.iter().any(|&b| b != 0) {
+                    return Err(bad(bac::BAD_ARGUMENT, "dec_ttl padding not zero"));
+                }
+                if 16 + crate::wire::pad8(2 * usize::from(n)) != len {
+                    return Err(bad(
+                        bac::BAD_LEN,
+                        "dec_ttl(ids) length does not fit its ids",
+                    ));
+                }
+                if n != 0 {
+                    return Err(bad(
+                        bac::BAD_EXP_TYPE,
+                        "dec_ttl with controller ids is not supported",
+                    ));
+                }
+            } else if len != 16 {
+                return Err(bad(bac::BAD_LEN, "NXAST_DEC_TTL not 16 bytes"));
+            }
+            Action::DecNwTtl
         }
         nxast::CLONE => {
             if len < 16 {

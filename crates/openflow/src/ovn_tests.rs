@@ -269,3 +269,21 @@ fn ct_exec_in_openflow_15_is_a_masked_set_field_and_a_copy_field() {
         bac::BAD_SET_ARGUMENT
     );
 }
+
+#[test]
+fn nicira_dec_ttl_without_ids_is_openflows() {
+    // ovn-controller's dec_ttl: NXAST_DEC_TTL_CNT_IDS with no id (`dec_ttl()`), and
+    // NXAST_DEC_TTL.
+    for hex in [
+        "ffff0010 00002320 0015 0000 00000000",
+        "ffff0010 00002320 0012 000000000000",
+    ] {
+        assert_eq!(decode_actions(&unhex(hex)).unwrap(), vec![Action::DecNwTtl]);
+    }
+    let code = |hex: &str| decode_actions(&unhex(hex)).unwrap_err().code;
+    assert_eq!(code("ffff0010 00002320 0015 0001 00000000"), bac::BAD_LEN);
+    assert_eq!(
+        code("ffff0018 00002320 0015 0001 00000000 0000 000000000000"),
+        bac::BAD_EXP_TYPE
+    );
+}
