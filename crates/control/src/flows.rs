@@ -58,7 +58,7 @@ pub fn rule_groups(spec: &FlowSpec) -> Vec<u32> {
         for x in a {
             match x {
                 ActionSpec::Group(g) => out.push(*g),
-                ActionSpec::WriteActions(v) => walk(v, out),
+                ActionSpec::WriteActions(v) | ActionSpec::Clone(v) => walk(v, out),
                 _ => {}
             }
         }

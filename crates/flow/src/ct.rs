@@ -67,6 +67,10 @@ pub enum CtNat {
     /// `nat(src=...)`/`nat(dst=...)`: with `commit`, a new connection gets a binding from
     /// the range; a packet of an existing connection is translated by its binding.
     Bind(NatSpec),
+    /// `nat(src)`/`nat(dst)` without a range (OVN's `ct_commit` writes `nat(src)`): a new
+    /// connection's binding is the identity (its own addresses and ports), so the tracker
+    /// does what [`CtNat::Apply`] does; kept apart to print back as written.
+    Kind(NatKind),
 }
 
 /// `ct(...)` as written in a rule.
@@ -88,6 +92,10 @@ pub struct CtSpec {
     pub mark: Option<(u32, u32)>,
     /// `exec(set_field:V/M->ct_label)` (commit only).
     pub label: Option<(u128, u128)>,
+    /// `exec(move:SRC[..]->NXM_NX_CT_LABEL[..])` (or `CT_MARK`; commit only): bits taken
+    /// from the key when the translation reaches the action, written after `mark` and
+    /// `label` (OVN's `move:NXM_NX_XXREG0[0..31]->NXM_NX_CT_LABEL[96..127]`).
+    pub moves: Vec<(SubField, SubField)>,
 }
 
 /// What the datapath executes for a `ct()` action (see the module doc).
@@ -117,13 +125,30 @@ impl CtAction {
     pub fn from_spec(s: &CtSpec, k: &FlowKey) -> CtAction {
         let mut regs = [0u64; 8];
         regs.copy_from_slice(&k.0[REG_WORD..REG_WORD + 8]);
+        let (mut mark, mut label) = (s.mark, s.label);
+        for (src, dst) in &s.moves {
+            let v = src.get(k) << dst.ofs;
+            let m = dst.mask();
+            match dst.field {
+                Field::CtMark => {
+                    let (ov, om) = mark.unwrap_or((0, 0));
+                    mark = Some(((ov & !(m as u32)) | (v & m) as u32, om | m as u32));
+                }
+                Field::CtLabel => {
+                    let (ov, om) = label.unwrap_or((0, 0));
+                    label = Some(((ov & !m) | (v & m), om | m));
+                }
+                // The rule syntax and the codec let no other destination in.
+                _ => {}
+            }
+        }
         CtAction {
             zone: s.zone_src.map_or(s.zone, |f| f.get(k) as u16),
             commit: s.commit,
             force: s.force,
             nat: s.nat,
-            mark: s.mark,
-            label: s.label,
+            mark,
+            label,
             recirc: s.table,
             metadata: k.get(Field::Metadata) as u64,
             regs,

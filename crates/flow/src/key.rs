@@ -499,6 +499,8 @@ pub const FRAG_LATER: u8 = 2;
 pub const ETH_IPV4: u16 = 0x0800;
 pub const ETH_IPV6: u16 = 0x86dd;
 pub const ETH_ARP: u16 = 0x0806;
+/// RARP: ARP's layout (OVS extracts and matches ARP's fields in it, `rarp,arp_op=3`).
+pub const ETH_RARP: u16 = 0x8035;
 pub const ETH_VLAN: u16 = 0x8100;
 pub const ETH_MPLS: u16 = 0x8847;
 pub const ETH_MPLS_MCAST: u16 = 0x8848;
@@ -760,7 +762,7 @@ impl FlowKey {
         match ty {
             ETH_IPV4 => extract_ipv4(&mut k, frame, l3),
             ETH_IPV6 => extract_ipv6(&mut k, frame, l3),
-            ETH_ARP => extract_arp(&mut k, frame, l3),
+            ETH_ARP | ETH_RARP => extract_arp(&mut k, frame, l3),
             ETH_MPLS | ETH_MPLS_MCAST => extract_mpls(&mut k, frame, l3),
             _ => {}
         }

@@ -31,6 +31,8 @@ mod lb_tests;
 pub mod learn;
 pub mod matching;
 pub mod meter;
+#[cfg(test)]
+mod ovn_tests;
 pub mod pipeline;
 pub mod reference;
 #[cfg(test)]

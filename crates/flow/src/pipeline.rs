@@ -235,6 +235,12 @@ pub enum ResolvedAction {
     OutputReg(SubField),
     /// `learn(...)`: what the packet teaches goes to [`Translation::learned`].
     Learn(Arc<ResolvedLearn>),
+    /// Pushes `src`'s bits onto the translation's stack.
+    StackPush(SubField),
+    /// Pops the stack's top into `dst` (an empty stack: nothing, counted).
+    StackPop(SubField),
+    /// Runs the actions on a copy of the packet and translation state (see [`ActionSpec::Clone`]).
+    Clone(Vec<ResolvedAction>),
 }
 
 /// Most nested resubmits (and gotos within them) in one translation, as OVS's
@@ -255,7 +261,14 @@ pub struct XlateCounters {
     pub too_deep: AtomicU64,
     /// More than [`MAX_RESUBMITS`] resubmits and table visits.
     pub too_many: AtomicU64,
+    /// `pop` of an empty stack (the action does nothing, as in OVS; the translation goes
+    /// on), or `push` onto a full one ([`MAX_STACK`]: the value is not pushed).
+    pub stack_errors: AtomicU64,
 }
+
+/// Most values on a translation's stack (OVS's grows without bound; each of OVN's
+/// push/pop pairs is in one rule).
+pub const MAX_STACK: usize = 1024;
 
 /// Why a translation failed (its packet is dropped).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -363,6 +376,9 @@ pub struct Translation {
     /// The rules `learn` actions learned on the way (for the control plane to add; the
     /// tables are not changed by a translation, see [`crate::learn`]).
     pub learned: Vec<Learned>,
+    /// `pop`s of an empty stack and `push`es onto a full one (see
+    /// [`XlateCounters::stack_errors`]).
+    pub stack_errors: u32,
 }
 
 /// Most table visits per translation (loop safety; gotos only go forward anyway).
@@ -499,6 +515,11 @@ fn resolve_action(
             spec: (**l).clone(),
             origin: rule.map(|r| (r.table, r.priority, r.m)),
         })),
+        ActionSpec::StackPush(f) => ResolvedAction::StackPush(*f),
+        ActionSpec::StackPop(f) => ResolvedAction::StackPop(*f),
+        ActionSpec::Clone(v) => {
+            ResolvedAction::Clone(v.iter().map(|a| resolve_action(a, rule, resolve)).collect())
+        }
     }
 }
 
@@ -574,6 +595,11 @@ impl ResolvedAction {
             // A resumed learn teaches as the paused one would, but no longer names the rule
             // that taught it (`delete_learned` of that rule then leaves its rule alone).
             ResolvedAction::Learn(l) => ActionSpec::Learn(Box::new(l.spec.clone())),
+            ResolvedAction::StackPush(f) => ActionSpec::StackPush(*f),
+            ResolvedAction::StackPop(f) => ActionSpec::StackPop(*f),
+            ResolvedAction::Clone(v) => {
+                ActionSpec::Clone(v.iter().filter_map(|a| a.to_spec(name)).collect())
+            }
         })
     }
 }
@@ -870,6 +896,11 @@ impl Pipeline {
 
     fn count_error(&self, t: &Translation) {
         use std::sync::atomic::Ordering::Relaxed;
+        if t.stack_errors != 0 {
+            self.xlate
+                .stack_errors
+                .fetch_add(u64::from(t.stack_errors), Relaxed);
+        }
         match t.error {
             Some(XlateError::TooDeep) => self.xlate.too_deep.fetch_add(1, Relaxed),
             Some(XlateError::TooManyResubmits) => self.xlate.too_many.fetch_add(1, Relaxed),
@@ -954,6 +985,8 @@ struct State<'p> {
     /// Set when a `ct(table=T)` ended the pass (in a rule or in a group's bucket): nothing
     /// after it runs, the next pass starts in table T.
     recirculated: bool,
+    /// The register stack (`push`/`pop`): each value right-aligned, as OVS keeps them.
+    stack: Vec<u128>,
 }
 
 impl State<'_> {
@@ -1074,6 +1107,7 @@ impl<'p> State<'p> {
             frozen_in_port: None,
             copies: 0,
             recirculated: false,
+            stack: Vec::new(),
         }
     }
 }
@@ -1652,6 +1686,23 @@ fn apply<'a>(
                     return false;
                 }
             }
+            ResolvedAction::StackPush(src) => {
+                let v = read_bits(st, &src);
+                if st.stack.len() < MAX_STACK {
+                    st.stack.push(v);
+                } else {
+                    st.t.stack_errors += 1;
+                }
+            }
+            ResolvedAction::StackPop(dst) => match st.stack.pop() {
+                Some(v) => write_bits(st, dst.field, (v & dst.ones()) << dst.ofs, dst.mask()),
+                None => st.t.stack_errors += 1,
+            },
+            ResolvedAction::Clone(ref list) => {
+                if !run_clone(st, list, lookup, groups, depth) {
+                    return false;
+                }
+            }
             ResolvedAction::SetVlanVid(vid) => {
                 st.modified = true;
                 // The result depends on whether the frame has a tag (its PCP is kept).
@@ -1789,6 +1840,9 @@ fn apply<'a>(
                 }
                 if let Some(z) = &spec.zone_src {
                     st.t.mask.or_field(z.field, z.mask());
+                }
+                for (src, _) in &spec.moves {
+                    st.t.mask.or_field(src.field, src.mask());
                 }
                 if spec.nat != CtNat::Off {
                     // The tracker may rewrite the frame: a later mirror needs the original.
@@ -1997,6 +2051,46 @@ fn run_group<'a>(
             }
         }
     }
+}
+
+/// `clone(...)`: runs `actions` on the packet and translation state as they are, then sets
+/// back what they changed (packet fields through datapath edits, as a group's bucket; the
+/// key, registers, metadata, input port, stack and action set from a saved copy), as OVS's
+/// `xlate_clone`. A clone whose actions end the packet's pass (a `ct(table=T)`
+/// recirculation inside it, usually through a resubmit) takes the packet with it: what
+/// follows the clone is not run (ferrovs has no datapath clone to run it on a copy; OVN
+/// puts its clones that reach a `ct` last). False then, or when the translation failed.
+fn run_clone<'a>(
+    st: &mut State,
+    actions: &[ResolvedAction],
+    lookup: &RuleLookup<'_, 'a>,
+    groups: &GroupLookup<'a>,
+    depth: usize,
+) -> bool {
+    let entry = st.k;
+    let (written, vlan_depth) = (st.written, st.vlan_depth);
+    let (mpls_depth, mpls_unknown) = (st.mpls_depth, st.mpls_unknown);
+    let (in_port, table) = (st.in_port, st.table);
+    let stack = st.stack.clone();
+    let set = st.set.clone();
+    st.written = FlowKey::default();
+    let mut next = None;
+    let went_on = apply(st, actions, &mut next, lookup, groups, depth);
+    if st.t.error.is_some() {
+        return false;
+    }
+    if !went_on && matches!(st.t.actions.last(), Some(DpAction::Ct(c)) if c.recirc.is_some()) {
+        return false;
+    }
+    restore(st, &entry, vlan_depth, mpls_depth);
+    st.k = entry;
+    st.in_port = in_port;
+    st.table = table;
+    st.mpls_unknown = mpls_unknown;
+    st.stack = stack;
+    st.set = set;
+    st.written.union(&written);
+    true
 }
 
 /// Runs one bucket on the packet as it entered the group, then sets back what it changed.

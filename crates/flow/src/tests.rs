@@ -1487,6 +1487,7 @@ fn ct_rules_parse_and_print_like_ovs_ofctl() {
             }),
             mark: Some((1, u32::MAX)),
             label: Some((3, 0xff)),
+            moves: Vec::new(),
         }
     );
 }
@@ -1667,7 +1668,7 @@ fn ct_errors_are_precise() {
             "ipv6 actions=ct(commit,nat(src=[fe80::1]80))",
             "expected ':PORT'",
         ),
-        ("ip actions=ct(commit,nat(src))", "nat(src) needs a range"),
+        ("ip actions=ct(nat(src))", "requires commit"),
         (
             "ip actions=ct(commit,nat(src=10.0.0.1,random))",
             "nat flag 'random' is not supported",

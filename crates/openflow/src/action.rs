@@ -15,7 +15,7 @@
 //! and `OFPBAC_BAD_TYPE`).
 
 use crate::error::{bac, bic, bmc, OfError};
-use crate::nicira::{self, NxController, NxCt, NxMove, NxNat, NxOutputReg};
+use crate::nicira::{self, NxController, NxCt, NxMove, NxNat, NxOutputReg, NxStack};
 use crate::oxm::{Field, Oxm};
 use crate::port;
 use crate::wire::{pad8, Put, Reader};
@@ -107,6 +107,12 @@ pub enum Action {
     Controller(Box<NxController>),
     /// Nicira `NXAST_LEARN`/`NXAST_LEARN2` (`learn(...)`, see [`crate::learn`]).
     Learn(Box<crate::learn::NxLearn>),
+    /// Nicira `NXAST_STACK_PUSH` (`push:FIELD[a..b]`).
+    StackPush(NxStack),
+    /// Nicira `NXAST_STACK_POP` (`pop:FIELD[a..b]`).
+    StackPop(NxStack),
+    /// Nicira `NXAST_CLONE` (`clone(...)`): the nested actions on a copy of the packet.
+    Clone(Vec<Action>),
 }
 
 /// Where an action list sits: a `ct` action's nested list takes only `nat` and writes of
@@ -120,6 +126,22 @@ pub(crate) enum ActionContext {
     /// [`ActionContext::Top`] in an OpenFlow 1.5 message: `OFPAT_SET_FIELD` may carry a
     /// mask, `OFPAT_COPY_FIELD` exists.
     Top15,
+    /// [`ActionContext::Ct`] in an OpenFlow 1.5 message (ovn-controller's
+    /// `exec(set_field:0/0x1->ct_mark)` is a masked SET_FIELD there, its `move` a
+    /// COPY_FIELD).
+    Ct15,
+}
+
+impl ActionContext {
+    /// Inside a `ct` action's list.
+    pub(crate) fn is_ct(self) -> bool {
+        matches!(self, ActionContext::Ct | ActionContext::Ct15)
+    }
+
+    /// In an OpenFlow 1.5 message.
+    pub(crate) fn is_15(self) -> bool {
+        matches!(self, ActionContext::Top15 | ActionContext::Ct15)
+    }
 }
 
 /// `OFPAT_*` numbers.
@@ -179,7 +201,10 @@ impl Action {
             | Action::Resubmit { .. }
             | Action::OutputReg(_)
             | Action::Controller(_)
-            | Action::Learn(_) => at::EXPERIMENTER,
+            | Action::Learn(_)
+            | Action::StackPush(_)
+            | Action::StackPop(_)
+            | Action::Clone(_) => at::EXPERIMENTER,
         }
     }
 
@@ -201,6 +226,9 @@ impl Action {
             Action::OutputReg(o) => nicira::encode_output_reg(o, out),
             Action::Controller(c) => nicira::encode_controller(c, out),
             Action::Learn(l) => crate::learn::encode(l, out),
+            Action::StackPush(st) => nicira::encode_stack(nicira::nxast::STACK_PUSH, st, out),
+            Action::StackPop(st) => nicira::encode_stack(nicira::nxast::STACK_POP, st, out),
+            Action::Clone(list) => nicira::encode_clone(list, out),
             _ => {
                 out.put_u16(self.type_());
                 out.put_u16(0);
@@ -216,7 +244,10 @@ impl Action {
             | Action::Resubmit { .. }
             | Action::OutputReg(_)
             | Action::Controller(_)
-            | Action::Learn(_) => out.pad8_from(start),
+            | Action::Learn(_)
+            | Action::StackPush(_)
+            | Action::StackPop(_)
+            | Action::Clone(_) => out.pad8_from(start),
             Action::CopyField(m) => {
                 out.put_u16(m.nbits);
                 out.put_u16(m.src_ofs);
@@ -332,7 +363,7 @@ impl Action {
                 Action::Group(g)
             }
             at::SET_FIELD => Action::SetField(decode_set_field(body, ctx)?),
-            at::COPY_FIELD if ctx == ActionContext::Top15 => {
+            at::COPY_FIELD if ctx.is_15() => {
                 if len != 24 {
                     return Err(bad(bac::BAD_LEN, "OFPAT_COPY_FIELD not 24 bytes"));
                 }
@@ -342,18 +373,23 @@ impl Action {
                 r.skip(2)?;
                 let src = nicira::field_of_header(r.u32()?)?;
                 let dst = nicira::field_of_header(r.u32()?)?;
-                Action::CopyField(nicira::check_move(NxMove {
+                let m = NxMove {
                     src,
                     src_ofs,
                     dst,
                     dst_ofs,
                     nbits,
-                })?)
+                };
+                Action::CopyField(if ctx.is_ct() {
+                    nicira::check_ct_move(m)?
+                } else {
+                    nicira::check_move(m)?
+                })
             }
             at::EXPERIMENTER => return nicira::decode_experimenter(body, ctx),
             _ => return Err(bad(bac::BAD_TYPE, "unknown action type")),
         };
-        if ctx == ActionContext::Ct && !matches!(a, Action::SetField(_)) {
+        if ctx.is_ct() && !matches!(a, Action::SetField(_) | Action::CopyField(_)) {
             return Err(bad(
                 bac::BAD_ARGUMENT,
                 "ct nests an action other than nat or a write of ct_mark/ct_label",
@@ -380,14 +416,14 @@ fn decode_set_field(body: &[u8], ctx: ActionContext) -> Result<Oxm, OfError> {
         bmc::BAD_LEN => bad(bac::BAD_SET_LEN, "set_field OXM length wrong for its field"),
         _ => bad(bac::BAD_SET_ARGUMENT, "set_field value out of range"),
     })?;
-    if oxm.mask.is_some() && ctx != ActionContext::Top15 {
+    if oxm.mask.is_some() && !ctx.is_15() {
         return Err(bad(bac::BAD_SET_ARGUMENT, "set_field with a mask"));
     }
     // ct_mark and ct_label are written by a ct action's nested set_field only (OVS's
     // ofpacts_verify_nested); inside ct, nothing else is written.
     match (ctx, nicira::is_ct_writable(oxm.field)) {
-        (ActionContext::Ct, true) => return Ok(oxm),
-        (ActionContext::Ct, false) => {
+        (ActionContext::Ct | ActionContext::Ct15, true) => return Ok(oxm),
+        (ActionContext::Ct | ActionContext::Ct15, false) => {
             return Err(bad(
                 bac::BAD_ARGUMENT,
                 "ct nests a set_field of other than ct_mark/ct_label",

@@ -80,6 +80,8 @@ mod ct_tests;
 #[cfg(test)]
 mod of15_tests;
 #[cfg(test)]
+mod ovn_tests;
+#[cfg(test)]
 mod regs_tests;
 #[cfg(test)]
 mod tests;

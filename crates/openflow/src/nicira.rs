@@ -4,7 +4,8 @@
 //! ovs-ofctl's encoding of a masked `set_field`, e.g. of `ct_mark` inside `ct`'s `exec`),
 //! `NXAST_REG_LOAD2` (a masked OXM), `NXAST_REG_MOVE` (`move:A[..]->B[..]`),
 //! `NXAST_RESUBMIT` / `NXAST_RESUBMIT_TABLE` (`resubmit(PORT,TABLE)`), `NXAST_OUTPUT_REG` /
-//! `NXAST_OUTPUT_REG2` (`output:NXM_NX_REG15[]`).
+//! `NXAST_OUTPUT_REG2` (`output:NXM_NX_REG15[]`); the register stack's `NXAST_STACK_PUSH` /
+//! `NXAST_STACK_POP` (`push:F[..]`, `pop:F[..]`) and `NXAST_CLONE` (`clone(...)`).
 //!
 //! Layouts (big-endian, after the experimenter header `type=0xffff, len, vendor, subtype`):
 //! * `NXAST_CT` (24 bytes + nested actions): `flags` (commit 1, force 2), `zone_src` (an NXM
@@ -21,6 +22,10 @@
 //! * `NXAST_RESUBMIT` (16 bytes): `in_port` (16-bit port number); `NXAST_RESUBMIT_TABLE` (16
 //!   bytes): `in_port`, `table` (0xff: the current one), 3 zero bytes. `OFPP_IN_PORT`
 //!   (0xfff8): the packet's own.
+//! * `NXAST_STACK_PUSH`/`NXAST_STACK_POP` (24 bytes): `offset`, `field` (an NXM header),
+//!   `n_bits` (the number of bits, not minus one), 6 zero bytes.
+//! * `NXAST_CLONE` (16 bytes + nested actions): 6 zero bytes, then an action list (of the
+//!   same kind as the list the clone is in).
 //! * `NXAST_OUTPUT_REG` (24 bytes): `ofs_nbits`, `src`, `max_len`, 6 zero bytes;
 //!   `NXAST_OUTPUT_REG2` (24 bytes): `ofs_nbits`, `max_len`, `src`, zero bytes.
 //!
@@ -60,7 +65,24 @@ pub mod nxast {
     pub const REG_LOAD2: u16 = 33;
     pub const CT: u16 = 35;
     pub const NAT: u16 = 36;
+    pub const DEC_TTL: u16 = 18;
+    pub const DEC_TTL_CNT_IDS: u16 = 21;
+    pub const STACK_PUSH: u16 = 27;
+    pub const STACK_POP: u16 = 28;
+    pub const CLONE: u16 = 42;
     pub const CT_CLEAR: u16 = 43;
+}
+
+/// `NXAST_STACK_PUSH`/`NXAST_STACK_POP`: bits `ofs..ofs + nbits` of `field` pushed onto
+/// (popped from) the translation's stack. Decoded values have the range within the field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct NxStack {
+    /// The field pushed or popped.
+    pub field: Field,
+    /// Its first bit.
+    pub ofs: u16,
+    /// How many bits.
+    pub nbits: u16,
 }
 
 /// A copy of `nbits` bits from `src` at `src_ofs` to `dst` at `dst_ofs` (`NXAST_REG_MOVE`,
@@ -375,7 +397,14 @@ pub(crate) fn field_of_header(header: u32) -> Result<Field, OfError> {
     let unknown = bad(bac::BAD_SET_TYPE, "NXM header of an unknown field");
     let f =
         Field::from_header((header >> 16) as u16, ((header >> 9) & 0x7f) as u8).ok_or(unknown)?;
-    if header & 0x100 != 0 || (header & 0xff) as u8 != f.info().len {
+    let len = (header & 0xff) as u8;
+    // A tunnel option field is variable length in OVS, which writes it in an action's
+    // header with the whole option space's length (124): any length up to that names it.
+    let variable = matches!(
+        f,
+        Field::TunMetadata0 | Field::TunMetadata1 | Field::TunMetadata2 | Field::TunMetadata3
+    );
+    if header & 0x100 != 0 || (len != f.info().len && !(variable && (1..=124).contains(&len))) {
         return Err(unknown);
     }
     Ok(f)
@@ -499,6 +528,20 @@ pub(crate) fn encode_output_reg(o: &NxOutputReg, out: &mut Vec<u8>) {
     }
 }
 
+pub(crate) fn encode_stack(subtype: u16, st: &NxStack, out: &mut Vec<u8>) {
+    put_header(out, subtype);
+    out.put_u16(st.ofs);
+    out.put_u32(nxm_header(st.field));
+    out.put_u16(st.nbits);
+    out.put_zeros(6);
+}
+
+pub(crate) fn encode_clone(list: &[Action], out: &mut Vec<u8>) {
+    put_header(out, nxast::CLONE);
+    out.put_zeros(6);
+    encode_actions(list, out);
+}
+
 pub(crate) fn encode_reg_load2(oxm: &Oxm, out: &mut Vec<u8>) {
     put_header(out, nxast::REG_LOAD2);
     oxm.encode(out);
@@ -529,7 +572,7 @@ pub(crate) fn decode_experimenter(body: &[u8], ctx: ActionContext) -> Result<Act
             if len < 24 {
                 return Err(bad(bac::BAD_LEN, "NXAST_CT shorter than 24 bytes"));
             }
-            if ctx == ActionContext::Ct {
+            if ctx.is_ct() {
                 return Err(bad(bac::BAD_ARGUMENT, "ct nested inside ct"));
             }
             let flags = r.u16()?;
@@ -551,7 +594,12 @@ pub(crate) fn decode_experimenter(body: &[u8], ctx: ActionContext) -> Result<Act
             let recirc_table = r.u8()?;
             r.skip(3)?;
             let alg = r.u16()?;
-            let actions = decode_actions_in(r.rest(), ActionContext::Ct)?;
+            let nested = if ctx.is_15() {
+                ActionContext::Ct15
+            } else {
+                ActionContext::Ct
+            };
+            let actions = decode_actions_in(r.rest(), nested)?;
             if flags & ct_flags::COMMIT == 0
                 && actions.iter().any(|a| {
                     !matches!(a, Action::Nat(n) if n.flags == 0 && n.addr_min.is_none()
@@ -575,7 +623,7 @@ pub(crate) fn decode_experimenter(body: &[u8], ctx: ActionContext) -> Result<Act
             if len != 16 {
                 return Err(bad(bac::BAD_LEN, "NXAST_CT_CLEAR not 16 bytes"));
             }
-            if ctx == ActionContext::Ct {
+            if ctx.is_ct() {
                 return Err(bad(bac::BAD_ARGUMENT, "ct_clear nested inside ct"));
             }
             Action::CtClear
@@ -586,7 +634,7 @@ pub(crate) fn decode_experimenter(body: &[u8], ctx: ActionContext) -> Result<Act
             }
             r.skip(2)?;
             let nat = decode_nat(&mut r)?;
-            if ctx != ActionContext::Ct {
+            if !ctx.is_ct() {
                 return Err(bad(bac::BAD_SET_ARGUMENT, "nat outside a ct action"));
             }
             Action::Nat(nat)
@@ -608,7 +656,7 @@ pub(crate) fn decode_experimenter(body: &[u8], ctx: ActionContext) -> Result<Act
                     "reg_load value wider than its bits",
                 ));
             }
-            match (ctx == ActionContext::Ct, is_ct_writable(field)) {
+            match (ctx.is_ct(), is_ct_writable(field)) {
                 (true, false) => {
                     return Err(bad(
                         bac::BAD_SET_TYPE,
@@ -683,13 +731,92 @@ pub(crate) fn decode_experimenter(body: &[u8], ctx: ActionContext) -> Result<Act
             let dst_ofs = r.u16()?;
             let src = field_of_header(r.u32()?)?;
             let dst = field_of_header(r.u32()?)?;
-            Action::RegMove(check_move(NxMove {
+            let m = NxMove {
                 src,
                 src_ofs,
                 dst,
                 dst_ofs,
                 nbits,
-            })?)
+            };
+            if ctx.is_ct() {
+                Action::RegMove(check_ct_move(m)?)
+            } else {
+                Action::RegMove(check_move(m)?)
+            }
+        }
+        nxast::STACK_PUSH | nxast::STACK_POP => {
+            if len != 24 {
+                return Err(bad(bac::BAD_LEN, "NXAST_STACK_PUSH/POP not 24 bytes"));
+            }
+            let ofs = r.u16()?;
+            let field = field_of_header(r.u32()?)?;
+            let nbits = r.u16()?;
+            if r.rest().iter().any(|&b| b != 0) {
+                return Err(bad(bac::BAD_ARGUMENT, "stack action padding not zero"));
+            }
+            if !within(field, ofs, nbits) {
+                return Err(bad(bac::BAD_SET_LEN, "stack bits beyond their field"));
+            }
+            if ctx.is_ct() {
+                return Err(bad(bac::BAD_ARGUMENT, "push/pop nested inside ct"));
+            }
+            let st = NxStack { field, ofs, nbits };
+            if subtype == nxast::STACK_PUSH {
+                Action::StackPush(st)
+            } else {
+                if is_ct_writable(field) {
+                    return Err(bad(bac::BAD_SET_ARGUMENT, "pop into a ct field"));
+                }
+                if !field.info().settable {
+                    return Err(bad(bac::BAD_SET_TYPE, "pop into a read-only field"));
+                }
+                Action::StackPop(st)
+            }
+        }
+        // Nicira's dec_ttl, and dec_ttl(ids) with no controller id (what ovn-controller
+        // sends for OVN's dec_ttl, printed `dec_ttl()`): OpenFlow's DEC_NW_TTL (a TTL that
+        // expires drops the packet; no controller asked for a packet-in). A list of ids
+        // (packet-ins with reason invalid_ttl) is not supported.
+        nxast::DEC_TTL | nxast::DEC_TTL_CNT_IDS => {
+            if len < 16 {
+                return Err(bad(bac::BAD_LEN, "NXAST_DEC_TTL shorter than 16 bytes"));
+            }
+            if ctx.is_ct() {
+                return Err(bad(bac::BAD_ARGUMENT, "dec_ttl nested inside ct"));
+            }
+            if subtype == nxast::DEC_TTL_CNT_IDS {
+                let n = r.u16()?;
+                if r.array::<4>()?.iter().any(|&b| b != 0) {
+                    return Err(bad(bac::BAD_ARGUMENT, "dec_ttl padding not zero"));
+                }
+                if 16 + crate::wire::pad8(2 * usize::from(n)) != len {
+                    return Err(bad(
+                        bac::BAD_LEN,
+                        "dec_ttl(ids) length does not fit its ids",
+                    ));
+                }
+                if n != 0 {
+                    return Err(bad(
+                        bac::BAD_EXP_TYPE,
+                        "dec_ttl with controller ids is not supported",
+                    ));
+                }
+            } else if len != 16 {
+                return Err(bad(bac::BAD_LEN, "NXAST_DEC_TTL not 16 bytes"));
+            }
+            Action::DecNwTtl
+        }
+        nxast::CLONE => {
+            if len < 16 {
+                return Err(bad(bac::BAD_LEN, "NXAST_CLONE shorter than 16 bytes"));
+            }
+            if ctx.is_ct() {
+                return Err(bad(bac::BAD_ARGUMENT, "clone nested inside ct"));
+            }
+            if r.array::<6>()?.iter().any(|&b| b != 0) {
+                return Err(bad(bac::BAD_ARGUMENT, "clone padding not zero"));
+            }
+            Action::Clone(decode_actions_in(r.rest(), ctx)?)
         }
         nxast::OUTPUT_REG | nxast::OUTPUT_REG2 => {
             if len != 24 {
@@ -711,7 +838,7 @@ pub(crate) fn decode_experimenter(body: &[u8], ctx: ActionContext) -> Result<Act
             if !within(src, ofs, nbits) {
                 return Err(bad(bac::BAD_SET_LEN, "output_reg bits beyond their field"));
             }
-            if ctx == ActionContext::Ct {
+            if ctx.is_ct() {
                 return Err(bad(bac::BAD_ARGUMENT, "output_reg nested inside ct"));
             }
             Action::OutputReg(NxOutputReg {
@@ -743,7 +870,7 @@ pub(crate) fn decode_experimenter(body: &[u8], ctx: ActionContext) -> Result<Act
                     "NXAST_REG_LOAD2 length does not fit its OXM",
                 ));
             }
-            if ctx == ActionContext::Ct || is_ct_writable(oxm.field) {
+            if ctx.is_ct() || is_ct_writable(oxm.field) {
                 return Err(bad(
                     bac::BAD_SET_ARGUMENT,
                     "reg_load2 inside ct or of a ct field",
@@ -767,15 +894,28 @@ pub(crate) fn decode_experimenter(body: &[u8], ctx: ActionContext) -> Result<Act
             ))
         }
     };
-    if ctx == ActionContext::Ct
-        && matches!(
-            a,
-            Action::Resubmit { .. } | Action::RegMove(_) | Action::Controller(_)
-        )
-    {
-        return Err(bad(bac::BAD_ARGUMENT, "ct nests a resubmit or a move"));
+    if ctx.is_ct() && matches!(a, Action::Resubmit { .. } | Action::Controller(_)) {
+        return Err(bad(
+            bac::BAD_ARGUMENT,
+            "ct nests a resubmit or a controller",
+        ));
     }
     Ok(a)
+}
+
+/// A move inside `ct`: it writes ct_mark or ct_label only (OVN's
+/// `move:NXM_NX_XXREG0[0..31]->NXM_NX_CT_LABEL[96..127]`), its ranges within their fields.
+pub(crate) fn check_ct_move(m: NxMove) -> Result<NxMove, OfError> {
+    if !within(m.src, m.src_ofs, m.nbits) || !within(m.dst, m.dst_ofs, m.nbits) {
+        return Err(bad(bac::BAD_SET_LEN, "move bits beyond their field"));
+    }
+    if !is_ct_writable(m.dst) {
+        return Err(bad(
+            bac::BAD_ARGUMENT,
+            "ct nests a move into other than ct_mark/ct_label",
+        ));
+    }
+    Ok(m)
 }
 
 /// A move's ranges within their fields (`OFPBAC_BAD_SET_LEN`), its destination writable

@@ -133,6 +133,8 @@ pub enum Field {
     NxmInPort,
     /// `NXM_NX_IP_TTL`: the IPv4 TTL / IPv6 hop limit (OpenFlow has no basic field).
     NxIpTtl,
+    /// `NXM_NX_IP_FRAG` (ovs-ofctl's `nw_frag`): bit 0 a fragment, bit 1 a later one.
+    NxIpFrag,
     /// Nicira's names of fields OpenFlow also has (`NXM_OF_ETH_SRC`, `NXM_NX_ARP_SHA`, …):
     /// what ovs-ofctl writes as a `move`'s, `load`'s or `output_reg`'s field even in
     /// OpenFlow 1.3. Decoded there only ([`Field::from_header`]), not in matches.
@@ -252,7 +254,7 @@ impl Field {
     pub const XXREGS: [Field; 4] = [Field::Xxreg0, Field::Xxreg1, Field::Xxreg2, Field::Xxreg3];
 
     /// Every field, in declaration order.
-    pub const ALL: [Field; 87] = [
+    pub const ALL: [Field; 88] = [
         Field::InPort,
         Field::InPhyPort,
         Field::Metadata,
@@ -336,6 +338,7 @@ impl Field {
         Field::Xxreg3,
         Field::NxmInPort,
         Field::NxIpTtl,
+        Field::NxIpFrag,
         Field::TunMetadata0,
         Field::TunMetadata1,
         Field::TunMetadata2,
@@ -430,6 +433,7 @@ impl Field {
             Xxreg3 => fi(N, 114, 16, true, 128, true, "nx_xxreg3"),
             NxmInPort => fi(Z, 0, 2, false, 16, true, "nx_of_in_port"),
             NxIpTtl => fi(N, 29, 1, false, 8, true, "nx_ip_ttl"),
+            NxIpFrag => fi(N, 26, 1, true, 2, false, "nx_ip_frag"),
             NxmEthDst => fi(Z, 1, 6, true, 48, true, "nx_of_eth_dst"),
             NxmEthSrc => fi(Z, 2, 6, true, 48, true, "nx_of_eth_src"),
             NxmEthType => fi(Z, 3, 2, false, 16, false, "nx_of_eth_type"),
@@ -492,6 +496,14 @@ impl Field {
         Field::NxNdTll,
         Field::NxIpv6Label,
     ];
+
+    /// `NXM_NX_TUN_METADATA0..3`: variable length on the wire (see [`Oxm::decode`]).
+    pub fn is_tun_metadata(self) -> bool {
+        matches!(
+            self,
+            Field::TunMetadata0 | Field::TunMetadata1 | Field::TunMetadata2 | Field::TunMetadata3
+        )
+    }
 
     /// The field with OXM class `class` and number `code`, if this codec knows it.
     pub fn from_wire(class: u16, code: u8) -> Option<Field> {
@@ -607,6 +619,42 @@ impl Oxm {
             .ok_or(OfError::matching(bmc::BAD_FIELD, "unknown OXM field"))?;
         let info = field.info();
         let width = usize::from(info.len);
+        if field.is_tun_metadata() {
+            // Variable length in OVS: ovs-ofctl writes a value in as few bytes as it
+            // takes (`set_field:0x2->tun_metadata0` is one byte), at most the option
+            // space's 124. Kept as the 4 bytes the pipeline holds; a value or mask bit
+            // beyond them is `OFPBMC_BAD_VALUE`.
+            let n = if has_mask { len / 2 } else { len };
+            if n == 0 || n > 124 || (has_mask && len % 2 != 0) {
+                return Err(OfError::matching(
+                    bmc::BAD_LEN,
+                    "OXM length does not fit a tunnel option",
+                ));
+            }
+            let take = |r: &mut Reader<'_>| -> Result<Vec<u8>, OfError> {
+                let b = r.bytes(n)?;
+                let cut = n.saturating_sub(width);
+                if b[..cut].iter().any(|&x| x != 0) {
+                    return Err(OfError::matching(
+                        bmc::BAD_VALUE,
+                        "tunnel option value wider than the pipeline keeps",
+                    ));
+                }
+                let mut v = vec![0u8; width - (n - cut)];
+                v.extend_from_slice(&b[cut..]);
+                Ok(v)
+            };
+            let value = take(&mut r)?;
+            let mask = if has_mask { Some(take(&mut r)?) } else { None };
+            let oxm = Oxm { field, value, mask };
+            if oxm.value_u128() & !oxm.mask_u128() != 0 {
+                return Err(OfError::matching(
+                    bmc::BAD_WILDCARDS,
+                    "OXM value has bits outside its mask",
+                ));
+            }
+            return Ok((oxm, r.pos()));
+        }
         if len != width * if has_mask { 2 } else { 1 } {
             return Err(OfError::matching(
                 bmc::BAD_LEN,
@@ -720,9 +768,10 @@ impl Match {
                 UdpSrc | UdpDst => is_ip && proto == Some(17),
                 SctpSrc | SctpDst => is_ip && proto == Some(132),
                 Icmpv4Type | Icmpv4Code => is_v4 && proto == Some(1),
-                ArpOp | ArpSpa | ArpTpa | ArpSha | ArpTha => eth == Some(0x0806),
+                // ARP's fields, of RARP too (OVS's `is_arp`).
+                ArpOp | ArpSpa | ArpTpa | ArpSha | ArpTha => matches!(eth, Some(0x0806 | 0x8035)),
                 Ipv6Src | Ipv6Dst | Ipv6Flabel | Ipv6Exthdr => is_v6,
-                NxIpTtl => is_ip,
+                NxIpTtl | NxIpFrag => is_ip,
                 Icmpv6Type | Icmpv6Code => is_v6 && proto == Some(58),
                 Ipv6NdTarget => is_v6 && proto == Some(58) && matches!(icmp6, Some(135 | 136)),
                 Ipv6NdSll => is_v6 && proto == Some(58) && icmp6 == Some(135),

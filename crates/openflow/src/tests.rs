@@ -533,7 +533,7 @@ fn prereqs_for(f: Field) -> Match {
     let fields = match f {
         InPhyPort => vec![Oxm::exact(InPort, 1)],
         VlanPcp => vec![Oxm::exact(VlanVid, 0x1001)],
-        IpDscp | IpEcn | IpProto | Ipv4Src | Ipv4Dst | NxIpTtl => vec![e(0x0800)],
+        IpDscp | IpEcn | IpProto | Ipv4Src | Ipv4Dst | NxIpTtl | NxIpFrag => vec![e(0x0800)],
         TcpSrc | TcpDst => vec![e(0x0800), p(6)],
         UdpSrc | UdpDst => vec![e(0x86dd), p(17)],
         SctpSrc | SctpDst => vec![e(0x0800), p(132)],
@@ -1328,14 +1328,26 @@ fn tun_metadata_fields_have_ovs_s_encoding() {
         fm.match_.fields,
         vec![Oxm::masked(Field::TunMetadata3, 2, 0x7fff)]
     );
-    // OVS's tun_metadata may be up to 124 bytes; here only the 4 the pipeline keeps.
+    // OVS's tun_metadata is variable length (ovs-ofctl writes a value in as few bytes as
+    // it takes, up to 124): any length is read, a value within the 4 bytes the pipeline
+    // keeps is kept, one beyond them is BAD_VALUE.
+    for payload in [&[2u8][..], &[0, 0, 0, 0, 0, 0, 0, 2][..]] {
+        let (_, m) = decode(&raw_match(&tlv(0x0001, 40, false, payload))).unwrap();
+        let Message::FlowMod(fm) = m else {
+            panic!("{m:?}")
+        };
+        assert_eq!(fm.match_.fields, vec![Oxm::exact(Field::TunMetadata0, 2)]);
+    }
     assert_eq!(
-        err(&raw_match(&tlv(
-            0x0001,
-            40,
-            false,
-            &[0, 0, 0, 0, 0, 0, 0, 1]
-        ))),
+        err(&raw_match(&tlv(0x0001, 40, false, &[1, 0, 0, 0, 2]))),
+        (et::BAD_MATCH, bmc::BAD_VALUE)
+    );
+    assert_eq!(
+        err(&raw_match(&tlv(0x0001, 40, true, &[0, 2, 0]))),
+        (et::BAD_MATCH, bmc::BAD_LEN)
+    );
+    assert_eq!(
+        err(&raw_match(&tlv(0x0001, 40, false, &[0; 125]))),
         (et::BAD_MATCH, bmc::BAD_LEN)
     );
 }

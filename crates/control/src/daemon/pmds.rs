@@ -119,7 +119,24 @@ impl Daemon {
                 b.rules.take_changes();
                 None
             } else {
-                let resolve = |n: &str| members.iter().find(|(m, ..)| m == n).map(|(_, id, _)| *id);
+                // A rule's port is a name, or (OpenFlow's rules on ports the bridge did not
+                // have then) a number, resolved by OpenFlow number now.
+                let numbers: Vec<(u32, u32)> = self
+                    .ports
+                    .values()
+                    .filter(|p| &p.bridge == name)
+                    .map(|p| (u32::from(p.ofport), p.id))
+                    .collect();
+                let resolve = |n: &str| {
+                    members
+                        .iter()
+                        .find(|(m, ..)| m == n)
+                        .map(|(_, id, _)| *id)
+                        .or_else(|| {
+                            let no = crate::openflow::absent_port_number(n)?;
+                            numbers.iter().find(|(o, _)| *o == no).map(|(_, id)| *id)
+                        })
+                };
                 let live = |id: u32| !watch || members.iter().any(|(_, i, up)| *i == id && *up);
                 // A few rules changed, the ports (and their links) did not: change a copy
                 // of the published pipeline (one FLOW_MOD per barrier stays O(log n)).

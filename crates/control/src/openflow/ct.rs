@@ -6,11 +6,15 @@
 //! run of mask bits (at most 64 bits each), as ovs-ofctl encodes `set_field:V/M->ct_mark`.
 //! Reading accepts any order and merges several writes of one field (later bits win).
 //!
+//! A `move` into `ct_mark`/`ct_label` (OVN's `move:NXM_NX_XXREG0[0..31]->NXM_NX_CT_LABEL[96..127]`)
+//! is the rule's `moves`, written back after the constant writes; `nat(src)`/`nat(dst)`
+//! without a range is [`CtNat::Kind`].
+//!
 //! A zone taken from a field (OVN's `zone=NXM_NX_REG13[0..15]`) is the rule's `zone_src`.
 //! What a `CtSpec` cannot hold is refused with `OFPBAC_BAD_ARGUMENT`, never dropped: an
 //! application-layer gateway (`alg`), unknown `ct` flags, `force`
-//! without `commit`, a second `nat`, NAT's `persistent`/`hash`/`random` flags, `nat(src)` or
-//! `nat(dst)` without an address range, and a range without `src` or `dst`.
+//! without `commit`, a second `nat`, NAT's `persistent`/`hash`/`random` flags, and a range
+//! without `src` or `dst`.
 
 use ferrovs_flow::ct::{CtNat, CtSpec, NatKind, NatSpec};
 use ferrovs_openflow::error::{bac, et};
@@ -47,7 +51,7 @@ fn nat_from_of(n: &NxNat) -> Result<CtNat, OfError> {
             addr_max: n.addr_max.unwrap_or(min),
             ports: n.port_min.map(|p| (p, n.port_max.unwrap_or(p))),
         })),
-        (Some(_), None) => Err(arg("nat(src) or nat(dst) without an address range")),
+        (Some(kind), None) => Ok(CtNat::Kind(kind)),
         (None, Some(_)) => Err(arg("nat range without src or dst")),
     }
 }
@@ -98,6 +102,12 @@ pub fn ct_from_of(ct: &NxCt) -> Result<CtSpec, OfError> {
                 continue;
             }
             Action::SetField(o) => (o.field, o.value_u128(), o.mask_u128()),
+            Action::RegMove(m) | Action::CopyField(m) => {
+                let src = super::regs::subfield(m.src, m.src_ofs, m.nbits)?;
+                let dst = super::regs::subfield(m.dst, m.dst_ofs, m.nbits)?;
+                spec.moves.push((src, dst));
+                continue;
+            }
             Action::RegLoad {
                 field,
                 ofs,
@@ -170,6 +180,13 @@ pub fn ct_to_of(spec: &CtSpec) -> NxCt {
     match spec.nat {
         CtNat::Off => {}
         CtNat::Apply => actions.push(Action::Nat(NxNat::default())),
+        CtNat::Kind(k) => actions.push(Action::Nat(NxNat {
+            flags: match k {
+                NatKind::Src => nat_flags::SRC,
+                NatKind::Dst => nat_flags::DST,
+            },
+            ..NxNat::default()
+        })),
         CtNat::Bind(n) => actions.push(Action::Nat(NxNat {
             flags: match n.kind {
                 NatKind::Src => nat_flags::SRC,
@@ -186,6 +203,22 @@ pub fn ct_to_of(spec: &CtSpec) -> NxCt {
     }
     if let Some((v, m)) = spec.label {
         writes(Of::CtLabel, v, m, 128, &mut actions);
+    }
+    let any = ferrovs_flow::Match::catchall();
+    for (src, dst) in &spec.moves {
+        let end = |sf: &ferrovs_flow::SubField| u32::from(sf.ofs) + u32::from(sf.nbits);
+        if let (Some(s), Some(d)) = (
+            super::regs::key_to_of(src.field, end(src), &any),
+            super::regs::key_to_of(dst.field, end(dst), &any),
+        ) {
+            actions.push(Action::RegMove(ferrovs_openflow::nicira::NxMove {
+                src: s,
+                src_ofs: src.ofs,
+                dst: d,
+                dst_ofs: dst.ofs,
+                nbits: src.nbits,
+            }));
+        }
     }
     NxCt {
         flags: if spec.commit { ct_flags::COMMIT } else { 0 }

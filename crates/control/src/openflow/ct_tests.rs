@@ -48,6 +48,7 @@ fn specs() -> Vec<CtSpec> {
             mark: Some((0x1, 0xf0f)),
             label: Some((1, 0xffff_ffff_ffff_ffff_ffff_ffff)),
             zone_src: None,
+            moves: Vec::new(),
         },
         CtSpec {
             table: Some(2),
@@ -65,6 +66,18 @@ fn specs() -> Vec<CtSpec> {
             commit: true,
             table: Some(7),
             zone_src: ferrovs_flow::SubField::new(ferrovs_flow::Field::Reg13, 0, 16),
+            ..CtSpec::default()
+        },
+        // OVN's ct_commit: nat(src) without a range, the label's high word from xxreg0.
+        CtSpec {
+            commit: true,
+            zone_src: ferrovs_flow::SubField::new(ferrovs_flow::Field::Reg13, 0, 16),
+            nat: CtNat::Kind(NatKind::Src),
+            mark: Some((0, 1)),
+            moves: vec![(
+                ferrovs_flow::SubField::new(ferrovs_flow::Field::Xxreg0, 0, 32).unwrap(),
+                ferrovs_flow::SubField::new(ferrovs_flow::Field::CtLabel, 96, 32).unwrap(),
+            )],
             ..CtSpec::default()
         },
     ]
@@ -200,15 +213,6 @@ fn ct_refusals() {
                 NxNat {
                     flags: nat_flags::SRC | nat_flags::PERSISTENT,
                     addr_min: Some(ip("10.0.0.1")),
-                    ..NxNat::default()
-                },
-            )
-        }),
-        Box::new(move |c| {
-            nat(
-                c,
-                NxNat {
-                    flags: nat_flags::SRC,
                     ..NxNat::default()
                 },
             )

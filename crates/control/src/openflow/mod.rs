@@ -69,10 +69,39 @@ impl PortMap {
         self.by_no.get(&no).map(String::as_str)
     }
 
-    /// The number of port `name`.
+    /// The number of port `name`; a name that is a port number (see
+    /// [`PortMap::name_or_number`]) is that number when no port has that name.
     pub fn number(&self, name: &str) -> Option<u32> {
-        self.by_no.iter().find(|(_, n)| *n == name).map(|(k, _)| *k)
+        self.by_no
+            .iter()
+            .find(|(_, n)| *n == name)
+            .map(|(k, _)| *k)
+            .or_else(|| absent_port_number(name))
     }
+
+    /// The name of port `no`, or for a number the bridge has no port of (yet), the number
+    /// as the name: OVS accepts rules on absent ports (`output:N`, `in_port=N`; they do
+    /// nothing until a port gets that number), and ovn-controller's bundles may name a port
+    /// before its view of the bridge has it. The pipeline resolves such a name by OpenFlow
+    /// number when it is built (the daemon's `resolve`). `None`: a reserved number.
+    pub fn name_or_number(&self, no: u32) -> Option<String> {
+        match self.name(no) {
+            Some(n) => Some(n.to_string()),
+            None if (1..0xff00).contains(&no) => Some(no.to_string()),
+            None => None,
+        }
+    }
+}
+
+/// The port number a rule's port name stands for when it is a number (ovs-ofctl's
+/// `output:N`): decimal digits, 1..=65279 (OVS's OFPP_MAX for 16-bit numbers).
+pub fn absent_port_number(name: &str) -> Option<u32> {
+    if name.is_empty() || name.len() > 5 || !name.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    name.parse::<u32>()
+        .ok()
+        .filter(|&n| (1..0xff00).contains(&n))
 }
 
 const fn err(type_: u16, code: u16, reason: &'static str) -> OfError {
@@ -97,12 +126,17 @@ pub fn match_from_of(
         }
         let f = match o.field {
             Of::InPort | Of::NxmInPort => {
-                let name = ports.name(v as u32).ok_or(err(
+                let no = if o.field == Of::NxmInPort {
+                    ferrovs_openflow::nicira::port_from_16(v as u16)
+                } else {
+                    v as u32
+                };
+                let name = ports.name_or_number(no).ok_or(err(
                     et::BAD_MATCH,
                     bmc::BAD_VALUE,
-                    "in_port is no port of this bridge",
+                    "in_port is a reserved port number",
                 ))?;
-                in_port = Some(name.to_string());
+                in_port = Some(name);
                 continue;
             }
             Of::EthDst => Field::EthDst,
@@ -157,6 +191,11 @@ pub fn match_from_of(
             Of::MplsTc => Field::MplsTc,
             Of::MplsBos => Field::MplsBos,
             Of::NxIpTtl => Field::IpTtl,
+            // nw_frag: its two bits (an exact match is a mask of both, as OVS).
+            Of::NxIpFrag => {
+                out.set(Field::IpFrag, v & 3, mask & 3);
+                continue;
+            }
             // The tracker's eight ct_state bits, as OVS keeps them: a value beyond them
             // is BAD_VALUE, a mask beyond them is cut to them.
             Of::CtState => {
@@ -194,7 +233,7 @@ pub fn match_from_of(
 
 /// The OpenFlow match of a rule (its input port by number). Fields OpenFlow 1.3 has no
 /// basic OXM for are Nicira's where OVS has one (`nw_ttl` as `NXM_NX_IP_TTL`, registers as
-/// `NXM_NX_REG*`) and left out where not (`ip_frag`, which only the CLI can set).
+/// `NXM_NX_REG*`, `nw_frag` as `NXM_NX_IP_FRAG`) and left out where not (`mpls_ttl`).
 pub fn match_to_of(m: &Match, in_port: Option<&str>, ports: &PortMap) -> ferrovs_openflow::Match {
     let mut fields = Vec::new();
     let oxm = |f: Of, v: u128, mask: u128, full: u128| {
@@ -333,6 +372,13 @@ pub fn match_to_of(m: &Match, in_port: Option<&str>, ports: &PortMap) -> ferrovs
     if ttlm == 0xff {
         fields.push(Oxm::exact(Of::NxIpTtl, ttl));
     }
+    // nw_frag as OVS writes it: both bits matched is an exact match.
+    let (frag, fragm) = m.field(Field::IpFrag);
+    match fragm & 3 {
+        0 => {}
+        3 => fields.push(Oxm::exact(Of::NxIpFrag, frag & 3)),
+        mk => fields.push(Oxm::masked(Of::NxIpFrag, frag & mk, mk)),
+    }
     for (i, f) in Field::REGS.iter().enumerate() {
         let (v, mk) = m.field(*f);
         if mk != 0 {
@@ -388,16 +434,12 @@ fn action_from_of(a: &Action, ports: &PortMap) -> Result<ActionSpec, OfError> {
                 max_len: *max_len,
                 ext: None,
             },
-            p => ActionSpec::Output(
-                ports
-                    .name(p)
-                    .ok_or(err(
-                        et::BAD_ACTION,
-                        bac::BAD_OUT_PORT,
-                        "output to a port this bridge does not have",
-                    ))?
-                    .to_string(),
-            ),
+            // A port the bridge does not have (yet) is accepted, as OVS does.
+            p => ActionSpec::Output(ports.name_or_number(p).ok_or(err(
+                et::BAD_ACTION,
+                bac::BAD_OUT_PORT,
+                "output to a reserved port the pipeline does not have",
+            ))?),
         },
         Action::PushVlan(t @ (0x8100 | 0x88a8)) => ActionSpec::PushVlan(*t),
         Action::PushVlan(_) => {
@@ -475,6 +517,11 @@ fn action_from_of(a: &Action, ports: &PortMap) -> Result<ActionSpec, OfError> {
         }
         Action::Ct(c) => ActionSpec::Ct(Box::new(ct::ct_from_of(c)?)),
         Action::CtClear => ActionSpec::CtClear,
+        Action::Clone(list) => ActionSpec::Clone(
+            list.iter()
+                .map(|a| action_from_of(a, ports))
+                .collect::<Result<_, _>>()?,
+        ),
         Action::Controller(c) => controller_from_of(c),
         _ => return Err(bad_type()),
     })
@@ -655,6 +702,23 @@ pub fn instructions_to_of_with(
                 });
                 continue;
             }
+            ActionSpec::Clone(list) => {
+                // The nested list as an apply-actions list of its own (the output
+                // max_lens of the rule are not carried into it: 0, as OVS writes them).
+                let inner = FlowSpec {
+                    actions: list.clone(),
+                    ..spec.clone()
+                };
+                let acts = instructions_to_of(&inner, ports)
+                    .into_iter()
+                    .flat_map(|i| match i {
+                        Instruction::ApplyActions(v) => v,
+                        _ => Vec::new(),
+                    })
+                    .collect();
+                apply.push(Action::Clone(acts));
+                continue;
+            }
             _ => {}
         }
         // Each output-like action took one OUTPUT action (and its max_len) on the wire.
@@ -757,7 +821,9 @@ pub fn instructions_to_of_with(
             ActionSpec::Load { .. }
             | ActionSpec::Move { .. }
             | ActionSpec::OutputReg(_)
-            | ActionSpec::Resubmit { .. } => {
+            | ActionSpec::Resubmit { .. }
+            | ActionSpec::StackPush(_)
+            | ActionSpec::StackPop(_) => {
                 apply.extend(regs::action_to_of(a, &spec.m, ports).unwrap_or_default())
             }
             ActionSpec::Learn(l) => {
@@ -767,7 +833,8 @@ pub fn instructions_to_of_with(
             }
             ActionSpec::ClearActions
             | ActionSpec::WriteActions(_)
-            | ActionSpec::WriteMetadata { .. } => {}
+            | ActionSpec::WriteMetadata { .. }
+            | ActionSpec::Clone(_) => {}
         }
     }
     let mut v = Vec::new();

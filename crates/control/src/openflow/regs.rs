@@ -17,7 +17,7 @@ use ferrovs_flow::key::{
 };
 use ferrovs_flow::{ActionSpec, Field, Match};
 use ferrovs_openflow::error::{bac, et};
-use ferrovs_openflow::nicira::{NxMove, NxOutputReg};
+use ferrovs_openflow::nicira::{NxMove, NxOutputReg, NxStack};
 use ferrovs_openflow::oxm::Field as Of;
 use ferrovs_openflow::port::OFPP_IN_PORT;
 use ferrovs_openflow::{Action, OfError, Oxm};
@@ -250,17 +250,15 @@ pub fn action_from_of(a: &Action, ports: &PortMap) -> Result<Option<ActionSpec>,
             dst: subfield(m.dst, m.dst_ofs, m.nbits)?,
         },
         Action::OutputReg(o) => ActionSpec::OutputReg(subfield(o.src, o.ofs, o.nbits)?),
+        Action::StackPush(s) => ActionSpec::StackPush(subfield(s.field, s.ofs, s.nbits)?),
+        Action::StackPop(s) => ActionSpec::StackPop(subfield(s.field, s.ofs, s.nbits)?),
         Action::Resubmit { port, table } => {
             let port = match *port {
                 OFPP_IN_PORT => None,
                 p => Some(
                     ports
-                        .name(p)
-                        .ok_or(err(
-                            bac::BAD_OUT_PORT,
-                            "resubmit as from a port this bridge does not have",
-                        ))?
-                        .to_string(),
+                        .name_or_number(p)
+                        .ok_or(err(bac::BAD_OUT_PORT, "resubmit as from a reserved port"))?,
                 ),
             };
             let table = match *table {
@@ -335,6 +333,21 @@ pub fn action_to_of(a: &ActionSpec, m: &Match, ports: &PortMap) -> Option<Vec<Ac
                 nbits: src.nbits,
             })],
             _ => Vec::new(),
+        },
+        ActionSpec::StackPush(sf) | ActionSpec::StackPop(sf) => match of(sf) {
+            Some(f) => {
+                let st = NxStack {
+                    field: f,
+                    ofs: sf.ofs,
+                    nbits: sf.nbits,
+                };
+                vec![if matches!(a, ActionSpec::StackPush(_)) {
+                    Action::StackPush(st)
+                } else {
+                    Action::StackPop(st)
+                }]
+            }
+            None => Vec::new(),
         },
         ActionSpec::OutputReg(src) => match of(src) {
             Some(s) => vec![Action::OutputReg(NxOutputReg {
@@ -568,10 +581,11 @@ mod flow_mod_tests {
             let e = rule_from_flow_mod(&fm(0, vec![], apply), &ports()).unwrap_err();
             (e.type_, e.code)
         };
-        // A resubmit from a port the bridge lacks; to the same table as the same port.
+        // A resubmit from a reserved port the pipeline lacks (a port the bridge does not
+        // have yet is its number); to the same table as the same port.
         assert_eq!(
             bad(vec![Action::Resubmit {
-                port: 9,
+                port: 0xffff_fff9,
                 table: Some(1)
             }]),
             (et::BAD_ACTION, bac::BAD_OUT_PORT)

@@ -449,10 +449,24 @@ fn what_the_pipeline_lacks_is_refused_with_its_code() {
         let f = fm(fc::ADD, 0, 1, m.clone(), vec![out(1)]);
         assert_eq!(refusal(&f), (et::BAD_MATCH, bmc::BAD_FIELD), "{m:?}");
     }
-    // A port the bridge does not have.
+    // A port the bridge does not have (yet) is accepted, as OVS does, by its number;
+    // a reserved one the pipeline lacks is not.
     let f = fm(fc::ADD, 0, 1, vec![x(Of::InPort, 9)], vec![out(1)]);
-    assert_eq!(refusal(&f), (et::BAD_MATCH, bmc::BAD_VALUE));
+    same_as_cli(&f, "priority=1,in_port=9,actions=output:vm1");
     let f = fm(fc::ADD, 0, 1, vec![], vec![out(9)]);
+    same_as_cli(&f, "priority=1,actions=output:9");
+    let spec = rule_from_flow_mod(&f, &ports()).unwrap();
+    let back = instructions_to_of(&spec, &ports());
+    assert_eq!(back, vec![Instruction::ApplyActions(vec![out(9)])]);
+    let f = fm(
+        fc::ADD,
+        0,
+        1,
+        vec![x(Of::InPort, 0xffff_fff9)],
+        vec![out(1)],
+    );
+    assert_eq!(refusal(&f), (et::BAD_MATCH, bmc::BAD_VALUE));
+    let f = fm(fc::ADD, 0, 1, vec![], vec![out(0xffff_fff9)]);
     assert_eq!(refusal(&f), (et::BAD_ACTION, bac::BAD_OUT_PORT));
     for a in [
         // OVS 3.1 has no copy_ttl_in/out (ovs-ofctl: "unknown action") nor PBB.
@@ -1068,4 +1082,93 @@ fn mpls_maps_to_the_cli_rule_and_back() {
     );
     let (t, _) = refusal(&f);
     assert_eq!(t, et::BAD_ACTION);
+}
+
+/// OVN's chassis flows beyond the registers: the register stack, clone, nw_frag, rarp, a
+/// masked tun_id write, a move from a tunnel option.
+#[test]
+fn ovn_stack_clone_and_frag_flows_are_the_cli_rules() {
+    use ferrovs_openflow::nicira::{NxMove, NxStack};
+    let st = |field, ofs, nbits| NxStack { field, ofs, nbits };
+    let ip = x(Of::EthType, 0x0800);
+    let arp = x(Of::EthType, 0x0806);
+    let f = fm(
+        fc::ADD,
+        27,
+        50,
+        vec![arp, x(Of::ArpOp, 1)],
+        vec![
+            Action::StackPush(st(Of::NxmEthSrc, 0, 48)),
+            Action::StackPush(st(Of::Xxreg0, 96, 32)),
+            Action::StackPop(st(Of::NxmEthDst, 0, 48)),
+            Action::StackPop(st(Of::NxmArpTpa, 0, 32)),
+            out(OFPP_IN_PORT),
+        ],
+    );
+    same_as_cli(
+        &f,
+        "table=27,priority=50,arp,arp_op=1,actions=push:NXM_OF_ETH_SRC[],push:NXM_NX_XXREG0[96..127],pop:NXM_OF_ETH_DST[],pop:NXM_OF_ARP_TPA[],in_port",
+    );
+    let f = fm(
+        fc::ADD,
+        37,
+        100,
+        vec![x(Of::Reg15, 0x8004)],
+        vec![
+            Action::Clone(vec![
+                Action::CtClear,
+                Action::SetField(x(Of::Reg15, 1)),
+                Action::Resubmit {
+                    port: OFPP_IN_PORT,
+                    table: Some(37),
+                },
+            ]),
+            Action::SetField(x(Of::Reg15, 0x8004)),
+            Action::Resubmit {
+                port: OFPP_IN_PORT,
+                table: Some(38),
+            },
+        ],
+    );
+    same_as_cli(
+        &f,
+        "table=37,priority=100,reg15=0x8004,actions=clone(ct_clear,load:0x1->NXM_NX_REG15[],resubmit(,37)),load:0x8004->NXM_NX_REG15[],resubmit(,38)",
+    );
+    let f = fm(
+        fc::ADD,
+        12,
+        110,
+        vec![ip.clone(), Oxm::masked(Of::NxIpFrag, 0, 2)],
+        vec![Action::RegLoad {
+            field: Of::NxTunId,
+            ofs: 0,
+            nbits: 24,
+            value: 1,
+        }],
+    );
+    same_as_cli(
+        &f,
+        "table=12,priority=110,ip,nw_frag=not_later,actions=set_field:0x1/0xffffff->tun_id",
+    );
+    let f = fm(
+        fc::ADD,
+        0,
+        100,
+        vec![x(Of::EthType, 0x8035), x(Of::ArpOp, 3)],
+        vec![Action::RegMove(NxMove {
+            src: Of::TunMetadata0,
+            src_ofs: 16,
+            dst: Of::Reg14,
+            dst_ofs: 0,
+            nbits: 15,
+        })],
+    );
+    same_as_cli(
+        &f,
+        "priority=100,rarp,arp_op=3,actions=move:NXM_NX_TUN_METADATA0[16..30]->NXM_NX_REG14[0..14]",
+    );
+    // nw_frag goes out as OVS writes it: both bits matched is an exact match.
+    let spec = ferrovs_flow::parse_flow("ip,nw_frag=later,actions=drop").unwrap();
+    let m = match_to_of(&spec.m, None, &ports());
+    assert!(m.fields.contains(&x(Of::NxIpFrag, 3)), "{m:?}");
 }

@@ -936,7 +936,8 @@ fn conntrack(
     }
     let nat = match c.nat {
         CtNat::Off => Nat::Off,
-        CtNat::Apply => Nat::Apply,
+        // nat(src)/nat(dst) without a range: the identity binding, as plain nat.
+        CtNat::Apply | CtNat::Kind(_) => Nat::Apply,
         CtNat::Bind(n) => Nat::Bind(NatRange {
             kind: match n.kind {
                 NatKind::Src => ferrovs_conntrack::NatKind::Src,

@@ -48,6 +48,9 @@ fn settable(a: &ActionSpec) -> bool {
             | ActionSpec::Resubmit { .. }
             | ActionSpec::OutputReg(_)
             | ActionSpec::Learn(_)
+            | ActionSpec::StackPush(_)
+            | ActionSpec::StackPop(_)
+            | ActionSpec::Clone(_)
     )
 }
 
@@ -243,6 +246,36 @@ fn parse_action_in(a: &str, table: u8, m: Option<&Match>) -> Result<ActionSpec, 
             }
             check_written(name, &dst, m, lenient)?;
             ActionSpec::Move { src, dst }
+        }
+        ("push", _) => {
+            let a = need("FIELD[bits]")?;
+            let src = parse_subfield(a)?;
+            if let Some(need) = prerequisite(src.field, m).filter(|_| !lenient) {
+                return Err(ParseError::Invalid(format!(
+                    "push:{a}: requires the rule to match {need}"
+                )));
+            }
+            ActionSpec::StackPush(src)
+        }
+        ("pop", _) => {
+            let dst = parse_subfield(need("FIELD[bits]")?)?;
+            check_written(name, &dst, m, lenient)?;
+            ActionSpec::StackPop(dst)
+        }
+        ("clone", _) => {
+            let inner = arg.unwrap_or("");
+            let mut list = Vec::new();
+            for x in tokens(inner) {
+                let act = parse_action_in(x.trim(), table, (!lenient).then_some(m))?;
+                if act.instruction_rank() != 0 {
+                    return Err(ParseError::Invalid(format!(
+                        "clone: {} is an instruction, not an action",
+                        act.instruction_name()
+                    )));
+                }
+                list.push(act);
+            }
+            ActionSpec::Clone(list)
         }
         ("resubmit", _) => {
             let a = need("a port or a table")?;
@@ -547,6 +580,21 @@ fn parse_action_in(a: &str, table: u8, m: Option<&Match>) -> Result<ActionSpec, 
                 }
                 "vlan_vid" => ActionSpec::SetVlanVid(num(f, v, 4095)? as u16),
                 "vlan_pcp" => ActionSpec::SetVlanPcp(num(f, v, 7)? as u8),
+                "tun_id" | "tunnel_id" if v.contains('/') => {
+                    // Masked (OVN's `set_field:0x1/0xffffff->tun_id`): a load of the bits.
+                    let full = u128::from(u64::MAX);
+                    let (value, mask) = with_mask(f, v, full, |s| num(f, s, full))?;
+                    if mask == 0 {
+                        return Err(ParseError::Invalid(format!(
+                            "set_field:{a}: a mask of 0 writes nothing"
+                        )));
+                    }
+                    ActionSpec::Load {
+                        field: Field::TunId,
+                        value: value & mask,
+                        mask,
+                    }
+                }
                 "tun_id" | "tunnel_id" => {
                     ActionSpec::SetTunnel(num(f, v, u128::from(u64::MAX))? as u64)
                 }
@@ -645,4 +693,7 @@ const KEYWORD_ACTIONS: &[&str] = &[
     "set_mpls_tc",
     "ct",
     "ct_clear",
+    "push",
+    "pop",
+    "clone",
 ];

@@ -9,7 +9,7 @@
 //! label of every bit as `set_field:V->ct_mark`, of some bits as OVS's `load:V->
 //! NXM_NX_CT_MARK[a..b]` per contiguous run of the mask (at most 64 bits a load). Hex numbers print as C's `%#x`
 //! does (`0`, not `0x0`). Differences, each refused with a [`ParseError`] naming it: `alg=`, NAT flags (`random`, `hash`,
-//! `persistent`), `nat(src)` without a range, a second `nat`, ports above 65535 (OVS
+//! `persistent`), a second `nat`, ports above 65535 (OVS
 //! silently wraps them). Several `exec` writes of one field merge into one (printed once),
 //! and a whole-field `load:V->NXM_NX_CT_MARK[]` prints as the `set_field` it is.
 //! Pure functions of their input: untrusted text, no panics.
@@ -214,14 +214,14 @@ pub(super) fn parse_ct(
         return Err(invalid("ct: force requires commit".into()));
     }
     if !c.commit {
-        if c.mark.is_some() || c.label.is_some() {
+        if c.mark.is_some() || c.label.is_some() || !c.moves.is_empty() {
             return Err(invalid(
                 "ct: exec(set_field:...->ct_mark/ct_label) requires commit".into(),
             ));
         }
-        if matches!(c.nat, CtNat::Bind(_)) {
+        if matches!(c.nat, CtNat::Bind(_) | CtNat::Kind(_)) {
             return Err(invalid(
-                "ct: nat with a range requires commit (without commit: plain nat)".into(),
+                "ct: nat with a range requires commit, as nat(src|dst) does (without commit: plain nat)".into(),
             ));
         }
     }
@@ -257,17 +257,13 @@ fn parse_nat(t: &str, family: Family) -> Result<CtNat, ParseError> {
                 "ct: nat({inner}): one of src= or dst=, once"
             )));
         }
-        if v.is_empty() {
-            return Err(invalid(format!(
-                "ct: nat({k}) needs a range ({k}=IP[-IP][:PORT[-PORT]])"
-            )));
-        }
-        spec = Some(parse_range(kind, v, family)?);
+        spec = Some(if v.is_empty() {
+            CtNat::Kind(kind)
+        } else {
+            CtNat::Bind(parse_range(kind, v, family)?)
+        });
     }
-    match spec {
-        Some(s) => Ok(CtNat::Bind(s)),
-        None => Ok(CtNat::Apply),
-    }
+    Ok(spec.unwrap_or(CtNat::Apply))
 }
 
 fn parse_range(kind: NatKind, v: &str, family: Family) -> Result<NatSpec, ParseError> {
@@ -379,6 +375,26 @@ fn parse_exec(inner: &str, c: &mut CtSpec) -> Result<(), ParseError> {
             ))
         };
         let (op, rest) = a.split_once(':').ok_or_else(nested)?;
+        if op == "move" {
+            let (sv, d) = rest
+                .split_once("->")
+                .ok_or_else(|| invalid(format!("ct: exec: {a}: expected SRC[bits]->DST[bits]")))?;
+            let src = super::fields::parse_subfield(sv)?;
+            let dst = super::fields::parse_subfield(d)?;
+            if !matches!(dst.field, crate::Field::CtMark | crate::Field::CtLabel) {
+                return Err(invalid(format!(
+                    "ct: exec: {a}: a move writes NXM_NX_CT_MARK or NXM_NX_CT_LABEL only"
+                )));
+            }
+            if src.nbits != dst.nbits {
+                return Err(invalid(format!(
+                    "ct: exec: {a}: the source has {} bits, the destination {}",
+                    src.nbits, dst.nbits
+                )));
+            }
+            c.moves.push((src, dst));
+            continue;
+        }
         if op != "set_field" && op != "load" {
             return Err(nested());
         }
@@ -552,6 +568,8 @@ pub(super) fn fmt_ct(c: &CtSpec) -> String {
         CtNat::Off => {}
         CtNat::Apply => parts.push("nat".into()),
         CtNat::Bind(s) => parts.push(format!("nat({})", fmt_range(s))),
+        CtNat::Kind(NatKind::Src) => parts.push("nat(src)".into()),
+        CtNat::Kind(NatKind::Dst) => parts.push("nat(dst)".into()),
     }
     let mut exec = Vec::new();
     if let Some((v, m)) = c.mark {
@@ -566,6 +584,14 @@ pub(super) fn fmt_ct(c: &CtSpec) -> String {
     }
     if let Some((v, m)) = c.label {
         fmt_write(&mut exec, v, m, 128, "ct_label", "NXM_NX_CT_LABEL");
+    }
+    for (src, dst) in &c.moves {
+        let any = crate::Match::catchall();
+        exec.push(format!(
+            "move:{}->{}",
+            super::fields::fmt_subfield(src, &any),
+            super::fields::fmt_subfield(dst, &any)
+        ));
     }
     if !exec.is_empty() {
         parts.push(format!("exec({})", exec.join(",")));

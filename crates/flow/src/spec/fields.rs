@@ -98,6 +98,30 @@ const NAMES: &[Name] = &[
     n("NXM_NX_TUN_ID", "tun_id", Field::TunId, 64),
     n("NXM_NX_TUN_IPV4_SRC", "tun_src", Field::TunSrc, 32),
     n("NXM_NX_TUN_IPV4_DST", "tun_dst", Field::TunDst, 32),
+    n(
+        "NXM_NX_TUN_METADATA0",
+        "tun_metadata0",
+        Field::TunMetadata0,
+        32,
+    ),
+    n(
+        "NXM_NX_TUN_METADATA1",
+        "tun_metadata1",
+        Field::TunMetadata1,
+        32,
+    ),
+    n(
+        "NXM_NX_TUN_METADATA2",
+        "tun_metadata2",
+        Field::TunMetadata2,
+        32,
+    ),
+    n(
+        "NXM_NX_TUN_METADATA3",
+        "tun_metadata3",
+        Field::TunMetadata3,
+        32,
+    ),
     n("NXM_NX_CT_MARK", "ct_mark", Field::CtMark, 32),
     n("NXM_NX_CT_LABEL", "ct_label", Field::CtLabel, 128),
     n("NXM_NX_CT_ZONE", "ct_zone", Field::CtZone, 16),
@@ -240,6 +264,10 @@ pub(super) fn writable(f: Field) -> bool {
                 | Field::NdTarget
                 | Field::TunId
                 | Field::TunDst
+                | Field::TunMetadata0
+                | Field::TunMetadata1
+                | Field::TunMetadata2
+                | Field::TunMetadata3
         )
 }
 

@@ -4,8 +4,8 @@
 //! only when the match pins the protocol that carries it, and protocols never conflict.
 
 use crate::key::{
-    is_mpls, Field, ETH_ARP, ETH_IPV4, ETH_IPV6, ETH_MPLS, ETH_MPLS_MCAST, FRAG_ANY, FRAG_LATER,
-    IP_ICMP, IP_ICMPV6, IP_SCTP, IP_TCP, IP_UDP, ND_NA, ND_NS, VLAN_CFI,
+    is_mpls, Field, ETH_ARP, ETH_IPV4, ETH_IPV6, ETH_MPLS, ETH_MPLS_MCAST, ETH_RARP, FRAG_ANY,
+    FRAG_LATER, IP_ICMP, IP_ICMPV6, IP_SCTP, IP_TCP, IP_UDP, ND_NA, ND_NS, VLAN_CFI,
 };
 use crate::matching::Match;
 
@@ -55,6 +55,7 @@ fn match_token(p: &mut Parsed, name: &str, value: Option<&str>) -> Result<(), Pa
         "ip" => Some(shorthand(ETH_IPV4, None)),
         "ipv6" => Some(shorthand(ETH_IPV6, None)),
         "arp" => Some(shorthand(ETH_ARP, None)),
+        "rarp" => Some(shorthand(ETH_RARP, None)),
         "tcp" => Some(shorthand(ETH_IPV4, Some(IP_TCP))),
         "udp" => Some(shorthand(ETH_IPV4, Some(IP_UDP))),
         "sctp" => Some(shorthand(ETH_IPV4, Some(IP_SCTP))),
@@ -178,7 +179,7 @@ fn match_token(p: &mut Parsed, name: &str, value: Option<&str>) -> Result<(), Pa
             let t = num(name, v, 255)?;
             field(Field::IpTtl, t, 0xff);
         }
-        "ip_frag" => {
+        "ip_frag" | "nw_frag" => {
             let (val, mask) = match v {
                 "no" => (0, FRAG_ANY),
                 "yes" => (FRAG_ANY, FRAG_ANY),
@@ -347,6 +348,7 @@ const FIELD_NAMES: &[&str] = &[
     "nw_tos",
     "nw_ttl",
     "ip_frag",
+    "nw_frag",
     "tp_src",
     "tp_dst",
     "tcp_src",
@@ -421,10 +423,10 @@ fn check_prerequisites(p: &Parsed) -> Result<(), ParseError> {
                     matches!(ty, Some(ETH_IPV4 | ETH_ARP))
                 }
             }
-            Field::ArpOp => ty == Some(ETH_ARP),
+            Field::ArpOp => matches!(ty, Some(ETH_ARP | ETH_RARP)),
             Field::ArpSha if name == "nd_sll" => nd_type == Some(ND_NS),
             Field::ArpTha if name == "nd_tll" => nd_type == Some(ND_NA),
-            Field::ArpSha | Field::ArpTha => ty == Some(ETH_ARP),
+            Field::ArpSha | Field::ArpTha => matches!(ty, Some(ETH_ARP | ETH_RARP)),
             Field::NdTarget => matches!(nd_type, Some(ND_NS | ND_NA)),
             Field::Ipv6Src | Field::Ipv6Dst | Field::Ipv6Flabel => ty == Some(ETH_IPV6),
             Field::IpProto | Field::IpTos | Field::IpTtl | Field::IpFrag => ip,

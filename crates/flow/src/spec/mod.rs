@@ -168,6 +168,15 @@ pub enum ActionSpec {
     OutputReg(SubField),
     /// `learn(...)`: a rule learned from the packet (see [`crate::learn`]).
     Learn(Box<crate::learn::LearnSpec>),
+    /// `push:FIELD[a..b]`: the bits onto the translation's stack (OVS's register stack: one
+    /// per translation, kept across resubmits, copied into a `clone`).
+    StackPush(SubField),
+    /// `pop:FIELD[a..b]`: the top of the stack (its low bits) into the bits; an empty stack
+    /// leaves them as they are (as OVS).
+    StackPop(SubField),
+    /// `clone(...)`: the actions on a copy of the packet and of the translation's state
+    /// (key, registers, stack); what follows sees the packet as before the clone.
+    Clone(Vec<ActionSpec>),
 }
 
 impl ActionSpec {

@@ -6,8 +6,8 @@ use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use crate::key::{
-    Field, ETH_ARP, ETH_IPV4, ETH_IPV6, ETH_MPLS, ETH_MPLS_MCAST, FRAG_ANY, FRAG_LATER, IP_ICMP,
-    IP_ICMPV6, IP_SCTP, IP_TCP, IP_UDP,
+    Field, ETH_ARP, ETH_IPV4, ETH_IPV6, ETH_MPLS, ETH_MPLS_MCAST, ETH_RARP, FRAG_ANY, FRAG_LATER,
+    IP_ICMP, IP_ICMPV6, IP_SCTP, IP_TCP, IP_UDP,
 };
 use crate::matching::Match;
 
@@ -111,6 +111,7 @@ fn fmt_match(out: &mut Vec<String>, m: &Match) {
                 ETH_IPV4 => out.push("ip".into()),
                 ETH_IPV6 => out.push("ipv6".into()),
                 ETH_ARP => out.push("arp".into()),
+                ETH_RARP => out.push("rarp".into()),
                 ETH_MPLS => out.push("mpls".into()),
                 ETH_MPLS_MCAST => out.push("mplsm".into()),
                 t => out.push(format!("dl_type={t:#06x}")),
@@ -354,7 +355,10 @@ impl fmt::Display for ActionSpec {
             ActionSpec::Load { .. }
             | ActionSpec::Move { .. }
             | ActionSpec::OutputReg(_)
-            | ActionSpec::Learn(_) => {
+            | ActionSpec::Learn(_)
+            | ActionSpec::StackPush(_)
+            | ActionSpec::StackPop(_)
+            | ActionSpec::Clone(_) => {
                 write!(f, "{}", fmt_action(self, &Match::catchall()))
             }
             ActionSpec::Resubmit { port, table } => match (port, table) {
@@ -408,6 +412,12 @@ fn fmt_action(a: &ActionSpec, m: &Match) -> String {
         }
         (ActionSpec::OutputReg(src), _, _) => format!("output:{}", fmt_subfield(src, m)),
         (ActionSpec::Learn(l), _, _) => super::learn::fmt_learn(l, m),
+        (ActionSpec::StackPush(sf), _, _) => format!("push:{}", fmt_subfield(sf, m)),
+        (ActionSpec::StackPop(sf), _, _) => format!("pop:{}", fmt_subfield(sf, m)),
+        (ActionSpec::Clone(v), _, _) => {
+            let v: Vec<String> = v.iter().map(|a| fmt_action(a, m)).collect();
+            format!("clone({})", v.join(","))
+        }
         (ActionSpec::Load { field, value, mask }, _, _) => fmt_load(*field, *value, *mask, m),
         _ => a.to_string(),
     }
