@@ -946,6 +946,9 @@ struct State<'p> {
     t: Translation,
     /// The key as modified so far (what later lookups see).
     k: FlowKey,
+    /// The port the packet came in on (datapath id), whatever the translation writes to
+    /// in_port.
+    origin_port: u32,
     /// The input port (datapath id) as the key has it now (a `load` or `move` to in_port,
     /// a `resubmit(PORT,T)` change it for what follows).
     in_port: u32,
@@ -995,6 +998,19 @@ impl State<'_> {
         match self.ports {
             None => id,
             Some(p) => p.to_no.get(&id).copied().unwrap_or(0),
+        }
+    }
+
+    /// The datapath action that sends to port `p` (which OpenFlow's rule allows: `p` is not
+    /// the in_port as the translation has it now). When `p` is the port the packet really
+    /// came in on (its in_port was rewritten: OVN's `load:0xffff->NXM_OF_IN_PORT[]` before
+    /// sending an ARP reply back where the request came from), that is the datapath's
+    /// `InPort`: a datapath `Output` never goes back out of the input port.
+    fn output(&self, p: u32) -> DpAction {
+        if p == self.origin_port {
+            DpAction::InPort
+        } else {
+            DpAction::Output(p)
         }
     }
 
@@ -1091,6 +1107,7 @@ impl<'p> State<'p> {
         State {
             t: Translation::default(),
             k: *key,
+            origin_port: key.in_port(),
             in_port: key.in_port(),
             modified: false,
             set: Vec::new(),
@@ -1641,17 +1658,18 @@ fn apply<'a>(
                 // OpenFlow: never back out of the input port unless asked.
                 st.t.mask.or_field(Field::InPort, u128::from(u32::MAX));
                 if p != in_port {
-                    st.t.actions.push(DpAction::Output(p));
+                    st.t.actions.push(st.output(p));
                 }
             }
             ResolvedAction::Mirror(Some(p)) => {
                 st.t.mask.or_field(Field::InPort, u128::from(u32::MAX));
                 if p != in_port {
+                    let out = st.output(p);
                     if st.modified {
                         // The copy as received: insert it before any edit.
-                        st.t.actions.insert(0, DpAction::Output(p));
+                        st.t.actions.insert(0, out);
                     } else {
-                        st.t.actions.push(DpAction::Output(p));
+                        st.t.actions.push(out);
                     }
                 }
             }
@@ -1677,7 +1695,8 @@ fn apply<'a>(
                 let p = st.port_id(no);
                 st.t.mask.or_field(Field::InPort, u128::from(u32::MAX));
                 if p != NO_PORT_ID && p != st.in_port {
-                    st.t.actions.push(DpAction::Output(p));
+                    let out = st.output(p);
+                    st.t.actions.push(out);
                 }
             }
             ResolvedAction::Resubmit { port, table } => {

@@ -185,7 +185,8 @@ fn output_reg_and_in_port_loads_use_openflow_port_numbers() {
     );
     p.set_port_numbers(PortNumbers::new([(1, 10), (2, 11)]));
     let t = p.translate(&ip_key(11, 64));
-    assert_eq!(t.actions, vec![DpAction::Output(11)]);
+    // The datapath's InPort: its Output never goes back out of the input port.
+    assert_eq!(t.actions, vec![DpAction::InPort]);
     assert_eq!(t.mask.get(Field::InPort), u128::from(u32::MAX));
     assert!(p.translate(&ip_key(10, 64)).actions.is_empty());
 }
@@ -215,7 +216,7 @@ fn resubmit_runs_the_rule_found_and_comes_back() {
         t.actions,
         vec![
             DpAction::SetField(Field::EthSrc, 0x0200_0000_0099),
-            DpAction::Output(10),
+            DpAction::InPort,
             DpAction::Output(12)
         ]
     );
