@@ -300,6 +300,10 @@ do_down() {
         kill -9 "$p" 2>/dev/null || true
         rm -f "$f"
     done
+    # A ferrovsd of the lab that its pid file does not name (a hot upgrade's new daemon
+    # started outside switch_upgrade) would outlive the lab and fight the next one's for its
+    # database's rows: every daemon whose run directory is the lab's goes.
+    pkill -f "ferrovsd .*--run-dir $LAB/ch[0-9]" 2>/dev/null || true
     if [ -f "$LAB/netns" ]; then
         # VMs' namespaces go first: deleting one takes its veth pair with it.
         tac "$LAB/netns" | while read -r ns; do ip netns del "$ns" 2>/dev/null || true; done

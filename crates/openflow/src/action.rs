@@ -482,6 +482,51 @@ pub(crate) fn encode_actions(actions: &[Action], out: &mut Vec<u8>) {
     }
 }
 
+/// `actions` as OpenFlow 1.5 writes them where the switch sends rules back (flow stats,
+/// group descriptions): a Nicira `NXAST_REG_LOAD` becomes a `SET_FIELD` (masked unless it
+/// writes the whole field), as OVS encodes a load for 1.5, whose action lists have no
+/// place for REG_LOAD (`ovs-ofctl -O OpenFlow15 dump-flows` refuses it); so do the loads
+/// nested in `ct`'s and `clone`'s lists.
+pub fn to_15(actions: &[Action]) -> Vec<Action> {
+    actions
+        .iter()
+        .map(|a| match a {
+            Action::RegLoad {
+                field,
+                ofs,
+                nbits,
+                value,
+            } => {
+                let width = u32::from(field.info().len) * 8;
+                let ones = if *nbits >= 128 {
+                    u128::MAX
+                } else {
+                    (1u128 << nbits) - 1
+                };
+                let mask = ones << ofs;
+                let v = u128::from(*value) << ofs;
+                let full = if width >= 128 {
+                    u128::MAX
+                } else {
+                    (1u128 << width) - 1
+                };
+                if mask == full {
+                    Action::SetField(Oxm::exact(*field, v))
+                } else {
+                    Action::SetField(Oxm::masked(*field, v, mask))
+                }
+            }
+            Action::Ct(ct) => {
+                let mut ct = ct.clone();
+                ct.actions = to_15(&ct.actions);
+                Action::Ct(ct)
+            }
+            Action::Clone(list) => Action::Clone(to_15(list)),
+            other => other.clone(),
+        })
+        .collect()
+}
+
 /// Appends the encoding of an action list (what [`decode_actions_15`] reads back).
 pub fn encode_action_list(actions: &[Action], out: &mut Vec<u8>) {
     encode_actions(actions, out);

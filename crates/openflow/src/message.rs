@@ -1038,7 +1038,7 @@ pub(crate) fn encode_buckets15(type_: u8, buckets: &[Bucket], out: &mut Vec<u8>)
         out.put_u16(0);
         out.put_u16(0);
         out.put_u32(b.bucket_id);
-        action::encode_actions(&b.actions, out);
+        action::encode_actions(&action::to_15(&b.actions), out);
         let alen = len16(out.len() - bstart - 8, "bucket actions");
         out.patch_u16(bstart + 2, alen);
         if type_ == group::TYPE_SELECT || b.weight != 0 {

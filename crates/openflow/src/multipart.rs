@@ -650,7 +650,20 @@ impl MultipartReplyBody {
                         flow_count: None,
                     },
                 );
-                action::encode_instructions(&f.instructions, o);
+                let insts: Vec<action::Instruction> = f
+                    .instructions
+                    .iter()
+                    .map(|i| match i {
+                        action::Instruction::ApplyActions(a) => {
+                            action::Instruction::ApplyActions(action::to_15(a))
+                        }
+                        action::Instruction::WriteActions(a) => {
+                            action::Instruction::WriteActions(action::to_15(a))
+                        }
+                        other => other.clone(),
+                    })
+                    .collect();
+                action::encode_instructions(&insts, o);
                 let len = len16(o.len(), "flow stats entry");
                 o.patch_u16(0, len);
             }),

@@ -864,3 +864,37 @@ fn a_1_5_flow_mod_takes_1_5_action_lists() {
     let b = encode_with_version(&Message::FlowMod(f), VERSION_1_3, 2);
     assert!(decode(&b).is_err());
 }
+
+/// What the switch writes back in 1.5 (flow stats, group descriptions) has no REG_LOAD:
+/// a load is a SET_FIELD, masked unless it covers the whole field, also inside `ct` and
+/// `clone`; 1.5's own decoder (as ovs-ofctl -O OpenFlow15's) reads the list back.
+#[test]
+fn loads_are_written_as_set_fields_in_openflow_1_5() {
+    let load = |field, ofs, nbits, value| Action::RegLoad {
+        field,
+        ofs,
+        nbits,
+        value,
+    };
+    let list = vec![
+        load(Field::Reg13, 0, 32, 2),
+        load(Field::Reg10, 7, 1, 1),
+        Action::Clone(vec![load(Field::Reg14, 16, 16, 0xffff)]),
+    ];
+    let v15 = crate::action::to_15(&list);
+    assert_eq!(
+        v15,
+        vec![
+            Action::SetField(Oxm::exact(Field::Reg13, 2)),
+            Action::SetField(Oxm::masked(Field::Reg10, 0x80, 0x80)),
+            Action::Clone(vec![Action::SetField(Oxm::masked(
+                Field::Reg14,
+                0xffff_0000,
+                0xffff_0000
+            ))]),
+        ]
+    );
+    let mut wire = Vec::new();
+    crate::action::encode_action_list(&v15, &mut wire);
+    assert_eq!(crate::action::decode_actions_15(&wire).unwrap(), v15);
+}
