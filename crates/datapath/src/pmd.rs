@@ -38,6 +38,9 @@ use crate::{Datapath, RxMode, RxqRef, Snapshot};
 /// Buffers per PMD pool: bursts in flight plus flood copies and software segments
 /// (`MAX_EXTRA`), with margin.
 pub const POOL_BUFFERS: u32 = 4096;
+/// A PMD thread's stack: 16 MiB (of address space; only what a translation touches is
+/// ever paged in).
+const PMD_STACK: usize = 16 << 20;
 /// Large buffers per PMD pool (TSO packets of up to 64 KiB from guests and TAPs).
 pub const POOL_LARGE_BUFFERS: u32 = 256;
 
@@ -141,6 +144,9 @@ impl PmdHandle {
         let (s, st) = (stats.clone(), stop.clone());
         let thread = std::thread::Builder::new()
             .name(format!("pmd{index}"))
+            // Upcalls translate on this thread: a translation recurses once per nested
+            // resubmit (OVN's pipelines nest some 130 deep; the bound is 512).
+            .stack_size(PMD_STACK)
             .spawn(move || {
                 if let Some(c) = core {
                     if let Err(e) = os::set_affinity(&[c]) {

@@ -167,7 +167,7 @@ pub struct FrozenFrame {
 }
 
 /// Most frames a continuation may carry (one per nested resubmit, and the pausing rule's).
-pub const MAX_FROZEN_FRAMES: usize = MAX_RESUBMIT_DEPTH + 1;
+pub const MAX_FROZEN_FRAMES: usize = MAX_RESUBMIT_NESTING + 1;
 
 /// `OFPR_NO_MATCH`: the packet-in reason of a table-miss rule's controller action.
 pub const REASON_NO_MATCH: u8 = 0;
@@ -243,10 +243,16 @@ pub enum ResolvedAction {
     Clone(Vec<ResolvedAction>),
 }
 
-/// Most nested resubmits (and gotos within them) in one translation, as OVS's
-/// `MAX_DEPTH`; deeper, the translation fails and the packet is dropped (counted in
-/// [`XlateCounters::too_deep`]).
+/// Most nested resubmits that go back (to the same or an earlier table: the ones that can
+/// loop) in one translation, as OVS's `MAX_DEPTH` (its `xlate_recursively` deepens only
+/// for those; OVN's pipelines resubmit forward through some 40 tables per logical
+/// datapath, and a packet crosses several); deeper, the translation fails and the packet
+/// is dropped (counted in [`XlateCounters::too_deep`]).
 pub const MAX_RESUBMIT_DEPTH: usize = 64;
+/// Most nested resubmits of any direction in one translation: a bound on the translation's
+/// recursion (its stack), which OVS's limits leave to [`MAX_RESUBMITS`]; OVN's deepest path
+/// here (switch, router, switch: about 130) is well inside. Beyond, as too deep.
+pub const MAX_RESUBMIT_NESTING: usize = 512;
 /// Most resubmits (and table visits) in one translation, as OVS's `MAX_RESUBMITS`
 /// (`MAX_DEPTH²`); beyond, the packet is dropped ([`XlateCounters::too_many`]).
 pub const MAX_RESUBMITS: usize = MAX_RESUBMIT_DEPTH * MAX_RESUBMIT_DEPTH;
@@ -972,6 +978,8 @@ struct State<'p> {
     /// Resubmits nested now, and resubmits and table visits so far (OVS's limits).
     depth: usize,
     resubmits: usize,
+    /// Resubmits nested now, whatever their direction ([`MAX_RESUBMIT_NESTING`]).
+    nesting: usize,
     /// OpenFlow port numbers (see [`PortNumbers`]).
     ports: Option<&'p PortNumbers>,
     /// The cookie of the rule whose actions run (a continuation's frames carry it).
@@ -1118,6 +1126,7 @@ impl<'p> State<'p> {
             table: 0,
             depth: 0,
             resubmits: 0,
+            nesting: 0,
             ports,
             cookie: 0,
             frozen: None,
@@ -1316,7 +1325,10 @@ fn resubmit<'a>(
         Some(Some(p)) => Some(p),
         None => None,
     };
-    if st.depth >= MAX_RESUBMIT_DEPTH {
+    let target = table.map_or(st.table, usize::from);
+    // Only a resubmit that goes back can loop: OVS deepens for those alone.
+    let deepens = usize::from(target <= st.table);
+    if st.depth + deepens > MAX_RESUBMIT_DEPTH || st.nesting >= MAX_RESUBMIT_NESTING {
         st.t.error = Some(XlateError::TooDeep);
         return false;
     }
@@ -1326,10 +1338,11 @@ fn resubmit<'a>(
         st.k.set(Field::InPort, u128::from(p));
         st.in_port = p;
     }
-    st.depth += 1;
-    let table = table.map_or(st.table, usize::from);
-    let r = run_tables(st, table, lookup, groups);
-    st.depth -= 1;
+    st.depth += deepens;
+    st.nesting += 1;
+    let r = run_tables(st, target, lookup, groups);
+    st.nesting -= 1;
+    st.depth -= deepens;
     st.table = saved_table;
     st.cookie = saved_cookie;
     if port.is_some() && st.frozen.is_some() {

@@ -353,3 +353,43 @@ fn a_bucket_sets_registers_back_and_loads_rewrite_packet_bits() {
     assert_eq!(sf.mask(), 0xff);
     assert_eq!(SubField::new(Field::Reg0, 31, 2), None);
 }
+
+/// As OVS's `xlate_recursively`, only a resubmit to the same or an earlier table deepens:
+/// OVN's pipelines resubmit forward through ~40 tables per logical datapath and a packet
+/// crosses several (switch, router, switch), far past 64 nested resubmits. A chain of 200
+/// forward resubmits, then back to table 0 under another in_port and forward again, works;
+/// 65 backward ones do not.
+#[test]
+fn only_backward_resubmits_count_toward_the_depth_limit() {
+    let mut rules: Vec<String> = (0..200)
+        .map(|t| {
+            format!(
+                "table={t},priority=1,in_port=p0 actions=resubmit(,{})",
+                t + 1
+            )
+        })
+        .collect();
+    rules.push("table=200,priority=1,in_port=p0 actions=resubmit(p1,0)".into());
+    rules.extend((0..200).map(|t| {
+        format!(
+            "table={t},priority=1,in_port=p1 actions=resubmit(,{})",
+            t + 1
+        )
+    }));
+    rules.push("table=200,priority=1,in_port=p1 actions=output:p2".into());
+    let refs: Vec<&str> = rules.iter().map(String::as_str).collect();
+    let p = pipeline_with(&refs, &[]);
+    let t = p.translate(&ip_key(10, 64));
+    assert_eq!(t.error, None);
+    assert_eq!(t.actions, vec![DpAction::Output(12)]);
+    // Backward: each resubmit to table 0 deepens.
+    let p = pipeline_with(
+        &[
+            "priority=10,reg0=0x40 actions=output:p1",
+            "priority=1 actions=load:0x1->NXM_NX_REG1[],resubmit(,0)",
+        ],
+        &[],
+    );
+    let t = p.translate(&ip_key(10, 64));
+    assert_eq!(t.error, Some(XlateError::TooDeep));
+}

@@ -484,9 +484,9 @@ pub(crate) fn encode_actions(actions: &[Action], out: &mut Vec<u8>) {
 
 /// `actions` as OpenFlow 1.5 writes them where the switch sends rules back (flow stats,
 /// group descriptions): a Nicira `NXAST_REG_LOAD` becomes a `SET_FIELD` (masked unless it
-/// writes the whole field), as OVS encodes a load for 1.5, whose action lists have no
-/// place for REG_LOAD (`ovs-ofctl -O OpenFlow15 dump-flows` refuses it); so do the loads
-/// nested in `ct`'s and `clone`'s lists.
+/// writes the whole field) and an `NXAST_REG_MOVE` a `COPY_FIELD`, as OVS encodes them for
+/// 1.5, whose action lists have no place for either (`ovs-ofctl -O OpenFlow15 dump-flows`
+/// refuses them); so do those nested in `ct`'s and `clone`'s lists.
 pub fn to_15(actions: &[Action]) -> Vec<Action> {
     actions
         .iter()
@@ -516,6 +516,8 @@ pub fn to_15(actions: &[Action]) -> Vec<Action> {
                     Action::SetField(Oxm::masked(*field, v, mask))
                 }
             }
+            // A move is 1.5's own COPY_FIELD (NXAST_REG_MOVE has no 1.5 form either).
+            Action::RegMove(m) => Action::CopyField(m.clone()),
             Action::Ct(ct) => {
                 let mut ct = ct.clone();
                 ct.actions = to_15(&ct.actions);

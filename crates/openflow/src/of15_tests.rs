@@ -880,6 +880,13 @@ fn loads_are_written_as_set_fields_in_openflow_1_5() {
         load(Field::Reg13, 0, 32, 2),
         load(Field::Reg10, 7, 1, 1),
         Action::Clone(vec![load(Field::Reg14, 16, 16, 0xffff)]),
+        Action::RegMove(crate::nicira::NxMove {
+            src: Field::Reg14,
+            dst: Field::Reg15,
+            src_ofs: 0,
+            dst_ofs: 0,
+            nbits: 32,
+        }),
     ];
     let v15 = crate::action::to_15(&list);
     assert_eq!(
@@ -892,6 +899,13 @@ fn loads_are_written_as_set_fields_in_openflow_1_5() {
                 0xffff_0000,
                 0xffff_0000
             ))]),
+            Action::CopyField(crate::nicira::NxMove {
+                src: Field::Reg14,
+                dst: Field::Reg15,
+                src_ofs: 0,
+                dst_ofs: 0,
+                nbits: 32,
+            }),
         ]
     );
     let mut wire = Vec::new();
