@@ -69,15 +69,17 @@ cargo test --workspace --release --no-fail-fast -- --test-threads=1 2>&1 | tee "
 passed=$(awk '/^test result:/ {s += $4} END {print s + 0}' "$log")
 failed=$(awk '/^test result:/ {s += $6} END {print s + 0}' "$log")
 
-# OVN (docs/ovn.md): the multi-chassis lab with OVS, the reference chassis switch, through
-# every scenario (a switch across chassis over Geneve, a router, ACLs, native DHCP): proves
-# the harness that ferrovs is measured with. ferrovs does not pass it yet (docs/ovn.md).
-step "OVN lab, OVS as the chassis switch (tests/ovn/lab.sh)"
-if [ "$(id -u)" != 0 ] && [ "${CI:-}" != true ]; then
-    echo "skipped: the OVN lab needs root (network namespaces)"
-else
-    bash tests/ovn/lab.sh test --switch ovs all
-fi
+# OVN (docs/ovn.md): the multi-chassis lab through every scenario (a switch across chassis
+# over Geneve, a router, ACLs, native DHCP, a load balancer, QEMU guests, an upgrade under a
+# TCP stream) with OVS, the reference chassis switch, then with ferrovs.
+for sw in ovs ferrovs; do
+    step "OVN lab, $sw as the chassis switch (tests/ovn/lab.sh)"
+    if [ "$(id -u)" != 0 ] && [ "${CI:-}" != true ]; then
+        echo "skipped: the OVN lab needs root (network namespaces)"
+    else
+        bash tests/ovn/lab.sh test --switch "$sw" all
+    fi
+done
 
 step "fuzz smoke run (cargo-fuzz, 10 s per target)"
 bash scripts/fuzz.sh 10
