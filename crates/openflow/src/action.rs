@@ -517,7 +517,7 @@ pub fn to_15(actions: &[Action]) -> Vec<Action> {
                 }
             }
             // A move is 1.5's own COPY_FIELD (NXAST_REG_MOVE has no 1.5 form either).
-            Action::RegMove(m) => Action::CopyField(m.clone()),
+            Action::RegMove(m) => Action::CopyField(*m),
             Action::Ct(ct) => {
                 let mut ct = ct.clone();
                 ct.actions = to_15(&ct.actions);
