@@ -497,7 +497,7 @@ impl Field {
         Field::NxIpv6Label,
     ];
 
-    /// `NXM_NX_TUN_METADATA0..3`: variable length on the wire (see [`Oxm::decode`]).
+    /// `NXM_NX_TUN_METADATA0..3`: variable length on the wire (see `Oxm::decode`).
     pub fn is_tun_metadata(self) -> bool {
         matches!(
             self,
