@@ -11,7 +11,7 @@ NXT_RESUMEs, each with its own xid, and prints the ERROR each got (or none):
   1 stale     the continuation with one byte of its bridge token changed
   2 truncated the continuation cut by 3 bytes
   3 badaction the continuation plus an NXCPT_ACTIONS whose action type does not exist
-  4 huge      the continuation plus 70 empty NXCPT_ACTIONS (more frames than resubmits make)
+  4 huge      the continuation plus 600 empty NXCPT_ACTIONS (more frames than resubmits make)
   5 nocont    no continuation at all
   6 other     the good continuation sent to OTHER_SOCK (another bridge)
   7 good      the continuation unchanged, the packet replaced by NEW_PACKET_HEX (the
@@ -137,7 +137,7 @@ def main():
     stale = bytearray(cont)
     stale[9] ^= 0xFF  # a nonce byte of NXCPT_BRIDGE
     bad_action = prop(0x8006, struct.pack("!HH", 0x63, 8) + b"\0" * 4, nested=True)
-    huge = cont + prop(0x8006, b"", nested=True) * 70
+    huge = cont + prop(0x8006, b"", nested=True) * 600
     c.s.sendall(resume(packet, bytes(stale), 1))
     c.s.sendall(resume(packet, cont[:-3], 2))
     c.s.sendall(resume(packet, cont + bad_action, 3))
