@@ -97,12 +97,12 @@ fn ovs_ofctl_openflow15() {
     assert!(out.contains("nw_dst=10.0.0.1"), "{out}");
     let out = of15(&sock, "dump-aggregate", &[]);
     assert!(out.contains(&format!("flow_count={}", before + 3)), "{out}");
-    // A bundle with a rule the codec refuses (clone, a Nicira action ferrovs lacks yet):
+    // A bundle with a rule the codec refuses (note, a Nicira action ferrovs lacks):
     // its ADD gets the error, ovs-ofctl sees it at its barrier and discards the bundle.
     std::fs::write(
         &flows,
         "priority=80,ip,actions=output:1\n\
-         priority=70,ip,actions=clone(output:1)\n",
+         priority=70,ip,actions=note:01.02.03.04.05.06,output:1\n",
     )
     .unwrap();
     let (ok, _, err) = ofctl_v(
