@@ -727,13 +727,19 @@ scenario_7() {
     vm_add 2 vm2 0a:00:00:00:01:02 10.0.1.12/24
     check "s7: logical ports vm1 (ch1) and vm2 (ch2) bound and up" ports_up vm1 vm2
     check "s7: ping vm1 -> vm2" ping_ok vm1 10.0.1.12
-    check "s7: a TCP stream vm1 -> vm2 goes on across an upgrade of chassis 1's switch" stream_across_upgrade
     if [ "$SWITCH" = ferrovs ]; then
+        check "s7: a TCP stream vm1 -> vm2 goes on across an upgrade of chassis 1's switch" stream_across_upgrade
         check "s7: ovn-controller kept its OpenFlow connections (no reconnect)" no_reconnect
         check "s7: chassis 1 has the same flows after the upgrade" same_flows
     else
-        # The reference: ovs-vswitchd restarted; ovn-controller reconnects and installs every
-        # flow again (not a check: what OVS does).
+        # The reference: ovs-vswitchd restarted, which OVS does not promise a stream
+        # survives (it did on a quiet machine, not always under load); ovn-controller
+        # reconnects and installs every flow again. Reported, not checked.
+        if stream_across_upgrade >"$LAB/check.out" 2>&1; then
+            echo "INFO s7 (ovs): the TCP stream went on across the restart"
+        else
+            echo "INFO s7 (ovs): the TCP stream did not survive the restart: $(tail -n 2 "$LAB/check.out" | tr '\n' ' ')"
+        fi
         echo "INFO s7 (ovs): $(no_reconnect | tail -n 1); flows before/after $(cat "$LAB/flows.before")/$(cat "$LAB/flows.after")"
     fi
     check "s7: ping vm2 -> vm1 after the upgrade" ping_ok vm2 10.0.1.11

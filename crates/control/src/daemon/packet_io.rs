@@ -378,6 +378,18 @@ impl Daemon {
             m: Match::catchall(),
             actions: specs,
         };
+        // A rule may name a port the bridge does not have yet (OVS accepts it: it does
+        // nothing until the port comes); a packet-out is executed now, and its output to
+        // a port that is not there is refused, as OVS refuses it.
+        if spec.actions.iter().any(|a| {
+            matches!(a, ActionSpec::Output(n) if !self.ports.get(n).is_some_and(|p| p.bridge == bridge))
+        }) {
+            return Err(OfError::new(
+                et::BAD_ACTION,
+                bac::BAD_OUT_PORT,
+                "packet-out: an output to a port this bridge does not have",
+            ));
+        }
         let rules = &self.bridges[bridge].rules;
         if rules.missing_group(&spec).is_some() {
             return Err(OfError::new(
