@@ -382,7 +382,7 @@ impl Daemon {
         // nothing until the port comes); a packet-out is executed now, and its output to
         // a port that is not there is refused, as OVS refuses it.
         if spec.actions.iter().any(|a| {
-            matches!(a, ActionSpec::Output(n) if !self.ports.get(n).is_some_and(|p| p.bridge == bridge))
+            matches!(a, ActionSpec::Output(n) if self.ports.get(n).is_none_or(|p| p.bridge != bridge))
         }) {
             return Err(OfError::new(
                 et::BAD_ACTION,
