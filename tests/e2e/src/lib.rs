@@ -344,6 +344,43 @@ impl Net {
         Net::ip(&["-n", ns, "link", "set", dev, "up"]);
     }
 
+    /// Adds TAP port `port` named `tap` to `bridge` of the switch whose run directory is
+    /// `run_dir`, and moves the TAP into `ns` with `addr` (CIDR), up.
+    pub fn tap_port(
+        &mut self,
+        run_dir: &Path,
+        bridge: &str,
+        port: &str,
+        tap: &str,
+        ns: &str,
+        addr: &str,
+    ) {
+        self.track_link(tap);
+        let o = cli(
+            run_dir,
+            &["add-port", bridge, port, "type=tap", &format!("dev={tap}")],
+        );
+        assert!(
+            o.status.success(),
+            "add-port {port}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        self.move_into(tap, ns, addr);
+    }
+
+    /// Turns IPv6 off on `dev` in `ns`: no router solicitations or DAD among a test's
+    /// packets (they would be packet-ins, or pass a meter).
+    pub fn no_ipv6(ns: &str, dev: &str) {
+        let _ = Net::exec(
+            ns,
+            &[
+                "sysctl",
+                "-qw",
+                &format!("net.ipv6.conf.{dev}.disable_ipv6=1"),
+            ],
+        );
+    }
+
     /// Forgets nothing: also deletes `dev` at the end if it is still in this namespace.
     pub fn track_link(&mut self, dev: &str) {
         self.links.push(dev.into());

@@ -101,21 +101,8 @@ fn a_paused_translation_resumes_with_the_controllers_packet() {
         ("t1", &t1, &ns1, "10.8.0.1/24"),
         ("t2", &t2, &ns2, "10.8.0.2/24"),
     ] {
-        net.track_link(t);
-        let o = cli(
-            &dir,
-            &["add-port", "br0", p, "type=tap", &format!("dev={t}")],
-        );
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        net.move_into(t, ns, a);
-        let _ = Net::exec(
-            ns,
-            &[
-                "sysctl",
-                "-qw",
-                &format!("net.ipv6.conf.{t}.disable_ipv6=1"),
-            ],
-        );
+        net.tap_port(&dir, "br0", p, t, ns, a);
+        Net::no_ipv6(ns, t);
     }
     ofctl_ok(&sock, "del-flows", &[]);
     for f in [

@@ -247,13 +247,7 @@ fn fail_mode_standalone_forwards_without_a_controller_secure_never_and_hostile_c
         ("t1", &t1, &ns1, "10.9.0.1/24"),
         ("t2", &t2, &ns2, "10.9.0.2/24"),
     ] {
-        net.track_link(t);
-        let o = cli(
-            &dir,
-            &["add-port", "br0", p, "type=tap", &format!("dev={t}")],
-        );
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        net.move_into(t, ns, a);
+        net.tap_port(&dir, "br0", p, t, ns, a);
     }
     // No controller, standalone: the default NORMAL rule.
     assert_eq!(ping(&ns1, "10.9.0.2", 5), 5);

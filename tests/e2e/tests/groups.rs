@@ -60,14 +60,7 @@ impl Topo {
             let n = Net::name(&format!("gr{i}-"));
             net.netns(&n);
             for k in ["all", "default"] {
-                let _ = Net::exec(
-                    &n,
-                    &[
-                        "sysctl",
-                        "-qw",
-                        &format!("net.ipv6.conf.{k}.disable_ipv6=1"),
-                    ],
-                );
+                Net::no_ipv6(&n, k);
             }
             let (a, b) = (Net::name(&format!("gra{i}")), Net::name(&format!("grb{i}")));
             net.veth_into(&a, &b, &n, &format!("10.78.0.{i}/24"));

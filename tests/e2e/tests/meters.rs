@@ -146,14 +146,7 @@ struct Ovs {
 fn start_ovs(dir: &Path, dummy: bool) -> Ovs {
     let sw = ferrovs_e2e::ovsdb::OvsVswitchd::start(dir, "ovsm");
     for k in ["all", "default"] {
-        Net::exec(
-            &sw.ns,
-            &[
-                "sysctl",
-                "-qw",
-                &format!("net.ipv6.conf.{k}.disable_ipv6=1"),
-            ],
-        );
+        Net::no_ipv6(&sw.ns, k);
     }
     let mgmt = sw.netdev_br0(dummy);
     Ovs { sw, mgmt }
@@ -345,27 +338,14 @@ fn a_pktps_meter_limits_a_flood_to_its_rate() {
         net.netns(ns);
         // Nothing but the flood crosses the meter: no IPv6 neighbour discovery.
         for k in ["all", "default"] {
-            Net::exec(
-                ns,
-                &[
-                    "sysctl",
-                    "-qw",
-                    &format!("net.ipv6.conf.{k}.disable_ipv6=1"),
-                ],
-            );
+            Net::no_ipv6(ns, k);
         }
     }
     for (p, t, ns, a) in [
         ("t1", &t1, &ns1, "10.9.0.1/24"),
         ("t2", &t2, &ns2, "10.9.0.2/24"),
     ] {
-        net.track_link(t);
-        let o = cli(
-            &dir,
-            &["add-port", "br0", p, "type=tap", &format!("dev={t}")],
-        );
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        net.move_into(t, ns, a);
+        net.tap_port(&dir, "br0", p, t, ns, a);
     }
     // No ARP through the meter either.
     let link = Net::exec(&ns2, &["cat", &format!("/sys/class/net/{t2}/address")]);
@@ -458,14 +438,7 @@ fn a_pktps_meter_limits_a_flood_to_its_rate() {
     {
         net.netns(ns);
         for k in ["all", "default"] {
-            Net::exec(
-                ns,
-                &[
-                    "sysctl",
-                    "-qw",
-                    &format!("net.ipv6.conf.{k}.disable_ipv6=1"),
-                ],
-            );
+            Net::no_ipv6(ns, k);
         }
         let (a, b) = (Net::name(&format!("mv{i}a")), Net::name(&format!("mv{i}b")));
         net.veth_into(&a, &b, ns, addr);

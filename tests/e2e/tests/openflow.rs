@@ -381,13 +381,7 @@ fn rules_from_ovs_ofctl_steer_real_packets_and_hostile_peers_change_nothing() {
         ("t1", &t1, &ns1, "10.8.0.1/24"),
         ("t2", &t2, &ns2, "10.8.0.2/24"),
     ] {
-        net.track_link(t);
-        let o = cli(
-            &dir,
-            &["add-port", "br0", p, "type=tap", &format!("dev={t}")],
-        );
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        net.move_into(t, ns, a);
+        net.tap_port(&dir, "br0", p, t, ns, a);
     }
     let desc = ofctl_ok(&sock, "dump-ports-desc", &[]);
     assert!(desc.contains("1(t1)") && desc.contains("2(t2)"), "{desc}");

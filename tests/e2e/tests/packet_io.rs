@@ -177,24 +177,11 @@ fn start_ferrovs(name: &str) -> Ferrovs {
         ("t1", &t1, &ns1, "10.8.0.1/24"),
         ("t2", &t2, &ns2, "10.8.0.2/24"),
     ] {
-        net.track_link(t);
-        let o = cli(
-            &dir,
-            &["add-port", "br0", p, "type=tap", &format!("dev={t}")],
-        );
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        net.move_into(t, ns, a);
+        net.tap_port(&dir, "br0", p, t, ns, a);
     }
     // No IPv6 chatter (router solicitations would be packet-ins too).
     for (ns, t) in [(&ns1, &t1), (&ns2, &t2)] {
-        let _ = Net::exec(
-            ns,
-            &[
-                "sysctl",
-                "-qw",
-                &format!("net.ipv6.conf.{t}.disable_ipv6=1"),
-            ],
-        );
+        Net::no_ipv6(ns, t);
     }
     Ferrovs {
         _sw: sw,
