@@ -148,30 +148,7 @@ fn writes(field: Of, value: u128, mask: u128, width: u32, out: &mut Vec<Action>)
         out.push(Action::SetField(Oxm::exact(field, value & full)));
         return;
     }
-    let mut bit = 0u32;
-    while bit < width {
-        if (mask >> bit) & 1 == 0 {
-            bit += 1;
-            continue;
-        }
-        let mut end = bit;
-        while end < width && end - bit < 64 && (mask >> end) & 1 == 1 {
-            end += 1;
-        }
-        let nbits = end - bit;
-        let ones = if nbits >= 64 {
-            u128::from(u64::MAX)
-        } else {
-            (1u128 << nbits) - 1
-        };
-        out.push(Action::RegLoad {
-            field,
-            ofs: bit as u16,
-            nbits: nbits as u16,
-            value: ((value >> bit) & ones) as u64,
-        });
-        bit = end;
-    }
+    super::regs::reg_loads(field, value, mask, out);
 }
 
 /// The `NXAST_CT` of a rule's `ct()`.

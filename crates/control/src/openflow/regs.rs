@@ -280,6 +280,36 @@ pub fn action_from_of(a: &Action, ports: &PortMap) -> Result<Option<ActionSpec>,
     }))
 }
 
+/// One `NXAST_REG_LOAD` per run of set bits of `mask` (at most 64 bits each), loading the
+/// bits of `value` under it into `field`.
+pub(super) fn reg_loads(field: Of, value: u128, mask: u128, out: &mut Vec<Action>) {
+    let end = 128 - mask.leading_zeros();
+    let mut bit = mask.trailing_zeros().min(end);
+    while bit < end {
+        if (mask >> bit) & 1 == 0 {
+            bit += 1;
+            continue;
+        }
+        let mut e = bit;
+        while e < end && e - bit < 64 && (mask >> e) & 1 == 1 {
+            e += 1;
+        }
+        let nbits = e - bit;
+        let ones = if nbits >= 64 {
+            u128::from(u64::MAX)
+        } else {
+            (1u128 << nbits) - 1
+        };
+        out.push(Action::RegLoad {
+            field,
+            ofs: bit as u16,
+            nbits: nbits as u16,
+            value: ((value >> bit) & ones) as u64,
+        });
+        bit = e;
+    }
+}
+
 /// The OpenFlow 1.3 actions of a rule's register action (`None`: not one of them; an
 /// empty list: a port or field with no OpenFlow form, logged).
 pub fn action_to_of(a: &ActionSpec, m: &Match, ports: &PortMap) -> Option<Vec<Action>> {
@@ -298,30 +328,7 @@ pub fn action_to_of(a: &ActionSpec, m: &Match, ports: &PortMap) -> Option<Vec<Ac
                 return Some(vec![Action::SetField(Oxm::exact(f, *value))]);
             }
             let mut out = Vec::new();
-            let mut bit = ofs;
-            while bit < end {
-                if (mask >> bit) & 1 == 0 {
-                    bit += 1;
-                    continue;
-                }
-                let mut e = bit;
-                while e < end && e - bit < 64 && (mask >> e) & 1 == 1 {
-                    e += 1;
-                }
-                let nbits = e - bit;
-                let ones = if nbits >= 64 {
-                    u128::from(u64::MAX)
-                } else {
-                    (1u128 << nbits) - 1
-                };
-                out.push(Action::RegLoad {
-                    field: f,
-                    ofs: bit as u16,
-                    nbits: nbits as u16,
-                    value: ((value >> bit) & ones) as u64,
-                });
-                bit = e;
-            }
+            reg_loads(f, *value, *mask, &mut out);
             out
         }
         ActionSpec::Move { src, dst } => match (of(src), of(dst)) {
