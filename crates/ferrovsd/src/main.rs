@@ -164,13 +164,15 @@ fn main() -> ExitCode {
     let started = if takeover {
         // Outlive the `ferrovs upgrade` that started us, and its terminal.
         let _ = ferrovs_sys::os::new_session();
+        if metrics.is_none() {
+            // Serve where the old daemon serves (read now: it exits after the handover).
+            metrics = ferrovs_proto::Client::new(&opts.run_dir)
+                .call::<ferrovs_proto::reply::Show>(&ferrovs_proto::Request::Show)
+                .ok()
+                .and_then(|s| std::fs::read(format!("/proc/{}/cmdline", s.pid)).ok())
+                .and_then(|c| metrics_arg(&c));
+        }
         Daemon::takeover(opts).map(|(d, report)| {
-            if metrics.is_none() {
-                // Serve where the old daemon served.
-                metrics = std::fs::read(format!("/proc/{}/cmdline", report.old_pid))
-                    .ok()
-                    .and_then(|c| metrics_arg(&c));
-            }
             println!("{}", serde_json::to_string(&report).unwrap_or_default());
             // Whoever read the report may go away: never die of EPIPE on stdout later.
             let _ = ferrovs_sys::os::stdout_to_null();
