@@ -52,7 +52,7 @@ struct Cli {
     #[arg(long, value_name = "LEVEL", ignore_case = true, value_parser = level_parser())]
     log_level: Option<log::LevelFilter>,
     /// Serve Prometheus metrics on this address (`GET /metrics`, e.g. 127.0.0.1:9477 or
-    /// [::1]:9477). With --takeover and no --metrics: the address the old daemon served.
+    /// `[::1]:9477`). With --takeover and no --metrics: the address the old daemon served.
     #[arg(long, value_name = "ADDR:PORT")]
     metrics: Option<SocketAddr>,
 }
