@@ -12,13 +12,13 @@
 //! `docs/observability.md` lists every metric.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::AtomicU64;
 
 use ferrovs_proto::reply::{ConntrackStats, DirStats, PmdStats, PortStats, Show, UpgradeReport};
-use prometheus_client::encoding::prometheus_text;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{prometheus_text, DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
 /// The `Content-Type` of what [`render`] writes.
@@ -46,64 +46,104 @@ pub struct Scrape {
 
 type Labels = Vec<(&'static str, String)>;
 
-/// One metric family as registered.
-enum Fam {
-    Counter(Family<Labels, Counter>),
-    Gauge(Family<Labels, Gauge>),
-    Float(Family<Labels, Gauge<f64, AtomicU64>>),
+/// A sample's value as the daemon reported it.
+#[derive(Debug, Clone, Copy)]
+enum Value {
+    Int(u64),
+    Float(f64),
 }
 
-/// A registry filled once per scrape: families register on first use, in that order.
+/// One metric family: its help, type and samples in the order they were added.
+#[derive(Debug)]
+struct Fam {
+    name: &'static str,
+    help: &'static str,
+    counter: bool,
+    samples: Vec<(Labels, Value)>,
+}
+
+/// Every family of one scrape, in first-use order, written by the client crate's encoder
+/// as a [`Collector`]: a scrape's output is then in a stable order (ports as `show` lists
+/// them), which a registry of `Family` metrics (hash maps) would not give.
+#[derive(Debug, Default)]
+struct Families(Vec<Fam>);
+
+impl Collector for Families {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        for f in &self.0 {
+            let ty = if f.counter {
+                MetricType::Counter
+            } else {
+                MetricType::Gauge
+            };
+            // Help texts end in a full stop, as the registry writes those it registers.
+            let help = format!("{}.", f.help);
+            let mut me = enc.encode_descriptor(f.name, &help, None, ty)?;
+            for (labels, v) in &f.samples {
+                let e = me.encode_family(labels)?;
+                match (f.counter, *v) {
+                    (true, Value::Int(n)) => ConstCounter::new(n).encode(e)?,
+                    (true, Value::Float(x)) => ConstCounter::new(x).encode(e)?,
+                    // Gauges are signed; a count past i64::MAX saturates.
+                    (false, Value::Int(n)) => {
+                        ConstGauge::new(i64::try_from(n).unwrap_or(i64::MAX)).encode(e)?
+                    }
+                    (false, Value::Float(x)) => ConstGauge::new(x).encode(e)?,
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Collects one scrape's samples; [`Builder::finish`] encodes them.
 struct Builder {
-    reg: Registry,
-    fams: BTreeMap<&'static str, Fam>,
+    fams: Families,
+    index: BTreeMap<&'static str, usize>,
 }
 
 impl Builder {
     fn new() -> Builder {
         Builder {
-            reg: Registry::with_prefix("ferrovs"),
-            fams: BTreeMap::new(),
+            fams: Families::default(),
+            index: BTreeMap::new(),
         }
+    }
+
+    fn add(
+        &mut self,
+        name: &'static str,
+        help: &'static str,
+        counter: bool,
+        labels: Labels,
+        v: Value,
+    ) {
+        let fams = &mut self.fams.0;
+        let i = *self.index.entry(name).or_insert_with(|| {
+            fams.push(Fam {
+                name,
+                help,
+                counter,
+                samples: Vec::new(),
+            });
+            fams.len() - 1
+        });
+        debug_assert_eq!(fams[i].counter, counter, "{name}: one type per family");
+        fams[i].samples.push((labels, v));
     }
 
     /// A counter; `name` without the prefix and without `_total` (the encoder adds both).
     fn counter(&mut self, name: &'static str, help: &'static str, labels: Labels, v: u64) {
-        let reg = &mut self.reg;
-        let f = self.fams.entry(name).or_insert_with(|| {
-            let f = Family::<Labels, Counter>::default();
-            reg.register(name, help, f.clone());
-            Fam::Counter(f)
-        });
-        if let Fam::Counter(f) = f {
-            f.get_or_create(&labels).inc_by(v);
-        }
+        self.add(name, help, true, labels, Value::Int(v));
     }
 
-    /// An integer gauge (values past `i64::MAX` saturate).
+    /// An integer gauge.
     fn gauge(&mut self, name: &'static str, help: &'static str, labels: Labels, v: u64) {
-        let reg = &mut self.reg;
-        let f = self.fams.entry(name).or_insert_with(|| {
-            let f = Family::<Labels, Gauge>::default();
-            reg.register(name, help, f.clone());
-            Fam::Gauge(f)
-        });
-        if let Fam::Gauge(f) = f {
-            f.get_or_create(&labels)
-                .set(i64::try_from(v).unwrap_or(i64::MAX));
-        }
+        self.add(name, help, false, labels, Value::Int(v));
     }
 
     fn float(&mut self, name: &'static str, help: &'static str, labels: Labels, v: f64) {
-        let reg = &mut self.reg;
-        let f = self.fams.entry(name).or_insert_with(|| {
-            let f = Family::<Labels, Gauge<f64, AtomicU64>>::default();
-            reg.register(name, help, f.clone());
-            Fam::Float(f)
-        });
-        if let Fam::Float(f) = f {
-            f.get_or_create(&labels).set(v);
-        }
+        self.add(name, help, false, labels, Value::Float(v));
     }
 
     /// One gauge per state in `all` (and `current`, if it is none of them): 1 for `current`.
@@ -127,9 +167,11 @@ impl Builder {
     }
 
     fn finish(self) -> String {
+        let mut reg = Registry::with_prefix("ferrovs");
+        reg.register_collector(Box::new(self.fams));
         let mut out = String::new();
         // Writing to a String cannot fail; the encoder fails only on its writer's errors.
-        let _ = prometheus_text::encode(&mut out, &self.reg);
+        let _ = prometheus_text::encode(&mut out, &reg);
         out
     }
 }
@@ -745,6 +787,15 @@ mod tests {
         for line in text.lines().filter(|l| l.starts_with("# HELP ")) {
             assert!(line.ends_with('.') && !line.ends_with(".."), "{line}");
         }
+        // A stable order: the same scrape renders the same, ports in `port-stats` order.
+        assert_eq!(text, render(&fixture()));
+        let at = |p: &str| {
+            text.find(&format!(
+                "ferrovs_port_rx_packets_total{{bridge=\"br0\",port=\"{p}\"}}"
+            ))
+            .unwrap()
+        };
+        assert!(at("tap0") < at("up0") && at("up0") < at("vm1"), "{text}");
         assert!(
             text.contains("# TYPE ferrovs_port_rx_packets_total counter\n"),
             "{text}"

@@ -140,7 +140,7 @@ fn accept_loop(
 
 /// What a request asked for.
 #[derive(Debug, PartialEq, Eq)]
-enum Asked {
+pub enum Asked {
     Metrics { head: bool },
     Index { head: bool },
     NotFound,
@@ -149,7 +149,7 @@ enum Asked {
 
 /// Why a request was not read.
 #[derive(Debug, PartialEq, Eq)]
-enum ReadError {
+pub enum ReadError {
     TooLarge,
     Malformed,
     /// Timed out, closed early, or another I/O error: nothing to answer.
@@ -248,8 +248,8 @@ fn read_request(s: &mut TcpStream, limits: &Limits) -> Result<Asked, ReadError> 
     let mut buf = vec![0u8; limits.max_request];
     let mut len = 0;
     loop {
-        if let Some(end) = find_end(&buf[..len]) {
-            return parse(&buf[..end]);
+        if let Some(end) = head_end(&buf[..len]) {
+            return parse_head(&buf[..end]);
         }
         if len == buf.len() {
             return Err(ReadError::TooLarge);
@@ -270,14 +270,15 @@ fn read_request(s: &mut TcpStream, limits: &Limits) -> Result<Asked, ReadError> 
 }
 
 /// The end of the headers (the blank line), if it has arrived.
-fn find_end(b: &[u8]) -> Option<usize> {
+pub fn head_end(b: &[u8]) -> Option<usize> {
     b.windows(4)
         .position(|w| w == b"\r\n\r\n")
         .or_else(|| b.windows(2).position(|w| w == b"\n\n"))
 }
 
-/// The request line of a request's head.
-fn parse(head: &[u8]) -> Result<Asked, ReadError> {
+/// What a request's head (bytes before the blank line; untrusted) asks for: its request
+/// line is checked, its headers are not needed.
+pub fn parse_head(head: &[u8]) -> Result<Asked, ReadError> {
     let head = std::str::from_utf8(head).map_err(|_| ReadError::Malformed)?;
     let line = head.lines().next().ok_or(ReadError::Malformed)?;
     let mut parts = line.split(' ');
@@ -369,7 +370,7 @@ mod tests {
 
     #[test]
     fn requests_parse_as_asked() {
-        let p = |s: &str| parse(s.as_bytes());
+        let p = |s: &str| parse_head(s.as_bytes());
         assert_eq!(
             p("GET /metrics HTTP/1.1\r\nHost: x"),
             Ok(Asked::Metrics { head: false })
@@ -390,7 +391,7 @@ mod tests {
         ] {
             assert_eq!(p(bad), Err(ReadError::Malformed), "{bad:?}");
         }
-        assert_eq!(parse(b"GET /\xff HTTP/1.1"), Err(ReadError::Malformed));
+        assert_eq!(parse_head(b"GET /\xff HTTP/1.1"), Err(ReadError::Malformed));
     }
 
     #[test]
