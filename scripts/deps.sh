@@ -5,10 +5,11 @@
 #   the kernel-port tests, conntrack and nftables for the conntrack differential test),
 #   OVN 23.03 (ovn-central: ovn-northd and the NB/SB schemas; ovn-host: ovn-controller) for
 #   the OVN lab (tests/ovn/lab.sh); and os-ken (PyPI, with eventlet) in a venv for its switch
-#   test tool (scripts/osken-switch-tests.sh): $OSKEN_VENV, default target/osken/venv.
+#   test tool (scripts/osken-switch-tests.sh): $OSKEN_VENV, default target/osken/venv;
+#   and a Prometheus server (prometheus) that the metrics e2e test scrapes ferrovsd with.
 # Runs `apt-get update` only when something is missing. Usage: scripts/deps.sh [--hugepages N]
 #
-# The tests start every OVS and OVN daemon they need themselves, privately (their own run
+# The tests start every OVS, OVN and Prometheus daemon they need themselves, privately (their own run
 # directories and namespaces); the system services these packages bring (openvswitch-switch,
 # ovn-central, ovn-host) would only get in the way: a stray ovn-controller on the system's
 # database, ovn-northd holding /var/run/ovn. So they are never started by an install here
@@ -19,9 +20,9 @@ set -euo pipefail
 packages=(
     qemu-system-x86 dpdk dpdk-dev openvswitch-switch-dpdk busybox-static linux-image-amd64
     iproute2 iputils-ping ethtool iperf3 tcpdump jq socat cpio kmod valgrind conntrack nftables
-    python3 python3-venv ovn-central ovn-host
+    python3 python3-venv ovn-central ovn-host prometheus
 )
-services=(ovn-central ovn-host ovn-northd ovn-controller ovn-ovsdb-server-nb ovn-ovsdb-server-sb)
+services=(ovn-central ovn-host ovn-northd ovn-controller ovn-ovsdb-server-nb ovn-ovsdb-server-sb prometheus)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,10 +1,12 @@
 //! ferrovsd: parses arguments and runs the control plane; all logic lives in the libraries.
 #![forbid(unsafe_code)]
 
-use std::path::PathBuf;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::Parser;
@@ -49,6 +51,61 @@ struct Cli {
     /// Log level for everything FERROVS_LOG does not name [default: info, or FERROVS_LOG's].
     #[arg(long, value_name = "LEVEL", ignore_case = true, value_parser = level_parser())]
     log_level: Option<log::LevelFilter>,
+    /// Serve Prometheus metrics on this address (`GET /metrics`, e.g. 127.0.0.1:9477 or
+    /// `[::1]:9477`). With --takeover and no --metrics: the address the old daemon served.
+    #[arg(long, value_name = "ADDR:PORT")]
+    metrics: Option<SocketAddr>,
+}
+
+/// How long a new daemon waits for the old one to free the metrics address at a takeover.
+const METRICS_TAKEOVER_WAIT: Duration = Duration::from_secs(30);
+
+/// The `--metrics` address in a command line (NUL-separated, as /proc/PID/cmdline).
+fn metrics_arg(cmdline: &[u8]) -> Option<SocketAddr> {
+    let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+    args.iter().enumerate().find_map(|(i, a)| {
+        let v = if *a == b"--metrics" {
+            *args.get(i + 1)?
+        } else {
+            a.strip_prefix(b"--metrics=")?
+        };
+        std::str::from_utf8(v).ok()?.parse().ok()
+    })
+}
+
+/// Starts the exporter for the daemon in `run_dir`. At a takeover the old daemon may still
+/// hold the address for a moment: a thread retries until it is free (bounded).
+fn start_metrics(addr: SocketAddr, run_dir: &Path, takeover: bool) -> Result<(), String> {
+    match ferrovs_metrics::serve(addr, run_dir) {
+        Ok(s) => {
+            log::info!("metrics on http://{}/metrics", s.local_addr());
+            return Ok(());
+        }
+        Err(e) if !(takeover && e.kind() == std::io::ErrorKind::AddrInUse) => {
+            return Err(format!("--metrics {addr}: {e}"));
+        }
+        Err(_) => {}
+    }
+    let run_dir = run_dir.to_path_buf();
+    let t = Instant::now();
+    let spawned = std::thread::Builder::new()
+        .name("metrics-bind".into())
+        .spawn(move || loop {
+            match ferrovs_metrics::serve(addr, &run_dir) {
+                Ok(s) => {
+                    log::info!("metrics on http://{}/metrics", s.local_addr());
+                    return;
+                }
+                Err(e) if t.elapsed() > METRICS_TAKEOVER_WAIT => {
+                    log::error!("--metrics {addr}: {e} (gave up after {METRICS_TAKEOVER_WAIT:?})");
+                    return;
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        });
+    spawned
+        .map(|_| ())
+        .map_err(|e| format!("--metrics {addr}: {e}"))
 }
 
 /// One `--pmd-cores` value (an alias: clap reads a bare `Vec` as a repeated option).
@@ -91,6 +148,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log_level);
     let takeover = cli.takeover;
+    let mut metrics = cli.metrics;
     let opts = DaemonOptions {
         run_dir: cli.run_dir,
         config: cli.config,
@@ -106,6 +164,14 @@ fn main() -> ExitCode {
     let started = if takeover {
         // Outlive the `ferrovs upgrade` that started us, and its terminal.
         let _ = ferrovs_sys::os::new_session();
+        if metrics.is_none() {
+            // Serve where the old daemon serves (read now: it exits after the handover).
+            metrics = ferrovs_proto::Client::new(&opts.run_dir)
+                .call::<ferrovs_proto::reply::Show>(&ferrovs_proto::Request::Show)
+                .ok()
+                .and_then(|s| std::fs::read(format!("/proc/{}/cmdline", s.pid)).ok())
+                .and_then(|c| metrics_arg(&c));
+        }
         Daemon::takeover(opts).map(|(d, report)| {
             println!("{}", serde_json::to_string(&report).unwrap_or_default());
             // Whoever read the report may go away: never die of EPIPE on stdout later.
@@ -131,6 +197,13 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Some(addr) = metrics {
+        if let Err(e) = start_metrics(addr, d.run_dir(), takeover) {
+            log::error!("{e}");
+            d.shutdown();
+            return ExitCode::FAILURE;
+        }
+    }
     log::info!(
         "running, control socket {}",
         d.run_dir().join(ferrovs_proto::CTL_SOCKET).display()
@@ -157,6 +230,20 @@ mod tests {
     }
 
     #[test]
+    fn the_old_daemons_metrics_address_is_found_in_its_command_line() {
+        let a = |s: &str| metrics_arg(s.replace(' ', "\0").as_bytes());
+        let want = Some("127.0.0.1:9477".parse().unwrap());
+        assert_eq!(
+            a("ferrovsd --run-dir /x --metrics 127.0.0.1:9477 --takeover"),
+            want
+        );
+        assert_eq!(a("ferrovsd --metrics=127.0.0.1:9477"), want);
+        assert_eq!(a("ferrovsd --run-dir /x"), None);
+        assert_eq!(a("ferrovsd --metrics"), None);
+        assert_eq!(a("ferrovsd --metrics bogus"), None);
+    }
+
+    #[test]
     fn every_flag_parses_as_before() {
         let c = Cli::try_parse_from([
             "ferrovsd",
@@ -177,6 +264,15 @@ mod tests {
         assert!(c.takeover);
         assert_eq!(c.log_level, Some(log::LevelFilter::Debug));
         assert_eq!(c.ovsdb, None);
+        assert_eq!(c.metrics, None);
+        let c = Cli::try_parse_from(["ferrovsd", "--metrics", "127.0.0.1:9477"]).unwrap();
+        assert_eq!(c.metrics, Some("127.0.0.1:9477".parse().unwrap()));
+        let c = Cli::try_parse_from(["ferrovsd", "--metrics", "[::1]:9477"]).unwrap();
+        assert_eq!(c.metrics, Some("[::1]:9477".parse().unwrap()));
+        for bad in ["9477", "localhost:9477", "1.2.3.4"] {
+            let e = Cli::try_parse_from(["ferrovsd", "--metrics", bad]).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{bad}");
+        }
         let c = Cli::try_parse_from(["ferrovsd", "--ovsdb", "unix:/run/db.sock"]).unwrap();
         assert_eq!(c.ovsdb.as_deref(), Some("unix:/run/db.sock"));
         let c = Cli::try_parse_from(["ferrovsd", "--ovsdb", "tcp:127.0.0.1:6640"]).unwrap();
