@@ -777,6 +777,12 @@ pub fn format_dp_actions(actions: &[DpAction], names: &HashMap<u32, &str>) -> St
                 s
             }
             DpAction::CtClear => "ct_clear".into(),
+            DpAction::CheckPktLen(c) => format!(
+                "check_pkt_len(size={},gt({}),le({}))",
+                c.len,
+                format_dp_actions(&c.larger, names),
+                format_dp_actions(&c.smaller, names)
+            ),
         })
         .collect::<Vec<_>>()
         .join(",")

@@ -39,6 +39,55 @@ pub const IFACE_TYPES: &[&str] = &[
 /// The only `Bridge.datapath_type` ferrovs runs (written to `Open_vSwitch.datapath_types`).
 pub const DATAPATH_TYPE: &str = "netdev";
 
+/// `Datapath.capabilities` of the `netdev` datapath as ferrovs writes it (the keys of
+/// ovs-vswitchd.conf.db(5), each `true` only when ferrovs does what the key means; OVS 3.1
+/// netdev writes every key, so do we, `false` where ferrovs falls short):
+///
+/// * `recirc`, `ct_state`, `ct_zone`, `ct_mark`, `ct_label`, `ct_clear`: `ct(table=T)`
+///   recirculates, the ct fields are matched and written (docs/conntrack.md);
+/// * `ct_state_nat`: the tracker sets `+snat`/`+dnat` and `ct(nat)` runs;
+/// * `ct_orig_tuple`: `ct_nw_src`/`ct_nw_dst`/`ct_nw_proto`/`ct_tp_*` for IPv4, and
+///   `ct(force)` (`resubmit(,T,ct)` is not supported); `ct_orig_tuple6`: no IPv6 tuple;
+/// * `check_pkt_len`: `check_pkt_larger` is decided per packet in the datapath;
+/// * `max_hash_alg` 0: a select group hashes the 5-tuple, not symmetrically (1 would be
+///   `OVS_HASH_ALG_SYM_L4`); `max_vlan_headers` 1, `max_mpls_depth` 1: the key holds one;
+/// * `ct_zero_snat` false: `nat(src=0.0.0.0)` does not mean "only on a port collision";
+///   `ct_flush` false: no `NXT_CT_FLUSH` (the 5-tuple flush; `NXT_CT_FLUSH_ZONE` works);
+///   `clone` false: no datapath clone (OpenFlow's `clone` runs in place);
+///   `ct_timeout`, `ct_eventmask`, `masked_set_action`, `tnl_push_pop`, `trunc`, `nd_ext`,
+///   `explicit_drop_action`, `lb_output_action`, `ufid`, `add_mpls`: not implemented.
+///
+/// ovn-controller reads `ct_zero_snat`, `ct_flush` and `max_hash_alg`: it then keeps its
+/// own workarounds for the first two and uses `dp_hash` without the symmetric algorithm.
+pub const DATAPATH_CAPABILITIES: &[(&str, &str)] = &[
+    ("add_mpls", "false"),
+    ("check_pkt_len", "true"),
+    ("clone", "false"),
+    ("ct_clear", "true"),
+    ("ct_eventmask", "false"),
+    ("ct_flush", "false"),
+    ("ct_label", "true"),
+    ("ct_mark", "true"),
+    ("ct_orig_tuple", "true"),
+    ("ct_orig_tuple6", "false"),
+    ("ct_state", "true"),
+    ("ct_state_nat", "true"),
+    ("ct_timeout", "false"),
+    ("ct_zero_snat", "false"),
+    ("ct_zone", "true"),
+    ("explicit_drop_action", "false"),
+    ("lb_output_action", "false"),
+    ("masked_set_action", "false"),
+    ("max_hash_alg", "0"),
+    ("max_mpls_depth", "1"),
+    ("max_vlan_headers", "1"),
+    ("nd_ext", "false"),
+    ("recirc", "true"),
+    ("tnl_push_pop", "false"),
+    ("trunc", "false"),
+    ("ufid", "false"),
+];
+
 /// Checks an `--ovsdb` remote: `unix:PATH` or `tcp:IP[:PORT]` (an active connection, as
 /// ovs-vswitchd's database argument).
 pub fn check_remote(s: &str) -> Result<(), String> {

@@ -34,6 +34,8 @@ pub mod meter;
 #[cfg(test)]
 mod ovn_tests;
 pub mod pipeline;
+#[cfg(test)]
+mod pktlen_tests;
 pub mod reference;
 #[cfg(test)]
 mod regs_tests;
@@ -48,10 +50,10 @@ pub use classifier::Classifier;
 pub use key::{Field, FlowKey, SubField, TunnelKey, KEY_WORDS, TUN_METADATA};
 pub use matching::Match;
 pub use pipeline::{
-    is_table_miss, resolve_frame, CompiledGroup, CompiledRule, ControllerAction, DpAction, Frozen,
-    FrozenFrame, GroupStats, PacketInState, Pipeline, PortNumbers, ResolvedAction, RuleStats,
-    TableCounters, Translation, XlateCounters, XlateError, MAX_FROZEN_FRAMES, REASON_ACTION,
-    REASON_NO_MATCH,
+    is_table_miss, resolve_frame, CheckPktLen, CompiledGroup, CompiledRule, ControllerAction,
+    DpAction, Frozen, FrozenFrame, GroupStats, PacketInState, Pipeline, PortNumbers,
+    ResolvedAction, RuleStats, TableCounters, Translation, XlateCounters, XlateError,
+    MAX_FROZEN_FRAMES, REASON_ACTION, REASON_NO_MATCH,
 };
 pub use spec::{
     parse_filter, parse_flow, parse_flows_file, parse_group, ActionSpec, BucketSpec, ControllerExt,

@@ -102,6 +102,23 @@ pub enum DpAction {
     Ct(Arc<CtAction>),
     /// Forget the packet's connection-tracking state (`ct_clear`).
     CtClear,
+    /// `check_pkt_larger`: the rest of the actions depend on the packet's length, decided
+    /// per packet (OVS's datapath `check_pkt_len`).
+    CheckPktLen(Arc<CheckPktLen>),
+}
+
+/// The datapath's length check (see [`ResolvedAction::CheckPktLarger`]): a packet longer
+/// than `len` takes `larger`, any other `smaller`; either list is the whole rest of the
+/// packet's actions (nothing follows a `CheckPktLen` in its list).
+///
+/// The length is the L2 frame as it is when the check runs (after the edits before it),
+/// without FCS and without VLAN tags (ovs-actions(7)); a TSO packet's is that of its
+/// largest segment (as Linux's `check_pkt_len` on a GSO skb).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckPktLen {
+    pub len: u16,
+    pub larger: Vec<DpAction>,
+    pub smaller: Vec<DpAction>,
 }
 
 /// What a PACKET_IN says about the rule that sent it.
@@ -122,7 +139,7 @@ pub struct ControllerAction {
     /// `controller(pause)`: the translation stops here and the packet-in carries its
     /// continuation ([`PacketInState::frozen`]).
     pub pause: bool,
-    /// `controller(meter_id=N)` (kept and shown; not applied, see docs/openflow.md).
+    /// `controller(meter_id=N)`: the datapath runs meter N on the copy before sending it.
     pub meter_id: Option<u32>,
     /// The pipeline's state where the action ran: set by the translation (a rule's
     /// compiled action has none).
@@ -241,6 +258,12 @@ pub enum ResolvedAction {
     StackPop(SubField),
     /// Runs the actions on a copy of the packet and translation state (see [`ActionSpec::Clone`]).
     Clone(Vec<ResolvedAction>),
+    /// `check_pkt_larger(len)->dst`: the rest of the translation is made twice, with the
+    /// bit 1 and with it 0, into a [`DpAction::CheckPktLen`] (see [`ActionSpec::CheckPktLarger`]).
+    CheckPktLarger {
+        len: u16,
+        dst: SubField,
+    },
 }
 
 /// Most nested resubmits that go back (to the same or an earlier table: the ones that can
@@ -526,6 +549,10 @@ fn resolve_action(
         ActionSpec::Clone(v) => {
             ResolvedAction::Clone(v.iter().map(|a| resolve_action(a, rule, resolve)).collect())
         }
+        ActionSpec::CheckPktLarger { len, dst } => ResolvedAction::CheckPktLarger {
+            len: *len,
+            dst: *dst,
+        },
     }
 }
 
@@ -606,6 +633,10 @@ impl ResolvedAction {
             ResolvedAction::Clone(v) => {
                 ActionSpec::Clone(v.iter().filter_map(|a| a.to_spec(name)).collect())
             }
+            ResolvedAction::CheckPktLarger { len, dst } => ActionSpec::CheckPktLarger {
+                len: *len,
+                dst: *dst,
+            },
         })
     }
 }
@@ -998,6 +1029,10 @@ struct State<'p> {
     recirculated: bool,
     /// The register stack (`push`/`pop`): each value right-aligned, as OVS keeps them.
     stack: Vec<u128>,
+    /// Set once a `check_pkt_larger` joined its two branches: the key then holds the
+    /// fields as before the check, whatever each branch wrote, so a bucket's or clone's
+    /// restore sets back every field written (not only those whose value changed).
+    forked: bool,
 }
 
 impl State<'_> {
@@ -1134,6 +1169,7 @@ impl<'p> State<'p> {
             copies: 0,
             recirculated: false,
             stack: Vec::new(),
+            forked: false,
         }
     }
 }
@@ -1164,6 +1200,128 @@ fn finish<'a>(st: &mut State, ended: bool, lookup: &RuleLookup<'_, 'a>, groups: 
         st.t.actions.clear();
         st.t.learned.clear();
     }
+    sink_after_checks(&mut st.t.actions);
+}
+
+/// Moves what follows a [`DpAction::CheckPktLen`] in its list (the actions of the frames
+/// around the `check_pkt_larger`, made after its branches joined) to the end of both its
+/// branches, so that a check is always last in its list and the datapath only descends.
+fn sink_after_checks(actions: &mut Vec<DpAction>) {
+    let Some(k) = actions
+        .iter()
+        .position(|a| matches!(a, DpAction::CheckPktLen(_)))
+    else {
+        return;
+    };
+    let tail = actions.split_off(k + 1);
+    if let Some(DpAction::CheckPktLen(c)) = actions.last_mut() {
+        let c = Arc::make_mut(c);
+        for b in [&mut c.larger, &mut c.smaller] {
+            b.extend(tail.iter().cloned());
+            sink_after_checks(b);
+        }
+    }
+}
+
+/// `check_pkt_larger(len)->dst` at the head of `rest`'s list (as OVS's
+/// `xlate_check_pkt_larger`): the rest of the list (with its `goto_table`) and then the
+/// action set are translated twice, with the bit 1 (the `larger` branch) and with it 0,
+/// from the same state, each into its own action list; the two become one
+/// [`DpAction::CheckPktLen`], which the datapath decides per packet. The megaflow's mask
+/// is the union of both branches' (the packet's length is not in the key: the check is in
+/// the actions instead). After the branches the state is set back to where it was before
+/// the check (the bit too), the action set is spent, and the frames around the check go
+/// on (their actions end up in both branches, see [`sink_after_checks`]). A branch cannot
+/// pause (`controller(pause)` sends its packet-in without a continuation), and a branch
+/// that recirculates (`ct(table=T)`) ends the pass for both. Each check costs two of
+/// [`MAX_RESUBMITS`]: checks in a row double the work, and this bounds it.
+#[allow(clippy::too_many_arguments)]
+fn check_pkt_larger<'a>(
+    st: &mut State,
+    len: u16,
+    dst: &SubField,
+    rest: &[ResolvedAction],
+    next: &mut Option<usize>,
+    lookup: &RuleLookup<'_, 'a>,
+    groups: &GroupLookup<'a>,
+    depth: usize,
+) -> bool {
+    st.resubmits += 2;
+    if st.resubmits > MAX_RESUBMITS {
+        st.t.error = Some(XlateError::TooManyResubmits);
+        return false;
+    }
+    let entry = st.k;
+    let (in_port, table, cookie) = (st.in_port, st.table, st.cookie);
+    let (written, vlan_depth, mpls_depth) = (st.written, st.vlan_depth, st.mpls_depth);
+    let (mpls_unknown, modified) = (st.mpls_unknown, st.modified);
+    let stack = st.stack.clone();
+    let set = st.set.clone();
+    let before = std::mem::take(&mut st.t.actions);
+    let mut lists: [Vec<DpAction>; 2] = Default::default();
+    let mut all_written = written;
+    let mut recirculated = false;
+    for (b, bit) in [(0usize, 1u128), (1, 0)] {
+        st.k = entry;
+        st.in_port = in_port;
+        st.table = table;
+        st.cookie = cookie;
+        st.written = written;
+        st.vlan_depth = vlan_depth;
+        st.mpls_depth = mpls_depth;
+        st.mpls_unknown = mpls_unknown;
+        st.modified = modified;
+        st.stack = stack.clone();
+        st.set = set.clone();
+        st.recirculated = false;
+        write_bits(st, dst.field, bit << dst.ofs, dst.mask());
+        let mut nx = *next;
+        let mut ended = apply(st, rest, &mut nx, lookup, groups, depth + 1);
+        if ended {
+            if let Some(t) = nx.filter(|&t| t > table) {
+                ended = run_tables(st, t, lookup, groups) == Run::Finished;
+            }
+        }
+        if ended && !st.set.is_empty() && st.t.error.is_none() {
+            let mut set = std::mem::take(&mut st.set);
+            set.sort_by_key(|a| set_slot(a).0);
+            if set.iter().any(|a| matches!(a, ResolvedAction::Group(_))) {
+                set.retain(|a| set_slot(a).0 != 70);
+            }
+            let mut n = None;
+            apply(st, &set, &mut n, lookup, groups, depth + 1);
+        }
+        if st.t.error.is_some() {
+            st.t.actions = before;
+            return false;
+        }
+        recirculated |= st.recirculated;
+        all_written.union(&st.written);
+        lists[b] = std::mem::take(&mut st.t.actions);
+    }
+    st.k = entry;
+    st.in_port = in_port;
+    st.table = table;
+    st.cookie = cookie;
+    st.written = all_written;
+    st.vlan_depth = vlan_depth;
+    st.mpls_depth = mpls_depth;
+    st.mpls_unknown = mpls_unknown;
+    st.modified = true;
+    st.stack = stack;
+    st.set.clear();
+    st.forked = true;
+    st.recirculated = recirculated;
+    *next = None;
+    let [larger, smaller] = lists;
+    st.t.actions = before;
+    st.t.actions
+        .push(DpAction::CheckPktLen(Arc::new(CheckPktLen {
+            len,
+            larger,
+            smaller,
+        })));
+    !recirculated
 }
 
 /// Resumes a frozen translation (see [`Frozen`]) on `key` (the packet the controller sent
@@ -1735,6 +1893,10 @@ fn apply<'a>(
                     return false;
                 }
             }
+            ResolvedAction::CheckPktLarger { len, dst } => {
+                let rest = &actions[i + 1..];
+                return check_pkt_larger(st, len, &dst, rest, next, lookup, groups, depth);
+            }
             ResolvedAction::SetVlanVid(vid) => {
                 st.modified = true;
                 // The result depends on whether the frame has a tag (its PCP is kept).
@@ -2111,7 +2273,10 @@ fn run_clone<'a>(
     if st.t.error.is_some() {
         return false;
     }
-    if !went_on && matches!(st.t.actions.last(), Some(DpAction::Ct(c)) if c.recirc.is_some()) {
+    if !went_on
+        && (st.recirculated
+            || matches!(st.t.actions.last(), Some(DpAction::Ct(c)) if c.recirc.is_some()))
+    {
         return false;
     }
     restore(st, &entry, vlan_depth, mpls_depth);
@@ -2190,6 +2355,8 @@ fn restore(st: &mut State, entry: &FlowKey, vlan_depth: i32, mpls_depth: i32) {
             continue;
         }
         let (now, was) = (st.k.get(f), entry.get(f));
+        // After a check's branches joined, `now` is not what each branch left.
+        let now = if st.forked { !was } else { now };
         st.k.set(f, was);
         match f {
             Field::VlanTci => {

@@ -113,6 +113,8 @@ pub enum Action {
     StackPop(NxStack),
     /// Nicira `NXAST_CLONE` (`clone(...)`): the nested actions on a copy of the packet.
     Clone(Vec<Action>),
+    /// Nicira `NXAST_CHECK_PKT_LARGER` (`check_pkt_larger(LEN)->DST[bit]`).
+    CheckPktLarger(nicira::NxCheckPktLarger),
 }
 
 /// Where an action list sits: a `ct` action's nested list takes only `nat` and writes of
@@ -204,7 +206,8 @@ impl Action {
             | Action::Learn(_)
             | Action::StackPush(_)
             | Action::StackPop(_)
-            | Action::Clone(_) => at::EXPERIMENTER,
+            | Action::Clone(_)
+            | Action::CheckPktLarger(_) => at::EXPERIMENTER,
         }
     }
 
@@ -229,6 +232,7 @@ impl Action {
             Action::StackPush(st) => nicira::encode_stack(nicira::nxast::STACK_PUSH, st, out),
             Action::StackPop(st) => nicira::encode_stack(nicira::nxast::STACK_POP, st, out),
             Action::Clone(list) => nicira::encode_clone(list, out),
+            Action::CheckPktLarger(c) => nicira::encode_check_pkt_larger(c, out),
             _ => {
                 out.put_u16(self.type_());
                 out.put_u16(0);
@@ -247,7 +251,8 @@ impl Action {
             | Action::Learn(_)
             | Action::StackPush(_)
             | Action::StackPop(_)
-            | Action::Clone(_) => out.pad8_from(start),
+            | Action::Clone(_)
+            | Action::CheckPktLarger(_) => out.pad8_from(start),
             Action::CopyField(m) => {
                 out.put_u16(m.nbits);
                 out.put_u16(m.src_ofs);

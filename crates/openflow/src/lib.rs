@@ -82,6 +82,8 @@ mod of15_tests;
 #[cfg(test)]
 mod ovn_tests;
 #[cfg(test)]
+mod pktlen_tests;
+#[cfg(test)]
 mod regs_tests;
 #[cfg(test)]
 mod tests;

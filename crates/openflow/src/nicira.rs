@@ -28,6 +28,8 @@
 //!   same kind as the list the clone is in).
 //! * `NXAST_OUTPUT_REG` (24 bytes): `ofs_nbits`, `src`, `max_len`, 6 zero bytes;
 //!   `NXAST_OUTPUT_REG2` (24 bytes): `ofs_nbits`, `max_len`, `src`, zero bytes.
+//! * `NXAST_CHECK_PKT_LARGER` (24 bytes): `pkt_len`, `offset` (the result's bit in `dst`),
+//!   `dst` (an NXM header), 6 zero bytes.
 //!
 //! The refusals are OVS's (`decode_NXAST_RAW_CT`, `decode_NXAST_RAW_NAT`,
 //! `ofpacts_verify_nested`): a wrong length is `OFPBAC_BAD_LEN`; an unknown NAT flag, src
@@ -71,6 +73,19 @@ pub mod nxast {
     pub const STACK_POP: u16 = 28;
     pub const CLONE: u16 = 42;
     pub const CT_CLEAR: u16 = 43;
+    pub const CHECK_PKT_LARGER: u16 = 49;
+}
+
+/// `NXAST_CHECK_PKT_LARGER`: bit `ofs` of `dst` becomes 1 when the packet is longer than
+/// `pkt_len` bytes, else 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct NxCheckPktLarger {
+    /// The length compared with.
+    pub pkt_len: u16,
+    /// The field written.
+    pub dst: Field,
+    /// The bit of it written.
+    pub ofs: u16,
 }
 
 /// `NXAST_STACK_PUSH`/`NXAST_STACK_POP`: bits `ofs..ofs + nbits` of `field` pushed onto
@@ -536,6 +551,14 @@ pub(crate) fn encode_stack(subtype: u16, st: &NxStack, out: &mut Vec<u8>) {
     out.put_zeros(6);
 }
 
+pub(crate) fn encode_check_pkt_larger(c: &NxCheckPktLarger, out: &mut Vec<u8>) {
+    put_header(out, nxast::CHECK_PKT_LARGER);
+    out.put_u16(c.pkt_len);
+    out.put_u16(c.ofs);
+    out.put_u32(nxm_header(c.dst));
+    out.put_zeros(6);
+}
+
 pub(crate) fn encode_clone(list: &[Action], out: &mut Vec<u8>) {
     put_header(out, nxast::CLONE);
     out.put_zeros(6);
@@ -817,6 +840,39 @@ pub(crate) fn decode_experimenter(body: &[u8], ctx: ActionContext) -> Result<Act
                 return Err(bad(bac::BAD_ARGUMENT, "clone padding not zero"));
             }
             Action::Clone(decode_actions_in(r.rest(), ctx)?)
+        }
+        nxast::CHECK_PKT_LARGER => {
+            if len != 24 {
+                return Err(bad(bac::BAD_LEN, "NXAST_CHECK_PKT_LARGER not 24 bytes"));
+            }
+            let pkt_len = r.u16()?;
+            let ofs = r.u16()?;
+            let dst = field_of_header(r.u32()?)?;
+            if r.rest().iter().any(|&b| b != 0) {
+                return Err(bad(bac::BAD_ARGUMENT, "check_pkt_larger padding not zero"));
+            }
+            if !within(dst, ofs, 1) {
+                return Err(bad(
+                    bac::BAD_SET_LEN,
+                    "check_pkt_larger bit beyond its field",
+                ));
+            }
+            if ctx.is_ct() {
+                return Err(bad(bac::BAD_ARGUMENT, "check_pkt_larger nested inside ct"));
+            }
+            if is_ct_writable(dst) {
+                return Err(bad(
+                    bac::BAD_SET_ARGUMENT,
+                    "check_pkt_larger into a ct field",
+                ));
+            }
+            if !dst.info().settable {
+                return Err(bad(
+                    bac::BAD_SET_TYPE,
+                    "check_pkt_larger into a read-only field",
+                ));
+            }
+            Action::CheckPktLarger(NxCheckPktLarger { pkt_len, dst, ofs })
         }
         nxast::OUTPUT_REG | nxast::OUTPUT_REG2 => {
             if len != 24 {

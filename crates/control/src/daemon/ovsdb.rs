@@ -64,8 +64,13 @@ fn monitor() -> Monitor {
                 "ovs_version",
                 "datapath_types",
                 "iface_types",
+                "datapaths",
             ],
         )
+        // Written, not mapped: ovn-controller creates the `netdev` row (`datapaths`) and
+        // reads its capabilities. (Not in WRITTEN_ONLY: a change by someone else is
+        // written back over; the echo of ours costs one remap, once.)
+        .table("Datapath", &["capabilities"])
         .table(
             "Bridge",
             &[
@@ -731,6 +736,20 @@ impl Daemon {
             );
             if !row.is_empty() {
                 txn.push(ops::update("Open_vSwitch", *u, &row));
+            }
+            // The `Datapath` row of our datapath type, whoever created it (ovn-controller
+            // does, for `ovn-bridge-datapath-type=netdev`): what ferrovs can do.
+            let dp = cur
+                .get("datapaths")
+                .and_then(|d| d.get(vswitchdb::DATAPATH_TYPE))
+                .and_then(|a| a.as_uuid());
+            if let Some((dp, dcur)) = dp.and_then(|u| Some((u, r.row("Datapath", &u)?))) {
+                let mut row = Row::new();
+                let caps = Datum::strings_map(vswitchdb::DATAPATH_CAPABILITIES.iter().copied());
+                set_if_changed(&mut row, dcur, "capabilities", caps);
+                if !row.is_empty() {
+                    txn.push(ops::update("Datapath", dp, &row));
+                }
             }
         }
         for (u, cur) in r.rows("Interface") {

@@ -823,7 +823,8 @@ pub fn instructions_to_of_with(
             | ActionSpec::OutputReg(_)
             | ActionSpec::Resubmit { .. }
             | ActionSpec::StackPush(_)
-            | ActionSpec::StackPop(_) => {
+            | ActionSpec::StackPop(_)
+            | ActionSpec::CheckPktLarger { .. } => {
                 apply.extend(regs::action_to_of(a, &spec.m, ports).unwrap_or_default())
             }
             ActionSpec::Learn(l) => {

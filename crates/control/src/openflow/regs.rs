@@ -17,7 +17,7 @@ use ferrovs_flow::key::{
 };
 use ferrovs_flow::{ActionSpec, Field, Match};
 use ferrovs_openflow::error::{bac, et};
-use ferrovs_openflow::nicira::{NxMove, NxOutputReg, NxStack};
+use ferrovs_openflow::nicira::{NxCheckPktLarger, NxMove, NxOutputReg, NxStack};
 use ferrovs_openflow::oxm::Field as Of;
 use ferrovs_openflow::port::OFPP_IN_PORT;
 use ferrovs_openflow::{Action, OfError, Oxm};
@@ -252,6 +252,10 @@ pub fn action_from_of(a: &Action, ports: &PortMap) -> Result<Option<ActionSpec>,
         Action::OutputReg(o) => ActionSpec::OutputReg(subfield(o.src, o.ofs, o.nbits)?),
         Action::StackPush(s) => ActionSpec::StackPush(subfield(s.field, s.ofs, s.nbits)?),
         Action::StackPop(s) => ActionSpec::StackPop(subfield(s.field, s.ofs, s.nbits)?),
+        Action::CheckPktLarger(c) => ActionSpec::CheckPktLarger {
+            len: c.pkt_len,
+            dst: subfield(c.dst, c.ofs, 1)?,
+        },
         Action::Resubmit { port, table } => {
             let port = match *port {
                 OFPP_IN_PORT => None,
@@ -354,6 +358,14 @@ pub fn action_to_of(a: &ActionSpec, m: &Match, ports: &PortMap) -> Option<Vec<Ac
                     Action::StackPop(st)
                 }]
             }
+            None => Vec::new(),
+        },
+        ActionSpec::CheckPktLarger { len, dst } => match of(dst) {
+            Some(f) => vec![Action::CheckPktLarger(NxCheckPktLarger {
+                pkt_len: *len,
+                dst: f,
+                ofs: dst.ofs,
+            })],
             None => Vec::new(),
         },
         ActionSpec::OutputReg(src) => match of(src) {

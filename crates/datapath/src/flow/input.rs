@@ -768,8 +768,21 @@ pub(crate) fn execute_in<'p>(
     let mut sent = x.state & carried::SENT != 0;
     let mut normal_drop = None;
     let mut ts = TunState::NEW;
-    for a in actions {
+    // A length check is last in its list: its branch replaces the rest (see
+    // `ferrovs_flow::CheckPktLen`).
+    let mut list = actions;
+    let mut k = 0;
+    while let Some(a) = list.get(k) {
+        k += 1;
         match *a {
+            DpAction::CheckPktLen(ref c) => {
+                list = if check_len(sc.at(cur)) > usize::from(c.len) {
+                    &c.larger
+                } else {
+                    &c.smaller
+                };
+                k = 0;
+            }
             DpAction::Output(p) => {
                 if let Some(out) = snap.port(p).filter(|o| o.bridge == inp.bridge) {
                     if out.id != inp.id {
@@ -864,6 +877,18 @@ pub(crate) fn execute_in<'p>(
                 }
             }
             DpAction::Controller(ref c) => {
+                // `controller(meter_id=N)` (OVN's CoPP): meter N decides whether this copy
+                // goes up; one it drops is counted in the meter's band, and the packet
+                // itself goes on with the later actions.
+                if let Some(id) = c.meter_id {
+                    let m = bridge.flows.as_ref().and_then(|f| f.meters.get(id));
+                    if let Some(m) = m {
+                        let len = sc.at(cur).len() as u32;
+                        if m.run(meter::now_ms(), &[len]) != 0 {
+                            continue;
+                        }
+                    }
+                }
                 // The packet as it is now (the edits so far), to the control thread.
                 if let Some(q) = bridge.flows.as_ref().and_then(|f| f.packet_in.as_ref()) {
                     let tun = ts.get(x, inp).id;
@@ -911,6 +936,29 @@ pub(crate) fn execute_in<'p>(
     inp.rx_drops
         .drop(normal_drop.unwrap_or(DropReason::FlowDrop), 1);
     1
+}
+
+/// The length `check_pkt_larger` compares (ovs-actions(7)): the L2 frame as it is now,
+/// without its VLAN tags (the frame holds no FCS); for a TSO packet (one large TCP segment
+/// the next hop cuts), that of its largest segment: its headers and `gso_size` bytes.
+fn check_len(m: &ferrovs_sys::pool::Mbuf<'_>) -> usize {
+    let d = m.data();
+    let mut tags = 0;
+    while d
+        .get(12 + 4 * tags..14 + 4 * tags)
+        .is_some_and(|t| matches!(u16::from_be_bytes([t[0], t[1]]), 0x8100 | 0x88a8))
+    {
+        tags += 1;
+    }
+    let mut len = d.len() - (4 * tags).min(d.len());
+    let v = &m.vnet;
+    if v.gso() != ferrovs_sys::kernel::vnet::GSO_NONE && v.gso_size > 0 {
+        // The TCP header's length from its data offset (csum_start is where it starts).
+        let l4 = usize::from(v.csum_start);
+        let th = d.get(l4 + 12).map_or(20, |b| usize::from(b >> 4) * 4);
+        len = len.min((l4 + th + usize::from(v.gso_size)).saturating_sub(4 * tags));
+    }
+    len
 }
 
 /// Runs packet `i` through the tracker for `c` at datapath time `now` (seconds): with

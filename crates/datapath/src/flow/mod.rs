@@ -25,6 +25,8 @@ pub mod megaflow;
 pub mod upcall;
 
 #[cfg(test)]
+mod chassis_tests;
+#[cfg(test)]
 mod ct_tests;
 #[cfg(test)]
 mod tests;

@@ -34,7 +34,7 @@ pub(super) fn port(id: u32) -> Option<Arc<Port>> {
 }
 
 /// One bridge with ports vm1..vm4 (ids 0..3) and `rules`.
-fn switch(rules: &[String]) -> Snapshot {
+pub(super) fn switch(rules: &[String]) -> Snapshot {
     switch_with_groups(rules, &[])
 }
 
@@ -50,7 +50,7 @@ fn switch_with_groups(rules: &[String], groups: &[&str]) -> Snapshot {
     ))
 }
 
-fn resolve(n: &str) -> Option<u32> {
+pub(super) fn resolve(n: &str) -> Option<u32> {
     NAMES.iter().position(|x| *x == n).map(|i| i as u32)
 }
 
@@ -63,6 +63,14 @@ pub(super) fn switch_specs(specs: &[FlowSpec]) -> Snapshot {
 }
 
 fn snapshot(pipeline: Pipeline) -> Snapshot {
+    snapshot_with(pipeline, None)
+}
+
+/// [`snapshot`] with a packet-in queue.
+pub(super) fn snapshot_with(
+    pipeline: Pipeline,
+    packet_in: Option<Arc<crate::packet_io::PacketInQueue>>,
+) -> Snapshot {
     let bridge = Bridge {
         name: "br0".into(),
         macs: Arc::new(MacTable::new(1024, 300)),
@@ -72,7 +80,7 @@ fn snapshot(pipeline: Pipeline) -> Snapshot {
             gen: 0,
             cache: Arc::new(MegaflowCache::new(0)),
             meters: Default::default(),
-            packet_in: None,
+            packet_in,
             conntrack: Arc::new(ferrovs_conntrack::Tracker::new(Default::default())),
             learn: None,
         }),
@@ -87,7 +95,7 @@ fn snapshot(pipeline: Pipeline) -> Snapshot {
 
 /// A 64-byte UDP frame from vm1's MAC, `src` → 10.0.0.2, ports 1000 → `dport`, with `seq`
 /// in the payload.
-fn frame(src: u32, dport: u16, seq: u32) -> Vec<u8> {
+pub(super) fn frame(src: u32, dport: u16, seq: u32) -> Vec<u8> {
     let mut f = vec![0u8; 64];
     f[0..6].copy_from_slice(&[2, 0, 0, 0, 0, 2]);
     f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
@@ -112,7 +120,7 @@ fn seq_of(p: &[u8]) -> u32 {
 }
 
 /// Per output port (in list order), the frames queued to it.
-type Outputs = Vec<(u32, Vec<Vec<u8>>)>;
+pub(super) type Outputs = Vec<(u32, Vec<Vec<u8>>)>;
 
 fn load<'p>(sc: &mut Scratch<'p>, pool: &'p Pool, frames: &[Vec<u8>]) {
     sc.batch.clear();
@@ -141,7 +149,12 @@ fn outputs(sc: &Scratch<'_>) -> Outputs {
 }
 
 /// A burst from vm1 through the flow path.
-fn burst(snap: &Snapshot, pool: &Pool, fx: &mut FlowCtx, frames: &[Vec<u8>]) -> (Outputs, u64) {
+pub(super) fn burst(
+    snap: &Snapshot,
+    pool: &Pool,
+    fx: &mut FlowCtx,
+    frames: &[Vec<u8>],
+) -> (Outputs, u64) {
     let mut sc = Scratch::new();
     load(&mut sc, pool, frames);
     let bridge = snap.bridge(0).unwrap();

@@ -51,6 +51,7 @@ fn settable(a: &ActionSpec) -> bool {
             | ActionSpec::StackPush(_)
             | ActionSpec::StackPop(_)
             | ActionSpec::Clone(_)
+            | ActionSpec::CheckPktLarger { .. }
     )
 }
 
@@ -261,6 +262,22 @@ fn parse_action_in(a: &str, table: u8, m: Option<&Match>) -> Result<ActionSpec, 
             let dst = parse_subfield(need("FIELD[bits]")?)?;
             check_written(name, &dst, m, lenient)?;
             ActionSpec::StackPop(dst)
+        }
+        ("check_pkt_larger", _) => {
+            let a = need("LEN)->DST[bit]")?;
+            let (l, d) = a.split_once(")->").ok_or_else(|| {
+                ParseError::Invalid(format!("check_pkt_larger({a}: expected LEN)->DST[bit]"))
+            })?;
+            let len = num(name, l.trim(), u128::from(u16::MAX))? as u16;
+            let dst = parse_subfield(d.trim())?;
+            if dst.nbits != 1 {
+                return Err(ParseError::Invalid(format!(
+                    "check_pkt_larger: {d} is {} bits, not one",
+                    dst.nbits
+                )));
+            }
+            check_written(name, &dst, m, lenient)?;
+            ActionSpec::CheckPktLarger { len, dst }
         }
         ("clone", _) => {
             let inner = arg.unwrap_or("");

@@ -177,6 +177,13 @@ pub enum ActionSpec {
     /// `clone(...)`: the actions on a copy of the packet and of the translation's state
     /// (key, registers, stack); what follows sees the packet as before the clone.
     Clone(Vec<ActionSpec>),
+    /// `check_pkt_larger(LEN)->DST[bit]`: 1 into the bit when the packet (its L2 frame as
+    /// it is at the action, without FCS or VLAN tags) is longer than `len` bytes, else 0.
+    /// Decided per packet in the datapath (see [`crate::pipeline::CheckPktLen`]).
+    CheckPktLarger {
+        len: u16,
+        dst: SubField,
+    },
 }
 
 impl ActionSpec {

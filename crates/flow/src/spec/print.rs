@@ -358,7 +358,8 @@ impl fmt::Display for ActionSpec {
             | ActionSpec::Learn(_)
             | ActionSpec::StackPush(_)
             | ActionSpec::StackPop(_)
-            | ActionSpec::Clone(_) => {
+            | ActionSpec::Clone(_)
+            | ActionSpec::CheckPktLarger { .. } => {
                 write!(f, "{}", fmt_action(self, &Match::catchall()))
             }
             ActionSpec::Resubmit { port, table } => match (port, table) {
@@ -417,6 +418,9 @@ fn fmt_action(a: &ActionSpec, m: &Match) -> String {
         (ActionSpec::Clone(v), _, _) => {
             let v: Vec<String> = v.iter().map(|a| fmt_action(a, m)).collect();
             format!("clone({})", v.join(","))
+        }
+        (ActionSpec::CheckPktLarger { len, dst }, _, _) => {
+            format!("check_pkt_larger({len})->{}", fmt_subfield(dst, m))
         }
         (ActionSpec::Load { field, value, mask }, _, _) => fmt_load(*field, *value, *mask, m),
         _ => a.to_string(),
