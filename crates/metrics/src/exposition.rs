@@ -1,5 +1,5 @@
 //! The daemon's counters as Prometheus metrics: a [`Scrape`] (the replies `ferrovs show`,
-//! `port-stats`, `pmd-stats`, `upgrade-history`, `conntrack-stats` and `dump-flows` read)
+//! `port-stats`, `pmd-stats`, `upgrade-history` and `conntrack-stats` read)
 //! rendered in the Prometheus text exposition format (version 0.0.4) by the official client
 //! crate, `prometheus-client`, which owns the naming rules (`_total` on counters), the
 //! `# HELP`/`# TYPE` lines and the escaping of label values.
@@ -40,7 +40,7 @@ pub struct Scrape {
     pub last_upgrade: Option<UpgradeReport>,
     /// `conntrack-stats` (None if the daemon did not answer it).
     pub conntrack: Option<ConntrackStats>,
-    /// Rules per (bridge, table), counted from `dump-flows`.
+    /// Rules per (bridge, table), as `show` counts them.
     pub flows: BTreeMap<(String, u64), u64>,
 }
 

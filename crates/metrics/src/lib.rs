@@ -5,7 +5,7 @@
 //! * [`http`]: a small HTTP server for `GET /metrics`, bounded in time, size and
 //!   connections, so a slow or hostile scraper holds a bounded slot and nothing else.
 //! * [`collect`]: one scrape read over the control socket with the requests `ferrovs show`,
-//!   `port-stats`, `pmd-stats`, `upgrade-history`, `conntrack-stats` and `dump-flows` make:
+//!   `port-stats`, `pmd-stats`, `upgrade-history` and `conntrack-stats` make:
 //!   the daemon's existing snapshots, no new counter anywhere, nothing on the PMD threads.
 //!
 //! Thread-safety: the exporter runs on threads of its own (an accept thread and one per
@@ -15,11 +15,10 @@
 pub mod exposition;
 pub mod http;
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use ferrovs_proto::reply::{ConntrackStats, FlowEntry, PmdStats, PortStats, Show, UpgradeReport};
+use ferrovs_proto::reply::{ConntrackStats, PmdStats, PortStats, Show, UpgradeReport};
 use ferrovs_proto::{Client, ClientError, Request};
 
 pub use exposition::{render, Scrape};
@@ -35,16 +34,16 @@ pub fn collect(client: &Client) -> Result<Scrape, ClientError> {
         .pop();
     // A daemon without connection tracking still answers; one that refuses is left out.
     let conntrack = client.call::<ConntrackStats>(&Request::ConntrackStats).ok();
-    let mut flows = BTreeMap::new();
-    for br in &show.bridges {
-        let rules: Vec<FlowEntry> = client.call(&Request::DumpFlows {
-            bridge: br.name.clone(),
-            filter: None,
-        })?;
-        for r in rules {
-            *flows.entry((br.name.clone(), r.table)).or_insert(0) += 1;
-        }
-    }
+    // Counted by the daemon (`show`): a scrape never formats the rules themselves.
+    let flows = show
+        .bridges
+        .iter()
+        .flat_map(|br| {
+            br.rules_per_table
+                .iter()
+                .map(|&(t, n)| ((br.name.clone(), u64::from(t)), n))
+        })
+        .collect();
     Ok(Scrape {
         show,
         ports,

@@ -175,6 +175,10 @@ pub struct ShowBridge {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub openflow: Option<ShowOpenflow>,
     pub ports: Vec<ShowPort>,
+    /// Rules per table, as `(table, rules)` for each table that has any (absent from a
+    /// daemon older than the field).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules_per_table: Vec<(u8, u64)>,
 }
 
 /// A bridge's OpenFlow side in `show`.

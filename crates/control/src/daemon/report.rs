@@ -53,6 +53,17 @@ impl Daemon {
         }
     }
 
+    /// `(table, rules)` for each table of `bridge` that has rules.
+    fn rules_per_table(&self, bridge: &str) -> Vec<(u8, u64)> {
+        let mut n = std::collections::BTreeMap::new();
+        if let Some(b) = self.bridges.get(bridge) {
+            for r in b.rules.rules().iter() {
+                *n.entry(r.spec.table).or_insert(0u64) += 1;
+            }
+        }
+        n.into_iter().collect()
+    }
+
     pub(super) fn show(&self) -> Show {
         let bridges = self
             .bridges
@@ -66,6 +77,7 @@ impl Daemon {
                     .filter(|p| &p.bridge == b)
                     .map(show_port)
                     .collect(),
+                rules_per_table: self.rules_per_table(b),
             })
             .collect();
         Show {
