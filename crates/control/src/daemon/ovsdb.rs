@@ -1755,4 +1755,24 @@ mod tests {
         assert_eq!(d.ovsdb.as_deref().unwrap().handover_refused, 1);
         std::fs::remove_dir_all(&dir).ok();
     }
+
+    /// The fixture captured from a live daemon (`tests/ovsdb.rs`'s
+    /// `the_database_connection_is_handed_over_at_an_upgrade`, `FERROVS_WRITE_FIXTURE=1`)
+    /// restores: this version monitors exactly what that one did, and its replica is the
+    /// database the test built.
+    #[test]
+    fn the_captured_connection_restores() {
+        const FIXTURE: &str =
+            include_str!("../../../../tests/e2e/fixtures/upgrade-state-v3-ovsdbconn.json");
+        let st = crate::upgrade::State::parse(FIXTURE.as_bytes()).unwrap();
+        assert_eq!(st.schema, 3);
+        let o = st.ovsdb.unwrap();
+        let c = o.conn.unwrap().0.unwrap();
+        let s = Session::restore(DB, monitor(), &c.session).unwrap();
+        assert!(s.is_synced());
+        let t = tables(&s);
+        assert_eq!(t.bridges.len(), 1);
+        assert_eq!(t.interfaces.len(), 3, "br0, p1, p2");
+        assert_eq!(s.export().unwrap(), c.session);
+    }
 }
