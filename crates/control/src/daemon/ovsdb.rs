@@ -16,6 +16,10 @@
 //! without a byte. A write-back that fails is retried after [`RETRY`] or at the next change.
 //! Malformed input from the server is counted (`show`'s `ovsdb.refused_inputs`) and logged,
 //! and costs the connection at worst, never the daemon.
+//!
+//! Hot upgrade: the connection is handed over with its session as plain data
+//! ([`Daemon::ovsdb_export`], [`Daemon::ovsdb_restore`]; `docs/upgrade.md`, "The OVSDB
+//! connection"): the server sees no new connection and the new daemon does not resync.
 
 use std::collections::BTreeMap;
 
