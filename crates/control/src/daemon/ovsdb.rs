@@ -18,7 +18,7 @@
 //! and costs the connection at worst, never the daemon.
 //!
 //! Hot upgrade: the connection is handed over with its session as plain data
-//! ([`Daemon::ovsdb_export`], [`Daemon::ovsdb_restore`]; `docs/upgrade.md`, "The OVSDB
+//! (`Daemon::ovsdb_export`, `Daemon::ovsdb_restore`; `docs/upgrade.md`, "The OVSDB
 //! connection"): the server sees no new connection and the new daemon does not resync.
 
 use std::collections::BTreeMap;
