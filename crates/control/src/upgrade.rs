@@ -322,6 +322,12 @@ pub enum CtrlLink {
 #[derive(Debug)]
 pub struct Lenient<T>(pub Result<T, String>);
 
+impl<T: PartialEq> PartialEq for Lenient<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.0 == other.0
+    }
+}
+
 impl<T: Serialize> Serialize for Lenient<T> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match &self.0 {
@@ -373,15 +379,49 @@ mod hex_bytes {
     }
 }
 
-/// The OVSDB side of a daemon, as plain data (the connection itself is not handed over: the
-/// new daemon makes its own and resynchronises; nothing that runs depends on it).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// The OVSDB side of a daemon, as plain data: the remote, the settings the database set,
+/// and the connection itself with its session (`docs/upgrade.md`, "The OVSDB connection").
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
 pub struct OvsdbState {
     /// `unix:PATH` or `tcp:IP:PORT`.
     pub remote: String,
     /// Our settings the database set (they go back to their defaults when it drops them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub settings: Vec<String>,
+    /// The connection, synchronised (absent: none was, or it did not fit, or an older
+    /// daemon wrote the state; then the new daemon connects and resynchronises). One that
+    /// does not parse or that the new daemon refuses is closed and counted, and the new
+    /// daemon connects afresh; the rest of the upgrade goes on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conn: Option<Lenient<OvsdbConnState>>,
+}
+
+/// The database connection at whatever byte it is: its socket (by index) and session, and
+/// what the daemon does with it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OvsdbConnState {
+    /// The socket (fd index).
+    pub socket: u32,
+    /// A TCP socket (else a Unix stream socket).
+    #[serde(default)]
+    pub tcp: bool,
+    /// The session: schema, monitor, replica, requests in flight, buffered bytes.
+    pub session: ferrovs_ovsdb::SessionState,
+    /// The id of the write-back transaction in flight (one at a time).
+    #[serde(default)]
+    pub writeback: Option<u64>,
+    /// `next_cfg` of the last apply.
+    #[serde(default)]
+    pub applied_cfg: Option<i64>,
+    /// Milliseconds since the server last sent a byte, and whether the echo that probes it
+    /// is out.
+    #[serde(default)]
+    pub idle_ms: u64,
+    #[serde(default)]
+    pub probe_sent: bool,
+    /// Connections made so far (carried on: `show`'s `ovsdb.connects`).
+    #[serde(default)]
+    pub connects: u64,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -1085,6 +1125,34 @@ mod tests {
         assert_eq!(o.settings, vec!["pmd-sleep-max-us".to_string()]);
         assert_eq!(st.ports[0].ofport, Some(5));
         assert_eq!(serde_json::to_value(Msg::State(Box::new(st))).unwrap(), v);
+        // The connection (schema 3 unchanged: a defaulted field); one that does not parse
+        // is kept as its error, for the daemon to refuse alone.
+        let session = json!({"db": "Open_vSwitch", "schema": {}, "monitored": {}, "cond": true,
+                             "replica": {}, "pending": [{"request": "echo", "id": 3}],
+                             "next_id": 4, "input": "7b22", "output": ""});
+        v["ovsdb"]["conn"] = json!({"socket": 2, "tcp": false, "session": session,
+                                    "writeback": null, "applied_cfg": 7, "idle_ms": 10,
+                                    "probe_sent": true, "connects": 1});
+        let st = State::from_json(v.clone()).unwrap();
+        let c = st
+            .ovsdb
+            .as_ref()
+            .unwrap()
+            .conn
+            .as_ref()
+            .unwrap()
+            .0
+            .as_ref()
+            .unwrap();
+        assert_eq!(c.session.input, b"{\"");
+        assert_eq!(
+            c.session.pending,
+            vec![ferrovs_ovsdb::PendingState::Echo { id: 3 }]
+        );
+        assert_eq!(serde_json::to_value(Msg::State(Box::new(st))).unwrap(), v);
+        v["ovsdb"]["conn"] = json!({"socket": "x"});
+        let st = State::from_json(v.clone()).unwrap();
+        assert!(st.ovsdb.unwrap().conn.unwrap().0.is_err());
         v["ovsdb"] = json!({"remote": 7});
         assert!(matches!(State::from_json(v), Err(StateError::Malformed(_))));
     }

@@ -224,8 +224,10 @@ impl Datapath {
         self.standby.store(on, std::sync::atomic::Ordering::Release);
     }
 
+    /// Whether the PMDs park (a new daemon before the resume): a parked PMD holds no
+    /// snapshot, so the control plane need not wait for it to finish an iteration.
     #[inline]
-    pub(crate) fn standby(&self) -> bool {
+    pub fn standby(&self) -> bool {
         self.standby.load(std::sync::atomic::Ordering::Acquire)
     }
 

@@ -55,6 +55,12 @@ impl Splitter {
         self.escape = false;
     }
 
+    /// The part of a message read so far (what a hot upgrade hands over: fed again to a
+    /// fresh splitter, it leaves that splitter in this one's state).
+    pub fn partial(&self) -> &[u8] {
+        &self.buf
+    }
+
     /// Whether part of a message has been read.
     pub fn is_partial(&self) -> bool {
         !self.buf.is_empty()

@@ -27,8 +27,8 @@ mod uuid;
 pub use datum::{Atom, Datum, DatumError, Row};
 pub use remote::{Remote, RemoteError, Stream, CONNECT_TIMEOUT, DEFAULT_PORT};
 pub use session::{
-    Changes, Event, Monitor, Replica, Session, SessionError, TxnError, CONNECTION_LOST,
-    MAX_MESSAGE, MONITOR_ID,
+    Changes, Event, Monitor, PendingState, Replica, RestoreError, Session, SessionError,
+    SessionState, TxnError, CONNECTION_LOST, MAX_MESSAGE, MAX_PENDING, MONITOR_ID,
 };
 pub use uuid::{Uuid, UuidError};
 

@@ -34,6 +34,9 @@ use crate::framing::{FramingError, Splitter};
 use crate::schema::{ColumnType, Schema};
 use crate::uuid::Uuid;
 
+mod handover;
+pub use handover::{PendingState, RestoreError, SessionState, MAX_PENDING};
+
 /// The default limit of one message's size.
 pub const MAX_MESSAGE: usize = 64 << 20;
 
@@ -369,6 +372,8 @@ pub struct Session {
     pending: HashMap<u64, Pending>,
     next_id: u64,
     events: VecDeque<Event>,
+    /// The schema as the server sent it (a hot upgrade hands it over with the replica).
+    schema: Option<Value>,
 }
 
 impl Session {
@@ -387,6 +392,7 @@ impl Session {
             pending: HashMap::new(),
             next_id: 1,
             events: VecDeque::new(),
+            schema: None,
         }
     }
 
@@ -409,6 +415,7 @@ impl Session {
         self.lose_connection();
         self.replica = Replica::default();
         self.columns.clear();
+        self.schema = None;
         self.phase = Phase::Schema;
         self.request(Pending::Schema, "get_schema", json!([self.db]));
     }
@@ -709,6 +716,7 @@ impl Session {
                     reason,
                 })?;
                 self.columns = self.select_columns(&schema);
+                self.schema = Some(result);
                 self.send_monitor(true);
                 Ok(())
             }

@@ -713,3 +713,129 @@ fn any_chunking_gives_the_same_replica() {
         s.check_consistency().unwrap();
     }
 }
+
+/// A synchronised session exported in the middle of everything (a transaction and an echo
+/// out, half an update2 read, a request half written) and restored from its JSON goes on
+/// exactly where it was: same replica, same output to the byte, the rest of the update
+/// completes it, the transaction's reply finds its id, the next request gets the next id.
+#[test]
+fn a_session_hands_over_mid_message() {
+    let mut s = synced();
+    let txn = s.transact(vec![json!({"op": "comment", "comment": "x"})]);
+    let echo = s.echo();
+    let out = s.pending_output().to_vec();
+    s.consume_output(7);
+    let note = json!({"method": "update2", "params": [MONITOR_ID, {
+        "Interface": {U3: {"modify": {"ofport": 5}}}
+    }], "id": null})
+    .to_string();
+    let (a, b) = note.as_bytes().split_at(20);
+    s.feed(a).unwrap();
+    assert!(events(&mut s).is_empty());
+    let st = s.export().expect("synced");
+    assert_eq!(st.input, a);
+    assert_eq!(st.output, &out[7..]);
+    assert_eq!(
+        st.pending,
+        vec![
+            PendingState::Transact { id: txn, n_ops: 1 },
+            PendingState::Echo { id: echo }
+        ]
+    );
+    let text = serde_json::to_string(&st).unwrap();
+    let back: SessionState = serde_json::from_str(&text).unwrap();
+    assert_eq!(back, st);
+    let mut r = Session::restore(DB, monitor(), &back).unwrap();
+    assert!(r.is_synced() && r.uses_monitor_cond() && r.awaiting_reply());
+    assert_eq!(r.replica(), s.replica());
+    assert_eq!(r.pending_output(), &out[7..]);
+    assert_eq!(r.export().unwrap(), st);
+    r.feed(b).unwrap();
+    let c = changed(&mut r);
+    assert_eq!(c.modified, vec![("Interface".to_string(), u(U3))]);
+    assert_eq!(iface(&r, U3)["ofport"], Datum::integer(5));
+    feed(&mut r, json!({"id": txn, "result": [{}], "error": null}));
+    assert!(matches!(one(&mut r), Event::TxnReply { id, result: Ok(_) } if id == txn));
+    feed(&mut r, json!({"id": echo, "result": [], "error": null}));
+    assert!(events(&mut r).is_empty() && !r.awaiting_reply());
+    assert_eq!(r.echo(), echo + 1);
+    r.check_consistency().unwrap();
+    // A plain-monitor session keeps its kind of notification.
+    let mut st2 = st.clone();
+    st2.cond = false;
+    st2.input.clear();
+    let r = Session::restore(DB, monitor(), &st2).unwrap();
+    assert!(r.is_synced() && !r.uses_monitor_cond());
+}
+
+/// Only a synchronised session is exported.
+#[test]
+fn only_a_synced_session_is_exported() {
+    let mut s = Session::new(DB, monitor());
+    assert!(s.export().is_none());
+    s.connected();
+    assert!(s.export().is_none());
+    assert!(synced().export().is_some());
+}
+
+/// Every corrupt state is refused with its own error.
+#[test]
+fn a_corrupt_session_state_is_refused() {
+    let good = synced().export().unwrap();
+    let refuse = |f: &dyn Fn(&mut SessionState), m: &dyn Fn(&RestoreError) -> bool| {
+        let mut st = good.clone();
+        f(&mut st);
+        let e = Session::restore(DB, monitor(), &st).unwrap_err();
+        assert!(m(&e), "{e:?}");
+    };
+    refuse(&|s| s.db = "OVN_Northbound".into(), &|e| {
+        matches!(e, RestoreError::Database { .. })
+    });
+    refuse(&|s| s.schema = json!({"name": 7}), &|e| {
+        matches!(e, RestoreError::Schema(_))
+    });
+    refuse(
+        &|s| {
+            s.monitored.get_mut("Bridge").unwrap().pop();
+        },
+        &|e| matches!(e, RestoreError::Monitor(m) if m.contains("Bridge")),
+    );
+    refuse(
+        &|s| s.replica["Interface"][U3]["initial"]["ofport"] = json!("five"),
+        &|e| matches!(e, RestoreError::Replica(SessionError::BadDatum { .. })),
+    );
+    refuse(&|s| s.replica["Other"] = json!({}), &|e| {
+        matches!(e, RestoreError::Replica(SessionError::UnmonitoredTable(_)))
+    });
+    refuse(
+        &|s| s.replica["Bridge"][U1] = json!({"modify": {"name": "x"}}),
+        &|e| matches!(e, RestoreError::Replica(SessionError::BadRowUpdate { .. })),
+    );
+    refuse(
+        &|s| s.pending = vec![PendingState::Echo { id: 1 }, PendingState::Echo { id: 1 }],
+        &|e| matches!(e, RestoreError::PendingId { id: 1, .. }),
+    );
+    refuse(
+        &|s| s.pending = vec![PendingState::Echo { id: s.next_id }],
+        &|e| matches!(e, RestoreError::PendingId { .. }),
+    );
+    refuse(
+        &|s| s.pending = vec![PendingState::Echo { id: 0 }; MAX_PENDING + 1],
+        &|e| matches!(e, RestoreError::TooManyPending(_)),
+    );
+    refuse(&|s| s.output = vec![b' '; MAX_MESSAGE + 1], &|e| {
+        matches!(e, RestoreError::TooLarge { what: "output", .. })
+    });
+    refuse(&|s| s.input = b"[1]".to_vec(), &|e| {
+        matches!(e, RestoreError::Input(SessionError::Framing(_)))
+    });
+    // A reply to a request that is not in flight, whole in the input.
+    refuse(
+        &|s| s.input = br#"{"id": 1, "result": [], "error": null}"#.to_vec(),
+        &|e| matches!(e, RestoreError::Input(SessionError::UnknownReply(_))),
+    );
+    // Bytes that are not hex.
+    let mut v = serde_json::to_value(&good).unwrap();
+    v["input"] = json!("7g");
+    assert!(serde_json::from_value::<SessionState>(v).is_err());
+}

@@ -166,6 +166,13 @@ pub struct OvsdbStatus {
     pub state: String,
     /// Write-back transactions that failed (each retried).
     pub txn_failures: u64,
+    /// Connections taken over from the daemon before this one at a hot upgrade (the
+    /// server saw no new connection).
+    #[serde(default)]
+    pub handed_over: u64,
+    /// Handed-over connections refused (closed, and a new one made; each logged).
+    #[serde(default)]
+    pub handover_refused: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

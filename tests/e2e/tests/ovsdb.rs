@@ -433,6 +433,148 @@ fn hot_upgrade_in_ovsdb_mode_under_traffic() {
     assert_eq!(s["ovsdb"]["state"], "synced", "{s}");
 }
 
+/// The local inode of `pid`'s connection to the unix socket `server` (from `ss -xpn`: the
+/// server's end names the path and its peer's inode, the client's end that inode and the
+/// process).
+fn db_conn_inode(server: &Path, pid: u64) -> Option<u64> {
+    let o = std::process::Command::new("ss")
+        .args(["-xpn"])
+        .output()
+        .expect("ss runs");
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    let path = server.display().to_string();
+    // Columns: Netid State Recv-Q Send-Q Local Inode Peer Inode [Process].
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    let server_peers: Vec<&str> = rows
+        .iter()
+        .filter(|r| r.len() >= 8 && r[4] == path)
+        .map(|r| r[7])
+        .collect();
+    let me = format!("pid={pid},");
+    rows.iter()
+        .filter(|r| r.len() >= 9 && server_peers.contains(&r[5]))
+        .find(|r| r[8..].iter().any(|c| c.contains(&me)))
+        .and_then(|r| r[5].parse().ok())
+}
+
+/// The database connection is handed over at a hot upgrade: the new daemon goes on on the
+/// very socket the old one had (same inode; ovsdb-server sees no new connection), with
+/// no resynchronisation, and `ovs-vsctl add-port`s run during and right after the upgrade
+/// are each applied once (an update applied twice would be refused as an insert of an
+/// existing row and cost the connection; one lost would leave its `ovs-vsctl` waiting for
+/// `cur_cfg`). `FERROVS_WRITE_FIXTURE=1` captures `upgrade-state-v3-ovsdbconn.json` here.
+#[test]
+fn the_database_connection_is_handed_over_at_an_upgrade() {
+    use ferrovs_control::upgrade::{Channel, Msg};
+    if !ready() {
+        return;
+    }
+    let (dir, db, _sw) = setup("ovsdb-handover");
+    let _stop = StopCurrent(dir.clone());
+    db.vsctl(&[
+        "add-br",
+        "br0",
+        "--",
+        "set",
+        "bridge",
+        "br0",
+        "datapath_type=netdev",
+    ])
+    .unwrap();
+    for p in ["p1", "p2"] {
+        db.add_port("br0", p, &["type=dpdkvhostuser"]).unwrap();
+    }
+    let old = daemon_pid(&dir);
+    if std::env::var_os("FERROVS_WRITE_FIXTURE").is_some() {
+        let path = dir.join("ferrovs.upgrade");
+        let mut ch = Channel::new(ferrovs_sys::os::seqpacket_connect(&path).unwrap()).unwrap();
+        let hello = Msg::Hello {
+            schema_min: 3,
+            schema_max: 3,
+            version: "0.0.1".into(),
+        };
+        ch.send(&hello, &[]).unwrap();
+        let (st, _fds) = ch.recv_state(Duration::from_secs(5)).unwrap();
+        let fail = Msg::Fail {
+            error: "capturing a fixture".into(),
+        };
+        ch.send(&fail, &[]).unwrap();
+        assert!(st.ovsdb.as_ref().unwrap().conn.is_some());
+        let text = serde_json::to_string_pretty(&Msg::State(Box::new(st))).unwrap();
+        let path =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/upgrade-state-v3-ovsdbconn.json");
+        std::fs::write(path, text).unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let inode = db_conn_inode(&db.sock, old).expect("the old daemon's database connection");
+    let before = cli_json(&dir, &["show"])["ovsdb"].clone();
+    assert_eq!(before["connects"], 1, "{before}");
+    // add-ports racing the upgrade (each waits for cur_cfg: for the switch to apply it).
+    let vsctl = std::thread::scope(|sc| {
+        let adds = sc.spawn(|| {
+            let mut out = Vec::new();
+            for p in ["p3", "p4", "p5", "p6"] {
+                out.push(db.add_port("br0", p, &["type=dpdkvhostuser"]));
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            out
+        });
+        let t = std::time::Instant::now();
+        let r = upgrade(&dir, &[]).expect("upgrade");
+        assert_eq!(r["ok"], true, "{r}");
+        eprintln!(
+            "upgrade: prepare {} ms, downtime {} us, total {} ms ({:?} wall)",
+            r["prepare_ms"],
+            r["downtime_us"],
+            r["total_ms"],
+            t.elapsed()
+        );
+        // And right after it.
+        let after = db.add_port("br0", "p7", &["type=dpdkvhostuser"]);
+        let mut v = adds.join().unwrap();
+        v.push(after);
+        v
+    });
+    for r in &vsctl {
+        assert!(r.is_ok(), "{r:?}");
+    }
+    let new = daemon_pid(&dir);
+    assert_ne!(new, old);
+    assert_eq!(
+        db_conn_inode(&db.sock, new),
+        Some(inode),
+        "the new daemon goes on on the old daemon's connection"
+    );
+    let s = cli_json(&dir, &["show"])["ovsdb"].clone();
+    assert_eq!(s["state"], "synced", "{s}");
+    assert_eq!(s["connects"], 1, "no new connection: {s}");
+    assert_eq!(s["handed_over"], 1, "{s}");
+    assert_eq!(s["handover_refused"], 0, "{s}");
+    assert_eq!(s["refused_inputs"], 0, "no update applied twice: {s}");
+    for p in ["p1", "p2", "p3", "p4", "p5", "p6", "p7"] {
+        let st = port(&dir, p).unwrap_or_else(|| panic!("{p} runs"));
+        let ofport = db.get("Interface", p, "ofport").unwrap();
+        assert_eq!(ofport, st["ofport"].to_string(), "{p}");
+    }
+    // The server's own view: one monitor, the switch's one session.
+    let mem = std::process::Command::new("ovs-appctl")
+        .arg("-t")
+        .arg(dir.join("ovsdb-server.ctl"))
+        .arg("memory/show")
+        .output()
+        .unwrap();
+    eprintln!(
+        "ovsdb-server memory/show: {}",
+        String::from_utf8_lossy(&mem.stdout)
+    );
+    // A later change still arrives on the handed-over connection.
+    db.vsctl(&["del-port", "br0", "p7"]).unwrap();
+    assert!(port(&dir, "p7").is_none());
+}
+
 /// A hostile or broken server: one that never answers is dropped after the inactivity
 /// probe, one that sends garbage or a reply that is not a schema is dropped at once with a
 /// counted, logged refusal; the daemon answers its control socket throughout and keeps

@@ -655,10 +655,7 @@ impl Daemon {
             bridges,
             ports,
             upgrades: self.upgrades,
-            ovsdb: self.ovsdb.as_ref().map(|o| upgrade::OvsdbState {
-                remote: o.remote.clone(),
-                settings: self.db_settings.iter().cloned().collect(),
-            }),
+            ovsdb: self.ovsdb_export(fds),
             openflow: Some(self.of_export(fds)),
             continuation_nonce: Some(super::continuation::current_nonce()),
         }
@@ -853,8 +850,13 @@ impl Daemon {
             .ovsdb
             .clone()
             .or_else(|| state.ovsdb.as_ref().map(|o| o.remote.clone()));
-        if let Some(o) = &state.ovsdb {
+        let mut ovsdb_conn = None;
+        if let Some(o) = &mut state.ovsdb {
             d.db_settings = o.settings.iter().cloned().collect();
+            // (A new daemon told another remote makes its own connection.)
+            if remote.as_deref() == Some(o.remote.as_str()) {
+                ovsdb_conn = o.conn.take();
+            }
         }
         // The OpenFlow management sockets before the bridges (which then bind none).
         let openflow = state.openflow.take();
@@ -910,7 +912,10 @@ impl Daemon {
         if let Some(of) = openflow {
             d.of_restore(of, &mut fds);
         }
-        d.ovsdb = remote.map(|r| Box::new(ovsdb::OvsdbLink::new(r)));
+        // The database connection last: its first apply finds every port built.
+        if let Some(r) = remote {
+            d.ovsdb_restore(r, ovsdb_conn, &mut fds);
+        }
         Ok(d)
     }
 

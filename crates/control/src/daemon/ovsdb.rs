@@ -16,11 +16,16 @@
 //! without a byte. A write-back that fails is retried after [`RETRY`] or at the next change.
 //! Malformed input from the server is counted (`show`'s `ovsdb.refused_inputs`) and logged,
 //! and costs the connection at worst, never the daemon.
+//!
+//! Hot upgrade: the connection is handed over with its session as plain data
+//! (`Daemon::ovsdb_export`, `Daemon::ovsdb_restore`; `docs/upgrade.md`, "The OVSDB
+//! connection"): the server sees no new connection and the new daemon does not resync.
 
 use std::collections::BTreeMap;
 
 use ferrovs_ovsdb::{ops, Atom, Datum, Event, Monitor, Remote, Row, Session, Stream, Uuid};
 
+use crate::upgrade::{Lenient, OvsdbConnState, OvsdbState};
 use crate::vswitchdb::{self, Desired, Tables};
 
 use super::controllers::ControllerReport;
@@ -214,6 +219,9 @@ pub(super) struct OvsdbLink {
     pub last_error: Option<String>,
     pub refused_inputs: u64,
     pub txn_failures: u64,
+    /// Connections taken over at a hot upgrade, and those refused then.
+    pub handed_over: u64,
+    pub handover_refused: u64,
 }
 
 impl OvsdbLink {
@@ -242,6 +250,8 @@ impl OvsdbLink {
             last_error: None,
             refused_inputs: 0,
             txn_failures: 0,
+            handed_over: 0,
+            handover_refused: 0,
         }
     }
 
@@ -262,6 +272,8 @@ impl OvsdbLink {
             remote: self.remote.clone(),
             state: state.into(),
             txn_failures: self.txn_failures,
+            handed_over: self.handed_over,
+            handover_refused: self.handover_refused,
         }
     }
 
@@ -436,6 +448,12 @@ impl Daemon {
     /// statistics every [`STATS_EVERY`].
     pub(super) fn ovsdb_tick(&mut self) {
         let now = Instant::now();
+        let Some(l) = self.link() else { return };
+        if l.dirty && l.session.is_synced() {
+            // A connection handed over at an upgrade: its first apply (and whatever whole
+            // messages the old daemon had read), should the socket not have woken us yet.
+            self.ovsdb_events();
+        }
         let Some(l) = self.link() else { return };
         if l.stream.is_none() {
             if now >= l.next_attempt {
@@ -1327,6 +1345,156 @@ impl Daemon {
     }
 }
 
+/// At most this much of the session (its JSON: mostly the replica) travels in the handover
+/// message (at most [`crate::upgrade::MAX_MSG`] with everything else); a bigger one is left
+/// out and the new daemon connects and resynchronises.
+const HANDOVER_BYTES: usize = 3 << 20;
+
+/// Why a handed-over database connection was refused (it is closed, and the new daemon
+/// connects afresh).
+#[derive(Debug, thiserror::Error)]
+pub(super) enum OvsdbConnError {
+    #[error("malformed: {0}")]
+    Malformed(String),
+    #[error(transparent)]
+    Fd(#[from] crate::upgrade::StateError),
+    #[error("its socket is not a {0} stream socket")]
+    Socket(&'static str, #[source] io::Error),
+    #[error("a {socket} socket for remote {remote}")]
+    Kind {
+        socket: &'static str,
+        remote: String,
+    },
+    #[error("session")]
+    Session(#[source] Box<ferrovs_ovsdb::RestoreError>),
+    #[error("epoll")]
+    Epoll(#[source] io::Error),
+}
+
+impl Daemon {
+    /// The OVSDB side as plain data, the connection's socket into `fds` when it is
+    /// synchronised. Called by the handover in the control thread: the socket is read and
+    /// written no more (its events were handled when its bytes were read).
+    pub(super) fn ovsdb_export(&self, fds: &mut crate::upgrade::FdList) -> Option<OvsdbState> {
+        let l = self.ovsdb.as_deref()?;
+        let conn = l.stream.as_ref().and_then(|(stream, _)| {
+            let Some(session) = l.session.export() else {
+                log::info!("upgrade: ovsdb: not synchronised; the new daemon reconnects");
+                return None;
+            };
+            let size = serde_json::to_vec(&session).map_or(usize::MAX, |v| v.len());
+            if size > HANDOVER_BYTES {
+                log::warn!(
+                    "upgrade: ovsdb: the session is {size} bytes, more than {HANDOVER_BYTES}; \
+                     the new daemon reconnects"
+                );
+                return None;
+            }
+            Some(Lenient(Ok(OvsdbConnState {
+                socket: fds.push(stream.as_raw_fd()),
+                tcp: matches!(stream, Stream::Tcp(_)),
+                session,
+                writeback: l.txn,
+                applied_cfg: l.applied_cfg,
+                idle_ms: l.last_rx.elapsed().as_millis() as u64,
+                probe_sent: l.probe_sent,
+                connects: l.connects,
+            })))
+        });
+        Some(OvsdbState {
+            remote: l.remote.clone(),
+            settings: self.db_settings.iter().cloned().collect(),
+            conn,
+        })
+    }
+
+    /// The database link from handed-over state: the connection goes on where the old
+    /// daemon left it (registered now, read and written once the event loop runs, after
+    /// the commit), or, refused, is closed and counted, and a new one is made at the first
+    /// tick. The first turn applies the replica as a diff (it finds every port as the
+    /// database asks) and writes back what differs.
+    pub(super) fn ovsdb_restore(
+        &mut self,
+        remote: String,
+        conn: Option<Lenient<OvsdbConnState>>,
+        fds: &mut crate::upgrade::FdTable,
+    ) {
+        self.ovsdb = Some(Box::new(OvsdbLink::new(remote)));
+        let Some(Lenient(c)) = conn else { return };
+        let r = c
+            .map_err(OvsdbConnError::Malformed)
+            .and_then(|c| self.ovsdb_restore_conn(&c, fds));
+        let l = self.ovsdb.as_deref_mut().expect("set above");
+        match r {
+            Ok(()) => {
+                l.handed_over += 1;
+                log::info!("takeover: ovsdb: the connection to {} goes on", l.remote);
+            }
+            Err(e) => {
+                l.handover_refused += 1;
+                log::warn!(
+                    "takeover: ovsdb: handed-over connection to {} refused (closed; \
+                     connecting afresh): {}",
+                    l.remote,
+                    with_sources(&e)
+                );
+            }
+        }
+    }
+
+    fn ovsdb_restore_conn(
+        &mut self,
+        c: &OvsdbConnState,
+        fds: &mut crate::upgrade::FdTable,
+    ) -> Result<(), OvsdbConnError> {
+        let fd = fds.take(c.socket)?;
+        let l = self.ovsdb.as_deref().expect("set by the caller");
+        let kind = if c.tcp { "TCP" } else { "Unix" };
+        let tcp_remote = matches!(l.target, Ok(Remote::Tcp(_)));
+        if c.tcp != tcp_remote {
+            return Err(OvsdbConnError::Kind {
+                socket: kind,
+                remote: l.remote.clone(),
+            });
+        }
+        let stream = if c.tcp {
+            let t = std::net::TcpStream::from(fd);
+            t.peer_addr()
+                .and_then(|_| t.set_nonblocking(true))
+                .map_err(|e| OvsdbConnError::Socket(kind, e))?;
+            Stream::Tcp(t)
+        } else {
+            let u = UnixStream::from(fd);
+            u.peer_addr()
+                .and_then(|_| u.set_nonblocking(true))
+                .map_err(|e| OvsdbConnError::Socket(kind, e))?;
+            Stream::Unix(u)
+        };
+        let session = Session::restore(DB, monitor(), &c.session)
+            .map_err(|e| OvsdbConnError::Session(Box::new(e)))?;
+        let t = self.token(Source::Ovsdb, "");
+        // Armed for writing: the first turn of the loop after the commit writes the output
+        // the old daemon had not, and handles what it had read.
+        if let Err(e) = self.epoll.add(stream.as_fd(), t, true) {
+            self.tokens.remove(&t);
+            return Err(OvsdbConnError::Epoll(e));
+        }
+        let l = self.ovsdb.as_deref_mut().expect("set by the caller");
+        let now = Instant::now();
+        l.session = session;
+        l.stream = Some((stream, t));
+        l.connects = c.connects;
+        l.txn = c.writeback;
+        l.applied_cfg = c.applied_cfg;
+        l.last_rx = now
+            .checked_sub(Duration::from_millis(c.idle_ms))
+            .unwrap_or(now);
+        l.probe_sent = c.probe_sent;
+        l.dirty = true;
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1485,5 +1653,149 @@ mod tests {
         assert_eq!(netdev_mac("lo"), Some([0; 6]));
         assert_eq!(netdev_mac("no-such-dev0"), None);
         assert!(ovs_version().starts_with("3.1.0+ferrovs."));
+    }
+
+    fn daemon(name: &str) -> (Daemon, PathBuf) {
+        let dir = std::env::temp_dir().join(format!("ferrovs-dbho-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut opts = DaemonOptions::in_dir(&dir);
+        opts.pmd_cores = Some(vec![*os::allowed_cpus().last().unwrap_or(&0)]);
+        (Daemon::start(opts).expect("daemon starts"), dir)
+    }
+
+    /// A connection state on a fresh socket pair: (state, fds, the server's end).
+    fn handed(session: &Session) -> (OvsdbConnState, Vec<std::os::fd::OwnedFd>, UnixStream) {
+        let (ours, server) = UnixStream::pair().unwrap();
+        let st = OvsdbConnState {
+            socket: 0,
+            tcp: false,
+            session: session.export().unwrap(),
+            writeback: None,
+            applied_cfg: Some(3),
+            idle_ms: 1200,
+            probe_sent: false,
+            connects: 4,
+        };
+        (st, vec![std::os::fd::OwnedFd::from(ours)], server)
+    }
+
+    /// A handed-over connection goes on on the same socket: the session's output (a
+    /// transaction the old daemon had half written) goes out from the exact byte, the
+    /// write-back's reply finds its id, and the first turn maps the replica; the counters
+    /// say it was handed over.
+    #[test]
+    fn a_handed_over_connection_goes_on() {
+        let (mut d, dir) = daemon("ok");
+        let mut s = synced();
+        let id = s.transact(vec![json!({"op": "comment", "comment": "write-back"})]);
+        let out = s.pending_output().to_vec();
+        s.consume_output(10);
+        let (mut st, fds, mut server) = handed(&s);
+        st.writeback = Some(id);
+        let remote = "unix:/nonexistent/db.sock".to_string();
+        let mut fds = crate::upgrade::FdTable::new(fds);
+        d.ovsdb_restore(remote, Some(Lenient(Ok(st))), &mut fds);
+        let l = d.ovsdb.as_deref().unwrap();
+        assert_eq!((l.handed_over, l.handover_refused), (1, 0));
+        assert_eq!(l.connects, 4);
+        assert_eq!(l.txn, Some(id));
+        assert!(l.stream.is_some() && l.session.is_synced() && l.dirty);
+        let status = l.status();
+        assert_eq!(status.state, "synced");
+        assert_eq!(status.cur_cfg, 3);
+        // The first turn: the rest of the output, then the mapping (the interface's client
+        // socket does not exist: its error is written back after the reply).
+        d.ovsdb_tick();
+        server
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let mut got = vec![0; out.len() - 10];
+        server.read_exact(&mut got).unwrap();
+        assert_eq!(got, out[10..]);
+        let l = d.ovsdb.as_deref().unwrap();
+        assert!(!l.dirty);
+        assert_eq!(l.desired.bridge_rows.len(), 1);
+        let reply = json!({"id": id, "result": [{}], "error": null});
+        server.write_all(reply.to_string().as_bytes()).unwrap();
+        let ev = EpollEvent {
+            readable: true,
+            ..Default::default()
+        };
+        d.on_ovsdb(&ev);
+        // The reply found its id; the write-back the mapping asked for goes out next, with
+        // the next id of the old daemon's numbering.
+        assert_eq!(d.ovsdb.as_deref().unwrap().txn, Some(id + 1));
+        let mut buf = vec![0; 65536];
+        let n = server.read(&mut buf).unwrap();
+        let next: Value = serde_json::Deserializer::from_slice(&buf[..n])
+            .into_iter()
+            .next()
+            .unwrap()
+            .unwrap();
+        assert_eq!(next["method"], "transact");
+        assert_eq!(next["id"], id + 1);
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// A corrupt entry costs that connection only: it is closed (the server sees its end)
+    /// and counted, and the daemon connects afresh at its first tick.
+    #[test]
+    fn a_corrupt_handed_over_connection_is_closed_and_counted() {
+        let (mut d, dir) = daemon("bad");
+        let remote = "unix:/nonexistent/db.sock".to_string();
+        let s = synced();
+        type Corrupt = Box<dyn Fn(&mut OvsdbConnState)>;
+        let cases: Vec<(&str, Corrupt)> = vec![
+            ("tcp", Box::new(|c| c.tcp = true)),
+            ("db", Box::new(|c| c.session.db = "OVN_Southbound".into())),
+            (
+                "replica",
+                Box::new(|c| c.session.replica["Bridge"][BR]["initial"]["name"] = json!(7)),
+            ),
+            ("fd", Box::new(|c| c.socket = 3)),
+        ];
+        for (i, (what, f)) in cases.iter().enumerate() {
+            let (mut st, fds, mut server) = handed(&s);
+            f(&mut st);
+            let mut fds = crate::upgrade::FdTable::new(fds);
+            d.ovsdb_restore(remote.clone(), Some(Lenient(Ok(st))), &mut fds);
+            drop(fds);
+            let l = d.ovsdb.as_deref().unwrap();
+            assert_eq!(l.handover_refused, 1, "{what}");
+            assert!(l.stream.is_none(), "{what}");
+            assert_eq!(l.status().state, "backoff", "{what}");
+            // Closed: the server reads the end of the stream.
+            let mut b = [0u8; 1];
+            assert_eq!(server.read(&mut b).unwrap(), 0, "{what} {i}");
+        }
+        // One that does not parse; and a fd that is no socket.
+        let mut fds = crate::upgrade::FdTable::new(vec![]);
+        d.ovsdb_restore(remote.clone(), Some(Lenient(Err("x".into()))), &mut fds);
+        assert_eq!(d.ovsdb.as_deref().unwrap().handover_refused, 1);
+        let (st, _, _server) = handed(&s);
+        let mut fds = crate::upgrade::FdTable::new(vec![os::memfd("x", 8, false).unwrap()]);
+        d.ovsdb_restore(remote, Some(Lenient(Ok(st))), &mut fds);
+        assert_eq!(d.ovsdb.as_deref().unwrap().handover_refused, 1);
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// The fixture captured from a live daemon (`tests/ovsdb.rs`'s
+    /// `the_database_connection_is_handed_over_at_an_upgrade`, `FERROVS_WRITE_FIXTURE=1`)
+    /// restores: this version monitors exactly what that one did, and its replica is the
+    /// database the test built.
+    #[test]
+    fn the_captured_connection_restores() {
+        const FIXTURE: &str =
+            include_str!("../../../../tests/e2e/fixtures/upgrade-state-v3-ovsdbconn.json");
+        let st = crate::upgrade::State::parse(FIXTURE.as_bytes()).unwrap();
+        assert_eq!(st.schema, 3);
+        let o = st.ovsdb.unwrap();
+        let c = o.conn.unwrap().0.unwrap();
+        let s = Session::restore(DB, monitor(), &c.session).unwrap();
+        assert!(s.is_synced());
+        let t = tables(&s);
+        assert_eq!(t.bridges.len(), 1);
+        assert_eq!(t.interfaces.len(), 3, "br0, p1, p2");
+        assert_eq!(s.export().unwrap(), c.session);
     }
 }

@@ -167,7 +167,14 @@ impl Daemon {
 
     /// Waits until every PMD finished the iteration it was in (at most 1 s: a PMD that does
     /// not move on is stuck elsewhere, and waiting longer would stall the control plane).
+    /// Not in standby (a new daemon preparing a hot upgrade): its PMDs were started parked
+    /// and park until the resume, holding no snapshot, and a parked PMD's epoch does not
+    /// move, so the wait would only last its 1 s, once per publish, while the old daemon's
+    /// control thread waits for `ready` (prepare was 4.0 s with a bridge holding rules).
     pub(super) fn quiesce(&self) {
+        if self.datapath.standby() {
+            return;
+        }
         if !self.wait_pmd_iterations() {
             log::warn!("a PMD did not finish its iteration within 1 s");
         }
