@@ -241,6 +241,13 @@ pub enum ResolvedAction {
     StackPop(SubField),
     /// Runs the actions on a copy of the packet and translation state (see [`ActionSpec::Clone`]).
     Clone(Vec<ResolvedAction>),
+    /// `conjunction(id,k/n)` (1-based `clause`): a soft rule's, which the classifier never
+    /// answers with, so it never runs (a no-op if it did, as in OVS).
+    Conjunction {
+        id: u32,
+        clause: u8,
+        n_clauses: u8,
+    },
 }
 
 /// Most nested resubmits that go back (to the same or an earlier table: the ones that can
@@ -526,6 +533,15 @@ fn resolve_action(
         ActionSpec::Clone(v) => {
             ResolvedAction::Clone(v.iter().map(|a| resolve_action(a, rule, resolve)).collect())
         }
+        ActionSpec::Conjunction {
+            id,
+            clause,
+            n_clauses,
+        } => ResolvedAction::Conjunction {
+            id: *id,
+            clause: *clause,
+            n_clauses: *n_clauses,
+        },
     }
 }
 
@@ -606,6 +622,15 @@ impl ResolvedAction {
             ResolvedAction::Clone(v) => {
                 ActionSpec::Clone(v.iter().filter_map(|a| a.to_spec(name)).collect())
             }
+            ResolvedAction::Conjunction {
+                id,
+                clause,
+                n_clauses,
+            } => ActionSpec::Conjunction {
+                id: *id,
+                clause: *clause,
+                n_clauses: *n_clauses,
+            },
         })
     }
 }
@@ -703,7 +728,11 @@ impl Pipeline {
             stats,
             id: self.next_id,
         });
-        if self.tables[t].insert(m, spec.priority, rule).is_none() {
+        let conj = crate::spec::conjunctions(&spec.actions);
+        if self.tables[t]
+            .insert_conj(m, spec.priority, rule, &conj)
+            .is_none()
+        {
             self.rules += 1;
         }
     }
@@ -1735,6 +1764,8 @@ fn apply<'a>(
                     return false;
                 }
             }
+            // A soft rule's: never the answer of a lookup (see crate::classifier).
+            ResolvedAction::Conjunction { .. } => {}
             ResolvedAction::SetVlanVid(vid) => {
                 st.modified = true;
                 // The result depends on whether the frame has a tag (its PCP is kept).

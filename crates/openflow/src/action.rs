@@ -113,6 +113,15 @@ pub enum Action {
     StackPop(NxStack),
     /// Nicira `NXAST_CLONE` (`clone(...)`): the nested actions on a copy of the packet.
     Clone(Vec<Action>),
+    /// Nicira `NXAST_CONJUNCTION` (`conjunction(id,k/n)` with `clause = k - 1`).
+    Conjunction {
+        /// The conjunction's id (what `conj_id` matches).
+        id: u32,
+        /// This rule's clause, 0-based.
+        clause: u8,
+        /// The conjunction's number of clauses (2..=64).
+        n_clauses: u8,
+    },
 }
 
 /// Where an action list sits: a `ct` action's nested list takes only `nat` and writes of
@@ -204,7 +213,8 @@ impl Action {
             | Action::Learn(_)
             | Action::StackPush(_)
             | Action::StackPop(_)
-            | Action::Clone(_) => at::EXPERIMENTER,
+            | Action::Clone(_)
+            | Action::Conjunction { .. } => at::EXPERIMENTER,
         }
     }
 
@@ -229,6 +239,11 @@ impl Action {
             Action::StackPush(st) => nicira::encode_stack(nicira::nxast::STACK_PUSH, st, out),
             Action::StackPop(st) => nicira::encode_stack(nicira::nxast::STACK_POP, st, out),
             Action::Clone(list) => nicira::encode_clone(list, out),
+            Action::Conjunction {
+                id,
+                clause,
+                n_clauses,
+            } => nicira::encode_conjunction(*id, *clause, *n_clauses, out),
             _ => {
                 out.put_u16(self.type_());
                 out.put_u16(0);
@@ -247,7 +262,8 @@ impl Action {
             | Action::Learn(_)
             | Action::StackPush(_)
             | Action::StackPop(_)
-            | Action::Clone(_) => out.pad8_from(start),
+            | Action::Clone(_)
+            | Action::Conjunction { .. } => out.pad8_from(start),
             Action::CopyField(m) => {
                 out.put_u16(m.nbits);
                 out.put_u16(m.src_ofs);
