@@ -1430,6 +1430,9 @@ fn overlaps(rules: &BridgeRules, spec: &FlowSpec) -> bool {
         if s.in_port.is_some() && spec.in_port.is_some() && s.in_port != spec.in_port {
             return false;
         }
+        if s.m.conj_id.is_some() && spec.m.conj_id.is_some() && s.m.conj_id != spec.m.conj_id {
+            return false;
+        }
         // Both care about a bit and disagree on it: disjoint.
         s.m.mask
             .0
