@@ -6,7 +6,7 @@
 # scenarios run on either.
 #
 #   tests/ovn/lab.sh up [--switch ovs|ferrovs] [--chassis N] [--no-of-trace]
-#   tests/ovn/lab.sh run [--keep] SCENARIO...     1 to 7 or all (scenarios below)
+#   tests/ovn/lab.sh run [--keep] SCENARIO...     1 to 8 or all (scenarios below)
 #   tests/ovn/lab.sh inventory [OUT.md]           what ovn-controller used (docs/ovn.md)
 #   tests/ovn/lab.sh status                       chassis, tunnels, ports, bindings
 #   tests/ovn/lab.sh down [--keep-logs]
@@ -32,6 +32,10 @@
 #      upgraded (ferrovs: a hot upgrade; OVS: ovs-vswitchd restarted, as a package upgrade
 #      does): the stream goes on; with ferrovs also ovn-controller keeps its OpenFlow
 #      connections (its log shows no reconnect) and the chassis has the same flows
+#   8  ACLs over an address set and a port group (conjunctive flows: `conjunction(id,k/n)`,
+#      `conj_id`, checked installed on both chassis): vm1..vm4 on ls1, to pg_srv {vm2, vm3}
+#      allow-related TCP from $as_web {vm1, vm4} to {5001, 5002}, drop other IPv4: allowed
+#      and dropped connections across and within chassis
 #
 # `run` exits 0 when every check passed; on a failure it prints the checks and the tails of
 # the logs and takes the lab down (keeping its directory: --keep leaves the lab running).
@@ -399,9 +403,10 @@ ping_blocked() { ! in_ns "ovl-$1" ping -c 3 -i 0.3 -W 1 -q "$2"; }
 
 listening() { [ -n "$(in_ns "ovl-$1" ss -Hltn "sport = :$2")" ]; }
 
-# tcp_ok SRC DST DST_IP: 1 MiB through a TCP connection and back (socat echoing with cat).
+# tcp_ok SRC DST DST_IP [PORT]: 1 MiB through a TCP connection and back (socat echoing
+# with cat).
 tcp_ok() {
-    local src=$1 dst=$2 ip=$3 port=$((20000 + RANDOM % 10000)) pid rc=0
+    local src=$1 dst=$2 ip=$3 port=${4:-$((20000 + RANDOM % 10000))} pid rc=0
     head -c 1048576 /dev/urandom >"$LAB/tcp.in"
     in_ns "ovl-$dst" timeout 30 socat -T 10 "TCP-LISTEN:$port,reuseaddr" EXEC:cat &
     pid=$!
@@ -413,9 +418,9 @@ tcp_ok() {
     cmp "$LAB/tcp.in" "$LAB/tcp.out"
 }
 
-# tcp_blocked SRC DST DST_IP: with a listener there, no connection within 3 s.
+# tcp_blocked SRC DST DST_IP [PORT]: with a listener there, no connection within 3 s.
 tcp_blocked() {
-    local src=$1 dst=$2 ip=$3 port=$((20000 + RANDOM % 10000)) pid rc=0
+    local src=$1 dst=$2 ip=$3 port=${4:-$((20000 + RANDOM % 10000))} pid rc=0
     in_ns "ovl-$dst" timeout 10 socat -T 5 "TCP-LISTEN:$port,reuseaddr" EXEC:cat &
     pid=$!
     wait_for 5 "the listener" listening "$dst" "$port" || return 1
@@ -511,6 +516,50 @@ scenario_3() {
     check "s3: TCP vm2 -> vm1 dropped (drop default)" tcp_blocked vm2 vm1 10.0.1.11
 }
 cleanup_3() { nbctl --if-exists ls-del ls1; }
+
+# conj_flows N: chassis N's br-int holds conjunctive flows (soft ones and their conj_id).
+conj_flows() {
+    local f=$LAB/conj-ch$1.flows
+    ovs-ofctl -O OpenFlow15 dump-flows "unix:$LAB/ch$1/br-int.mgmt" >"$f" 2>&1 || { cat "$f"; return 1; }
+    echo "$(grep -c 'conjunction(' "$f") soft flows, $(grep -c 'conj_id=' "$f") conj_id flows on ch$1"
+    grep -q 'conjunction(' "$f" && grep -q 'conj_id=' "$f"
+}
+
+# ACLs over an address set and a port group of several ports: ovn-northd and
+# ovn-controller compile them into conjunctive flows (`conjunction(id,k/n)`, `conj_id`).
+scenario_8() {
+    nbctl ls-add ls1
+    lsp ls1 vm1 0a:00:00:00:01:01 10.0.1.11
+    lsp ls1 vm2 0a:00:00:00:01:02 10.0.1.12
+    lsp ls1 vm3 0a:00:00:00:01:03 10.0.1.13
+    lsp ls1 vm4 0a:00:00:00:01:04 10.0.1.14
+    nbctl create Address_Set name=as_web 'addresses="10.0.1.11","10.0.1.14"' >/dev/null
+    nbctl pg-add pg_srv vm2 vm3
+    nbctl acl-add pg_srv to-lport 1000 \
+        'outport == @pg_srv && ip4.src == $as_web && tcp.dst == {5001, 5002}' allow-related
+    nbctl acl-add pg_srv to-lport 1000 'outport == @pg_srv && arp' allow
+    nbctl acl-add pg_srv to-lport 900 'outport == @pg_srv && ip4' drop
+    vm_add 1 vm1 0a:00:00:00:01:01 10.0.1.11/24
+    vm_add 2 vm2 0a:00:00:00:01:02 10.0.1.12/24
+    vm_add 1 vm3 0a:00:00:00:01:03 10.0.1.13/24
+    vm_add 2 vm4 0a:00:00:00:01:04 10.0.1.14/24
+    check "s8: logical ports vm1..vm4 bound and up" ports_up vm1 vm2 vm3 vm4
+    nbctl --wait=hv sync
+    check "s8: conjunctive flows installed on ch1" conj_flows 1
+    check "s8: conjunctive flows installed on ch2" conj_flows 2
+    check "s8: TCP vm1 -> vm2:5001 allowed (address set x port set)" tcp_ok vm1 vm2 10.0.1.12 5001
+    check "s8: TCP vm4 -> vm3:5002 allowed (across chassis)" tcp_ok vm4 vm3 10.0.1.13 5002
+    check "s8: TCP vm4 -> vm2:5002 allowed (same chassis)" tcp_ok vm4 vm2 10.0.1.12 5002
+    check "s8: TCP vm1 -> vm2:5003 dropped (port not in the set)" tcp_blocked vm1 vm2 10.0.1.12 5003
+    check "s8: TCP vm3 -> vm2:5001 dropped (source not in the address set)" tcp_blocked vm3 vm2 10.0.1.12 5001
+    check "s8: ping vm1 -> vm2 dropped (drop below)" ping_blocked vm1 10.0.1.12
+    check "s8: ping vm2 -> vm1 allowed (vm1 not in the port group)" ping_ok vm2 10.0.1.11
+}
+cleanup_8() {
+    nbctl --if-exists pg-del pg_srv -- --if-exists ls-del ls1
+    nbctl --if-exists destroy Address_Set as_web 2>/dev/null ||
+        nbctl -- --if-exists destroy Address_Set "$(nbctl --bare --columns=_uuid find Address_Set name=as_web)" 2>/dev/null || true
+}
 
 # dhcp_ok VM IP ROUTER: busybox udhcpc in the VM gets IP and ROUTER from OVN, and the VM
 # takes the address.
@@ -909,12 +958,12 @@ do_run() {
     while [ $# -gt 0 ]; do
         case $1 in
         --keep) RUN_KEEP=1; shift ;;
-        all) scenarios+=(1 2 3 4 5 6 7); shift ;;
-        [1-7]) scenarios+=("$1"); shift ;;
-        *) die "run: unknown scenario '$1' (1 to 7, all)" ;;
+        all) scenarios+=(1 2 3 4 5 6 7 8); shift ;;
+        [1-8]) scenarios+=("$1"); shift ;;
+        *) die "run: unknown scenario '$1' (1 to 8, all)" ;;
         esac
     done
-    [ ${#scenarios[@]} -gt 0 ] || die "run: which scenario? (1 to 7, all)"
+    [ ${#scenarios[@]} -gt 0 ] || die "run: which scenario? (1 to 8, all)"
     load_state
     trap 'rc=$?; if [ $rc != 0 ]; then show_logs; [ $RUN_KEEP = 1 ] || do_down --keep-logs; fi' EXIT
     for s in "${scenarios[@]}"; do run_scenario "$s"; done

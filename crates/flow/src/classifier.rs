@@ -17,19 +17,58 @@
 //! changes it. The control plane changes a copy of the published pipeline by a rule or a few
 //! (an OpenFlow FLOW_MOD) in O(log n), instead of building all n rules again.
 //!
+//! Conjunctive matches (OVS's `conjunction(id, k/n)` and `conj_id`, ovs-fields(7)
+//! "Conjunctive Match Fields"): a rule inserted with conjunctions ([`Conjunction`]; its
+//! actions are only `conjunction(...)`) is *soft*: it never is a lookup's answer itself.
+//! A lookup first finds the best *hard* rule H (as without conjunctions; soft rules do not
+//! prune) and every soft rule that matches with a priority above H's. Then, priority by
+//! priority from the highest: conjunction `id` of `n` clauses *completes* at priority P when
+//! for each clause `k` of `n` some matching soft rule of priority P has `conjunction(id,
+//! k/n)`; for each completed id (ascending), the lookup is done again as if the packet's
+//! `conj_id` were `id`: rules matching `conj_id=id` join the hard rules, and if that finds
+//! a rule (H itself, when no `conj_id=id` rule beats it), it is the answer. Otherwise the
+//! soft rules of the next lower priority are tried; when none completes, the answer is H.
+//! So a higher-priority ordinary rule wins, and soft rules of a priority that completes
+//! nothing are ignored, as in OVS (`classifier_lookup__`). `conj_id` rules live in their
+//! own tuple spaces (one per id): they take no key bits (`conj_id` is not a packet field),
+//! and a lookup that completes nothing never probes them. The megaflow mask is still every
+//! probed subtable's: the soft rules consulted decide which ids complete, and their
+//! subtables were probed; the second lookup adds the subtables of `conj_id=id`. A soft rule
+//! that also matches `conj_id` never counts (OVS would count one matching `conj_id=0`).
+//!
 //! Thread-safety: none inside; a classifier is built by the control plane and then shared
 //! read-only (inside an immutable [`crate::Pipeline`]).
+
+use std::sync::Arc;
 
 use imbl::HashMap;
 
 use crate::key::FlowKey;
 use crate::matching::Match;
 
+/// One `conjunction(id, k/n)` of a soft rule: `clause` is `k - 1` (0-based, as on the wire),
+/// `n_clauses` is `n` (2..=64).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Conjunction {
+    pub id: u32,
+    pub clause: u8,
+    pub n_clauses: u8,
+}
+
 #[derive(Debug, Clone)]
 struct Entry<T> {
     priority: u16,
     seq: u64,
     value: T,
+    /// `Some`: a soft rule, with its conjunctions (never empty).
+    conj: Option<Arc<[Conjunction]>>,
+}
+
+impl<T> Entry<T> {
+    /// Whether `self` wins over `other`: a higher priority, or the same and inserted earlier.
+    fn beats(&self, other: &Entry<T>) -> bool {
+        self.priority > other.priority || (self.priority == other.priority && self.seq < other.seq)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -52,52 +91,33 @@ impl<T: Clone> Subtable<T> {
     }
 }
 
-/// Rules with priorities, looked up by flow key.
+/// A tuple space: subtables sorted by `max_priority`, highest first.
 #[derive(Debug, Clone)]
-pub struct Classifier<T> {
-    /// Sorted by `max_priority`, highest first.
+struct Tuples<T> {
     subtables: Vec<Subtable<T>>,
-    len: usize,
-    seq: u64,
 }
 
-impl<T: Clone> Default for Classifier<T> {
+impl<T> Default for Tuples<T> {
     fn default() -> Self {
-        Classifier::new()
-    }
-}
-
-impl<T: Clone> Classifier<T> {
-    pub fn new() -> Self {
-        Classifier {
+        Tuples {
             subtables: Vec::new(),
-            len: 0,
-            seq: 0,
         }
     }
+}
 
-    pub fn len(&self) -> usize {
-        self.len
-    }
+/// The answer of a probe: a hard rule found so far.
+type Best<'a, T> = Option<&'a Entry<T>>;
 
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Number of distinct masks.
-    pub fn subtables(&self) -> usize {
-        self.subtables.len()
-    }
-
+impl<T: Clone> Tuples<T> {
     fn resort(&mut self) {
         // Stable: equal maxima keep their order.
         self.subtables
             .sort_by_key(|s| std::cmp::Reverse(s.max_priority));
     }
 
-    /// Adds a rule; one with the same match and priority is replaced (it keeps its place
-    /// among equal priorities) and returned.
-    pub fn insert(&mut self, m: Match, priority: u16, value: T) -> Option<T> {
+    /// Adds `e` under `m`; returns the value of the entry of the same match and priority it
+    /// replaced (which keeps its `seq`, so its place among equal priorities).
+    fn insert(&mut self, m: &Match, mut e: Entry<T>) -> Option<T> {
         let i = match self.subtables.iter().position(|s| s.mask == m.mask) {
             Some(i) => i,
             None => {
@@ -112,24 +132,17 @@ impl<T: Clone> Classifier<T> {
         };
         let st = &mut self.subtables[i];
         let list = st.rules.entry(m.key).or_default();
-        if let Some(e) = list.iter_mut().find(|e| e.priority == priority) {
-            return Some(std::mem::replace(&mut e.value, value));
+        let priority = e.priority;
+        if let Some(old) = list.iter_mut().find(|x| x.priority == priority) {
+            e.seq = old.seq;
+            return Some(std::mem::replace(old, e).value);
         }
-        self.seq += 1;
         let at = list
             .iter()
-            .position(|e| e.priority < priority)
+            .position(|x| x.priority < priority)
             .unwrap_or(list.len());
-        list.insert(
-            at,
-            Entry {
-                priority,
-                seq: self.seq,
-                value,
-            },
-        );
+        list.insert(at, e);
         st.count += 1;
-        self.len += 1;
         let grew = priority > st.max_priority || st.count == 1;
         if grew {
             st.max_priority = st.max_priority.max(priority);
@@ -138,8 +151,7 @@ impl<T: Clone> Classifier<T> {
         None
     }
 
-    /// Removes the rule with this match and priority.
-    pub fn remove(&mut self, m: &Match, priority: u16) -> Option<T> {
+    fn remove(&mut self, m: &Match, priority: u16) -> Option<T> {
         let i = self.subtables.iter().position(|s| s.mask == m.mask)?;
         let st = &mut self.subtables[i];
         let list = st.rules.get_mut(&m.key)?;
@@ -149,7 +161,6 @@ impl<T: Clone> Classifier<T> {
             st.rules.remove(&m.key);
         }
         st.count -= 1;
-        self.len -= 1;
         if st.count == 0 {
             self.subtables.remove(i);
         } else if priority == st.max_priority {
@@ -159,10 +170,16 @@ impl<T: Clone> Classifier<T> {
         Some(e.value)
     }
 
-    /// The best rule matching `key` and its priority; ORs into `wc` every key bit the answer
-    /// depended on (see the module doc). Allocates nothing.
-    pub fn lookup(&self, key: &FlowKey, wc: &mut FlowKey) -> Option<(&T, u16)> {
-        let mut best: Option<&Entry<T>> = None;
+    /// The best hard rule matching `key`, starting from `best` (what must be beaten);
+    /// collects into `soft` (when given) the soft rules met on the way that could beat it.
+    /// ORs every probed subtable's mask into `wc`.
+    fn probe<'a>(
+        &'a self,
+        key: &FlowKey,
+        wc: &mut FlowKey,
+        mut best: Best<'a, T>,
+        mut soft: Option<&mut Vec<&'a Entry<T>>>,
+    ) -> Best<'a, T> {
         for st in &self.subtables {
             if let Some(b) = best {
                 // Sorted by max priority: nothing further can win (equal priorities lose to
@@ -173,31 +190,37 @@ impl<T: Clone> Classifier<T> {
                 }
             }
             wc.union(&st.mask);
-            if let Some(list) = st.rules.get(&key.masked(&st.mask)) {
-                let e = &list[0];
-                let better = match best {
-                    None => true,
-                    Some(b) => {
-                        e.priority > b.priority || (e.priority == b.priority && e.seq < b.seq)
-                    }
-                };
-                if better {
-                    best = Some(e);
+            let Some(list) = st.rules.get(&key.masked(&st.mask)) else {
+                continue;
+            };
+            for e in list {
+                if best.is_some_and(|b| !e.beats(b)) {
+                    break;
                 }
+                if e.conj.is_some() {
+                    // Soft: not an answer; a rule of the same match and a lower priority
+                    // may still be.
+                    if let Some(s) = soft.as_deref_mut() {
+                        s.push(e);
+                    }
+                    continue;
+                }
+                best = Some(e);
+                break;
             }
         }
-        best.map(|e| (&e.value, e.priority))
+        best
     }
 
-    /// Every rule: (match, priority, value), in no particular order.
-    pub fn iter(&self) -> impl Iterator<Item = (Match, u16, &T)> {
-        self.subtables.iter().flat_map(|st| {
+    fn iter(&self, conj_id: Option<u32>) -> impl Iterator<Item = (Match, u16, &T)> {
+        self.subtables.iter().flat_map(move |st| {
             st.rules.iter().flat_map(move |(k, list)| {
                 list.iter().map(move |e| {
                     (
                         Match {
                             key: *k,
                             mask: st.mask,
+                            conj_id,
                         },
                         e.priority,
                         &e.value,
@@ -206,6 +229,171 @@ impl<T: Clone> Classifier<T> {
             })
         })
     }
+}
+
+/// Rules with priorities, looked up by flow key.
+#[derive(Debug, Clone)]
+pub struct Classifier<T> {
+    /// Rules that do not match `conj_id`, hard and soft.
+    main: Tuples<T>,
+    /// Rules matching `conj_id=N`, by N.
+    by_conj: HashMap<u32, Tuples<T>>,
+    len: usize,
+    /// The last insertion's number (shared by every tuple space: ties between a rule of
+    /// `main` and one of `by_conj` go to the earlier inserted, as within one).
+    seq: u64,
+}
+
+impl<T: Clone> Default for Classifier<T> {
+    fn default() -> Self {
+        Classifier::new()
+    }
+}
+
+impl<T: Clone> Classifier<T> {
+    pub fn new() -> Self {
+        Classifier {
+            main: Tuples::default(),
+            by_conj: HashMap::new(),
+            len: 0,
+            seq: 0,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Number of distinct masks (per tuple space: `conj_id=N` rules have their own).
+    pub fn subtables(&self) -> usize {
+        self.main.subtables.len()
+            + self
+                .by_conj
+                .values()
+                .map(|t| t.subtables.len())
+                .sum::<usize>()
+    }
+
+    /// Adds a rule; one with the same match and priority is replaced (it keeps its place
+    /// among equal priorities) and returned.
+    pub fn insert(&mut self, m: Match, priority: u16, value: T) -> Option<T> {
+        self.insert_conj(m, priority, value, &[])
+    }
+
+    /// [`Classifier::insert`] of a rule that is soft when `conj` is not empty: its actions
+    /// are these conjunctions (see the module doc).
+    pub fn insert_conj(
+        &mut self,
+        m: Match,
+        priority: u16,
+        value: T,
+        conj: &[Conjunction],
+    ) -> Option<T> {
+        self.seq += 1;
+        let e = Entry {
+            priority,
+            seq: self.seq,
+            value,
+            conj: (!conj.is_empty()).then(|| Arc::from(conj)),
+        };
+        let old = match m.conj_id {
+            None => self.main.insert(&m, e),
+            Some(id) => self.by_conj.entry(id).or_default().insert(&m, e),
+        };
+        if old.is_none() {
+            self.len += 1;
+        }
+        old
+    }
+
+    /// Removes the rule with this match and priority.
+    pub fn remove(&mut self, m: &Match, priority: u16) -> Option<T> {
+        let v = match m.conj_id {
+            None => self.main.remove(m, priority),
+            Some(id) => {
+                let t = self.by_conj.get_mut(&id)?;
+                let v = t.remove(m, priority);
+                if t.subtables.is_empty() {
+                    self.by_conj.remove(&id);
+                }
+                v
+            }
+        }?;
+        self.len -= 1;
+        Some(v)
+    }
+
+    /// The best rule matching `key` and its priority; ORs into `wc` every key bit the answer
+    /// depended on (see the module doc). Allocates nothing unless soft rules match.
+    pub fn lookup(&self, key: &FlowKey, wc: &mut FlowKey) -> Option<(&T, u16)> {
+        self.lookup_entry(key, wc).map(|e| (&e.value, e.priority))
+    }
+
+    fn lookup_entry(&self, key: &FlowKey, wc: &mut FlowKey) -> Best<'_, T> {
+        let mut soft: Vec<&Entry<T>> = Vec::new();
+        let main_hard = self.main.probe(key, wc, None, Some(&mut soft));
+        // OVS's conj_id is 0 in the ordinary lookup: `conj_id=0` rules take part.
+        let hard = match self.by_conj.get(&0) {
+            Some(t) => t.probe(key, wc, main_hard, None),
+            None => main_hard,
+        };
+        if soft.is_empty() {
+            return hard;
+        }
+        soft.retain(|e| hard.is_none_or(|h| e.priority > h.priority));
+        soft.sort_by_key(|e| std::cmp::Reverse(e.priority));
+        let mut ids: Vec<u32> = Vec::new();
+        for group in soft.chunk_by(|a, b| a.priority == b.priority) {
+            completed(
+                group.iter().map(|e| e.conj.as_deref().unwrap_or(&[])),
+                &mut ids,
+            );
+            for &id in &ids {
+                let found = match self.by_conj.get(&id) {
+                    _ if id == 0 => hard,
+                    Some(t) => t.probe(key, wc, main_hard, None),
+                    None => main_hard,
+                };
+                if found.is_some() {
+                    return found;
+                }
+            }
+        }
+        hard
+    }
+
+    /// Every rule: (match, priority, value), in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (Match, u16, &T)> {
+        self.main
+            .iter(None)
+            .chain(self.by_conj.iter().flat_map(|(id, t)| t.iter(Some(*id))))
+    }
+}
+
+/// The conjunction ids the soft rules of one priority complete (each rule's conjunctions
+/// one item), ascending, into `out`. An id completes when every clause `0..n` of one `n` is
+/// present (rules that disagree on an id's `n` are counted per `n`).
+pub(crate) fn completed<'a>(rules: impl Iterator<Item = &'a [Conjunction]>, out: &mut Vec<u32>) {
+    out.clear();
+    // (id, n) → clauses seen.
+    let mut seen: std::collections::HashMap<(u32, u8), u64> = std::collections::HashMap::new();
+    for conj in rules {
+        for c in conj {
+            *seen.entry((c.id, c.n_clauses)).or_default() |= 1u64 << (c.clause & 63);
+        }
+    }
+    for ((id, n), bits) in seen {
+        let all = if n >= 64 { u64::MAX } else { (1u64 << n) - 1 };
+        if n >= 2 && bits & all == all {
+            out.push(id);
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
 }
 
 #[cfg(test)]

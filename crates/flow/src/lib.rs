@@ -22,6 +22,8 @@
 
 pub mod classifier;
 #[cfg(test)]
+mod conj_tests;
+#[cfg(test)]
 mod cont_tests;
 pub mod ct;
 pub mod edit;
@@ -46,7 +48,7 @@ mod testrng;
 mod tests;
 pub mod tlv;
 
-pub use classifier::Classifier;
+pub use classifier::{Classifier, Conjunction};
 pub use key::{Field, FlowKey, SubField, TunnelKey, KEY_WORDS, TUN_METADATA};
 pub use matching::Match;
 pub use pipeline::{
@@ -56,7 +58,7 @@ pub use pipeline::{
     MAX_FROZEN_FRAMES, REASON_ACTION, REASON_NO_MATCH,
 };
 pub use spec::{
-    parse_filter, parse_flow, parse_flows_file, parse_group, ActionSpec, BucketSpec, ControllerExt,
-    FlowFilter, FlowSpec, GroupSpec, GroupType, ParseError,
+    check_conjunctions, conjunctions, parse_filter, parse_flow, parse_flows_file, parse_group,
+    ActionSpec, BucketSpec, ControllerExt, FlowFilter, FlowSpec, GroupSpec, GroupType, ParseError,
 };
 pub use tlv::{TlvEntry, TlvError, TlvMap};

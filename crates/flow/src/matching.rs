@@ -1,5 +1,7 @@
 //! A rule's match: a key and a mask; a packet matches when its key agrees with the match's
-//! key on every bit of the mask.
+//! key on every bit of the mask. A match may also name a conjunction (`conj_id=N`, see
+//! [`crate::classifier`]): `conj_id` is not a packet field and takes no key bits; such a
+//! rule matches only during the lookup that follows a completed conjunction `N`.
 
 use crate::key::{Field, FlowKey};
 
@@ -8,6 +10,8 @@ use crate::key::{Field, FlowKey};
 pub struct Match {
     pub key: FlowKey,
     pub mask: FlowKey,
+    /// `conj_id=N`: the rule applies when conjunction `N` completed (`None`: any).
+    pub conj_id: Option<u32>,
 }
 
 impl Match {
@@ -29,8 +33,23 @@ impl Match {
         (self.key.get(f), self.mask.get(f))
     }
 
+    /// Whether a packet with key `k` matches, outside a conjunction's lookup (a
+    /// `conj_id=N` rule matches only in it, see [`Match::matches_in`]).
     #[inline]
     pub fn matches(&self, k: &FlowKey) -> bool {
+        self.matches_in(k, 0)
+    }
+
+    /// Whether `k` matches in the lookup of conjunction `conj` (0: the ordinary lookup, as
+    /// OVS's `conj_id` is 0 there).
+    #[inline]
+    pub fn matches_in(&self, k: &FlowKey, conj: u32) -> bool {
+        self.conj_id.is_none_or(|c| c == conj) && self.matches_key(k)
+    }
+
+    /// Whether `k` agrees with the match on every bit of its mask (`conj_id` left aside).
+    #[inline]
+    pub fn matches_key(&self, k: &FlowKey) -> bool {
         k.0.iter()
             .zip(&self.mask.0)
             .zip(&self.key.0)
@@ -40,7 +59,9 @@ impl Match {
     /// Whether every packet `other` matches also matches `self` (`other` is at least as
     /// specific on every bit `self` looks at, with the same values there).
     pub fn covers(&self, other: &Match) -> bool {
-        self.mask.is_subset_of(&other.mask) && other.key.masked(&self.mask) == self.key
+        self.conj_id.is_none_or(|c| other.conj_id == Some(c))
+            && self.mask.is_subset_of(&other.mask)
+            && other.key.masked(&self.mask) == self.key
     }
 }
 

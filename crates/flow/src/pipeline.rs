@@ -264,6 +264,13 @@ pub enum ResolvedAction {
         len: u16,
         dst: SubField,
     },
+    /// `conjunction(id,k/n)` (1-based `clause`): a soft rule's, which the classifier never
+    /// answers with, so it never runs (a no-op if it did, as in OVS).
+    Conjunction {
+        id: u32,
+        clause: u8,
+        n_clauses: u8,
+    },
 }
 
 /// Most nested resubmits that go back (to the same or an earlier table: the ones that can
@@ -553,6 +560,15 @@ fn resolve_action(
             len: *len,
             dst: *dst,
         },
+        ActionSpec::Conjunction {
+            id,
+            clause,
+            n_clauses,
+        } => ResolvedAction::Conjunction {
+            id: *id,
+            clause: *clause,
+            n_clauses: *n_clauses,
+        },
     }
 }
 
@@ -636,6 +652,15 @@ impl ResolvedAction {
             ResolvedAction::CheckPktLarger { len, dst } => ActionSpec::CheckPktLarger {
                 len: *len,
                 dst: *dst,
+            },
+            ResolvedAction::Conjunction {
+                id,
+                clause,
+                n_clauses,
+            } => ActionSpec::Conjunction {
+                id: *id,
+                clause: *clause,
+                n_clauses: *n_clauses,
             },
         })
     }
@@ -734,7 +759,11 @@ impl Pipeline {
             stats,
             id: self.next_id,
         });
-        if self.tables[t].insert(m, spec.priority, rule).is_none() {
+        let conj = crate::spec::conjunctions(&spec.actions);
+        if self.tables[t]
+            .insert_conj(m, spec.priority, rule, &conj)
+            .is_none()
+        {
             self.rules += 1;
         }
     }
@@ -1897,6 +1926,8 @@ fn apply<'a>(
                 let rest = &actions[i + 1..];
                 return check_pkt_larger(st, len, &dst, rest, next, lookup, groups, depth);
             }
+            // A soft rule's: never the answer of a lookup (see crate::classifier).
+            ResolvedAction::Conjunction { .. } => {}
             ResolvedAction::SetVlanVid(vid) => {
                 st.modified = true;
                 // The result depends on whether the frame has a tag (its PCP is kept).

@@ -419,6 +419,23 @@ pub(crate) fn random_rule(r: &mut Rng, table: u8) -> String {
     if r.below(15) == 0 {
         actions = vec!["drop".into()];
     }
+    // Conjunctive matches (crate::classifier): soft rules of conjunctions 1..=3 (2 or 3
+    // clauses; few priorities so that they meet), and rules matching conj_id.
+    match r.below(12) {
+        0..=1 => {
+            let n = 1 + r.below(2);
+            actions = (0..n)
+                .map(|_| {
+                    let id = 1 + r.below(3);
+                    let nc = 2 + (id % 2);
+                    format!("conjunction({id},{}/{nc})", 1 + r.below(nc))
+                })
+                .collect();
+            parts[usize::from(table > 0)] = format!("priority={}", [10, 100][r.below(2) as usize]);
+        }
+        2 => parts.push(format!("conj_id={}", 1 + r.below(4))),
+        _ => {}
+    }
     format!("{} actions={}", parts.join(","), actions.join(","))
 }
 
@@ -652,7 +669,7 @@ fn translation_matches_a_linear_reference_and_megaflows_hold() {
             }
             let t = usize::from(s.table);
             let rule = compiled[&(t, m, s.priority)].clone();
-            lin[t].insert(m, s.priority, rule);
+            lin[t].insert_conj(m, s.priority, rule, &crate::spec::conjunctions(&s.actions));
         }
         for _ in 0..200 {
             let k = random_key(&mut r);

@@ -115,6 +115,15 @@ pub enum Action {
     Clone(Vec<Action>),
     /// Nicira `NXAST_CHECK_PKT_LARGER` (`check_pkt_larger(LEN)->DST[bit]`).
     CheckPktLarger(nicira::NxCheckPktLarger),
+    /// Nicira `NXAST_CONJUNCTION` (`conjunction(id,k/n)` with `clause = k - 1`).
+    Conjunction {
+        /// The conjunction's id (what `conj_id` matches).
+        id: u32,
+        /// This rule's clause, 0-based.
+        clause: u8,
+        /// The conjunction's number of clauses (2..=64).
+        n_clauses: u8,
+    },
 }
 
 /// Where an action list sits: a `ct` action's nested list takes only `nat` and writes of
@@ -207,7 +216,8 @@ impl Action {
             | Action::StackPush(_)
             | Action::StackPop(_)
             | Action::Clone(_)
-            | Action::CheckPktLarger(_) => at::EXPERIMENTER,
+            | Action::CheckPktLarger(_)
+            | Action::Conjunction { .. } => at::EXPERIMENTER,
         }
     }
 
@@ -233,6 +243,11 @@ impl Action {
             Action::StackPop(st) => nicira::encode_stack(nicira::nxast::STACK_POP, st, out),
             Action::Clone(list) => nicira::encode_clone(list, out),
             Action::CheckPktLarger(c) => nicira::encode_check_pkt_larger(c, out),
+            Action::Conjunction {
+                id,
+                clause,
+                n_clauses,
+            } => nicira::encode_conjunction(*id, *clause, *n_clauses, out),
             _ => {
                 out.put_u16(self.type_());
                 out.put_u16(0);
@@ -252,7 +267,8 @@ impl Action {
             | Action::StackPush(_)
             | Action::StackPop(_)
             | Action::Clone(_)
-            | Action::CheckPktLarger(_) => out.pad8_from(start),
+            | Action::CheckPktLarger(_)
+            | Action::Conjunction { .. } => out.pad8_from(start),
             Action::CopyField(m) => {
                 out.put_u16(m.nbits);
                 out.put_u16(m.src_ofs);

@@ -111,6 +111,13 @@ pub mod et {
     pub const EXPERIMENTER: u16 = 0xffff;
 }
 
+/// Nicira's `NXBAC_*` codes (sent as [`et::EXPERIMENTER`] errors, OpenFlow 1.2+ numbering).
+pub mod nxbac {
+    /// `NXBAC_BAD_CONJUNCTION`: a `conjunction` action with a bad clause or clause count,
+    /// or with actions other than `conjunction`s.
+    pub const BAD_CONJUNCTION: u16 = 15;
+}
+
 /// `OFPHFC_*`: codes of `OFPET_HELLO_FAILED`.
 pub mod hfc {
     pub const INCOMPATIBLE: u16 = 0;
@@ -492,6 +499,7 @@ pub fn name(type_: u16, code: u16) -> Option<&'static str> {
     if type_ == et::EXPERIMENTER {
         // Nicira's codes (OpenFlow 1.2+ numbering), the ones this crate produces.
         return match code {
+            15 => Some("NXBAC_BAD_CONJUNCTION"),
             16 => Some("NXTTMFC_BAD_COMMAND"),
             17 => Some("NXTTMFC_BAD_OPT_LEN"),
             18 => Some("NXTTMFC_BAD_FIELD_IDX"),

@@ -60,6 +60,8 @@
 
 pub mod action;
 pub mod bundle;
+#[cfg(test)]
+mod conj_tests;
 pub mod error;
 mod framer;
 pub mod learn;

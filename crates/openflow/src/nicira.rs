@@ -16,6 +16,10 @@
 //!   persistent 4, hash 8, random 16), `range_present` (ipv4 min 1, ipv4 max 2, ipv6 min 4,
 //!   ipv6 max 8, port min 16, port max 32), then the present options in that order.
 //! * `NXAST_CT_CLEAR` (16 bytes): 6 pad.
+//! * `NXAST_CONJUNCTION` (16 bytes): `clause` (0-based: `conjunction(id,k/n)` has `k - 1`),
+//!   `n_clauses`, `id` (u32). `n` outside 2..=64 or `k > n` is OVS's
+//!   `NXBAC_BAD_CONJUNCTION` (an experimenter error, code 15); a `conjunction` with actions
+//!   other than `conjunction`s is refused with the same code by the control plane.
 //! * `NXAST_REG_LOAD` (24 bytes): `ofs_nbits`, `dst` (an NXM header), `value` (u64).
 //! * `NXAST_REG_LOAD2` (16 bytes + an OXM TLV, padded to 8): the TLV, maybe masked.
 //! * `NXAST_REG_MOVE` (24 bytes): `n_bits`, `src_ofs`, `dst_ofs`, `src`, `dst` (NXM headers).
@@ -73,6 +77,7 @@ pub mod nxast {
     pub const STACK_POP: u16 = 28;
     pub const CLONE: u16 = 42;
     pub const CT_CLEAR: u16 = 43;
+    pub const CONJUNCTION: u16 = 34;
     pub const CHECK_PKT_LARGER: u16 = 49;
 }
 
@@ -467,6 +472,14 @@ pub(crate) fn encode_ct_clear(out: &mut Vec<u8>) {
     out.put_zeros(6);
 }
 
+/// `NXAST_CONJUNCTION` (16 bytes): `clause` (0-based), `n_clauses`, `id`.
+pub(crate) fn encode_conjunction(id: u32, clause: u8, n_clauses: u8, out: &mut Vec<u8>) {
+    put_header(out, nxast::CONJUNCTION);
+    out.push(clause);
+    out.push(n_clauses);
+    out.put_u32(id);
+}
+
 pub(crate) fn encode_nat(nat: &NxNat, out: &mut Vec<u8>) {
     put_header(out, nxast::NAT);
     out.put_zeros(2);
@@ -641,6 +654,30 @@ pub(crate) fn decode_experimenter(body: &[u8], ctx: ActionContext) -> Result<Act
                 alg,
                 actions,
             }))
+        }
+        nxast::CONJUNCTION => {
+            if len != 16 {
+                return Err(bad(bac::BAD_LEN, "NXAST_CONJUNCTION not 16 bytes"));
+            }
+            let clause = r.u8()?;
+            let n_clauses = r.u8()?;
+            let id = r.u32()?;
+            // OVS's decode_NXAST_RAW_CONJUNCTION: NXBAC_BAD_CONJUNCTION.
+            if !(2..=64).contains(&n_clauses) || clause >= n_clauses {
+                return Err(crate::error::OfError::new(
+                    crate::error::et::EXPERIMENTER,
+                    crate::error::nxbac::BAD_CONJUNCTION,
+                    "conjunction(id,k/n) needs 1 <= k <= n and 2 <= n <= 64",
+                ));
+            }
+            if ctx.is_ct() {
+                return Err(bad(bac::BAD_ARGUMENT, "conjunction nested inside ct"));
+            }
+            Action::Conjunction {
+                id,
+                clause,
+                n_clauses,
+            }
         }
         nxast::CT_CLEAR => {
             if len != 16 {

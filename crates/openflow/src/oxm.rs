@@ -171,6 +171,9 @@ pub enum Field {
     TunMetadata1,
     TunMetadata2,
     TunMetadata3,
+    /// `NXM_NX_CONJ_ID` (class 1, field 37, 32 bits, no mask): the conjunction a rule
+    /// applies to (`conj_id=N`); not a packet field, read-only.
+    ConjId,
 }
 
 /// What the wire says of a field: its class and number, its width, whether it may carry a
@@ -254,7 +257,7 @@ impl Field {
     pub const XXREGS: [Field; 4] = [Field::Xxreg0, Field::Xxreg1, Field::Xxreg2, Field::Xxreg3];
 
     /// Every field, in declaration order.
-    pub const ALL: [Field; 88] = [
+    pub const ALL: [Field; 89] = [
         Field::InPort,
         Field::InPhyPort,
         Field::Metadata,
@@ -343,6 +346,7 @@ impl Field {
         Field::TunMetadata1,
         Field::TunMetadata2,
         Field::TunMetadata3,
+        Field::ConjId,
     ];
 
     /// The field's wire description.
@@ -464,6 +468,7 @@ impl Field {
             TunMetadata1 => fi(N, 41, 4, true, 32, true, "nx_tun_metadata1"),
             TunMetadata2 => fi(N, 42, 4, true, 32, true, "nx_tun_metadata2"),
             TunMetadata3 => fi(N, 43, 4, true, 32, true, "nx_tun_metadata3"),
+            ConjId => fi(N, 37, 4, false, 32, false, "nx_conj_id"),
         }
     }
 

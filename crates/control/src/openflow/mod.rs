@@ -217,6 +217,12 @@ pub fn match_from_of(
             Of::CtNwDst => Field::CtNwDst,
             Of::CtTpSrc => Field::CtTpSrc,
             Of::CtTpDst => Field::CtTpDst,
+            // Not a key field: the conjunction the rule applies to (see
+            // ferrovs_flow::classifier).
+            Of::ConjId => {
+                out.conj_id = Some(v as u32);
+                continue;
+            }
             // The flow key has no such field (ct_ipv6_src/dst among them).
             _ => {
                 return Err(err(
@@ -245,6 +251,9 @@ pub fn match_to_of(m: &Match, in_port: Option<&str>, ports: &PortMap) -> ferrovs
     };
     if let Some(no) = in_port.and_then(|n| ports.number(n)) {
         fields.push(Oxm::exact(Of::InPort, u128::from(no)));
+    }
+    if let Some(id) = m.conj_id {
+        fields.push(Oxm::exact(Of::ConjId, u128::from(id)));
     }
     let (ty, tym) = m.field(Field::EthType);
     let ty = (tym != 0).then_some(ty as u16);
@@ -523,6 +532,16 @@ fn action_from_of(a: &Action, ports: &PortMap) -> Result<ActionSpec, OfError> {
                 .collect::<Result<_, _>>()?,
         ),
         Action::Controller(c) => controller_from_of(c),
+        // `clause` is 0-based on the wire, 1-based as written (the decoder checked it).
+        Action::Conjunction {
+            id,
+            clause,
+            n_clauses,
+        } => ActionSpec::Conjunction {
+            id: *id,
+            clause: clause + 1,
+            n_clauses: *n_clauses,
+        },
         _ => return Err(bad_type()),
     })
 }
@@ -629,6 +648,14 @@ pub fn actions_from_of(
     if actions.is_empty() {
         actions.push(ActionSpec::Drop);
     }
+    // OVS's ofpacts_verify: conjunction only with conjunctions (NXBAC_BAD_CONJUNCTION).
+    ferrovs_flow::check_conjunctions(&actions).map_err(|_| {
+        err(
+            et::EXPERIMENTER,
+            ferrovs_openflow::error::nxbac::BAD_CONJUNCTION,
+            "conjunction with actions other than conjunctions",
+        )
+    })?;
     Ok(actions)
 }
 
@@ -832,6 +859,15 @@ pub fn instructions_to_of_with(
                     apply.push(Action::Learn(Box::new(l)));
                 }
             }
+            ActionSpec::Conjunction {
+                id,
+                clause,
+                n_clauses,
+            } => apply.push(Action::Conjunction {
+                id: *id,
+                clause: clause - 1,
+                n_clauses: *n_clauses,
+            }),
             ActionSpec::ClearActions
             | ActionSpec::WriteActions(_)
             | ActionSpec::WriteMetadata { .. }
@@ -1393,6 +1429,9 @@ fn overlaps(rules: &BridgeRules, spec: &FlowSpec) -> bool {
             return false;
         }
         if s.in_port.is_some() && spec.in_port.is_some() && s.in_port != spec.in_port {
+            return false;
+        }
+        if s.m.conj_id.is_some() && spec.m.conj_id.is_some() && s.m.conj_id != spec.m.conj_id {
             return false;
         }
         // Both care about a bit and disagree on it: disjoint.

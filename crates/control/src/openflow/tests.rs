@@ -1172,3 +1172,56 @@ fn ovn_stack_clone_and_frag_flows_are_the_cli_rules() {
     let m = match_to_of(&spec.m, None, &ports());
     assert!(m.fields.contains(&x(Of::NxIpFrag, 3)), "{m:?}");
 }
+
+#[test]
+fn conjunctions_and_conj_id_map_to_the_cli_rule_and_back() {
+    let ip = x(Of::EthType, 0x0800);
+    let conj = |id, clause, n_clauses| Action::Conjunction {
+        id,
+        clause,
+        n_clauses,
+    };
+    same_as_cli(
+        &fm(
+            fc::ADD,
+            0,
+            100,
+            vec![ip.clone(), x(Of::Ipv4Src, 0x0a00_0001)],
+            vec![conj(7, 0, 2), conj(8, 2, 3)],
+        ),
+        "priority=100,ip,nw_src=10.0.0.1 actions=conjunction(7,1/2),conjunction(8,3/3)",
+    );
+    same_as_cli(
+        &fm(
+            fc::ADD,
+            0,
+            100,
+            vec![x(Of::ConjId, 7), ip.clone()],
+            vec![out(2)],
+        ),
+        "priority=100,conj_id=7,ip actions=output:vm2",
+    );
+    // OVS's ofpacts_verify: a conjunction only with conjunctions, NXBAC_BAD_CONJUNCTION.
+    let mixed = fm(fc::ADD, 0, 1, vec![], vec![conj(7, 0, 2), out(2)]);
+    assert_eq!(
+        refusal(&mixed),
+        (
+            et::EXPERIMENTER,
+            ferrovs_openflow::error::nxbac::BAD_CONJUNCTION
+        )
+    );
+    let nested = fm(
+        fc::ADD,
+        0,
+        1,
+        vec![],
+        vec![Action::Clone(vec![conj(7, 0, 2)])],
+    );
+    assert_eq!(
+        refusal(&nested),
+        (
+            et::EXPERIMENTER,
+            ferrovs_openflow::error::nxbac::BAD_CONJUNCTION
+        )
+    );
+}

@@ -52,6 +52,7 @@ fn settable(a: &ActionSpec) -> bool {
             | ActionSpec::StackPop(_)
             | ActionSpec::Clone(_)
             | ActionSpec::CheckPktLarger { .. }
+            | ActionSpec::Conjunction { .. }
     )
 }
 
@@ -415,6 +416,12 @@ fn parse_action_in(a: &str, table: u8, m: Option<&Match>) -> Result<ActionSpec, 
             ActionSpec::Ct(Box::new(super::ct::parse_ct(arg, family, invalid_only)?))
         }
         ("ct_clear", None) | ("ct_clear", Some("")) => ActionSpec::CtClear,
+        ("conjunction", Some(arg)) if !lenient => parse_conjunction(arg)?,
+        ("conjunction", _) if lenient => {
+            return Err(ParseError::Invalid(
+                "conjunction is for rules, not group buckets".into(),
+            ))
+        }
         ("learn", Some(arg)) if a.contains('(') => ActionSpec::Learn(Box::new(
             super::learn::parse_learn(arg, (!lenient).then_some(m))?,
         )),
@@ -710,7 +717,35 @@ const KEYWORD_ACTIONS: &[&str] = &[
     "set_mpls_tc",
     "ct",
     "ct_clear",
+    "conjunction",
     "push",
     "pop",
     "clone",
 ];
+
+/// `conjunction(id,k/n)` (OVS's `parse_CONJUNCTION`, its messages): `1 <= k <= n`,
+/// `2 <= n <= 64`.
+fn parse_conjunction(arg: &str) -> Result<ActionSpec, ParseError> {
+    let syntax = || ParseError::Invalid("\"conjunction\" syntax is \"conjunction(id,i/n)\"".into());
+    let (id, kn) = arg.split_once(',').ok_or_else(syntax)?;
+    let (k, n) = kn.split_once('/').ok_or_else(syntax)?;
+    let id = num("conjunction", id.trim(), u128::from(u32::MAX)).map_err(|_| syntax())? as u32;
+    let k = num("conjunction", k.trim(), 255).map_err(|_| syntax())? as u8;
+    let n = num("conjunction", n.trim(), 255).map_err(|_| syntax())? as u8;
+    let msg = if n < 2 {
+        "conjunction must have at least 2 clauses"
+    } else if n > 64 {
+        "conjunction must have at most 64 clauses"
+    } else if k < 1 {
+        "clause index must be positive"
+    } else if k > n {
+        "clause index must be less than or equal to number of clauses"
+    } else {
+        return Ok(ActionSpec::Conjunction {
+            id,
+            clause: k,
+            n_clauses: n,
+        });
+    };
+    Err(ParseError::Invalid(msg.into()))
+}

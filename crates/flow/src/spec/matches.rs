@@ -94,6 +94,8 @@ fn match_token(p: &mut Parsed, name: &str, value: Option<&str>) -> Result<(), Pa
             p.table = Some(num(name, v, 254)? as u8);
         }
         "priority" => p.priority = Some(num(name, v, 65535)? as u16),
+        // Not a packet field and not maskable (OVS's MFF_CONJ_ID): see crate::classifier.
+        "conj_id" => p.m.conj_id = Some(num(name, v, u128::from(u32::MAX))? as u32),
         "cookie" => {
             let (c, m) = match v.split_once('/') {
                 Some((c, "-1")) => (num(name, c, u128::from(u64::MAX))?, u128::from(u64::MAX)),
@@ -321,6 +323,7 @@ fn no_mask(name: &str, v: &str, max: u128) -> Result<u128, ParseError> {
 /// Field names the parser knows (for "needs a value" vs "unknown" errors).
 const FIELD_NAMES: &[&str] = &[
     "table",
+    "conj_id",
     "priority",
     "cookie",
     "idle_timeout",

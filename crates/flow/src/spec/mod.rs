@@ -184,6 +184,14 @@ pub enum ActionSpec {
         len: u16,
         dst: SubField,
     },
+    /// `conjunction(id,k/n)`: the rule is clause `k` (1-based, as written) of conjunction
+    /// `id`'s `n` (2..=64). A rule's actions are then all `conjunction`s: it is a soft match
+    /// (see [`crate::classifier`]).
+    Conjunction {
+        id: u32,
+        clause: u8,
+        n_clauses: u8,
+    },
 }
 
 impl ActionSpec {
@@ -246,6 +254,54 @@ pub enum ParseError {
     NoValue(String),
 }
 
+/// The conjunctions of a rule's actions as the classifier takes them (empty: a hard rule).
+pub fn conjunctions(actions: &[ActionSpec]) -> Vec<crate::classifier::Conjunction> {
+    actions
+        .iter()
+        .filter_map(|a| match *a {
+            ActionSpec::Conjunction {
+                id,
+                clause,
+                n_clauses,
+            } => Some(crate::classifier::Conjunction {
+                id,
+                clause: clause - 1,
+                n_clauses,
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
+/// OVS's rule (`ofpacts_verify`): `conjunction` actions may only come with other
+/// `conjunction`s (OVS also allows `note`, which ferrovs does not parse), and never nested
+/// (in `clone` or `write_actions`).
+pub fn check_conjunctions(actions: &[ActionSpec]) -> Result<(), ParseError> {
+    fn nested(a: &ActionSpec) -> bool {
+        match a {
+            ActionSpec::Clone(l) | ActionSpec::WriteActions(l) => l
+                .iter()
+                .any(|x| matches!(x, ActionSpec::Conjunction { .. }) || nested(x)),
+            _ => false,
+        }
+    }
+    if actions.iter().any(nested) {
+        return Err(ParseError::Invalid(
+            "\"conjunction\" actions may not be nested (in clone or write_actions)".into(),
+        ));
+    }
+    let is_conj = |a: &ActionSpec| matches!(a, ActionSpec::Conjunction { .. });
+    if actions.iter().any(is_conj) {
+        if let Some(other) = actions.iter().find(|a| !is_conj(a)) {
+            return Err(ParseError::Invalid(format!(
+                "\"conjunction\" actions may be used along with \"note\" but not any other \
+                 kind of action (such as the \"{other}\" action used here)"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Parses a rule (`ferrovs add-flow`).
 pub fn parse_flow(s: &str) -> Result<FlowSpec, ParseError> {
     let lower = s.to_ascii_lowercase();
@@ -273,6 +329,7 @@ pub fn parse_flow(s: &str) -> Result<FlowSpec, ParseError> {
     if actions.is_empty() {
         return Err(ParseError::NoActions);
     }
+    check_conjunctions(&actions)?;
     if actions.len() > 1 && actions.contains(&ActionSpec::Drop) {
         return Err(ParseError::Invalid("drop must be the only action".into()));
     }

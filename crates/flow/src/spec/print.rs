@@ -86,6 +86,10 @@ fn fmt_ct_match(out: &mut Vec<String>, m: &Match) {
 
 /// The match fields in text (shared by rules and filters).
 fn fmt_match(out: &mut Vec<String>, m: &Match) {
+    // OVS prints conj_id before the ct_* fields and the protocol.
+    if let Some(id) = m.conj_id {
+        out.push(format!("conj_id={id}"));
+    }
     fmt_ct_match(out, m);
     let (ty, tym) = m.field(Field::EthType);
     let (pr, prm) = m.field(Field::IpProto);
@@ -352,6 +356,11 @@ impl fmt::Display for ActionSpec {
             ActionSpec::DecMplsTtl => write!(f, "dec_mpls_ttl"),
             ActionSpec::Ct(c) => write!(f, "{}", super::ct::fmt_ct(c)),
             ActionSpec::CtClear => write!(f, "ct_clear"),
+            ActionSpec::Conjunction {
+                id,
+                clause,
+                n_clauses,
+            } => write!(f, "conjunction({id},{clause}/{n_clauses})"),
             ActionSpec::Load { .. }
             | ActionSpec::Move { .. }
             | ActionSpec::OutputReg(_)
