@@ -220,6 +220,34 @@ pub fn start_switch(dir: &Path, core: usize, extra: &[&str]) -> Proc {
     p
 }
 
+/// Starts ferrovsd as [`start_switch`] does, but configured with `bridges` and no port
+/// (not the embedded default configuration), and waits for each bridge's OpenFlow
+/// management socket `BRIDGE.mgmt`.
+pub fn start_bare_switch(dir: &Path, core: usize, bridges: &[&str]) -> Proc {
+    let conf = dir.join("conf.json");
+    let list: Vec<String> = bridges
+        .iter()
+        .map(|b| format!(r#"{{"name":"{b}","ports":[]}}"#))
+        .collect();
+    std::fs::write(
+        &conf,
+        format!(
+            r#"{{"version":1,"bridges":[{}],"pmd_cores":[0],"other":{{}}}}"#,
+            list.join(",")
+        ),
+    )
+    .unwrap();
+    let c = conf.display().to_string();
+    let p = start_switch(dir, core, &["--config", &c]);
+    for b in bridges {
+        let sock = dir.join(format!("{b}.mgmt"));
+        wait_until(&format!("{b}.mgmt"), 10, || {
+            std::os::unix::net::UnixStream::connect(&sock).is_ok()
+        });
+    }
+    p
+}
+
 /// The last core (where PMDs go) and another one for traffic.
 pub fn cores() -> (usize, usize) {
     let n = std::thread::available_parallelism()

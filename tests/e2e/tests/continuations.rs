@@ -80,18 +80,9 @@ fn a_paused_translation_resumes_with_the_controllers_packet() {
     }
     let dir = run_dir("continuations");
     let (pmd, _) = cores();
-    let conf = dir.join("conf.json");
-    std::fs::write(
-        &conf,
-        r#"{"version":1,"bridges":[{"name":"br0","ports":[]},{"name":"br1","ports":[]}],"pmd_cores":[0],"other":{}}"#,
-    )
-    .unwrap();
-    let c = conf.display().to_string();
-    let _sw = start_switch(&dir, pmd, &["--config", &c]);
+    let _sw = start_bare_switch(&dir, pmd, &["br0", "br1"]);
     let sock = dir.join("br0.mgmt");
     let other = dir.join("br1.mgmt");
-    wait_until("br0.mgmt", 10, || UnixStream::connect(&sock).is_ok());
-    wait_until("br1.mgmt", 10, || UnixStream::connect(&other).is_ok());
     let mut net = Net::new();
     let (ns1, ns2) = (Net::name("cn1-"), Net::name("cn2-"));
     let (t1, t2) = (Net::name("ca"), Net::name("cb"));

@@ -65,14 +65,7 @@ fn controllers_connect_as_to_ovs_roles_reconnect_backoff_and_probes() {
     }
     let dir = run_dir("controllers");
     let (pmd, _) = cores();
-    let conf = dir.join("conf.json");
-    std::fs::write(
-        &conf,
-        r#"{"version":1,"bridges":[{"name":"br0","ports":[]}],"pmd_cores":[0],"other":{}}"#,
-    )
-    .unwrap();
-    let c = conf.display().to_string();
-    let _sw = start_switch(&dir, pmd, &["--config", &c]);
+    let _sw = start_bare_switch(&dir, pmd, &["br0"]);
 
     // Two controllers: one over TCP, one over a Unix socket.
     let tcp = Listener::tcp();
@@ -230,14 +223,7 @@ fn fail_mode_standalone_forwards_without_a_controller_secure_never_and_hostile_c
     }
     let dir = run_dir("controllers-fail");
     let (pmd, _) = cores();
-    let conf = dir.join("conf.json");
-    std::fs::write(
-        &conf,
-        r#"{"version":1,"bridges":[{"name":"br0","ports":[]}],"pmd_cores":[0],"other":{}}"#,
-    )
-    .unwrap();
-    let c = conf.display().to_string();
-    let _sw = start_switch(&dir, pmd, &["--config", &c]);
+    let _sw = start_bare_switch(&dir, pmd, &["br0"]);
     let mut net = Net::new();
     let (ns1, ns2) = (Net::name("cf1-"), Net::name("cf2-"));
     let (t1, t2) = (Net::name("cfa"), Net::name("cfb"));

@@ -321,16 +321,8 @@ fn a_pktps_meter_limits_a_flood_to_its_rate() {
     }
     let dir = run_dir("meters-traffic");
     let (pmd, _) = cores();
-    let conf = dir.join("conf.json");
-    std::fs::write(
-        &conf,
-        r#"{"version":1,"bridges":[{"name":"br0","ports":[]}],"pmd_cores":[0],"other":{}}"#,
-    )
-    .unwrap();
-    let c = conf.display().to_string();
-    let sw = start_switch(&dir, pmd, &["--config", &c]);
+    let sw = start_bare_switch(&dir, pmd, &["br0"]);
     let sock = dir.join("br0.mgmt");
-    wait_until("br0.mgmt", 10, || UnixStream::connect(&sock).is_ok());
     let mut net = Net::new();
     let (ns1, ns2) = (Net::name("me1-"), Net::name("me2-"));
     let (t1, t2) = (Net::name("mta"), Net::name("mtb"));

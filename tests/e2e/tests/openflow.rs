@@ -358,16 +358,8 @@ fn rules_from_ovs_ofctl_steer_real_packets_and_hostile_peers_change_nothing() {
     let dir = run_dir("openflow-traffic");
     let (pmd, _) = cores();
     // A bridge with nothing but two TAP ports (no vhost-user ports).
-    let conf = dir.join("conf.json");
-    std::fs::write(
-        &conf,
-        r#"{"version":1,"bridges":[{"name":"br0","ports":[]}],"pmd_cores":[0],"other":{}}"#,
-    )
-    .unwrap();
-    let c = conf.display().to_string();
-    let _sw = start_switch(&dir, pmd, &["--config", &c]);
+    let _sw = start_bare_switch(&dir, pmd, &["br0"]);
     let sock = dir.join("br0.mgmt");
-    wait_until("br0.mgmt", 10, || UnixStream::connect(&sock).is_ok());
     // A peer past HELLO sees the ports come (PORT_STATUS, type 12).
     let mut peer = UnixStream::connect(&sock).unwrap();
     peer.write_all(&[4, 0, 0, 8, 0, 0, 0, 1]).unwrap();

@@ -4,7 +4,6 @@
 //! `controller(meter_id=N)` (OVN's CoPP) sends only what meter N lets through, and the
 //! meter's band counts the rest (docs/openflow.md, Continuations).
 
-use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -94,16 +93,7 @@ fn the_datapath_row_gets_ferrovs_capabilities() {
 fn switch_with_two_namespaces(name: &str) -> (Proc, Net, (String, String), std::path::PathBuf) {
     let dir = run_dir(name);
     let (pmd, _) = cores();
-    let conf = dir.join("conf.json");
-    std::fs::write(
-        &conf,
-        r#"{"version":1,"bridges":[{"name":"br0","ports":[]}],"pmd_cores":[0],"other":{}}"#,
-    )
-    .unwrap();
-    let c = conf.display().to_string();
-    let sw = start_switch(&dir, pmd, &["--config", &c]);
-    let sock = dir.join("br0.mgmt");
-    wait_until("br0.mgmt", 10, || UnixStream::connect(&sock).is_ok());
+    let sw = start_bare_switch(&dir, pmd, &["br0"]);
     let mut net = Net::new();
     let (ns1, ns2) = (Net::name("cp1-"), Net::name("cp2-"));
     let (t1, t2) = (Net::name("ca"), Net::name("cb"));
@@ -113,21 +103,8 @@ fn switch_with_two_namespaces(name: &str) -> (Proc, Net, (String, String), std::
         ("t1", &t1, &ns1, "10.9.0.1/24"),
         ("t2", &t2, &ns2, "10.9.0.2/24"),
     ] {
-        net.track_link(t);
-        let o = cli(
-            &dir,
-            &["add-port", "br0", p, "type=tap", &format!("dev={t}")],
-        );
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        net.move_into(t, ns, a);
-        let _ = Net::exec(
-            ns,
-            &[
-                "sysctl",
-                "-qw",
-                &format!("net.ipv6.conf.{t}.disable_ipv6=1"),
-            ],
-        );
+        net.tap_port(&dir, "br0", p, t, ns, a);
+        Net::no_ipv6(ns, t);
     }
     (sw, net, (ns1, ns2), dir)
 }
