@@ -47,6 +47,9 @@ mod testrng;
 #[cfg(test)]
 mod tests;
 pub mod tlv;
+pub mod trace;
+#[cfg(test)]
+mod trace_tests;
 
 pub use classifier::{Classifier, Conjunction};
 pub use key::{Field, FlowKey, SubField, TunnelKey, KEY_WORDS, TUN_METADATA};

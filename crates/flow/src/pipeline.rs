@@ -35,6 +35,7 @@ use crate::key::{
 };
 use crate::learn::{Learned, ResolvedLearn};
 use crate::spec::{ActionSpec, FlowSpec, GroupSpec, GroupType};
+use crate::trace::TraceSink;
 
 /// Counters of one rule, shared by the rule and the megaflows that came from it.
 #[derive(Debug, Default)]
@@ -883,7 +884,7 @@ impl Pipeline {
         let groups = |g: u32| self.groups.get(&g);
         let ports = self.port_numbers.as_deref();
         if self.table_stats.is_empty() {
-            let t = walk_full(key, &lookup, &groups, ports, None);
+            let t = walk_full(key, &lookup, &groups, ports, None, None);
             self.count_error(&t);
             return t;
         }
@@ -898,6 +899,7 @@ impl Pipeline {
             &groups,
             ports,
             None,
+            None,
         );
         self.count_error(&t);
         for (table, hit) in visits.into_inner() {
@@ -909,6 +911,28 @@ impl Pipeline {
             }
         }
         t
+    }
+
+    /// [`Pipeline::translate`] reporting each table visit and recirculation to `sink`
+    /// (`ferrovs trace`, see [`crate::trace`]): the same walk, but it changes no state —
+    /// no table or failure counters are credited (what a translation learns is returned,
+    /// never applied; rule counters are only ever credited by the datapath's megaflows).
+    pub fn translate_traced(&self, key: &FlowKey, sink: &mut dyn TraceSink) -> Translation {
+        let lookup = |table: usize, k: &FlowKey, wc: &mut FlowKey| {
+            self.tables
+                .get(table)
+                .and_then(|c| c.lookup(k, wc))
+                .map(|(r, _)| r)
+        };
+        let groups = |g: u32| self.groups.get(&g);
+        walk_full(
+            key,
+            &lookup,
+            &groups,
+            self.port_numbers.as_deref(),
+            None,
+            Some(sink),
+        )
     }
 
     /// Translates `key` through `actions` (a PACKET_OUT's; ports resolved with `resolve`)
@@ -938,6 +962,7 @@ impl Pipeline {
             &groups,
             self.port_numbers.as_deref(),
             Some(&resolved),
+            None,
         );
         self.count_error(&t);
         t
@@ -1062,6 +1087,9 @@ struct State<'p> {
     /// fields as before the check, whatever each branch wrote, so a bucket's or clone's
     /// restore sets back every field written (not only those whose value changed).
     forked: bool,
+    /// `ferrovs trace`'s recorder ([`Pipeline::translate_traced`]); `None` on the
+    /// datapath's upcalls, where it costs one untaken branch per table visit.
+    trace: Option<&'p mut dyn TraceSink>,
 }
 
 impl State<'_> {
@@ -1113,7 +1141,7 @@ pub fn walk_with_groups<'a>(
     lookup: impl Fn(usize, &FlowKey, &mut FlowKey) -> Option<&'a Arc<CompiledRule>>,
     groups: &GroupLookup<'a>,
 ) -> Translation {
-    walk_full(key, &lookup, groups, None, None)
+    walk_full(key, &lookup, groups, None, None, None)
 }
 
 /// How a run of tables ended.
@@ -1129,14 +1157,16 @@ enum Run {
 
 /// [`walk_with_groups`] with OpenFlow port numbers; `first`: actions to run as if a rule of
 /// table 0 had matched (a packet-out's) instead of looking table 0 up.
-fn walk_full<'a>(
+fn walk_full<'a, 'p>(
     key: &FlowKey,
     lookup: &RuleLookup<'_, 'a>,
     groups: &GroupLookup<'a>,
-    ports: Option<&PortNumbers>,
+    ports: Option<&'p PortNumbers>,
     first: Option<&[ResolvedAction]>,
+    trace: Option<&'p mut dyn TraceSink>,
 ) -> Translation {
     let mut st = State::new(key, ports);
+    st.trace = trace;
     // Recirculation: the same key bits with another recirculation id are another
     // packet (another pass), so the id is always in the mask; a resumed pass starts in
     // the table its id names (an id no `ct(table=T)` gives drops).
@@ -1199,6 +1229,7 @@ impl<'p> State<'p> {
             recirculated: false,
             stack: Vec::new(),
             forked: false,
+            trace: None,
         }
     }
 }
@@ -1480,7 +1511,11 @@ fn run_tables<'a>(
             st.t.error = Some(XlateError::TooManyResubmits);
             return Run::Stopped;
         }
-        let Some(rule) = lookup(table, &st.k, &mut st.t.mask) else {
+        let found = lookup(table, &st.k, &mut st.t.mask);
+        if let Some(t) = st.trace.as_deref_mut() {
+            t.lookup(table as u8, st.nesting, &st.k, found);
+        }
+        let Some(rule) = found else {
             return Run::Missed;
         };
         st.t.rules.push(rule.stats.clone());
@@ -1875,7 +1910,12 @@ fn apply<'a>(
             }
             ResolvedAction::Output(None) | ResolvedAction::Mirror(None) => {}
             ResolvedAction::InPort => st.t.actions.push(DpAction::InPort),
-            ResolvedAction::Normal => st.t.actions.push(DpAction::Normal),
+            ResolvedAction::Normal => {
+                if let Some(t) = st.trace.as_deref_mut() {
+                    t.normal(&st.k);
+                }
+                st.t.actions.push(DpAction::Normal)
+            }
             ResolvedAction::Flood => st.t.actions.push(DpAction::Flood),
             ResolvedAction::Drop => {}
             ResolvedAction::SetField(f, v) => {
@@ -2077,6 +2117,9 @@ fn apply<'a>(
                     .push(DpAction::Ct(Arc::new(CtAction::from_spec(spec, &st.k))));
                 if spec.table.is_some() {
                     st.recirculated = true;
+                    if let Some(t) = st.trace.as_deref_mut() {
+                        t.recirculate(&st.k);
+                    }
                     // Recirculation: the rest happens on the next pass (which starts in
                     // table T with the ct fields set). Unlike OVS, the pending action set
                     // is dropped (OVS freezes it with the packet) and this rule's later
