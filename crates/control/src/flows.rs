@@ -720,6 +720,17 @@ pub fn format_megaflow(key: &FlowKey, mask: &FlowKey, names: &HashMap<u32, &str>
     out.join(",")
 }
 
+/// A packet's key as text: its non-zero fields (`ferrovs trace`'s input).
+pub fn format_key(key: &FlowKey, names: &HashMap<u32, &str>) -> String {
+    let mut mask = FlowKey::default();
+    for &(f, _, _) in DUMP_FIELDS {
+        if key.get(f) != 0 || f == Field::InPort {
+            mask.set(f, full_mask(f));
+        }
+    }
+    format_megaflow(key, &mask, names)
+}
+
 /// Datapath actions as text.
 pub fn format_dp_actions(actions: &[DpAction], names: &HashMap<u32, &str>) -> String {
     if actions.is_empty() {

@@ -32,6 +32,27 @@ pub struct Classified {
 /// Decides for one frame received on `inp`. `now` is in seconds (MAC aging).
 #[inline]
 pub fn decide(snap: &Snapshot, bridge: &Bridge, inp: &Port, frame: &[u8], now: u32) -> Classified {
+    decide_as::<true>(snap, bridge, inp, frame, now)
+}
+
+/// [`decide`] without learning the source address (`ferrovs trace`: the decision the
+/// datapath would make now, changing nothing). The lookup happens as in [`decide`], after
+/// where the source would have been learned: a frame whose destination is its own source
+/// is seen by the trace as the table has it.
+pub fn predict(snap: &Snapshot, bridge: &Bridge, inp: &Port, frame: &[u8], now: u32) -> Classified {
+    decide_as::<false>(snap, bridge, inp, frame, now)
+}
+
+/// The decision, learning the source when `LEARN` (one function for the datapath and the
+/// trace; each instance is compiled apart, the datapath's exactly as before).
+#[inline]
+fn decide_as<const LEARN: bool>(
+    snap: &Snapshot,
+    bridge: &Bridge,
+    inp: &Port,
+    frame: &[u8],
+    now: u32,
+) -> Classified {
     let drop = |r| Classified {
         vlan: 0,
         tagged: false,
@@ -52,7 +73,7 @@ pub fn decide(snap: &Snapshot, bridge: &Bridge, inp: &Port, frame: &[u8], now: u
         (_, None) => (0, false),
     };
     let src = eth.src();
-    if !is_multicast(src) {
+    if LEARN && !is_multicast(src) {
         bridge.macs.learn(src, vlan, inp.id, now);
     }
     let dst = eth.dst();
@@ -103,6 +124,25 @@ mod tests {
     fn decide_on(snap: &Snapshot, port: u32, f: &[u8]) -> Classified {
         let inp = snap.port(port).unwrap();
         decide(snap, snap.bridge(0).unwrap(), inp, f, 10)
+    }
+
+    /// `predict` (the trace's) decides as `decide` and learns nothing.
+    #[test]
+    fn predict_decides_without_learning() {
+        let snap = l2_switch(&[VlanMode::Trunk, VlanMode::Trunk, VlanMode::Trunk]);
+        let b = snap.bridge(0).unwrap();
+        let p = |port: u32, f: &[u8]| predict(&snap, b, snap.port(port).unwrap(), f, 10);
+        let c = p(0, &frame(mac(2), mac(1), None, 0));
+        assert_eq!(c.decision, Decision::Flood);
+        assert_eq!(b.macs.lookup(key(1), 0, 10), None);
+        decide_on(&snap, 1, &frame(mac(1), mac(2), None, 0));
+        let c = p(0, &frame(mac(2), mac(1), None, 0));
+        assert_eq!(c.decision, Decision::Unicast(1));
+        assert_eq!(b.macs.lookup(key(1), 0, 10), None);
+        assert_eq!(
+            p(1, &frame(mac(2), mac(1), None, 0)).decision,
+            Decision::Drop(DropReason::NoRoute)
+        );
     }
 
     #[test]

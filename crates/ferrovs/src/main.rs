@@ -19,6 +19,8 @@ use ferrovs_proto::{Client, Request};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+mod trace;
+
 const USAGE: &str = "usage: ferrovs [--run-dir DIR] COMMAND [--json]
 
 commands:
@@ -81,6 +83,12 @@ commands:
                                          port over, no guest reconnects; prints the phases
                                          (its log: DIR/ferrovsd.log)
   upgrade-history [N]                    the last N hot upgrades and their downtime
+  trace BRIDGE FLOW | --packet HEX --in-port PORT | --pcap FILE --in-port PORT [--ct-next STATE]...
+                                         where a packet goes through the rules, and why
+                                         (as ofproto/trace): FLOW in ovs-ofctl match syntax,
+                                         e.g. 'in_port=vm1,tcp,nw_dst=10.0.0.2,tp_dst=80';
+                                         --ct-next trk,est: the ct_state after each ct()
+                                         (default trk,new); changes nothing
   version";
 
 /// The command line (the help text is [`USAGE`], printed by `help`, `-h`, `--help` or no
@@ -241,6 +249,18 @@ enum Cmd {
         filter: Option<String>,
     },
     ConntrackStats,
+    Trace {
+        bridge: String,
+        flow: Option<String>,
+        #[arg(long)]
+        packet: Option<String>,
+        #[arg(long)]
+        pcap: Option<PathBuf>,
+        #[arg(long = "in-port")]
+        in_port: Option<String>,
+        #[arg(long = "ct-next")]
+        ct_next: Vec<String>,
+    },
 }
 
 /// `dump-conntrack`'s and `flush-conntrack`'s filter: `zone=N` (N in 0..=65535), or none.
@@ -1045,6 +1065,24 @@ fn run() -> Result<(), String> {
         Cmd::ConntrackStats => cli.show(Request::ConntrackStats, |s: &ConntrackStats| {
             print_conntrack_stats(s)
         }),
+        Cmd::Trace {
+            bridge,
+            flow,
+            packet,
+            pcap,
+            in_port,
+            ct_next,
+        } => trace::run(
+            &cli,
+            trace::TraceArgs {
+                bridge,
+                flow,
+                packet,
+                pcap,
+                in_port,
+                ct_next,
+            },
+        ),
         Cmd::Monitor { seconds } => {
             let secs = count(seconds, |n| {
                 format!("monitor: '{n}' is not a number of seconds")

@@ -10,9 +10,11 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 mod conntrack;
+mod trace;
 pub use conntrack::{
     ConntrackEntry, ConntrackStats, ConntrackTuple, ConntrackZone, FlushConntrack,
 };
+pub use trace::{Trace, TracePass, TraceStep};
 
 /// The result of any command: what [`crate::Response`] carries from the daemon. Commands
 /// that only change something answer [`Reply::Done`] (`null`).
@@ -40,6 +42,7 @@ pub enum Reply {
     DumpConntrack(Vec<ConntrackEntry>),
     FlushConntrack(FlushConntrack),
     ConntrackStats(Box<ConntrackStats>),
+    Trace(Box<Trace>),
 }
 
 /// `del-groups`.

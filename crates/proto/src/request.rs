@@ -162,6 +162,22 @@ pub enum Request {
     },
     /// The connection tracker's counters and limits ([`crate::reply::ConntrackStats`]).
     ConntrackStats,
+    /// Where a packet would go through the bridge's current rules, and why (`ferrovs
+    /// trace`, [`crate::reply::Trace`]): the packet is `flow` (ovs-ofctl match syntax,
+    /// `in_port` included) or `packet` (a frame in hex) received on `in_port`. `ct_next`:
+    /// the `ct_state` each recirculating `ct()` is assumed to give, in order (`trk,est`;
+    /// past the list, `trk,new`). Changes nothing.
+    Trace {
+        bridge: String,
+        #[serde(default)]
+        flow: Option<String>,
+        #[serde(default)]
+        packet: Option<String>,
+        #[serde(default)]
+        in_port: Option<String>,
+        #[serde(default)]
+        ct_next: Vec<String>,
+    },
 }
 
 /// A response: `{"ok": true, "result": ...}` or `{"ok": false, "error": "message"}`. The
@@ -375,6 +391,16 @@ mod tests {
             (Request::FlushConntrack { zone: Some(0) }, "flush-conntrack"),
             (Request::FlushConntrack { zone: None }, "flush-conntrack"),
             (Request::ConntrackStats, "conntrack-stats"),
+            (
+                Request::Trace {
+                    bridge: s("br0"),
+                    flow: Some(s("in_port=vm1,tcp,tp_dst=80")),
+                    packet: None,
+                    in_port: None,
+                    ct_next: vec![s("trk,est")],
+                },
+                "trace",
+            ),
         ];
         for (req, cmd) in all {
             let line = serde_json::to_string(&req).unwrap();

@@ -290,6 +290,21 @@ impl Daemon {
                 Ok(Reply::FlushConntrack(self.flush_conntrack(zone)))
             }
             Request::ConntrackStats => Ok(Reply::ConntrackStats(Box::new(self.conntrack_stats()))),
+            Request::Trace {
+                bridge,
+                flow,
+                packet,
+                in_port,
+                ct_next,
+            } => self
+                .trace(
+                    &bridge,
+                    flow.as_deref(),
+                    packet.as_deref(),
+                    in_port.as_deref(),
+                    &ct_next,
+                )
+                .map(|t| Reply::Trace(Box::new(t))),
         };
         match r {
             Ok(v) => {

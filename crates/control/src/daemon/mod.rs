@@ -72,6 +72,7 @@ mod pmds;
 mod ports;
 mod report;
 mod sessions;
+mod trace;
 
 // The takeover restores vxlan ports by their endpoints.
 use ports::tunnel_endpoints;

@@ -1043,7 +1043,7 @@ impl Exec<'_> {
 /// (`ct_nw_src`/`ct_nw_dst` for IPv4 only; ICMP's `ct_tp_src`/`ct_tp_dst` are its type and
 /// code).
 #[inline]
-pub(crate) fn set_ct_fields(k: &mut FlowKey, c: &CtAction, t: u8, r: &ferrovs_conntrack::CtResult) {
+pub fn set_ct_fields(k: &mut FlowKey, c: &CtAction, t: u8, r: &ferrovs_conntrack::CtResult) {
     c.freeze_into(k);
     k.set(Field::RecircId, u128::from(recirc_id(t)));
     k.set(Field::CtState, u128::from(r.state.0));
