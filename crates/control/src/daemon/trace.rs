@@ -586,7 +586,7 @@ mod tests {
         assert_eq!(decode_hex("0a:0b").unwrap(), vec![0x0a, 0x0b]);
         for (bad, why) in [
             ("", "empty packet"),
-            ("abc", "odd number of hex digits (3)"),
+            ("abc", "odd number of hex digits (3): a byte is two"),
             ("zz", "'z' at offset 0 is not a hex digit"),
         ] {
             assert_eq!(decode_hex(bad).unwrap_err(), why, "{bad}");
