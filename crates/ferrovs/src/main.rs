@@ -1130,6 +1130,20 @@ fn add_flows_file(cli: &Cli, bridge: &str, path: &str) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
+    // Man page and completions for the package (`$FERROVS_WRITE_DOCS`), then exit. The
+    // commands' help is USAGE, so the page carries it.
+    ferrovs_docgen::write_if_asked(|| {
+        <Args as clap::CommandFactory>::command()
+            .version(env!("CARGO_PKG_VERSION"))
+            .about("The command-line client of ferrovsd's control socket")
+            .long_about(
+                "Sends one request to the ferrovsd running in the run directory and prints \
+                 its reply (--json: the reply as JSON). Errors print as `ferrovs: MESSAGE` \
+                 and exit 1.",
+            )
+            .mut_arg("help", |a| a.help("Print the commands (as `ferrovs help`)"))
+            .after_help(USAGE)
+    });
     match run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
