@@ -86,7 +86,7 @@ impl Daemon {
     /// The configuration is applied: everything `start` creates, and the database's first
     /// contents when configured through OVSDB.
     fn configured(&self) -> bool {
-        self.service.takeover || self.ovsdb.as_deref().map_or(true, |l| l.applies > 0)
+        self.service.takeover || self.ovsdb.as_deref().is_none_or(|l| l.applies > 0)
     }
 
     fn notify(&mut self, msg: &str) {
@@ -144,7 +144,7 @@ impl Daemon {
             && self
                 .service
                 .last_status
-                .map_or(true, |t| now.duration_since(t) >= STATUS_EVERY)
+                .is_none_or(|t| now.duration_since(t) >= STATUS_EVERY)
         {
             self.service.last_status = Some(now);
             let s = self.status_text();
