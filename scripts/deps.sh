@@ -75,4 +75,25 @@ if [ "${1:-}" = "--hugepages" ]; then
     fi
     mountpoint -q /dev/hugepages || { mkdir -p /dev/hugepages; mount -t hugetlbfs nodev /dev/hugepages; }
 fi
+# Service and packaging (tests/package/run.sh, docs/packaging.md): cargo-deb builds the
+# .deb; mmdebstrap makes the clean Debian root it is installed in, systemd-nspawn
+# (systemd-container) boots that root with systemd, lintian checks the package.
+pkg_apt=(mmdebstrap systemd-container lintian)
+pkg_missing=()
+for p in "${pkg_apt[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || pkg_missing+=("$p")
+done
+if [ ${#pkg_missing[@]} -gt 0 ]; then
+    echo "deps: installing ${pkg_missing[*]}"
+    sudo=""
+    [ "$(id -u)" = 0 ] || sudo=sudo
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${pkg_missing[@]}" >/dev/null
+fi
+CARGO_DEB_VERSION=3.8.0
+if ! cargo deb --version 2>/dev/null | grep -qF "$CARGO_DEB_VERSION"; then
+    echo "deps: cargo-deb $CARGO_DEB_VERSION"
+    cargo install --locked --quiet cargo-deb --version "$CARGO_DEB_VERSION"
+fi
+
 echo "deps: ok"

@@ -81,6 +81,13 @@ for sw in ovs ferrovs; do
     fi
 done
 
+# Service and packaging (docs/packaging.md): the .deb built with cargo-deb, lintian, then
+# installed in a clean Debian 12 root booted with systemd-nspawn: started by systemd
+# (Type=notify), `ferrovs show`, reload = hot upgrade, the watchdog. ~80 s with the root
+# cached in /var/cache/ferrovs-package (the first run builds it: + ~30-100 s).
+step "Debian package under systemd (tests/package/run.sh)"
+bash tests/package/run.sh
+
 step "fuzz smoke run (cargo-fuzz, 10 s per target)"
 bash scripts/fuzz.sh 10
 

@@ -14,6 +14,7 @@
 //! * [`openflow`]: OpenFlow 1.3 FLOW_MOD and flow statistics mapped onto those rules, with
 //!   the precise OpenFlow error for what the pipeline cannot do.
 //! * [`ratelimit`]: at most a few log lines per port and reason per interval.
+//! * [`sdnotify`]: systemd's service notification protocol (`READY=1`, `WATCHDOG=1`...).
 //! * [`upgrade`]: the hot-upgrade handover protocol and its versioned state.
 //! * [`vswitchdb`]: the `Open_vSwitch` database (as ovs-vsctl writes it) mapped onto the
 //!   configuration, for `ferrovsd --ovsdb`.
@@ -26,6 +27,7 @@ pub mod flows;
 pub mod openflow;
 pub mod options;
 pub mod ratelimit;
+pub mod sdnotify;
 pub mod upgrade;
 pub mod vswitchdb;
 

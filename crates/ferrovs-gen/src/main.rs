@@ -242,6 +242,8 @@ fn start_logging(
 }
 
 fn main() -> ExitCode {
+    // Man page and completions for the package (`$FERROVS_WRITE_DOCS`), then exit.
+    ferrovs_docgen::write_if_asked(<Cli as clap::CommandFactory>::command);
     let Args {
         path,
         sink: sink_path,

@@ -724,6 +724,27 @@ struct Outcome {
     error: Option<String>,
 }
 
+/// systemd's variables in a process's environment (`/proc/PID/environ`, NUL-separated)
+/// that a daemon taking its place needs: `NOTIFY_SOCKET`, `WATCHDOG_USEC`.
+fn service_vars(environ: &[u8]) -> Vec<(String, String)> {
+    environ
+        .split(|b| *b == 0)
+        .filter_map(|kv| std::str::from_utf8(kv).ok()?.split_once('='))
+        .filter(|(k, _)| matches!(*k, "NOTIFY_SOCKET" | "WATCHDOG_USEC"))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// Where the new daemon logs: DIR/ferrovsd.log, or, under systemd (`systemctl reload`, whose
+/// stderr is the unit's journal stream: `$JOURNAL_STREAM`), the journal, as the old one did.
+fn upgrade_log(file: std::fs::File) -> std::process::Stdio {
+    if std::env::var_os("JOURNAL_STREAM").is_some() {
+        std::process::Stdio::inherit()
+    } else {
+        file.into()
+    }
+}
+
 /// Starts the new daemon with `--takeover` and reports how the handover went.
 fn upgrade(cli: &Cli, binary: Option<&str>) -> Result<(), String> {
     use std::io::BufRead;
@@ -739,7 +760,11 @@ fn upgrade(cli: &Cli, binary: Option<&str>) -> Result<(), String> {
     // ports) must not preempt the PMDs still forwarding there. taskset pins it (and execs
     // it: the pid is the daemon's); without taskset it starts unpinned.
     let mut others = Vec::new();
+    let mut service_env = Vec::new();
     if let Ok(show) = cli.call::<Show>(&Request::Show) {
+        service_env = std::fs::read(format!("/proc/{}/environ", show.pid))
+            .map(|e| service_vars(&e))
+            .unwrap_or_default();
         others = allowed_cpus()
             .into_iter()
             .filter(|c| !show.pmd_cores.contains(c))
@@ -762,13 +787,17 @@ fn upgrade(cli: &Cli, binary: Option<&str>) -> Result<(), String> {
         }
         None => std::process::Command::new(&bin),
     };
+    // The old daemon's service manager and watchdog period become the new one's (systemd
+    // gives neither WATCHDOG_USEC to `systemctl reload`'s command, nor NOTIFY_SOCKET to a
+    // `ferrovs upgrade` typed in a shell); WATCHDOG_PID names a process that is leaving.
+    cmd.envs(service_env).env_remove("WATCHDOG_PID");
     let mut child = cmd
         .arg("--run-dir")
         .arg(cli.run_dir())
         .arg("--takeover")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
-        .stderr(log)
+        .stderr(upgrade_log(log))
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
     let out = child.stdout.take().ok_or("no stdout")?;
@@ -1168,11 +1197,47 @@ fn add_flows_file(cli: &Cli, bridge: &str, path: &str) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
+    // Man page and completions for the package (`$FERROVS_WRITE_DOCS`), then exit. The
+    // commands' help is USAGE, so the page carries it.
+    ferrovs_docgen::write_if_asked(|| {
+        <Args as clap::CommandFactory>::command()
+            .version(env!("CARGO_PKG_VERSION"))
+            .about("The command-line client of ferrovsd's control socket")
+            .long_about(
+                "Sends one request to the ferrovsd running in the run directory and prints \
+                 its reply (--json: the reply as JSON). Errors print as `ferrovs: MESSAGE` \
+                 and exit 1.",
+            )
+            .mut_arg("help", |a| a.help("Print the commands (as `ferrovs help`)"))
+            .after_help(USAGE)
+    });
     match run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("ferrovs: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_old_daemons_service_variables_are_found_in_its_environment() {
+        let env = b"PATH=/usr/bin\0NOTIFY_SOCKET=/run/systemd/notify\0WATCHDOG_PID=7\0\
+                    WATCHDOG_USEC=60000000\0bogus\0\xff=1\0";
+        assert_eq!(
+            service_vars(env),
+            [
+                (
+                    "NOTIFY_SOCKET".to_string(),
+                    "/run/systemd/notify".to_string()
+                ),
+                ("WATCHDOG_USEC".to_string(), "60000000".to_string()),
+            ]
+        );
+        assert!(service_vars(b"").is_empty());
     }
 }

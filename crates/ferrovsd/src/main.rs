@@ -144,6 +144,8 @@ fn init_logging(level: Option<log::LevelFilter>) {
 }
 
 fn main() -> ExitCode {
+    // Man page and completions for the package (`$FERROVS_WRITE_DOCS`), then exit.
+    ferrovs_docgen::write_if_asked(<Cli as clap::CommandFactory>::command);
     // Usage errors exit 2 with clap's message on stderr; --help prints to stdout and exits 0.
     let cli = Cli::parse();
     init_logging(cli.log_level);
@@ -208,6 +210,8 @@ fn main() -> ExitCode {
         "running, control socket {}",
         d.run_dir().join(ferrovs_proto::CTL_SOCKET).display()
     );
+    // systemd (Type=notify): READY=1 from the loop once configured, the watchdog, status.
+    d.attach_service_manager(takeover);
     d.run(&stop);
     if d.handed_over() {
         // Everything belongs to the new daemon now: touch nothing, unlink nothing.

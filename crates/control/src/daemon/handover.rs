@@ -443,6 +443,9 @@ impl Daemon {
                     .collect();
                 let rules = self.rule_counters();
                 let (groups, meters) = self.group_and_meter_counters();
+                // Before the new daemon may finish: systemd must never see its main
+                // process exit.
+                self.service_handing_over(pid);
                 let _ = ch.send(
                     &Msg::Bye {
                         stats,

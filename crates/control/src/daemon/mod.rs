@@ -71,6 +71,7 @@ mod packet_io;
 mod pmds;
 mod ports;
 mod report;
+mod service;
 mod sessions;
 mod trace;
 
@@ -273,6 +274,8 @@ pub struct Daemon {
     conntrack: Arc<ferrovs_conntrack::Tracker>,
     /// The control thread's side of the tracker: sweep position, rates, restore results.
     ct: conntrack::CtCtl,
+    /// The service manager (systemd's notify protocol, `service`).
+    service: service::Service,
 }
 
 /// Takes slot `id` (a takeover restores the old daemon's ids).
@@ -467,6 +470,7 @@ impl Daemon {
             openflow: Default::default(),
             conntrack: Arc::new(ferrovs_conntrack::Tracker::new(Default::default())),
             ct: Default::default(),
+            service: Default::default(),
         };
         d.apply_conntrack_config();
         let t = d.token(Source::CtlListener, "");
@@ -535,12 +539,14 @@ impl Daemon {
         self.ovsdb_tick();
         self.of_tick();
         self.conntrack_tick();
+        self.service_tick();
     }
 
     /// Runs the control loop until `stop` is set.
     pub fn run(&mut self, stop: &AtomicBool) {
         let mut events = [EpollEvent::default(); 64];
         let mut last_tick = Instant::now();
+        self.service_tick();
         while !stop.load(Ordering::Relaxed) {
             let n = match self.epoll.wait(&mut events, TICK.as_millis() as i32) {
                 Ok(n) => n,
@@ -580,6 +586,7 @@ impl Daemon {
 
     /// Stops PMDs, closes connections and removes sockets.
     pub fn shutdown(&mut self) {
+        self.service_stopping();
         for mut p in self.pmds.drain(..) {
             p.stop();
         }

@@ -222,6 +222,8 @@ pub(super) struct OvsdbLink {
     /// Connections taken over at a hot upgrade, and those refused then.
     pub handed_over: u64,
     pub handover_refused: u64,
+    /// Reconfigurations from the database (the first one is the service's readiness).
+    pub applies: u64,
 }
 
 impl OvsdbLink {
@@ -252,6 +254,7 @@ impl OvsdbLink {
             txn_failures: 0,
             handed_over: 0,
             handover_refused: 0,
+            applies: 0,
         }
     }
 
@@ -718,6 +721,7 @@ impl Daemon {
         l.desired = d;
         l.add_errors = failed;
         l.applied_cfg = next_cfg;
+        l.applies += 1;
         l.writeback_due = Some(Instant::now());
         self.ovsdb_writeback();
     }
