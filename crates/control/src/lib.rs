@@ -13,6 +13,8 @@
 //!   timeouts), built into the datapath's pipeline on every change.
 //! * [`openflow`]: OpenFlow 1.3 FLOW_MOD and flow statistics mapped onto those rules, with
 //!   the precise OpenFlow error for what the pipeline cannot do.
+//! * [`logging`]: ferrovsd's logger: levels per module changed at run time, text, JSON or
+//!   the systemd journal's native protocol.
 //! * [`ratelimit`]: at most a few log lines per port and reason per interval.
 //! * [`upgrade`]: the hot-upgrade handover protocol and its versioned state.
 //! * [`vswitchdb`]: the `Open_vSwitch` database (as ovs-vsctl writes it) mapped onto the
@@ -23,6 +25,7 @@ pub mod config;
 pub mod controller;
 pub mod daemon;
 pub mod flows;
+pub mod logging;
 pub mod openflow;
 pub mod options;
 pub mod ratelimit;

@@ -162,6 +162,14 @@ pub enum Request {
     },
     /// The connection tracker's counters and limits ([`crate::reply::ConntrackStats`]).
     ConntrackStats,
+    /// Log levels ([`crate::reply::LogLevels`]): with `level`, first set it for `module`
+    /// (a module path prefix such as `ferrovs_control::daemon`; none: the default level).
+    LogLevel {
+        #[serde(default)]
+        module: Option<String>,
+        #[serde(default)]
+        level: Option<String>,
+    },
 }
 
 /// A response: `{"ok": true, "result": ...}` or `{"ok": false, "error": "message"}`. The
@@ -375,6 +383,13 @@ mod tests {
             (Request::FlushConntrack { zone: Some(0) }, "flush-conntrack"),
             (Request::FlushConntrack { zone: None }, "flush-conntrack"),
             (Request::ConntrackStats, "conntrack-stats"),
+            (
+                Request::LogLevel {
+                    module: Some(s("ferrovs_vhost")),
+                    level: Some(s("debug")),
+                },
+                "log-level",
+            ),
         ];
         for (req, cmd) in all {
             let line = serde_json::to_string(&req).unwrap();
