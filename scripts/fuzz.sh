@@ -11,7 +11,7 @@ if ! cargo +nightly --version >/dev/null 2>&1; then
     exit 0
 fi
 command -v cargo-fuzz >/dev/null || cargo install --quiet --locked cargo-fuzz
-for t in vhost_message virtqueue control_request config packet flow upgrade_state ovsdb_session openflow_message conntrack geneve continuation metrics ovsdb_handover; do
+for t in vhost_message virtqueue control_request config packet flow upgrade_state ovsdb_session openflow_message conntrack geneve continuation metrics ovsdb_handover journal; do
     echo "fuzz: $t for ${secs}s"
     # The flow target starts from the rules in fuzz/seeds/flow (connection tracking's
     # among them) with the syntax's keywords as a dictionary.

@@ -88,6 +88,19 @@ done
 step "Debian package under systemd (tests/package/run.sh)"
 bash tests/package/run.sh
 
+# Soak (issue 21, Soak part; docs/observability.md): 3 minutes of random operations under
+# traffic (port add/delete, guest resets, rule churn, hot upgrades, log levels, capture when
+# present) with the invariants checked (no crash, fds and RSS flat, every packet counted).
+# Needs no root. In CI always; elsewhere too (FERROVS_SOAK_MINUTES=0 skips it).
+soak_minutes=${FERROVS_SOAK_MINUTES:-3}
+step "soak ($soak_minutes min, bench/soak.sh)"
+if [ "$soak_minutes" = 0 ] && [ "${CI:-}" != true ]; then
+    echo "skipped: FERROVS_SOAK_MINUTES=0"
+else
+    [ "$soak_minutes" = 0 ] && soak_minutes=3
+    bash bench/soak.sh --minutes "$soak_minutes" || { failed=$((failed + 1)); echo "soak FAILED" >&2; }
+fi
+
 step "fuzz smoke run (cargo-fuzz, 10 s per target)"
 bash scripts/fuzz.sh 10
 

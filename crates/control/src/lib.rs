@@ -13,6 +13,8 @@
 //!   timeouts), built into the datapath's pipeline on every change.
 //! * [`openflow`]: OpenFlow 1.3 FLOW_MOD and flow statistics mapped onto those rules, with
 //!   the precise OpenFlow error for what the pipeline cannot do.
+//! * [`logging`]: ferrovsd's logger: levels per module changed at run time, text, JSON or
+//!   the systemd journal's native protocol.
 //! * [`ratelimit`]: at most a few log lines per port and reason per interval.
 //! * [`sdnotify`]: systemd's service notification protocol (`READY=1`, `WATCHDOG=1`...).
 //! * [`upgrade`]: the hot-upgrade handover protocol and its versioned state.
@@ -24,6 +26,7 @@ pub mod config;
 pub mod controller;
 pub mod daemon;
 pub mod flows;
+pub mod logging;
 pub mod openflow;
 pub mod options;
 pub mod ratelimit;

@@ -7,11 +7,25 @@
 //! many were suppressed once the interval is over (at the next line of that kind or at the
 //! next [`LogLimiter::flush`], whichever comes first).
 //!
-//! Thread-safety: owned by the control thread (`&mut self`); no locking.
+//! Every line carries `port` and `reason` as key-value pairs (fields `FERROVS_PORT` and
+//! `FERROVS_REASON` in the journal, `port` and `reason` in JSON; see [`crate::logging`]).
+//! Lines left out are counted per limiter and in all ([`suppressed_total`], in `ferrovs
+//! show --json` as `log_lines_suppressed`).
+//!
+//! Thread-safety: owned by the control thread (`&mut self`); no locking (the process-wide
+//! total is an atomic).
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+static SUPPRESSED_TOTAL: AtomicU64 = AtomicU64::new(0);
+
+/// Lines every limiter of this process left out.
+pub fn suppressed_total() -> u64 {
+    SUPPRESSED_TOTAL.load(Ordering::Relaxed)
+}
 
 /// Lines per port and reason per interval, by default.
 pub const DEFAULT_BURST: u32 = 5;
@@ -21,6 +35,8 @@ pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(10);
 #[derive(Debug)]
 struct Window {
     level: log::Level,
+    /// Where the last line of this kind came from.
+    site: Site,
     start: Instant,
     logged: u32,
     suppressed: u64,
@@ -42,6 +58,7 @@ pub struct LogLimiter {
     burst: u32,
     interval: Duration,
     windows: HashMap<(String, &'static str), Window>,
+    suppressed: u64,
 }
 
 impl Default for LogLimiter {
@@ -56,7 +73,13 @@ impl LogLimiter {
             burst,
             interval,
             windows: HashMap::new(),
+            suppressed: 0,
         }
+    }
+
+    /// Lines this limiter left out.
+    pub fn suppressed(&self) -> u64 {
+        self.suppressed
     }
 
     /// Decides about one line of `reason` for `port` at `now` (and counts it).
@@ -72,6 +95,11 @@ impl LogLimiter {
             .entry((port.to_string(), reason))
             .or_insert(Window {
                 level,
+                site: Site {
+                    module: module_path!(),
+                    file: file!(),
+                    line: line!(),
+                },
                 start: now,
                 logged: 0,
                 suppressed: 0,
@@ -90,13 +118,36 @@ impl LogLimiter {
             }
         } else {
             w.suppressed += 1;
+            self.suppressed += 1;
+            SUPPRESSED_TOTAL.fetch_add(1, Ordering::Relaxed);
             Verdict::Suppress
         }
     }
 
     /// Logs `msg` as `PORT: MSG` unless the limit for `port` and `reason` is reached.
+    #[track_caller]
     pub fn log(
         &mut self,
+        level: log::Level,
+        port: &str,
+        reason: &'static str,
+        msg: fmt::Arguments<'_>,
+    ) {
+        let at = std::panic::Location::caller();
+        let site = Site {
+            module: module_path!(),
+            file: at.file(),
+            line: at.line(),
+        };
+        self.log_from(site, level, port, reason, msg)
+    }
+
+    /// [`LogLimiter::log`] from `site` (the caller's module, file and line, which `limited!`
+    /// passes: `ferrovs log-level MODULE LEVEL` applies to its lines, and the journal's
+    /// CODE_FILE and CODE_LINE name it).
+    pub fn log_from(
+        &mut self,
+        site: Site,
         level: log::Level,
         port: &str,
         reason: &'static str,
@@ -105,11 +156,16 @@ impl LogLimiter {
         match self.check(port, reason, level, Instant::now()) {
             Verdict::Log { suppressed } => {
                 if suppressed > 0 {
-                    log::log!(level, "{port}: {suppressed} '{reason}' line(s) suppressed");
+                    report_suppressed(site, level, port, reason, suppressed);
                 }
-                log::log!(level, "{port}: {msg}");
+                let kvs: [(&str, log::kv::Value<'_>); 2] =
+                    [("port", port.into()), ("reason", reason.into())];
+                emit(site, level, &kvs, format_args!("{port}: {msg}"));
             }
             Verdict::Suppress => {}
+        }
+        if let Some(w) = self.windows.get_mut(&(port.to_string(), reason)) {
+            w.site = site;
         }
     }
 
@@ -123,11 +179,7 @@ impl LogLimiter {
                 return true;
             }
             if w.suppressed > 0 {
-                log::log!(
-                    w.level,
-                    "{port}: {} '{reason}' line(s) suppressed",
-                    w.suppressed
-                );
+                report_suppressed(w.site, w.level, port, reason, w.suppressed);
                 out.push((port.clone(), *reason, w.suppressed));
             }
             false
@@ -136,11 +188,70 @@ impl LogLimiter {
     }
 }
 
+/// Where a line comes from.
+#[derive(Debug, Clone, Copy)]
+pub struct Site {
+    pub module: &'static str,
+    pub file: &'static str,
+    pub line: u32,
+}
+
+/// One line, with `kvs` as its key-value pairs, from `site`.
+fn emit(
+    site: Site,
+    level: log::Level,
+    kvs: &[(&str, log::kv::Value<'_>)],
+    args: fmt::Arguments<'_>,
+) {
+    let meta = log::Metadata::builder()
+        .level(level)
+        .target(site.module)
+        .build();
+    let logger = log::logger();
+    if level > log::max_level() || !logger.enabled(&meta) {
+        return;
+    }
+    logger.log(
+        &log::Record::builder()
+            .metadata(meta)
+            .module_path(Some(site.module))
+            .file(Some(site.file))
+            .line(Some(site.line))
+            .key_values(&kvs)
+            .args(args)
+            .build(),
+    );
+}
+
+fn report_suppressed(site: Site, level: log::Level, port: &str, reason: &str, n: u64) {
+    let kvs: [(&str, log::kv::Value<'_>); 3] = [
+        ("port", port.into()),
+        ("reason", reason.into()),
+        ("suppressed", n.into()),
+    ];
+    emit(
+        site,
+        level,
+        &kvs,
+        format_args!("{port}: {n} '{reason}' line(s) suppressed"),
+    );
+}
+
 /// Logs through a [`LogLimiter`]: `limited!(limiter, Warn, port, "reason", "fmt", args..)`.
 #[macro_export]
 macro_rules! limited {
     ($lim:expr, $level:ident, $port:expr, $reason:expr, $($arg:tt)+) => {
-        $lim.log(log::Level::$level, $port, $reason, format_args!($($arg)+))
+        $lim.log_from(
+            $crate::ratelimit::Site {
+                module: module_path!(),
+                file: file!(),
+                line: line!(),
+            },
+            log::Level::$level,
+            $port,
+            $reason,
+            format_args!($($arg)+),
+        )
     };
 }
 

@@ -71,6 +71,8 @@ commands:
   dump-conntrack [zone=N]                tracked connections, as ovs-appctl dpctl/dump-conntrack
   flush-conntrack [zone=N]               remove tracked connections (all without a zone)
   conntrack-stats                        connection tracker counters, limits and timeouts
+  log-level [[MODULE] LEVEL]             show log levels, or set the default or a module's
+                                         (off, error, warn, info, debug, trace), no restart
   config get [KEY] | config set KEY VALUE    pmd-cores, pmd-rx-mode, pmd-sleep-after-us,
                                          pmd-sleep-max-us, pmd-priority, mac-aging,
                                          mac-table-size, flow-limit, flow-max-idle,
@@ -260,6 +262,14 @@ enum Cmd {
         in_port: Option<String>,
         #[arg(long = "ct-next")]
         ct_next: Vec<String>,
+    },
+    /// Log levels: `log-level` lists them, `log-level LEVEL` sets the default one,
+    /// `log-level MODULE LEVEL` one module's (a module path prefix such as
+    /// `ferrovs_control::daemon`), at once, without a restart (as `ovs-appctl vlog/set`).
+    LogLevel {
+        /// `[MODULE] LEVEL` (off, error, warn, info, debug, trace).
+        #[arg(num_args = 0..=2)]
+        args: Vec<String>,
     },
 }
 
@@ -1112,6 +1122,24 @@ fn run() -> Result<(), String> {
                 ct_next,
             },
         ),
+
+        Cmd::LogLevel { args } => {
+            let (module, level) = match args.as_slice() {
+                [] => (None, None),
+                [l] => (None, Some(l.clone())),
+                [m, l] => (Some(m.clone()), Some(l.clone())),
+                _ => return Err("log-level: [MODULE] LEVEL".into()),
+            };
+            cli.show(
+                Request::LogLevel { module, level },
+                |v: &ferrovs_proto::reply::LogLevels| {
+                    println!("default: {}", v.default);
+                    for (m, l) in &v.modules {
+                        println!("{m}: {l}");
+                    }
+                },
+            )
+        }
         Cmd::Monitor { seconds } => {
             let secs = count(seconds, |n| {
                 format!("monitor: '{n}' is not a number of seconds")

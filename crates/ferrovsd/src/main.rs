@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::Parser;
 use ferrovs_control::config::parse_cores;
+use ferrovs_control::logging::{Format, Levels};
 use ferrovs_control::{Daemon, DaemonOptions};
 use ferrovs_proto::{DEFAULT_RUN_DIR, RUN_DIR_ENV};
 
@@ -55,6 +56,21 @@ struct Cli {
     /// `[::1]:9477`). With --takeover and no --metrics: the address the old daemon served.
     #[arg(long, value_name = "ADDR:PORT")]
     metrics: Option<SocketAddr>,
+    /// Log output: `text` (stderr), `json` (one object a line on stderr) or `journald` (the
+    /// journal's native protocol, with FERROVS_PORT= and FERROVS_REASON= fields); `auto`:
+    /// journald when stderr is the journal ($JOURNAL_STREAM), else text. $FERROVS_LOG_SOCKET
+    /// points journald output at another socket.
+    #[arg(long, value_name = "FORMAT", default_value = "auto", value_parser = log_format)]
+    log_format: Format,
+}
+
+/// `--log-format`.
+fn log_format(s: &str) -> Result<Format, String> {
+    let f = Format::parse(s)?;
+    Ok(match (f, std::env::var_os("FERROVS_LOG_SOCKET")) {
+        (Format::Journald(_), Some(p)) => Format::Journald(p.into()),
+        (f, _) => f,
+    })
 }
 
 /// How long a new daemon waits for the old one to free the metrics address at a takeover.
@@ -127,20 +143,25 @@ fn level_parser() -> impl TypedValueParser<Value = log::LevelFilter> {
         .map(|s| s.parse().unwrap_or(log::LevelFilter::Info))
 }
 
-/// Leveled, timestamped logs on stderr: info by default, then `$FERROVS_LOG`'s directives,
-/// then `--log-level` for everything those do not name.
-fn init_logging(level: Option<log::LevelFilter>) {
-    let mut b = env_logger::Builder::new();
-    b.filter_level(log::LevelFilter::Info)
-        .format_timestamp_millis()
-        .target(env_logger::Target::Stderr);
+/// Leveled logs in `format`: info by default, then `$FERROVS_LOG`'s directives, then
+/// `--log-level` for everything those do not name; `ferrovs log-level` changes them later.
+fn init_logging(level: Option<log::LevelFilter>, format: &Format) {
+    let mut lv = Levels::new(log::LevelFilter::Info);
+    let mut bad = None;
     if let Ok(spec) = std::env::var(LOG_ENV) {
-        b.parse_filters(&spec);
+        if let Err(e) = lv.apply(&spec) {
+            bad = Some(format!("{LOG_ENV}: {e}"));
+        }
     }
     if let Some(l) = level {
-        b.filter_level(l);
+        lv.default = l;
     }
-    b.init();
+    if let Err(e) = ferrovs_control::logging::init(format, lv) {
+        eprintln!("ferrovsd: {e}");
+    }
+    if let Some(b) = bad {
+        log::warn!("{b}");
+    }
 }
 
 fn main() -> ExitCode {
@@ -148,7 +169,7 @@ fn main() -> ExitCode {
     ferrovs_docgen::write_if_asked(<Cli as clap::CommandFactory>::command);
     // Usage errors exit 2 with clap's message on stderr; --help prints to stdout and exits 0.
     let cli = Cli::parse();
-    init_logging(cli.log_level);
+    init_logging(cli.log_level, &cli.log_format);
     let takeover = cli.takeover;
     let mut metrics = cli.metrics;
     let opts = DaemonOptions {

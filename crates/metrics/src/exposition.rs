@@ -213,6 +213,12 @@ pub fn render(s: &Scrape) -> String {
         vec![],
         show.bad_control_requests,
     );
+    b.counter(
+        "log_lines_suppressed",
+        "Log lines the rate limiter left out (per port and reason)",
+        vec![],
+        show.log_lines_suppressed,
+    );
 
     // Ports: state from `show`, counters from `port-stats`.
     let mut bridge_of: BTreeMap<&str, &str> = BTreeMap::new();

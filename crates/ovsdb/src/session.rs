@@ -360,6 +360,8 @@ struct Staged {
 /// One connection's protocol state (see the module documentation).
 #[derive(Debug)]
 pub struct Session {
+    /// Unknown requests from the server (logged at powers of two).
+    unknown_requests: u64,
     db: String,
     monitor: Monitor,
     /// The monitored tables' columns and their types (from the schema).
@@ -381,6 +383,7 @@ impl Session {
     /// Nothing happens until [`connected`](Session::connected).
     pub fn new(db: &str, monitor: Monitor) -> Session {
         Session {
+            unknown_requests: 0,
             db: db.to_owned(),
             monitor,
             columns: BTreeMap::new(),
@@ -628,9 +631,15 @@ impl Session {
         if method == "echo" {
             self.send(&json!({"id": id, "result": params, "error": null}));
         } else {
-            log::warn!(
-                "ovsdb: the server sent an unknown request {method:?}; answering with an error"
-            );
+            // A server repeating it must not flood the log: the 1st, 2nd, 4th, 8th... one.
+            self.unknown_requests += 1;
+            if self.unknown_requests.is_power_of_two() {
+                log::warn!(
+                    "ovsdb: the server sent an unknown request {method:?} ({} so far); \
+                     answering with an error",
+                    self.unknown_requests
+                );
+            }
             self.send(&json!({"id": id, "result": null, "error": "unknown method"}));
         }
     }

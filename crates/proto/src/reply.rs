@@ -43,6 +43,18 @@ pub enum Reply {
     FlushConntrack(FlushConntrack),
     ConntrackStats(Box<ConntrackStats>),
     Trace(Box<Trace>),
+
+    LogLevels(LogLevels),
+}
+
+/// `log-level`: the default level and the levels of named modules (`off`, `error`, `warn`,
+/// `info`, `debug`, `trace`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct LogLevels {
+    pub default: String,
+    /// Module path prefixes and their levels.
+    #[serde(default)]
+    pub modules: BTreeMap<String, String>,
 }
 
 /// `del-groups`.
@@ -74,6 +86,9 @@ pub struct Show {
     pub bridges: Vec<ShowBridge>,
     /// Every PMD's packet buffers are on huge pages.
     pub hugepages: bool,
+    /// Log lines the rate limiter left out (per port and reason) since the daemon started.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub log_lines_suppressed: u64,
     /// The OVSDB connection (`ferrovsd --ovsdb`; absent otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ovsdb: Option<OvsdbStatus>,

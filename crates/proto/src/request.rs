@@ -178,6 +178,14 @@ pub enum Request {
         #[serde(default)]
         ct_next: Vec<String>,
     },
+    /// Log levels ([`crate::reply::LogLevels`]): with `level`, first set it for `module`
+    /// (a module path prefix such as `ferrovs_control::daemon`; none: the default level).
+    LogLevel {
+        #[serde(default)]
+        module: Option<String>,
+        #[serde(default)]
+        level: Option<String>,
+    },
 }
 
 /// A response: `{"ok": true, "result": ...}` or `{"ok": false, "error": "message"}`. The
@@ -400,6 +408,13 @@ mod tests {
                     ct_next: vec![s("trk,est")],
                 },
                 "trace",
+            ),
+            (
+                Request::LogLevel {
+                    module: Some(s("ferrovs_vhost")),
+                    level: Some(s("debug")),
+                },
+                "log-level",
             ),
         ];
         for (req, cmd) in all {

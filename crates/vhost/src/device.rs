@@ -168,6 +168,10 @@ pub struct Device {
     announce: Option<[u8; 6]>,
     rarps: u64,
     postcopy_listens: u64,
+    /// The last request refused, for the daemon to log through its rate limiter (a
+    /// frontend repeating a bad request must not flood the log): taken by
+    /// [`Device::take_refusal`].
+    refusal: Option<String>,
 }
 
 impl Device {
@@ -188,6 +192,7 @@ impl Device {
             postcopy: Postcopy::Off,
             pending_mem: None,
             reply_fds: Vec::new(),
+            refusal: None,
             announce: None,
             rarps: 0,
             postcopy_listens: 0,
@@ -595,6 +600,11 @@ impl Device {
         Ok(None)
     }
 
+    /// The last refusal not yet logged (see the `refusal` field).
+    pub fn take_refusal(&mut self) -> Option<String> {
+        self.refusal.take()
+    }
+
     /// Handles a framed message end to end: parse, apply, and build the reply (the request's
     /// own reply, or a REPLY_ACK when asked). Errors are counted, logged and acked.
     pub fn handle_message(
@@ -660,7 +670,7 @@ impl Device {
             Err(e) => {
                 self.errors += 1;
                 self.reply_fds.clear();
-                log::warn!("{}: vhost-user request {} refused: {e}", self.name, h.code);
+                self.refusal = Some(format!("vhost-user request {} refused: {e}", h.code));
                 let failed = msg::encode(h.code, msg::FLAG_REPLY, &1u64.to_le_bytes());
                 if ack_wanted || matches!(code, Some(Code::SetLogBase | Code::PostcopyAdvise)) {
                     // (A POSTCOPY_ADVISE answer with a payload and no fd fails the frontend's
@@ -686,15 +696,12 @@ impl Device {
         };
         if u64::from_le_bytes(v) != 0 {
             self.errors += 1;
-            log::warn!(
-                "{}: frontend refused our postcopy memory table; not used",
-                self.name
-            );
+            self.refusal = Some("frontend refused our postcopy memory table; not used".into());
             return;
         }
         if let Err(e) = self.install_memory(mem) {
             self.errors += 1;
-            log::warn!("{}: postcopy memory table: {e}", self.name);
+            self.refusal = Some(format!("postcopy memory table: {e}"));
         }
     }
 }

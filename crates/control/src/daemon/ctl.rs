@@ -305,6 +305,10 @@ impl Daemon {
                     &ct_next,
                 )
                 .map(|t| Reply::Trace(Box::new(t))),
+
+            Request::LogLevel { module, level } => log_level(module.as_deref(), level.as_deref())
+                .map(Reply::LogLevels)
+                .map_err(ConfigError::Invalid),
         };
         match r {
             Ok(v) => {
@@ -368,4 +372,30 @@ impl Daemon {
             _ => Vec::new(),
         }
     }
+}
+
+/// `log-level [MODULE] [LEVEL]`: sets a level (when given), then lists them.
+fn log_level(module: Option<&str>, level: Option<&str>) -> Result<reply::LogLevels, String> {
+    use crate::logging;
+    let lv = match level {
+        Some(l) => {
+            let l = logging::parse_level(l)?;
+            let lv = logging::set_level(module.filter(|m| !m.is_empty()), l)?;
+            log::info!(
+                "log level of {} set to {l}",
+                module.unwrap_or("everything else")
+            );
+            lv
+        }
+        None if module.is_some() => return Err("log-level: a module needs a level".into()),
+        None => logging::levels()?,
+    };
+    Ok(reply::LogLevels {
+        default: lv.default.to_string().to_lowercase(),
+        modules: lv
+            .modules
+            .iter()
+            .map(|(m, l)| (m.clone(), l.to_string().to_lowercase()))
+            .collect(),
+    })
 }

@@ -198,6 +198,8 @@ struct PortState {
     connects: u64,
     disconnects: u64,
     refused_connections: u64,
+    /// Queues whose guest error was logged (bit per queue; see `log_broken_queues`).
+    broken_logged: u64,
     last_error: Option<String>,
     /// An uplink on AF_PACKET because AF_XDP could not be set up: why.
     fallback: Option<String>,
@@ -519,6 +521,7 @@ impl Daemon {
     }
     fn tick(&mut self) {
         self.logs.flush(Instant::now());
+        self.log_broken_queues();
         self.clock
             .store(self.started.elapsed().as_secs() as u32, Ordering::Relaxed);
         self.poll_kernel_drops();

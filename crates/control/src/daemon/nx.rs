@@ -168,7 +168,11 @@ impl Daemon {
                         let now = table.mappings();
                         // The bridge's tunnel ports map options with it from now on.
                         self.set_tlv_map(&c.bridge, map);
-                        log::info!(
+                        limited!(
+                            self.logs,
+                            Info,
+                            &c.bridge,
+                            "tlv-table",
                             "bridge {}: Geneve TLV table now {}",
                             c.bridge,
                             if now.is_empty() {

@@ -108,8 +108,12 @@ impl Daemon {
             self.openflow.port_config.insert(name.clone(), new);
         }
         if (old ^ new) & pconfig::PORT_DOWN != 0 {
-            log::info!(
-                "port {name}: administratively {} over OpenFlow",
+            limited!(
+                self.logs,
+                Info,
+                &name,
+                "port-mod",
+                "administratively {} over OpenFlow",
                 if new & pconfig::PORT_DOWN != 0 {
                     "down"
                 } else {

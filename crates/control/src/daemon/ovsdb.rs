@@ -996,9 +996,21 @@ impl Daemon {
             .map(|st| (st.bridge.clone(), st.cfg.name.clone()))
             .collect();
         for (b, p) in gone {
-            log::info!("ovsdb: deleting port {p} from bridge {b}");
+            limited!(
+                self.logs,
+                Info,
+                &p,
+                "ovsdb-apply",
+                "ovsdb: deleting port {p} from bridge {b}"
+            );
             if let Err(e) = self.del_port(&b, &p) {
-                log::error!("ovsdb: deleting port {p}: {e}");
+                limited!(
+                    self.logs,
+                    Error,
+                    &p,
+                    "ovsdb-apply-error",
+                    "ovsdb: deleting port {p}: {e}"
+                );
             }
         }
         let bridges: Vec<String> = self
@@ -1008,17 +1020,36 @@ impl Daemon {
             .cloned()
             .collect();
         for b in bridges {
-            log::info!("ovsdb: deleting bridge {b}");
+            limited!(
+                self.logs,
+                Info,
+                &b,
+                "ovsdb-apply",
+                "ovsdb: deleting bridge {b}"
+            );
             if let Err(e) = self.del_bridge(&b) {
-                log::error!("ovsdb: deleting bridge {b}: {e}");
+                limited!(
+                    self.logs,
+                    Error,
+                    &b,
+                    "ovsdb-apply-error",
+                    "ovsdb: deleting bridge {b}: {e}"
+                );
             }
         }
         for b in &d.bridges {
             if !self.bridges.contains_key(&b.name) {
-                log::info!("ovsdb: adding bridge {}", b.name);
+                limited!(
+                    self.logs,
+                    Info,
+                    &b.name,
+                    "ovsdb-apply",
+                    "ovsdb: adding bridge {}",
+                    b.name
+                );
                 if let Err(e) = self.add_bridge(&b.name) {
                     let e = with_sources(&e);
-                    log::error!("ovsdb: {e}");
+                    limited!(self.logs, Error, &b.name, "ovsdb-apply-error", "ovsdb: {e}");
                     for p in &b.ports {
                         failed.insert(p.name.clone(), e.clone());
                     }
@@ -1039,7 +1070,15 @@ impl Daemon {
                 let res = self.add_port(&b.name, p.clone());
                 self.ofport_hint = None;
                 match res {
-                    Ok(()) => log::info!("ovsdb: added port {} to bridge {}", p.name, b.name),
+                    Ok(()) => limited!(
+                        self.logs,
+                        Info,
+                        &p.name,
+                        "ovsdb-apply",
+                        "ovsdb: added port {} to bridge {}",
+                        p.name,
+                        b.name
+                    ),
                     Err(e) => {
                         let e = with_sources(&e);
                         limited!(self.logs, Error, &p.name, "ovsdb-add", "ovsdb: {e}");
@@ -1080,14 +1119,25 @@ impl Daemon {
                 ..cur.clone()
             };
             if new != cur {
-                log::info!("ovsdb: bridge {}: OpenFlow settings changed", want.name);
+                limited!(
+                    self.logs,
+                    Info,
+                    &want.name,
+                    "ovsdb-apply",
+                    "ovsdb: bridge {}: OpenFlow settings changed",
+                    want.name
+                );
                 if let Err(e) = self.set_openflow_settings(&want.name, new) {
                     // vswitchdb left every bad value out: not expected.
                     limited!(self.logs, Error, &want.name, "ovsdb-of", "ovsdb: {e}");
                 }
             }
             if cur.controllers != want.controllers {
-                log::info!(
+                limited!(
+                    self.logs,
+                    Info,
+                    &want.name,
+                    "ovsdb-apply",
                     "ovsdb: bridge {}: controllers [{}]",
                     want.name,
                     want.controllers.join(", ")

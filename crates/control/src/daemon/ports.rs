@@ -499,6 +499,7 @@ impl Daemon {
             connects: 0,
             disconnects: 0,
             refused_connections: 0,
+            broken_logged: 0,
             last_error: None,
             fallback: None,
         };

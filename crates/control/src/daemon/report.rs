@@ -83,6 +83,7 @@ impl Daemon {
         Show {
             bad_control_requests: self.bad_requests,
             bridges,
+            log_lines_suppressed: crate::ratelimit::suppressed_total(),
             hugepages: self
                 .pmds
                 .iter()

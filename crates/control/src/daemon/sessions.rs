@@ -14,17 +14,23 @@ impl Daemon {
             self.tokens.remove(&t);
             p.disconnects += 1;
             if let Some(w) = &why {
-                let level = if w == PEER_CLOSED {
-                    log::Level::Info
+                if w == PEER_CLOSED {
+                    limited!(
+                        self.logs,
+                        Info,
+                        name,
+                        "disconnect",
+                        "vhost-user connection closed: {w}"
+                    );
                 } else {
-                    log::Level::Warn
-                };
-                self.logs.log(
-                    level,
-                    name,
-                    "disconnect",
-                    format_args!("vhost-user connection closed: {w}"),
-                );
+                    limited!(
+                        self.logs,
+                        Warn,
+                        name,
+                        "disconnect",
+                        "vhost-user connection closed: {w}"
+                    );
+                }
                 p.last_error = Some(w.clone());
             }
         }
@@ -40,6 +46,34 @@ impl Daemon {
             _ => Link::Listening,
         };
         self.link_changed(name);
+    }
+
+    /// Logs each vhost-user queue a guest error broke, once per break (through the rate
+    /// limiter: a guest that breaks its rings and resets in a loop cannot flood the log).
+    /// The PMD that found the error only counted it.
+    pub(super) fn log_broken_queues(&mut self) {
+        for (name, p) in self.ports.iter_mut() {
+            let Some(d) = p.device.as_ref() else {
+                continue;
+            };
+            let mut now_broken = 0u64;
+            for (i, q) in d.queues().iter().enumerate().take(64) {
+                let Some(e) = q.lock().broken() else {
+                    continue;
+                };
+                now_broken |= 1 << i;
+                if p.broken_logged & (1 << i) == 0 {
+                    limited!(
+                        self.logs,
+                        Warn,
+                        name,
+                        "guest-error",
+                        "queue {i}: guest error: {e}; queue disabled until reset"
+                    );
+                }
+            }
+            p.broken_logged = now_broken;
+        }
     }
 
     /// A port's link went up or down: a group bucket watching it must see that (the
@@ -177,6 +211,9 @@ impl Daemon {
                             if let Err(e) = conn.send(&reply.bytes, &fds) {
                                 failure = Some(e.to_string());
                             }
+                        }
+                        if let Some(r) = device.take_refusal() {
+                            limited!(self.logs, Warn, name, "refused-request", "{r}");
                         }
                         if let Some(mac) = device.take_announce() {
                             announce(&p.port, mac, &mut self.logs);

@@ -42,7 +42,8 @@ impl VirtQueue {
         out: &mut Vec<Mbuf<'p>>,
         max: usize,
         stats: &QueueStats,
-        name: &str,
+        // The port's name (unused since guest errors are logged by the control thread).
+        _name: &str,
     ) -> usize {
         let Some(ring) = self.ring.take() else {
             return 0;
@@ -51,11 +52,11 @@ impl VirtQueue {
             0
         } else if let Some(log) = self.logging().cloned() {
             let mut m = Logging::new(&log, self.used_log_addr(), Some(stats));
-            self.dequeue_ring(&ring, pool, out, max, stats, name, &mut m)
+            self.dequeue_ring(&ring, pool, out, max, stats, &mut m)
         } else {
-            self.dequeue_ring(&ring, pool, out, max, stats, name, &mut NoLog)
+            self.dequeue_ring(&ring, pool, out, max, stats, &mut NoLog)
         };
-        self.check_fault(&ring, stats, name);
+        self.check_fault(&ring, stats);
         self.ring = Some(ring);
         r
     }
@@ -69,7 +70,6 @@ impl VirtQueue {
         out: &mut Vec<Mbuf<'p>>,
         max: usize,
         stats: &QueueStats,
-        name: &str,
         marker: &mut M,
     ) -> usize {
         if self.broken.is_some() {
@@ -78,7 +78,7 @@ impl VirtQueue {
         let avail = match self.pending(ring) {
             Ok(n) => n as usize,
             Err(e) => {
-                self.mark_broken(e, stats, name);
+                self.mark_broken(e, stats);
                 return 0;
             }
         };
@@ -117,7 +117,7 @@ impl VirtQueue {
                 Ok(Taken::BadOffload) => bad_offload += 1,
                 Ok(Taken::NoLargeBuffer) => no_large += 1,
                 Err(e) => {
-                    self.mark_broken(e, stats, name);
+                    self.mark_broken(e, stats);
                     break;
                 }
             }

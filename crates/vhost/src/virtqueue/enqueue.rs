@@ -35,7 +35,7 @@ impl VirtQueue {
     /// ([`VirtQueue::rx_caps`]: the caller did the rest in software); a packet whose metadata
     /// the guest does not take (its features changed under the caller) stops the burst there
     /// and is refused, like one for which the guest has no buffers.
-    pub fn enqueue<'a, I>(&mut self, pkts: I, stats: &QueueStats, name: &str) -> usize
+    pub fn enqueue<'a, I>(&mut self, pkts: I, stats: &QueueStats, _name: &str) -> usize
     where
         I: IntoIterator<Item = (&'a [u8], VnetHdr)>,
     {
@@ -48,11 +48,11 @@ impl VirtQueue {
             0
         } else if let Some(log) = self.logging().cloned() {
             let mut m = Logging::new(&log, self.used_log_addr(), Some(stats));
-            self.enqueue_ring(&ring, pkts, stats, name, &mut m)
+            self.enqueue_ring(&ring, pkts, stats, &mut m)
         } else {
-            self.enqueue_ring(&ring, pkts, stats, name, &mut NoLog)
+            self.enqueue_ring(&ring, pkts, stats, &mut NoLog)
         };
-        self.check_fault(&ring, stats, name);
+        self.check_fault(&ring, stats);
         self.ring = Some(ring);
         r
     }
@@ -63,7 +63,6 @@ impl VirtQueue {
         ring: &SplitRing,
         pkts: I,
         stats: &QueueStats,
-        name: &str,
         marker: &mut M,
     ) -> usize
     where
@@ -109,7 +108,7 @@ impl VirtQueue {
                     break;
                 }
                 Err(e) => {
-                    self.mark_broken(e, stats, name);
+                    self.mark_broken(e, stats);
                     break;
                 }
             }

@@ -301,34 +301,24 @@ impl VirtQueue {
 
     /// Marks the ring broken by a guest error (once) and counts it.
     #[cold]
-    fn mark_broken(&mut self, e: ChainError, stats: &QueueStats, name: &str) {
+    fn mark_broken(&mut self, e: ChainError, stats: &QueueStats) {
+        // No log line here: this runs on a PMD thread (no allocation, no blocking write to
+        // stderr); the drop reason counts it and the control thread logs the broken queue
+        // through its rate limiter (`port-stats` shows it).
         stats.drop(e.reason(), 1);
-        if self.broken.is_none() {
-            log::warn!(
-                "{name}: queue {}: guest error: {e}; queue disabled until reset",
-                self.index_hint()
-            );
-        }
         self.broken = Some(e);
-    }
-
-    fn index_hint(&self) -> String {
-        self.state
-            .addrs
-            .map(|a| format!("ring@{:#x}", a.desc))
-            .unwrap_or_default()
     }
 
     /// After a burst: if an access hit a truncated guest memory file (SIGBUS, survived on a
     /// zero page by `ferrovs_sys::guest::sigbus`), the data of this burst is garbage and the ring
     /// cannot be trusted: break the queue.
     #[inline]
-    fn check_fault(&mut self, ring: &SplitRing, stats: &QueueStats, name: &str) {
+    fn check_fault(&mut self, ring: &SplitRing, stats: &QueueStats) {
         if self.broken.is_none() && ring.mem().faulted() {
-            self.mark_broken(ChainError::MemoryFault, stats, name);
+            self.mark_broken(ChainError::MemoryFault, stats);
         }
         if self.broken.is_none() && self.logging().is_some_and(|l| l.faulted()) {
-            self.mark_broken(ChainError::LogFault, stats, name);
+            self.mark_broken(ChainError::LogFault, stats);
         }
     }
 
