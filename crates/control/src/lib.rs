@@ -13,12 +13,14 @@
 //!   timeouts), built into the datapath's pipeline on every change.
 //! * [`openflow`]: OpenFlow 1.3 FLOW_MOD and flow statistics mapped onto those rules, with
 //!   the precise OpenFlow error for what the pipeline cannot do.
+//! * [`capture`]: `ferrovs capture`'s filter, compiled by libpcap.
 //! * [`ratelimit`]: at most a few log lines per port and reason per interval.
 //! * [`upgrade`]: the hot-upgrade handover protocol and its versioned state.
 //! * [`vswitchdb`]: the `Open_vSwitch` database (as ovs-vsctl writes it) mapped onto the
 //!   configuration, for `ferrovsd --ovsdb`.
 #![forbid(unsafe_code)]
 
+pub mod capture;
 pub mod config;
 pub mod controller;
 pub mod daemon;

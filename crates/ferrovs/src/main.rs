@@ -9,6 +9,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+mod capture;
+
 use clap::{Parser, Subcommand};
 use ferrovs_proto::reply::{
     AddFlows, ConfigGet, ConntrackEntry, ConntrackStats, DelFlows, DelGroups, DirStats, FlowEntry,
@@ -81,7 +83,11 @@ commands:
                                          port over, no guest reconnects; prints the phases
                                          (its log: DIR/ferrovsd.log)
   upgrade-history [N]                    the last N hot upgrades and their downtime
-  version";
+  version
+  capture PORT [--direction in|out|both] [--count N] [--snaplen N] [-w FILE|-w -] [FILTER]
+                                         capture a port's packets as pcapng (FILTER: tcpdump
+                                         syntax, compiled by libpcap), e.g.
+                                         ferrovs capture vm1 -w - icmp | tcpdump -nr -";
 
 /// The command line (the help text is [`USAGE`], printed by `help`, `-h`, `--help` or no
 /// command).
@@ -241,6 +247,19 @@ enum Cmd {
         filter: Option<String>,
     },
     ConntrackStats,
+    Capture {
+        port: String,
+        #[arg(long, default_value = "both")]
+        direction: String,
+        #[arg(long, short = 'c')]
+        count: Option<u64>,
+        #[arg(long, short = 's')]
+        snaplen: Option<u32>,
+        #[arg(short = 'w', value_name = "FILE")]
+        write: Option<String>,
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        filter: Vec<String>,
+    },
 }
 
 /// `dump-conntrack`'s and `flush-conntrack`'s filter: `zone=N` (N in 0..=65535), or none.
@@ -1051,6 +1070,24 @@ fn run() -> Result<(), String> {
             })?;
             monitor(&cli, secs)
         }
+        Cmd::Capture {
+            port,
+            direction,
+            count,
+            snaplen,
+            write,
+            filter,
+        } => capture::run(
+            &cli.client,
+            capture::Args {
+                port,
+                direction,
+                count,
+                snaplen,
+                write,
+                filter,
+            },
+        ),
     }
 }
 

@@ -40,6 +40,19 @@ pub enum Reply {
     DumpConntrack(Vec<ConntrackEntry>),
     FlushConntrack(FlushConntrack),
     ConntrackStats(Box<ConntrackStats>),
+    CaptureStarted(CaptureStarted),
+}
+
+/// `capture`: the capture runs; its packets follow on the connection.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CaptureStarted {
+    pub port: String,
+    pub direction: crate::capture::Direction,
+    pub snaplen: u32,
+    /// Records the capture ring holds.
+    pub ring_slots: usize,
+    /// Instructions of the compiled filter (0: none).
+    pub filter_insns: usize,
 }
 
 /// `del-groups`.

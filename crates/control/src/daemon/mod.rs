@@ -54,6 +54,7 @@ use ferrovs_flow::Pipeline;
 use ferrovs_proto::{Request, Response, MAX_REQUEST};
 
 mod bundles;
+mod capture;
 mod conntrack;
 pub mod continuation;
 mod controllers;
@@ -272,6 +273,8 @@ pub struct Daemon {
     conntrack: Arc<ferrovs_conntrack::Tracker>,
     /// The control thread's side of the tracker: sweep position, rates, restore results.
     ct: conntrack::CtCtl,
+    /// Running packet captures (`capture.rs`).
+    captures: Vec<capture::CaptureRun>,
 }
 
 /// Takes slot `id` (a takeover restores the old daemon's ids).
@@ -466,6 +469,7 @@ impl Daemon {
             openflow: Default::default(),
             conntrack: Arc::new(ferrovs_conntrack::Tracker::new(Default::default())),
             ct: Default::default(),
+            captures: Vec::new(),
         };
         d.apply_conntrack_config();
         let t = d.token(Source::CtlListener, "");
@@ -534,6 +538,7 @@ impl Daemon {
         self.ovsdb_tick();
         self.of_tick();
         self.conntrack_tick();
+        self.capture_tick();
     }
 
     /// Runs the control loop until `stop` is set.
@@ -579,6 +584,7 @@ impl Daemon {
 
     /// Stops PMDs, closes connections and removes sockets.
     pub fn shutdown(&mut self) {
+        self.stop_captures(ferrovs_datapath::capture::StopReason::Shutdown);
         for mut p in self.pmds.drain(..) {
             p.stop();
         }
