@@ -22,6 +22,9 @@ packages=(
     iproute2 iputils-ping ethtool iperf3 tcpdump jq socat cpio kmod valgrind conntrack nftables
     python3 python3-venv ovn-central ovn-host prometheus
 )
+# Capture (issue 21): libpcap's filter compiler, which ferrovsd links (`ferrovs capture
+# FILTER`); tcpdump (above) reads the pcapng files in its tests.
+packages+=(libpcap-dev)
 services=(ovn-central ovn-host ovn-northd ovn-controller ovn-ovsdb-server-nb ovn-ovsdb-server-sb prometheus)
 missing=()
 for p in "${packages[@]}"; do

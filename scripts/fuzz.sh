@@ -24,3 +24,6 @@ for t in vhost_message virtqueue control_request config packet flow upgrade_stat
     fi
     cargo +nightly fuzz run "$t" "${extra[@]}" -max_total_time="$secs" -rss_limit_mb=2048 2>&1 | tail -3
 done
+# Capture (issue 21): cBPF programs run on packets, the capture stream, pcapng read back.
+echo "fuzz: capture for ${secs}s"
+cargo +nightly fuzz run capture -- -max_total_time="$secs" -rss_limit_mb=2048 2>&1 | tail -3

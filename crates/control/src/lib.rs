@@ -15,6 +15,8 @@
 //!   the precise OpenFlow error for what the pipeline cannot do.
 //! * [`logging`]: ferrovsd's logger: levels per module changed at run time, text, JSON or
 //!   the systemd journal's native protocol.
+
+//! * [`capture`]: `ferrovs capture`'s filter, compiled by libpcap.
 //! * [`ratelimit`]: at most a few log lines per port and reason per interval.
 //! * [`sdnotify`]: systemd's service notification protocol (`READY=1`, `WATCHDOG=1`...).
 //! * [`upgrade`]: the hot-upgrade handover protocol and its versioned state.
@@ -22,6 +24,7 @@
 //!   configuration, for `ferrovsd --ovsdb`.
 #![forbid(unsafe_code)]
 
+pub mod capture;
 pub mod config;
 pub mod controller;
 pub mod daemon;

@@ -8,6 +8,7 @@
 //! * [`xdp`]: netdevs over AF_XDP (the uplink's first choice).
 //! * [`tunnel`]: VXLAN and Geneve tunnel ports over the host stack; [`geneve`]: the Geneve
 //!   header as a checked view, and its encoding.
+//! * [`capture`]: packet capture on a port: the per-burst hook, the cBPF filter, the ring.
 //! * [`dummy`]: an in-memory port (frames queued in, frames captured out) for tests.
 //! * [`mac_table`]: the lock-free MAC learning table of a bridge.
 //! * [`meter`]: a bridge's OpenFlow meters (token buckets with drop bands).
@@ -24,6 +25,7 @@
 //! This crate depends on no control-plane code (no serde, no config parsing, no async).
 #![forbid(unsafe_code)]
 
+pub mod capture;
 pub mod dummy;
 pub mod flow;
 pub mod geneve;

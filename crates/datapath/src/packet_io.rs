@@ -224,6 +224,7 @@ pub fn controller_port(bridge: u32) -> Port {
         tx_not_ready: Default::default(),
         offload: Default::default(),
         inject: Default::default(),
+        capture: Default::default(),
     }
 }
 

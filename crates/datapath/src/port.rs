@@ -194,6 +194,8 @@ pub struct Port {
     pub offload: OffloadStats,
     /// Frames the control plane hands the datapath as if this port had received them.
     pub inject: Inject,
+    /// Packet capture (`ferrovs capture`): one relaxed load per burst while off.
+    pub capture: crate::capture::CaptureHook,
 }
 
 /// Frames injected as if received from a port (the RARP announcing a guest that migrated
@@ -338,6 +340,23 @@ impl Port {
         tun: Option<&mut Vec<ferrovs_flow::TunnelKey>>,
         timers: &mut NotifyTimers,
     ) -> usize {
+        let start = out.len();
+        let n = self.rx_burst_io(pair, pool, out, tun, timers);
+        if let Some(got) = out.get(start..) {
+            self.capture.offer(crate::capture::Dir::In, got.iter());
+        }
+        n
+    }
+
+    #[inline]
+    fn rx_burst_io<'p>(
+        &self,
+        pair: u16,
+        pool: &'p Pool,
+        out: &mut Vec<Mbuf<'p>>,
+        tun: Option<&mut Vec<ferrovs_flow::TunnelKey>>,
+        timers: &mut NotifyTimers,
+    ) -> usize {
         match &self.io {
             PortIo::Vhost { queues } => {
                 if pair == 0 {
@@ -373,6 +392,7 @@ impl Port {
         timers: &mut NotifyTimers,
     ) -> (u64, u64) {
         let n = pkts.len();
+        self.capture.offer(crate::capture::Dir::Out, pkts.iter());
         match &self.io {
             PortIo::Vhost { queues } => {
                 let pairs = queues.len() / 2;

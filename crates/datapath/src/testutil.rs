@@ -18,6 +18,7 @@ pub(crate) fn dummy_port(id: u32, vlan: VlanMode, caps: u8) -> Port {
         tx_not_ready: Default::default(),
         offload: Default::default(),
         inject: Default::default(),
+        capture: Default::default(),
     }
 }
 

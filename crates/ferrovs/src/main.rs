@@ -9,6 +9,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+mod capture;
+
 use clap::{Parser, Subcommand};
 use ferrovs_proto::reply::{
     AddFlows, ConfigGet, ConntrackEntry, ConntrackStats, DelFlows, DelGroups, DirStats, FlowEntry,
@@ -91,7 +93,11 @@ commands:
                                          e.g. 'in_port=vm1,tcp,nw_dst=10.0.0.2,tp_dst=80';
                                          --ct-next trk,est: the ct_state after each ct()
                                          (default trk,new); changes nothing
-  version";
+  version
+  capture PORT [--direction in|out|both] [--count N] [--snaplen N] [-w FILE|-w -] [FILTER]
+                                         capture a port's packets as pcapng (FILTER: tcpdump
+                                         syntax, compiled by libpcap), e.g.
+                                         ferrovs capture vm1 -w - icmp | tcpdump -nr -";
 
 /// The command line (the help text is [`USAGE`], printed by `help`, `-h`, `--help` or no
 /// command).
@@ -270,6 +276,19 @@ enum Cmd {
         /// `[MODULE] LEVEL` (off, error, warn, info, debug, trace).
         #[arg(num_args = 0..=2)]
         args: Vec<String>,
+    },
+    Capture {
+        port: String,
+        #[arg(long, default_value = "both")]
+        direction: String,
+        #[arg(long, short = 'c')]
+        count: Option<u64>,
+        #[arg(long, short = 's')]
+        snaplen: Option<u32>,
+        #[arg(short = 'w', value_name = "FILE")]
+        write: Option<String>,
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        filter: Vec<String>,
     },
 }
 
@@ -1146,6 +1165,24 @@ fn run() -> Result<(), String> {
             })?;
             monitor(&cli, secs)
         }
+        Cmd::Capture {
+            port,
+            direction,
+            count,
+            snaplen,
+            write,
+            filter,
+        } => capture::run(
+            &cli.client,
+            capture::Args {
+                port,
+                direction,
+                count,
+                snaplen,
+                write,
+                filter,
+            },
+        ),
     }
 }
 

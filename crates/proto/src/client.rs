@@ -89,6 +89,23 @@ impl Client {
 
     /// Sends `req` and returns its result untyped.
     pub fn call_raw(&self, req: &Request) -> Result<serde_json::Value, ClientError> {
+        self.open(req).map(|(v, _)| v)
+    }
+
+    /// Sends a request that streams (`capture`): its result, then the connection to read
+    /// the stream's lines from ([`Stream::next`]), without a timeout.
+    pub fn stream(&self, req: &Request) -> Result<(serde_json::Value, Stream), ClientError> {
+        let (v, r) = self.open(req)?;
+        r.get_ref()
+            .set_read_timeout(None)
+            .map_err(ClientError::Receive)?;
+        Ok((v, Stream { r }))
+    }
+
+    fn open(
+        &self,
+        req: &Request,
+    ) -> Result<(serde_json::Value, BufReader<UnixStream>), ClientError> {
         let path = self.run_dir.join(CTL_SOCKET);
         let mut s = UnixStream::connect(&path).map_err(|source| ClientError::Connect {
             path: path.clone(),
@@ -100,16 +117,40 @@ impl Client {
         line.push('\n');
         s.write_all(line.as_bytes()).map_err(ClientError::Send)?;
         let mut resp = String::new();
-        BufReader::new(&s)
-            .read_line(&mut resp)
-            .map_err(ClientError::Receive)?;
+        let mut reader = BufReader::new(s);
+        reader.read_line(&mut resp).map_err(ClientError::Receive)?;
         let r: Envelope = serde_json::from_str(&resp).map_err(ClientError::Malformed)?;
         if r.ok {
-            Ok(r.result.unwrap_or(serde_json::Value::Null))
+            Ok((r.result.unwrap_or(serde_json::Value::Null), reader))
         } else {
             Err(ClientError::Daemon(
                 r.error.unwrap_or_else(|| "request failed".into()),
             ))
+        }
+    }
+}
+
+/// The lines a streaming request's reply is followed by.
+#[derive(Debug)]
+pub struct Stream {
+    r: BufReader<UnixStream>,
+}
+
+impl Stream {
+    /// Whether bytes of further lines are read already (a caller flushes its output when
+    /// none are).
+    pub fn buffered(&self) -> bool {
+        !self.r.buffer().is_empty()
+    }
+
+    /// The next line as a `T`; `None` when the daemon closed the connection.
+    pub fn next_line<T: DeserializeOwned>(&mut self) -> Result<Option<T>, ClientError> {
+        let mut line = String::new();
+        match self.r.read_line(&mut line).map_err(ClientError::Receive)? {
+            0 => Ok(None),
+            _ => serde_json::from_str(&line)
+                .map(Some)
+                .map_err(ClientError::Malformed),
         }
     }
 }

@@ -12,11 +12,12 @@
 
 use std::path::PathBuf;
 
+pub mod capture;
 mod client;
 pub mod reply;
 mod request;
 
-pub use client::{Client, ClientError};
+pub use client::{Client, ClientError, Stream};
 pub use reply::Reply;
 pub use request::{Request, Response, MAX_REQUEST};
 

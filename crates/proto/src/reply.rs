@@ -43,8 +43,8 @@ pub enum Reply {
     FlushConntrack(FlushConntrack),
     ConntrackStats(Box<ConntrackStats>),
     Trace(Box<Trace>),
-
     LogLevels(LogLevels),
+    CaptureStarted(CaptureStarted),
 }
 
 /// `log-level`: the default level and the levels of named modules (`off`, `error`, `warn`,
@@ -55,6 +55,18 @@ pub struct LogLevels {
     /// Module path prefixes and their levels.
     #[serde(default)]
     pub modules: BTreeMap<String, String>,
+}
+
+/// `capture`: the capture runs; its packets follow on the connection.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CaptureStarted {
+    pub port: String,
+    pub direction: crate::capture::Direction,
+    pub snaplen: u32,
+    /// Records the capture ring holds.
+    pub ring_slots: usize,
+    /// Instructions of the compiled filter (0: none).
+    pub filter_insns: usize,
 }
 
 /// `del-groups`.

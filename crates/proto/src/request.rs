@@ -186,6 +186,22 @@ pub enum Request {
         #[serde(default)]
         level: Option<String>,
     },
+    /// Captures a port's packets ([`crate::reply::CaptureStarted`], then a stream of
+    /// [`crate::capture::CaptureEvent`] lines until the capture ends).
+    Capture {
+        port: String,
+        #[serde(default)]
+        direction: crate::capture::Direction,
+        /// Stop after this many packets.
+        #[serde(default)]
+        count: Option<u64>,
+        /// Bytes kept of each packet (default and most: 65535).
+        #[serde(default)]
+        snaplen: Option<u32>,
+        /// A tcpdump filter expression (libpcap's syntax).
+        #[serde(default)]
+        filter: Option<String>,
+    },
 }
 
 /// A response: `{"ok": true, "result": ...}` or `{"ok": false, "error": "message"}`. The

@@ -4,6 +4,7 @@
 use ferrovs_proto::reply::{self, UpgradeReport};
 use ferrovs_proto::Reply;
 
+use super::capture;
 use super::*;
 
 impl Daemon {
@@ -80,6 +81,29 @@ impl Daemon {
                 let pos = c.scanned + off;
                 let line: Vec<u8> = c.inbuf.drain(..=pos).collect();
                 c.scanned = 0;
+                if let Some(req) = capture::capture_request(&line) {
+                    // A capture is the connection's last request: it streams from a thread.
+                    match self.start_capture(req) {
+                        Ok((started, tap, count)) => {
+                            let ok = Response::ok(Reply::CaptureStarted(started));
+                            let r = serde_json::to_string(&ok).unwrap_or_default();
+                            c.out.extend_from_slice(r.as_bytes());
+                            c.out.push(b'\n');
+                            let _ = self.epoll.delete(c.stream.as_fd());
+                            self.tokens.remove(&t);
+                            self.spawn_drainer(c.stream, c.out, tap, count);
+                            return;
+                        }
+                        Err(e) => {
+                            self.bad_requests += 1;
+                            let r = serde_json::to_string(&Response::<Reply>::err(e))
+                                .unwrap_or_default();
+                            c.out.extend_from_slice(r.as_bytes());
+                            c.out.push(b'\n');
+                            continue;
+                        }
+                    }
+                }
                 let resp = self.handle_line(&line[..line.len() - 1]);
                 c.out.extend_from_slice(resp.as_bytes());
                 c.out.push(b'\n');
@@ -289,6 +313,10 @@ impl Daemon {
             Request::FlushConntrack { zone } => {
                 Ok(Reply::FlushConntrack(self.flush_conntrack(zone)))
             }
+            Request::Capture { .. } => Err(ConfigError::Invalid(
+                "capture streams its packets: send it as a connection's request (ferrovs capture)"
+                    .into(),
+            )),
             Request::ConntrackStats => Ok(Reply::ConntrackStats(Box::new(self.conntrack_stats()))),
             Request::Trace {
                 bridge,

@@ -252,6 +252,7 @@ impl Daemon {
             match self.upgrade.accept() {
                 Ok((s, _)) => match self.handover(s) {
                     Ok(()) => {
+                        self.stop_captures(ferrovs_datapath::capture::StopReason::Upgrade);
                         self.handed_over = true;
                         return;
                     }

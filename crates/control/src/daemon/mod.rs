@@ -54,6 +54,7 @@ use ferrovs_flow::Pipeline;
 use ferrovs_proto::{Request, Response, MAX_REQUEST};
 
 mod bundles;
+mod capture;
 mod conntrack;
 pub mod continuation;
 mod controllers;
@@ -278,6 +279,9 @@ pub struct Daemon {
     ct: conntrack::CtCtl,
     /// The service manager (systemd's notify protocol, `service`).
     service: service::Service,
+
+    /// Running packet captures (`capture.rs`).
+    captures: Vec<capture::CaptureRun>,
 }
 
 /// Takes slot `id` (a takeover restores the old daemon's ids).
@@ -473,6 +477,8 @@ impl Daemon {
             conntrack: Arc::new(ferrovs_conntrack::Tracker::new(Default::default())),
             ct: Default::default(),
             service: Default::default(),
+
+            captures: Vec::new(),
         };
         d.apply_conntrack_config();
         let t = d.token(Source::CtlListener, "");
@@ -543,6 +549,8 @@ impl Daemon {
         self.of_tick();
         self.conntrack_tick();
         self.service_tick();
+
+        self.capture_tick();
     }
 
     /// Runs the control loop until `stop` is set.
@@ -590,6 +598,8 @@ impl Daemon {
     /// Stops PMDs, closes connections and removes sockets.
     pub fn shutdown(&mut self) {
         self.service_stopping();
+
+        self.stop_captures(ferrovs_datapath::capture::StopReason::Shutdown);
         for mut p in self.pmds.drain(..) {
             p.stop();
         }

@@ -464,6 +464,7 @@ impl Daemon {
             tx_not_ready: Default::default(),
             offload: Default::default(),
             inject: Default::default(),
+            capture: Default::default(),
         });
         let listener = match listener {
             Some(l) => {

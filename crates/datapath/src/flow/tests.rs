@@ -30,6 +30,7 @@ pub(super) fn port(id: u32) -> Option<Arc<Port>> {
         tx_not_ready: Default::default(),
         offload: Default::default(),
         inject: Default::default(),
+        capture: Default::default(),
     }))
 }
 

@@ -38,6 +38,7 @@ fn switch(rules: &[&str]) -> Snapshot {
                 tx_not_ready: Default::default(),
                 offload: Default::default(),
                 inject: Default::default(),
+                capture: Default::default(),
             }))
         })
         .collect();
