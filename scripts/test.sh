@@ -83,7 +83,7 @@ done
 
 # Service and packaging (docs/packaging.md): the .deb built with cargo-deb, lintian, then
 # installed in a clean Debian 12 root booted with systemd-nspawn: started by systemd
-# (Type=notify), `ferrovs show`, reload = hot upgrade, the watchdog. ~80 s with the root
+# (Type=notify), `ferrovs show`, reload = hot upgrade, the watchdog. 55-80 s with the root
 # cached in /var/cache/ferrovs-package (the first run builds it: + ~30-100 s).
 step "Debian package under systemd (tests/package/run.sh)"
 bash tests/package/run.sh

@@ -10,7 +10,8 @@
 #      default configuration, the man pages and completions are installed, the watchdog is
 #      armed; `systemctl reload` is a hot upgrade (twice: the new daemon becomes the main
 #      process and pings the watchdog itself); a stalled daemon (SIGSTOP) is killed by the
-#      watchdog and restarted; `systemctl stop` stops it cleanly; `dpkg --purge` removes it.
+#      watchdog and restarted; installing the package again hot-upgrades the running switch;
+#      `systemctl stop` stops it cleanly; `dpkg --purge` removes it.
 # Needs root, systemd-nspawn (systemd-container), mmdebstrap, lintian, cargo-deb
 # (scripts/deps.sh). Outside CI, missing pieces skip with a message; in CI they fail.
 set -euo pipefail
@@ -150,6 +151,16 @@ for n in 1 2; do
     echo "reload $n: MainPID $old -> $new ($hist), $(since "$t")"
 done
 [ "$(prop NRestarts)" = 0 ] || fail "restarted during the reloads"
+
+step "a package upgrade (dpkg -i again) is a hot upgrade, not a restart"
+old=$(main_pid)
+inside dpkg -i /root/ferrovs.deb >/dev/null
+new=$(main_pid)
+[ "$new" != "$old" ] && inside systemctl is-active --quiet ferrovsd.service \
+    || fail "package upgrade: MainPID $old -> $new, $(prop ActiveState)"
+[ "$(prop NRestarts)" = 0 ] && [ "$(inside ferrovs show --json | grep -c '"upgrades": 3')" = 1 ] \
+    || fail "package upgrade was not the third hot upgrade: $(inside ferrovs show --json | grep upgrades)"
+echo "dpkg -i over the running switch: MainPID $old -> $new by hot upgrade"
 
 step "watchdog (WatchdogSec=2s in a drop-in)"
 t=$(date +%s.%N)
