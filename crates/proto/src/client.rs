@@ -93,7 +93,7 @@ impl Client {
     }
 
     /// Sends a request that streams (`capture`): its result, then the connection to read
-    /// the stream's lines from ([`Stream::next`]), without a timeout.
+    /// the stream's lines from ([`Stream::next_line`]), without a timeout.
     pub fn stream(&self, req: &Request) -> Result<(serde_json::Value, Stream), ClientError> {
         let (v, r) = self.open(req)?;
         r.get_ref()
