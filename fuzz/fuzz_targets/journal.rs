@@ -15,13 +15,16 @@ fuzz_target!(|data: &[u8]| {
     let msg = String::from_utf8_lossy(msg);
     let port = String::from_utf8_lossy(port);
     let kvs: [(&str, log::kv::Value<'_>); 1] = [("port", port.as_ref().into())];
-    let r = log::Record::builder()
-        .level(log::Level::Warn)
-        .target("fuzz")
-        .key_values(&kvs)
-        .args(format_args!("{msg}"))
-        .build();
-    let fields = parse_journal_entry(&journal_entry(&r)).expect("our own entry parses");
+    // One statement: the record borrows `format_args!`'s temporary.
+    let entry = journal_entry(
+        &log::Record::builder()
+            .level(log::Level::Warn)
+            .target("fuzz")
+            .key_values(&kvs)
+            .args(format_args!("{msg}"))
+            .build(),
+    );
+    let fields = parse_journal_entry(&entry).expect("our own entry parses");
     let get = |k: &str| fields.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
     let m = get("MESSAGE").expect("MESSAGE");
     assert!(msg.as_bytes().starts_with(&m));
