@@ -6,7 +6,7 @@
 //! `$WATCHDOG_USEC` gives the period and `$WATCHDOG_PID` the process it is meant for.
 //! systemd documents the protocol as stable (systemd.io, "Interface Portability and
 //! Stability"); it is a single `sendto(2)`, which `std` does for both address kinds without
-//! any unsafe code, so we write it here rather than take a crate: the daemon needs to choose
+//! raw system calls of our own, so we write it here rather than take a crate: the daemon needs to choose
 //! the socket and the watchdog period itself at a hot upgrade (`docs/packaging.md`), which
 //! the crates' environment-only entry points do not allow.
 //!
