@@ -106,3 +106,5 @@ bash scripts/fuzz.sh 10
 
 # One closing line for the whole run (cargo prints one per test binary, the last often "0 passed").
 echo "summary: $passed passed, $failed failed"
+# A failed soak is counted above, not fatal at once (the fuzz run still runs): fail here.
+[ "$failed" -eq 0 ] || exit 1
