@@ -50,11 +50,16 @@ echo "lintian clean"
 
 step "a clean Debian 12 root"
 cache_dir=/var/cache/ferrovs-package
-cache=$cache_dir/bookworm-systemd.tar
+# The root holds what the package depends on, as `apt install ./ferrovs.deb` would pull it
+# in (libpcap for the capture filters' compiler): named in the cache's file name, so a new
+# dependency builds a new root.
+pkg_deps=$(dpkg-deb -f "$deb" Depends | tr ',' '\n' | sed 's/(.*)//; s/|.*//; s/ //g' \
+    | grep -v '^$' | sort -u | paste -sd, -)
+cache=$cache_dir/bookworm-systemd-$(printf '%s' "$pkg_deps" | md5sum | cut -c1-8).tar
 t=$(date +%s.%N)
 if [ ! -s "$cache" ]; then
     mkdir -p "$cache_dir"
-    mmdebstrap --quiet --variant=minbase --include=systemd,systemd-sysv,dbus \
+    mmdebstrap --quiet --variant=minbase --include="systemd,systemd-sysv,dbus,$pkg_deps" \
         bookworm "$cache_dir/partial.tar" "${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
     mv "$cache_dir/partial.tar" "$cache"
     echo "built and cached $cache"

@@ -93,11 +93,11 @@ commands:
                                          e.g. 'in_port=vm1,tcp,nw_dst=10.0.0.2,tp_dst=80';
                                          --ct-next trk,est: the ct_state after each ct()
                                          (default trk,new); changes nothing
-  version
   capture PORT [--direction in|out|both] [--count N] [--snaplen N] [-w FILE|-w -] [FILTER]
                                          capture a port's packets as pcapng (FILTER: tcpdump
                                          syntax, compiled by libpcap), e.g.
-                                         ferrovs capture vm1 -w - icmp | tcpdump -nr -";
+                                         ferrovs capture vm1 -w - icmp | tcpdump -nr -
+  version";
 
 /// The command line (the help text is [`USAGE`], printed by `help`, `-h`, `--help` or no
 /// command).
