@@ -873,14 +873,23 @@ impl Pipeline {
         self.port_numbers = Some(Arc::new(p));
     }
 
+    /// The rule of `table` that `k` matches, widening `wc` by what the lookup consulted:
+    /// the one lookup every translation walk (upcall, trace, packet-out) runs.
+    fn lookup_rule(
+        &self,
+        table: usize,
+        k: &FlowKey,
+        wc: &mut FlowKey,
+    ) -> Option<&Arc<CompiledRule>> {
+        self.tables
+            .get(table)
+            .and_then(|c| c.lookup(k, wc))
+            .map(|(r, _)| r)
+    }
+
     /// Translates `key` through the tables (see the module doc).
     pub fn translate(&self, key: &FlowKey) -> Translation {
-        let lookup = |table: usize, k: &FlowKey, wc: &mut FlowKey| {
-            self.tables
-                .get(table)
-                .and_then(|c| c.lookup(k, wc))
-                .map(|(r, _)| r)
-        };
+        let lookup = |table: usize, k: &FlowKey, wc: &mut FlowKey| self.lookup_rule(table, k, wc);
         let groups = |g: u32| self.groups.get(&g);
         let ports = self.port_numbers.as_deref();
         if self.table_stats.is_empty() {
@@ -918,12 +927,7 @@ impl Pipeline {
     /// no table or failure counters are credited (what a translation learns is returned,
     /// never applied; rule counters are only ever credited by the datapath's megaflows).
     pub fn translate_traced(&self, key: &FlowKey, sink: &mut dyn TraceSink) -> Translation {
-        let lookup = |table: usize, k: &FlowKey, wc: &mut FlowKey| {
-            self.tables
-                .get(table)
-                .and_then(|c| c.lookup(k, wc))
-                .map(|(r, _)| r)
-        };
+        let lookup = |table: usize, k: &FlowKey, wc: &mut FlowKey| self.lookup_rule(table, k, wc);
         let groups = |g: u32| self.groups.get(&g);
         walk_full(
             key,
@@ -949,12 +953,7 @@ impl Pipeline {
             .iter()
             .map(|a| resolve_action(a, None, resolve))
             .collect();
-        let lookup = |table: usize, k: &FlowKey, wc: &mut FlowKey| {
-            self.tables
-                .get(table)
-                .and_then(|c| c.lookup(k, wc))
-                .map(|(r, _)| r)
-        };
+        let lookup = |table: usize, k: &FlowKey, wc: &mut FlowKey| self.lookup_rule(table, k, wc);
         let groups = |g: u32| self.groups.get(&g);
         let t = walk_full(
             key,
@@ -973,12 +972,7 @@ impl Pipeline {
     /// `NXT_RESUME` carries; the frames' `resubmit`s look this pipeline's tables up (the
     /// tables as they are now, as OVS resumes against its current tables).
     pub fn resume(&self, key: &FlowKey, frozen: &Frozen) -> Translation {
-        let lookup = |table: usize, k: &FlowKey, wc: &mut FlowKey| {
-            self.tables
-                .get(table)
-                .and_then(|c| c.lookup(k, wc))
-                .map(|(r, _)| r)
-        };
+        let lookup = |table: usize, k: &FlowKey, wc: &mut FlowKey| self.lookup_rule(table, k, wc);
         let groups = |g: u32| self.groups.get(&g);
         let t = walk_resume(key, &lookup, &groups, self.port_numbers.as_deref(), frozen);
         self.count_error(&t);
