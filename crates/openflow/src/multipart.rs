@@ -407,6 +407,11 @@ impl MultipartRequest {
                 out.put_u32(crate::port::OFPP_ANY);
                 out.put_zeros(4);
             }
+            // ofp15_group_desc_request: group_id (every group: ALL), 4 pad.
+            B::GroupDesc if version >= crate::VERSION_1_5 => {
+                out.put_u32(crate::action::OFPG_ALL);
+                out.put_zeros(4);
+            }
             B::Flow(f) | B::Aggregate(f) => {
                 out.put_u8(f.table_id);
                 out.put_zeros(3);

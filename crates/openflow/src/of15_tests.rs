@@ -912,3 +912,21 @@ fn loads_are_written_as_set_fields_in_openflow_1_5() {
     crate::action::encode_action_list(&v15, &mut wire);
     assert_eq!(crate::action::decode_actions_15(&wire).unwrap(), v15);
 }
+
+#[test]
+fn group_desc_request_1_5_names_every_group() {
+    // ofp15_group_desc_request carries a group id (ovs-ofctl -O OpenFlow15 dump-groups sends
+    // OFPG_ALL). The encoder once wrote 1.3's empty body in 1.5, which its own decoder refused
+    // as a bad length (found by the openflow_message fuzz target in CI's smoke run).
+    let m = round_trip("06 12 00 18 00 00 00 07 00 07 00 00 00 00 00 00 ff ff ff fc 00 00 00 00");
+    assert!(matches!(
+        m,
+        Message::MultipartRequest(crate::multipart::MultipartRequest {
+            body: crate::multipart::MultipartRequestBody::GroupDesc,
+            ..
+        })
+    ));
+    // Any group named decodes as every group and comes back as ALL, which decodes again.
+    let m = decoded("06 12 00 18 00 01 59 62 00 07 13 00 ff a9 5b a9 0a 19 00 00 00 00 0f 04");
+    assert!(matches!(m, Message::MultipartRequest(_)));
+}
