@@ -1108,7 +1108,23 @@ fn decode_group_mod15(r: &mut Reader<'_>) -> Result<Message, OfError> {
         return Err(err(gmfc::BAD_BUCKET, "command_bucket_id out of range"));
     }
     let bad_bucket = err(gmfc::BAD_BUCKET, "bucket length wrong within its group");
-    let mut buckets_buf = r.bytes(bucket_array_len).map_err(|_| bad_bucket)?;
+    let buckets = decode_buckets15(type_, r.bytes(bucket_array_len).map_err(|_| bad_bucket)?)?;
+    let selection_method = decode_group_props15(r.rest())?;
+    Ok(Message::GroupMod(GroupMod {
+        command,
+        type_,
+        group_id,
+        command_bucket_id,
+        selection_method,
+        buckets,
+    }))
+}
+
+/// `ofp15_bucket`s (GROUP_MOD and 1.5's GROUP_DESC reply): each bucket's actions and its
+/// weight, watch-port and watch-group properties.
+pub(crate) fn decode_buckets15(type_: u8, mut buckets_buf: &[u8]) -> Result<Vec<Bucket>, OfError> {
+    let err = |code, reason| OfError::new(et::GROUP_MOD_FAILED, code, reason);
+    let bad_bucket = err(gmfc::BAD_BUCKET, "bucket length wrong within its group");
     let mut buckets = Vec::new();
     while !buckets_buf.is_empty() {
         let mut br = Reader::new(buckets_buf, bad_bucket);
@@ -1155,8 +1171,12 @@ fn decode_group_mod15(r: &mut Reader<'_>) -> Result<Message, OfError> {
         buckets.push(b);
         buckets_buf = &buckets_buf[len..];
     }
+    Ok(buckets)
+}
+
+/// A 1.5 group's properties after its buckets: the Netronome selection method, at most once.
+pub(crate) fn decode_group_props15(mut props: &[u8]) -> Result<Option<SelectionMethod>, OfError> {
     let mut selection_method = None;
-    let mut props = r.rest();
     while !props.is_empty() {
         let bad_len = OfError::new(et::BAD_PROPERTY, bpc::BAD_LEN, "group property length");
         let mut pr = Reader::new(props, bad_len);
@@ -1209,14 +1229,7 @@ fn decode_group_mod15(r: &mut Reader<'_>) -> Result<Message, OfError> {
         });
         props = &props[pad8(plen)..];
     }
-    Ok(Message::GroupMod(GroupMod {
-        command,
-        type_,
-        group_id,
-        command_bucket_id,
-        selection_method,
-        buckets,
-    }))
+    Ok(selection_method)
 }
 
 const BAD_LEN: OfError = OfError::request(brc::BAD_LEN, "message length wrong for its type");

@@ -1007,6 +1007,26 @@ impl MultipartReply {
                 g.bucket_stats = counters(r.rest())?;
                 Ok(g)
             })?),
+            mp::GROUP_DESC if version >= crate::VERSION_1_5 => {
+                B::GroupDesc(var_entries(rest, 0, 16, |e| {
+                    // ofp15_group_desc: length, type, pad, group_id, bucket_list_len, 6 pad,
+                    // ofp15_buckets, then the group's properties.
+                    let mut r = Reader::new(e, BAD_LEN);
+                    r.skip(2)?;
+                    let type_ = r.u8()?;
+                    r.skip(1)?;
+                    let group_id = r.u32()?;
+                    let blen = usize::from(r.u16()?);
+                    r.skip(6)?;
+                    let buckets = r.bytes(blen)?;
+                    Ok(GroupDesc {
+                        type_,
+                        group_id,
+                        buckets: crate::message::decode_buckets15(type_, buckets)?,
+                        selection_method: crate::message::decode_group_props15(r.rest())?,
+                    })
+                })?)
+            }
             mp::GROUP_DESC => B::GroupDesc(var_entries(rest, 0, 8, |e| {
                 let mut r = Reader::new(e, BAD_LEN);
                 r.skip(2)?;

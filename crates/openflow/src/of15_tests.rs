@@ -930,3 +930,53 @@ fn group_desc_request_1_5_names_every_group() {
     let m = decoded("06 12 00 18 00 01 59 62 00 07 13 00 ff a9 5b a9 0a 19 00 00 00 00 0f 04");
     assert!(matches!(m, Message::MultipartRequest(_)));
 }
+
+#[test]
+fn group_desc_reply_1_5_decodes_its_own_layout() {
+    use crate::message::{Bucket, SelectionMethod, NTR_VENDOR_ID};
+    use crate::multipart::{
+        encode_multipart_reply_with_version, GroupDesc, MultipartReply, MultipartReplyBody,
+    };
+    // The 1.5 reply (buckets with ids and properties, the selection method) is what the switch
+    // writes; its decoder read 1.3's layout, so a reply it wrote did not decode back (found
+    // by the openflow_message fuzz target).
+    let bucket = |id: u32, port: u32| Bucket {
+        weight: 1,
+        watch_port: crate::port::OFPP_ANY,
+        watch_group: crate::action::OFPG_ANY,
+        bucket_id: id,
+        actions: vec![Action::Output {
+            port,
+            max_len: 0xffff,
+        }],
+    };
+    let body = MultipartReplyBody::GroupDesc(vec![
+        GroupDesc {
+            type_: group::TYPE_SELECT,
+            group_id: 7,
+            buckets: vec![bucket(0, 1), bucket(1, 2)],
+            selection_method: Some(SelectionMethod {
+                experimenter: NTR_VENDOR_ID,
+                method: "hash".into(),
+                param: 3,
+                fields: vec![0x80, 0x00, 0x16, 0x04],
+            }),
+        },
+        GroupDesc {
+            type_: group::TYPE_ALL,
+            group_id: 8,
+            buckets: vec![Bucket {
+                weight: 0,
+                ..bucket(0, 3)
+            }],
+            selection_method: None,
+        },
+    ]);
+    let wire = encode_multipart_reply_with_version(&body, VERSION_1_5, 9);
+    assert_eq!(wire.len(), 1);
+    let (h, m) = decode(&wire[0]).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(h.version, VERSION_1_5);
+    assert_eq!(m, Message::MultipartReply(MultipartReply { flags: 0, body }));
+    // The fuzzer's input: a 1.5 entry shorter than its fixed part is refused, not misread.
+    refused("06 13 00 20 1c 01 00 f7 00 07 0d 00 01 59 04 15 00 08 01 06 bc 09 f5 ff 00 08 00 00 01 3d ff 00");
+}
