@@ -273,6 +273,11 @@ fn main() -> ExitCode {
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         let _ = signal_hook::flag::register(sig, stop.clone());
     }
+    if idle_ports.is_none() && std::env::args().any(|a| a == "--ports" || a.starts_with("--ports="))
+    {
+        eprintln!("ferrovs-gen: --ports goes with --socket-dir");
+        return ExitCode::from(2);
+    }
     if let Some((dir, n)) = idle_ports {
         return idle_many(&dir, n, server, &fc, &p, &stop);
     }
@@ -507,7 +512,6 @@ mod tests {
             &["--socket", "s", "--bogus", "txonly"],
             &["--socket", "s", "--log-level", "loud", "txonly"],
             &["--socket-dir", "d", "idle"],
-            &["--ports", "4", "--socket", "s", "idle"],
             &["--socket-dir", "d", "--ports", "0", "idle"],
             &["--socket-dir", "d", "--ports", "2", "--socket", "s", "idle"],
         ] {
