@@ -29,6 +29,7 @@ pub mod capture;
 pub mod dummy;
 pub mod flow;
 pub mod geneve;
+mod idle_probe;
 pub mod kernel;
 pub mod kernel_port;
 pub mod l2;

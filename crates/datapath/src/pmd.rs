@@ -384,7 +384,7 @@ fn sleep(dp: &Datapath, index: usize, doorbell: &OwnedFd, timeout_ns: u64) -> Op
         if !q.ready.load(Ordering::Acquire) {
             continue;
         }
-        let Ok(vq) = q.vq.try_lock() else {
+        let Some(vq) = q.try_lock() else {
             disarm(&armed);
             return None;
         };
@@ -452,6 +452,8 @@ pub(crate) struct Worker<'p> {
     pub fx: FlowCtx,
     /// Packet-outs taken from the queue, executed this iteration.
     pouts: Vec<crate::packet_io::PacketOut>,
+    /// What the last full poll of each idle rx queue saw (`idle_probe.rs`).
+    probes: crate::idle_probe::IdleProbes,
 }
 
 impl<'p> Worker<'p> {
@@ -463,6 +465,7 @@ impl<'p> Worker<'p> {
             timers: NotifyTimers::default(),
             fx: FlowCtx::default(),
             pouts: Vec::with_capacity(crate::packet_io::PacketOutQueue::BATCH),
+            probes: Default::default(),
         }
     }
 
@@ -470,8 +473,9 @@ impl<'p> Worker<'p> {
     #[inline]
     pub(crate) fn poll(&mut self, snap: &Snapshot, rxqs: &[RxqRef], now: u32) -> Iteration {
         let mut it = Iteration::default();
-        for rxq in rxqs {
-            let (r, t, d) = self.poll_rxq(snap, *rxq, now);
+        self.probes.start(rxqs.len());
+        for (i, rxq) in rxqs.iter().enumerate() {
+            let (r, t, d) = self.poll_rxq(snap, i, *rxq, now);
             it.rx += r;
             it.max_batch = it.max_batch.max(r);
             it.tx += t;
@@ -535,12 +539,16 @@ impl<'p> Worker<'p> {
         sent
     }
 
-    /// Polls one rx queue; returns (received, transmitted, dropped).
+    /// Polls one rx queue (position `i` of this PMD's list); returns (received,
+    /// transmitted, dropped).
     #[inline]
-    fn poll_rxq(&mut self, snap: &Snapshot, rxq: RxqRef, now: u32) -> (u64, u64, u64) {
+    fn poll_rxq(&mut self, snap: &Snapshot, i: usize, rxq: RxqRef, now: u32) -> (u64, u64, u64) {
         let Some(inp) = snap.port(rxq.port) else {
             return (0, 0, 0);
         };
+        if self.probes.still_empty(i, inp, rxq) {
+            return (0, 0, 0);
+        }
         let sc = &mut self.sc;
         inp.rx_burst_tunnel(
             rxq.pair,
@@ -551,6 +559,7 @@ impl<'p> Worker<'p> {
         );
         let n = sc.batch.len();
         if n == 0 {
+            self.probes.learn(i, inp, rxq);
             return (0, 0, 0);
         }
         let Some(bridge) = snap.bridge(inp.bridge) else {

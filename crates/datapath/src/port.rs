@@ -86,7 +86,7 @@ impl NotifyTimers {
             let next = if now < *due {
                 Some(*due)
             } else {
-                match q.vq.try_lock() {
+                match q.try_lock().ok_or(()) {
                     Err(_) => Some(*due),
                     Ok(mut vq) => {
                         let still = vq.flush_due(now, &q.stats);
@@ -208,6 +208,12 @@ pub struct Inject {
 }
 
 impl Inject {
+    /// Whether frames wait (one relaxed load).
+    #[inline]
+    pub(crate) fn pending(&self) -> bool {
+        self.pending.load(Ordering::Relaxed)
+    }
+
     /// Most frames waiting at a time (more are dropped).
     const MAX: usize = 16;
 
@@ -368,7 +374,7 @@ impl Port {
                 if !q.ready.load(Ordering::Acquire) {
                     return out.len();
                 }
-                let Ok(mut vq) = q.vq.try_lock() else {
+                let Some(mut vq) = q.try_lock() else {
                     return 0;
                 };
                 vq.dequeue(pool, out, BURST, &q.stats, &self.name);

@@ -3,7 +3,8 @@
 //! Modes: `txonly` (max rate or fixed pps, N flows, packet size), `rxonly` (counts, checks
 //! per-flow sequence numbers and payload integrity, one-way latency from the transmit
 //! timestamp), `pingpong` (round-trip latency against a `reflect` peer) and `reflect`
-//! (swaps MAC addresses and sends every packet back).
+//! (swaps MAC addresses and sends every packet back), `idle` (attached, rings set up, quiet;
+//! with `--ports N` many such guests in one process: [`IdlePorts`]).
 //!
 //! The loops are burst-oriented like a DPDK application: a burst of 32, one avail-index
 //! publish per burst, notifications suppressed, one clock read per burst.
@@ -626,4 +627,104 @@ pub fn run(
         }
     }
     Ok(r)
+}
+
+/// `idle --ports N`: many quiet guests in one process, for the many-ports benchmark and
+/// test. Each frontend is attached (memory table, every vring set up with its kick and call
+/// fds, enabled), its receive buffers are all posted and its transmit ring is set up empty;
+/// then nothing more: the backend's PMD polls these queues and finds nothing, as it does
+/// for the idle VMs of a cloud host.
+pub struct IdlePorts {
+    fes: Vec<Frontend>,
+    /// Held so that the posted receive buffers stay the driver's.
+    _rxs: Vec<RxQueue>,
+    _txs: Vec<TxQueue>,
+}
+
+impl std::fmt::Debug for IdlePorts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IdlePorts")
+            .field("ports", &self.fes.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl IdlePorts {
+    /// Attaches a frontend to each of `paths`: as a client of the backend's socket, or
+    /// (`server`) listening there for the backend to connect (its client mode). In server
+    /// mode every socket is bound before the first accept, so a backend may connect to them
+    /// in any order.
+    pub fn attach(
+        paths: &[std::path::PathBuf],
+        server: bool,
+        cfg: &ferrovs_vhost::frontend::FrontendConfig,
+        stop: &AtomicBool,
+    ) -> Result<IdlePorts, String> {
+        let mut listeners = Vec::new();
+        if server {
+            for p in paths {
+                let _ = std::fs::remove_file(p);
+                let l = UnixListener::bind(p)
+                    .map_err(|e| format!("cannot listen on {}: {e}", p.display()))?;
+                listeners.push(l);
+            }
+        }
+        let mut fes = Vec::with_capacity(paths.len());
+        for (i, p) in paths.iter().enumerate() {
+            let fe = match listeners.get(i) {
+                Some(l) => reaccept(l, cfg.clone(), stop, Instant::now() + IDLE_ATTACH_WAIT)?
+                    .ok_or_else(|| format!("{}: no backend connected", p.display()))?,
+                None => Frontend::connect(p, cfg.clone())
+                    .map_err(|e| format!("cannot attach to {}: {e}", p.display()))?,
+            };
+            fes.push(fe);
+        }
+        let (mut rxs, mut txs) = (Vec::new(), Vec::new());
+        for fe in &fes {
+            for q in 0..fe.config().queue_pairs {
+                rxs.push(fe.rx_queue(q).map_err(|e| e.to_string())?);
+                txs.push(fe.tx_queue(q).map_err(|e| e.to_string())?);
+            }
+        }
+        Ok(IdlePorts {
+            fes,
+            _rxs: rxs,
+            _txs: txs,
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.fes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.fes.is_empty()
+    }
+
+    /// Frontends whose backend closed the connection.
+    pub fn closed(&self) -> usize {
+        self.fes.iter().filter(|f| f.peer_closed()).count()
+    }
+
+    /// Sleeps until `stop` is set or `duration` has passed; returns the JSON summary.
+    pub fn hold(&self, duration: Duration, stop: &AtomicBool) -> Value {
+        let start = Instant::now();
+        while !stop.load(Ordering::Relaxed) && start.elapsed() < duration {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        json!({
+            "mode": "idle",
+            "ports": self.len(),
+            "closed": self.closed(),
+            "seconds": (start.elapsed().as_secs_f64() * 1000.0).round() / 1000.0,
+        })
+    }
+}
+
+/// How long `idle --ports N --server` waits for the backend to connect to each socket.
+const IDLE_ATTACH_WAIT: Duration = Duration::from_secs(60);
+
+/// The socket of idle port `i` in `dir`: `idle<i>.sock`.
+pub fn idle_socket(dir: &std::path::Path, i: usize) -> std::path::PathBuf {
+    dir.join(format!("idle{i}.sock"))
 }

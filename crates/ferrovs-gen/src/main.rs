@@ -32,8 +32,16 @@ struct Cli {
     #[arg(value_enum, value_name = "MODE")]
     mode: ModeArg,
     /// vhost-user socket of the backend (ferrovs, testpmd net_vhost, OVS).
-    #[arg(long, value_name = "PATH")]
-    socket: PathBuf,
+    #[arg(long, value_name = "PATH", required_unless_present = "socket_dir")]
+    socket: Option<PathBuf>,
+    /// idle only: attach --ports frontends, at DIR/idle0.sock .. DIR/idle<N-1>.sock, in this
+    /// one process (many quiet guests on one switch: bench/many-ports.sh).
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["socket", "sink"], requires = "ports")]
+    socket_dir: Option<PathBuf>,
+    /// With --socket-dir: how many idle frontends.
+    #[arg(long, value_name = "N", requires = "socket_dir",
+          value_parser = clap::value_parser!(u32).range(1..=4096))]
+    ports: Option<u32>,
     /// txonly: also receive (and account) on this second backend socket in the same thread:
     /// one process measures the whole path.
     #[arg(long, value_name = "PATH")]
@@ -175,6 +183,8 @@ fn init_logging(level: Option<log::LevelFilter>) {
 
 struct Args {
     path: PathBuf,
+    /// `idle --socket-dir DIR --ports N`.
+    idle_ports: Option<(PathBuf, usize)>,
     sink: Option<PathBuf>,
     server: bool,
     fc: FrontendConfig,
@@ -206,7 +216,8 @@ impl From<Cli> for Args {
             ip_flows: c.ip_flows,
         };
         Args {
-            path: c.socket,
+            path: c.socket.unwrap_or_default(),
+            idle_ports: c.socket_dir.zip(c.ports.map(|n| n as usize)),
             sink: c.sink,
             server: c.server,
             fc,
@@ -246,6 +257,7 @@ fn main() -> ExitCode {
     ferrovs_docgen::write_if_asked(<Cli as clap::CommandFactory>::command);
     let Args {
         path,
+        idle_ports,
         sink: sink_path,
         server,
         fc,
@@ -260,6 +272,14 @@ fn main() -> ExitCode {
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         let _ = signal_hook::flag::register(sig, stop.clone());
+    }
+    if idle_ports.is_none() && std::env::args().any(|a| a == "--ports" || a.starts_with("--ports="))
+    {
+        eprintln!("ferrovs-gen: --ports goes with --socket-dir");
+        return ExitCode::from(2);
+    }
+    if let Some((dir, n)) = idle_ports {
+        return idle_many(&dir, n, server, &fc, &p, &stop);
     }
     let mut listener = None;
     let fe = if server {
@@ -338,6 +358,34 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `idle --socket-dir DIR --ports N`: attaches every frontend, says so on stderr (the
+/// bench waits for that line), holds them until the duration ends or a signal, then prints
+/// the JSON summary.
+fn idle_many(
+    dir: &std::path::Path,
+    n: usize,
+    server: bool,
+    fc: &FrontendConfig,
+    p: &Params,
+    stop: &AtomicBool,
+) -> ExitCode {
+    if p.mode != Mode::Idle {
+        eprintln!("ferrovs-gen: --socket-dir and --ports go with the idle mode only");
+        return ExitCode::from(2);
+    }
+    let paths: Vec<PathBuf> = (0..n).map(|i| ferrovs_gen::idle_socket(dir, i)).collect();
+    let ports = match ferrovs_gen::IdlePorts::attach(&paths, server, fc, stop) {
+        Ok(ports) => ports,
+        Err(e) => {
+            log::error!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    log::info!("idle: {} frontends attached, rings set up", ports.len());
+    println!("{}", ports.hold(p.duration, stop));
+    ExitCode::SUCCESS
 }
 
 #[cfg(test)]
@@ -436,6 +484,9 @@ mod tests {
             "WARN",
         ]);
         assert_eq!(c.unwrap().log_level, Some(log::LevelFilter::Warn));
+        let a = parse(&["idle", "--socket-dir", "d", "--ports", "64", "--server"]).unwrap();
+        assert_eq!(a.idle_ports, Some((PathBuf::from("d"), 64)));
+        assert!(a.server);
         // MODE may come first, as before.
         assert_eq!(
             parse(&["idle", "--socket", "s"]).unwrap().p.mode,
@@ -460,6 +511,9 @@ mod tests {
             &["--socket", "s", "--src", "02:00", "txonly"],
             &["--socket", "s", "--bogus", "txonly"],
             &["--socket", "s", "--log-level", "loud", "txonly"],
+            &["--socket-dir", "d", "idle"],
+            &["--socket-dir", "d", "--ports", "0", "idle"],
+            &["--socket-dir", "d", "--ports", "2", "--socket", "s", "idle"],
         ] {
             let e = parse(bad).err().unwrap_or_else(|| panic!("{bad:?} parsed"));
             assert_eq!(e.exit_code(), 2, "{bad:?}");

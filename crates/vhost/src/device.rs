@@ -65,12 +65,27 @@ pub struct Queue {
     /// What the guest accepts of offload metadata on this queue (a receive queue):
     /// `ferrovs_sys::kernel::vnet::caps` bits, published with `ready`.
     pub rx_caps: std::sync::atomic::AtomicU8,
+    /// Times the virtqueue was locked ([`Queue::lock`], [`Queue::try_lock`]; counted once
+    /// held). A PMD that read it under its own lock knows, while it still reads the same
+    /// value, that nobody has touched the virtqueue since: what it saw then (the ring, the
+    /// next available index) still holds (`ferrovs_datapath`'s idle-queue probe).
+    pub locks: std::sync::atomic::AtomicU64,
 }
 
 impl Queue {
     /// Locks for configuration (waits at most one burst).
     pub fn lock(&self) -> MutexGuard<'_, VirtQueue> {
-        self.vq.lock().unwrap_or_else(|p| p.into_inner())
+        let g = self.vq.lock().unwrap_or_else(|p| p.into_inner());
+        self.locks.fetch_add(1, Ordering::Relaxed);
+        g
+    }
+
+    /// Takes the lock if free (a PMD: never waits for the control plane).
+    #[inline]
+    pub fn try_lock(&self) -> Option<MutexGuard<'_, VirtQueue>> {
+        let g = self.vq.try_lock().ok()?;
+        self.locks.fetch_add(1, Ordering::Relaxed);
+        Some(g)
     }
 
     fn publish_ready(&self, vq: &VirtQueue) {

@@ -72,6 +72,39 @@ pub struct SplitRing {
 // all accesses through them are atomics or raw copies (no references are formed).
 unsafe impl Send for SplitRing {}
 
+/// `avail.idx` of one split ring, readable without the ring: the one guest-memory word a
+/// PMD reads to learn that an idle queue is still empty. It keeps the mapping alive (the
+/// `Arc`), so a read after the frontend replaced its memory table reads the old, still
+/// mapped word: a stale value, never a fault of ours. Whoever uses it must know by other
+/// means that the ring it came from is still the queue's ring.
+#[derive(Debug)]
+pub struct AvailProbe {
+    idx: *const u8,
+    _mem: Arc<GuestMemory>,
+}
+
+// SAFETY: `idx` points into `_mem` (`Send + Sync`, kept alive by the `Arc`); it is only read
+// with an atomic load.
+unsafe impl Send for AvailProbe {}
+
+impl AvailProbe {
+    /// `avail.idx`, read with Acquire (as [`SplitRing::avail_idx`]).
+    #[inline]
+    pub fn avail_idx(&self) -> u16 {
+        // SAFETY: `idx` is `avail + 2` of a ring checked in `SplitRing::new` (inside the
+        // mapping, 2-byte aligned), and the mapping lives as long as `self._mem`. Guest
+        // memory another process writes is read through an atomic, as in `atomic_u16`.
+        let a = unsafe { &*(self.idx as *const AtomicU16) };
+        u16::from_le(a.load(Ordering::Acquire))
+    }
+
+    /// Starts loading the line of `avail.idx` (a hint: [`crate::os::prefetch`]).
+    #[inline]
+    pub fn prefetch(&self) {
+        crate::os::prefetch(self.idx);
+    }
+}
+
 impl SplitRing {
     /// Places a ring of `size` entries at `addrs` in `mem`, checking bounds and alignment.
     pub fn new(mem: Arc<GuestMemory>, addrs: RingAddrs, size: u32) -> Result<SplitRing, RingError> {
@@ -117,6 +150,15 @@ impl SplitRing {
         // An `AtomicU16` may alias memory another process writes: atomics are the sanctioned
         // way to share it.
         unsafe { &*(base.add(off) as *const AtomicU16) }
+    }
+
+    /// A read-only handle on this ring's `avail.idx` that outlives the ring's owner's lock
+    /// (a PMD's check of an idle queue without taking it: [`AvailProbe`]).
+    pub fn avail_probe(&self) -> AvailProbe {
+        AvailProbe {
+            idx: self.avail.wrapping_add(2),
+            _mem: self.mem.clone(),
+        }
     }
 
     /// `avail.flags`.

@@ -57,7 +57,9 @@ use std::sync::Arc;
 
 use ferrovs_sys::guest::dirty_log::DirtyLog;
 use ferrovs_sys::guest::memory::GuestMemory;
-use ferrovs_sys::guest::vring::{RingAddrs, RingError, SplitRing, VRING_USED_F_NO_NOTIFY};
+use ferrovs_sys::guest::vring::{
+    AvailProbe, RingAddrs, RingError, SplitRing, VRING_USED_F_NO_NOTIFY,
+};
 
 use crate::features;
 use crate::stats::{DropReason, QueueStats};
@@ -334,6 +336,23 @@ impl VirtQueue {
             return Err(ChainError::BadAvailIdx);
         }
         Ok(n)
+    }
+
+    /// For a PMD that just found this queue empty: the ring's `avail.idx` handle and the
+    /// next index we would take, when a later poll may rely on them alone (no lock) to see
+    /// that the queue is still empty: a ring in use, not broken, nothing waiting for a
+    /// resync after a hot upgrade, no postcopy migration in progress (the avail page may
+    /// be missing; a memory that is not in postcopy never enters it), nothing cached
+    /// pending, no notification deferred. Valid while nobody locks the queue again
+    /// ([`crate::device::Queue::locks`]).
+    pub fn idle_probe(&self) -> Option<(AvailProbe, u16)> {
+        let ring = self.ring.as_ref()?;
+        let quiet = self.broken.is_none()
+            && !self.pending_sync
+            && self.avail_cache == self.state.last_avail
+            && self.deferred_until().is_none()
+            && !ring.mem().in_postcopy();
+        quiet.then(|| (ring.avail_probe(), self.state.last_avail))
     }
 
     /// The guest-memory the ring lives in.

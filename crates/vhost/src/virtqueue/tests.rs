@@ -308,3 +308,41 @@ fn coalesced_notifications_honour_used_event_and_no_interrupt() {
         1
     );
 }
+
+/// The idle-queue probe (`idle_probe`): offered for a quiet ring, its `avail.idx` handle
+/// sees the guest's next buffer, and it is withheld from a broken ring or one whose position
+/// waits for a resync; every lock of the queue moves its lock count.
+#[test]
+fn an_idle_probe_sees_what_the_queue_would_and_is_withheld_when_unsafe() {
+    let (mut vq, mem) = queue(0);
+    let stats = QueueStats::default();
+    let pool = Pool::new(64).unwrap();
+    let mut out = Vec::with_capacity(32);
+    assert_eq!(vq.dequeue(&pool, &mut out, 32, &stats, "t"), 0);
+    let (probe, next) = vq.idle_probe().expect("a quiet ring offers a probe");
+    assert_eq!((probe.avail_idx(), next), (0, 0));
+    // The guest posts a (garbage) chain: the probe sees the index move.
+    mem.write(4096 + 2, &1u16.to_le_bytes()).unwrap();
+    assert_eq!(probe.avail_idx(), 1);
+    // Something known pending (read into the cache, not yet taken): no probe.
+    let r = vq.ring.take().unwrap();
+    assert!(matches!(vq.pending(&r), Ok(1)));
+    vq.ring = Some(r);
+    assert!(vq.idle_probe().is_none());
+    // A broken ring: no probe.
+    vq.mark_broken(ChainError::BadAvailIdx, &stats);
+    assert!(vq.idle_probe().is_none());
+    // A ring waiting for its resync (hot upgrade): no probe.
+    let (mut vq, _mem) = queue(0);
+    assert!(vq.idle_probe().is_some());
+    vq.pending_sync = true;
+    assert!(vq.idle_probe().is_none());
+    // The lock count.
+    let q = crate::device::Queue::default();
+    let l0 = q.locks.load(std::sync::atomic::Ordering::Relaxed);
+    drop(q.lock());
+    let g = q.try_lock().expect("free");
+    assert!(q.try_lock().is_none());
+    drop(g);
+    assert_eq!(q.locks.load(std::sync::atomic::Ordering::Relaxed), l0 + 2);
+}
