@@ -465,6 +465,7 @@ impl Daemon {
             offload: Default::default(),
             inject: Default::default(),
             capture: Default::default(),
+            rxq_load: Default::default(),
         });
         let listener = match listener {
             Some(l) => {
