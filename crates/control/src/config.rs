@@ -375,6 +375,30 @@ pub const SETTINGS: &[(&str, &str)] = &[
          priority 1..=99; needs CAP_SYS_NICE)",
     ),
     (
+        "pmd-rxq-assign",
+        "how rx queues are dealt over PMDs: cycles (by measured load, busiest first, in \
+         turn; default), roundrobin (in port order) or group (each to the least loaded PMD); \
+         as OVS pmd-rxq-assign",
+    ),
+    (
+        "pmd-auto-lb",
+        "true: reassign rx queues by load when a PMD is overloaded and it helps (default \
+         false; as OVS pmd-auto-lb)",
+    ),
+    (
+        "pmd-auto-lb-load-threshold",
+        "auto load balance: PMD load % that counts as overloaded (0..=100, default 95)",
+    ),
+    (
+        "pmd-auto-lb-improvement-threshold",
+        "auto load balance: least % by which the PMDs' load variance must improve \
+         (0..=100, default 25)",
+    ),
+    (
+        "pmd-auto-lb-rebal-interval",
+        "auto load balance: least minutes between two reassignments (0..=20000, default 1)",
+    ),
+    (
         "mac-aging",
         "seconds a learned MAC address stays valid (1..=86400, default 300)",
     ),
@@ -777,6 +801,20 @@ pub fn validate_setting(k: &str, v: &str) -> Result<(), ConfigError> {
             }
         }
         "pmd-priority" => parse_priority(v).map(|_| ()),
+        "pmd-rxq-assign" => match ferrovs_datapath::rxq::AssignMode::parse(v) {
+            Some(_) => Ok(()),
+            None => Err(ConfigError::Invalid(format!(
+                "{k}={v}: expected cycles, roundrobin or group"
+            ))),
+        },
+        "pmd-auto-lb" => match v {
+            "true" | "false" => Ok(()),
+            _ => Err(ConfigError::Invalid(format!(
+                "{k}={v}: expected true or false"
+            ))),
+        },
+        "pmd-auto-lb-load-threshold" | "pmd-auto-lb-improvement-threshold" => range(0, 100),
+        "pmd-auto-lb-rebal-interval" => range(0, 20_000),
         "pmd-rx-mode" => match v {
             "adaptive" | "poll" | "interrupt" => Ok(()),
             _ => Err(ConfigError::Invalid(format!(
@@ -985,6 +1023,18 @@ mod tests {
         }
         assert!(validate_setting("pmd-sleep-max-us", "500").is_ok());
         assert!(validate_setting("pmd-sleep-max-us", "10001").is_err());
+        for m in ["cycles", "roundrobin", "group"] {
+            assert!(validate_setting("pmd-rxq-assign", m).is_ok());
+        }
+        assert_eq!(
+            validate_setting("pmd-rxq-assign", "busiest")
+                .unwrap_err()
+                .to_string(),
+            "pmd-rxq-assign=busiest: expected cycles, roundrobin or group"
+        );
+        assert!(validate_setting("pmd-auto-lb", "yes").is_err());
+        assert!(validate_setting("pmd-auto-lb-load-threshold", "101").is_err());
+        assert!(validate_setting("pmd-auto-lb-rebal-interval", "20000").is_ok());
     }
 
     #[test]

@@ -230,6 +230,18 @@ fn map_setting(key: &str, value: &str) -> Option<Result<(&'static str, String), 
         // OVS takes milliseconds; our megaflows age in seconds.
         "max-idle" => num(value).map(|ms| ("flow-max-idle", ms.div_ceil(1000).max(1).to_string())),
         "emc-insert-inv-prob" => num(value).map(|n| ("emc-insert-inv-prob", n.to_string())),
+        // Rx queue assignment: the same names and values as OVS.
+        "pmd-rxq-assign" => Ok(("pmd-rxq-assign", value.trim().to_string())),
+        "pmd-auto-lb" => Ok(("pmd-auto-lb", value.trim().to_string())),
+        "pmd-auto-lb-load-threshold" => {
+            num(value).map(|n| ("pmd-auto-lb-load-threshold", n.to_string()))
+        }
+        "pmd-auto-lb-improvement-threshold" => {
+            num(value).map(|n| ("pmd-auto-lb-improvement-threshold", n.to_string()))
+        }
+        "pmd-auto-lb-rebal-interval" => {
+            num(value).map(|n| ("pmd-auto-lb-rebal-interval", n.to_string()))
+        }
         _ => return None,
     })
 }
@@ -1036,6 +1048,38 @@ mod tests {
         assert_eq!(d.settings["flow-max-idle"], "3");
         assert!(!d.settings.contains_key("flow-limit"));
         assert_eq!(d.warnings.len(), 2, "{:?}", d.warnings);
+    }
+
+    #[test]
+    fn rxq_assignment_settings_map_as_ovs_names_them() {
+        let mut t = db(&[]);
+        t.root.as_mut().unwrap().1.other_config = map(&[
+            ("pmd-rxq-assign", "group"),
+            ("pmd-auto-lb", "true"),
+            ("pmd-auto-lb-load-threshold", "80"),
+            ("pmd-auto-lb-improvement-threshold", "10"),
+            ("pmd-auto-lb-rebal-interval", "5"),
+        ]);
+        let d = desired(&t, Path::new("/run"));
+        assert_eq!(d.settings["pmd-rxq-assign"], "group");
+        assert_eq!(d.settings["pmd-auto-lb"], "true");
+        assert_eq!(d.settings["pmd-auto-lb-load-threshold"], "80");
+        assert_eq!(d.settings["pmd-auto-lb-improvement-threshold"], "10");
+        assert_eq!(d.settings["pmd-auto-lb-rebal-interval"], "5");
+        assert!(d.warnings.is_empty(), "{:?}", d.warnings);
+        // A mode OVS does not have is refused with a warning, the rest still applies.
+        t.root.as_mut().unwrap().1.other_config =
+            map(&[("pmd-rxq-assign", "busiest"), ("pmd-auto-lb", "true")]);
+        let d = desired(&t, Path::new("/run"));
+        assert!(!d.settings.contains_key("pmd-rxq-assign"));
+        assert_eq!(
+            d.warnings,
+            vec![
+                "other_config:pmd-rxq-assign=busiest: pmd-rxq-assign=busiest: expected \
+                  cycles, roundrobin or group"
+                    .to_string()
+            ]
+        );
     }
 
     #[test]
