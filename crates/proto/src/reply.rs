@@ -494,8 +494,9 @@ pub struct PmdStats {
     pub sleeps: u64,
     pub tsc_hz: u64,
     pub tx_packets: u64,
-    /// The rx queues this PMD polls, with their measured usage (absent from older daemons).
-    #[serde(default)]
+    /// The rx queues this PMD polls, with their measured usage (absent when it polls none,
+    /// and from older daemons).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rxqs: Vec<RxqUsage>,
 }
 
@@ -583,7 +584,7 @@ pub struct Settings {
     pub pmd_sleep_after_us: String,
     pub pmd_sleep_max_us: String,
     /// Absent from older daemons.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub pmd_rxq_assign: String,
 }
 
