@@ -119,6 +119,10 @@ pub struct PortConfig {
     /// gives it when no other port of the bridge has it, else the lowest free number.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ofport: Option<u16>,
+    /// Rx queues pinned to PMD cores, "QUEUE:CORE,..." (OVS's Interface
+    /// `other_config:pmd-rxq-affinity`; docs/pmd.md, "Rx queue assignment").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pmd_rxq_affinity: Option<String>,
 }
 
 /// Highest OpenFlow port number a port may ask for (OpenFlow's `OFPP_MAX`, 0xff00, is the
@@ -154,6 +158,24 @@ impl PortConfig {
             csum: None,
             dst_port: None,
             ofport: None,
+            pmd_rxq_affinity: None,
+        }
+    }
+
+    /// The queue pairs pinned to cores by `pmd-rxq-affinity` (validated when set).
+    pub fn rxq_affinity(&self) -> Vec<(u16, usize)> {
+        self.pmd_rxq_affinity
+            .as_deref()
+            .and_then(|a| ferrovs_datapath::rxq::parse_affinity(a, self.rx_pairs()).ok())
+            .unwrap_or_default()
+    }
+
+    /// Rx queue pairs the datapath polls for this port (kernel ports: one).
+    pub fn rx_pairs(&self) -> usize {
+        if self.kind.is_kernel() {
+            1
+        } else {
+            self.queues as usize
         }
     }
 
@@ -634,6 +656,11 @@ pub fn validate_name(what: &str, n: &str) -> Result<(), ConfigError> {
 pub fn validate_port(p: &PortConfig) -> Result<(), ConfigError> {
     let bad = |s: String| Err(ConfigError::Invalid(format!("port {}: {s}", p.name)));
     validate_name("port", &p.name)?;
+    if let Some(a) = &p.pmd_rxq_affinity {
+        if let Err(e) = ferrovs_datapath::rxq::parse_affinity(a, p.rx_pairs()) {
+            return bad(e);
+        }
+    }
     if p.queues == 0 || p.queues as usize > ferrovs_vhost::features::MAX_QUEUE_PAIRS {
         return bad(format!(
             "queues={} out of range 1..={}",
@@ -1006,6 +1033,28 @@ mod tests {
         assert!(!p.coalesce().is_on());
         let e = set(&mut p, "tag=5").unwrap_err();
         assert!(e.contains("cannot be changed on a live port"), "{e}");
+
+        // Rx queue pins: add-port and set-port, checked against the port's queues.
+        let q = opts(&[
+            "type=vhost-user",
+            "path=/tmp/q",
+            "queues=2",
+            "pmd-rxq-affinity=0:1,1:0",
+        ])
+        .unwrap();
+        assert_eq!(q.rxq_affinity(), vec![(0, 1), (1, 0)]);
+        let e = opts(&["type=vhost-user", "path=/tmp/q", "pmd-rxq-affinity=1:0"]).unwrap_err();
+        assert_eq!(
+            e,
+            "port p: pmd-rxq-affinity: queue 1 in '1:0' does not exist (the port has 1)"
+        );
+        let e = opts(&["type=tap", "dev=t0", "pmd-rxq-affinity=0-1"]).unwrap_err();
+        assert_eq!(e, "port p: pmd-rxq-affinity: '0-1' is not QUEUE:CORE");
+        let mut q = q;
+        let e = set(&mut q, "pmd-rxq-affinity=0:x").unwrap_err();
+        assert!(e.contains("core 'x' in '0:x' is not a number"), "{e}");
+        set(&mut q, "pmd-rxq-affinity=").unwrap();
+        assert_eq!(q.pmd_rxq_affinity, None);
 
         use ferrovs_sys::os::ThreadPriority;
         assert_eq!(parse_priority("normal").unwrap(), None);

@@ -39,6 +39,9 @@ commands:
   set-port PORT coalesce-usecs=US [coalesce-frames=N]
                                          guest notification coalescing of a vhost-user port
                                          (also add-port options; 0 turns it off)
+  set-port PORT pmd-rxq-affinity=QUEUE:CORE[,...]
+                                         pin rx queues to PMD cores (also an add-port
+                                         option; empty: no pins)
   port-stats [PORT]                      packets, bytes and drops by reason, per queue
   pmd-stats | pmd-stats-clear            PMD busy/idle cycles, cycles per packet, and each
                                          PMD's rx queues with their measured usage

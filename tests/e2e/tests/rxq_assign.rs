@@ -176,6 +176,27 @@ fn rebalance_by_cycles_moves_busy_queues_apart_losing_nothing() {
             "{src} -> {sink}: every packet received or counted as a drop: {r}, drops {drops}"
         );
     }
+    // Pinning (pmd-rxq-affinity): vm2's queue on core 1's PMD, which then polls nothing else.
+    ok(&dir, &["set-port", "vm2", "pmd-rxq-affinity=0:1"]);
+    let st = cli_json(&dir, &["pmd-stats"]);
+    let pinned = st
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["core"] == 1)
+        .unwrap();
+    let on: Vec<&str> = pinned["rxqs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q["port"].as_str().unwrap())
+        .collect();
+    assert_eq!(on, vec!["vm2"], "{st}");
+    ok(&dir, &["set-port", "vm2", "pmd-rxq-affinity="]);
+    let st = cli_json(&dir, &["pmd-stats"]);
+    for p in st.as_array().unwrap() {
+        assert_eq!(p["rxqs"].as_array().unwrap().len(), 2, "{st}");
+    }
 }
 
 #[test]
@@ -197,6 +218,31 @@ fn bad_assignment_input_gets_precise_errors() {
         format!("ferrovs: pmd-rebalance: only one PMD (pmd-cores {pmd}): nothing to balance")
     );
     assert!(err(&dir, &["config", "set", "pmd-auto-lb", "yes"]).contains("expected true or false"));
+    assert_eq!(
+        err(&dir, &["set-port", "vm1", "pmd-rxq-affinity=0-1"]),
+        "ferrovs: port vm1: pmd-rxq-affinity: '0-1' is not QUEUE:CORE"
+    );
+    assert_eq!(
+        err(&dir, &["set-port", "vm1", "pmd-rxq-affinity=1:0"]),
+        "ferrovs: port vm1: pmd-rxq-affinity: queue 1 in '1:0' does not exist (the port has 1)"
+    );
+    let path = format!("path={}", dir.join("vm3.sock").display());
+    assert_eq!(
+        err(
+            &dir,
+            &[
+                "add-port",
+                "br0",
+                "vm3",
+                "type=vhost-user",
+                &path,
+                "pmd-rxq-affinity=0:z"
+            ]
+        ),
+        "ferrovs: port vm3: pmd-rxq-affinity: core 'z' in '0:z' is not a number"
+    );
+    // A pin to a core without a PMD is accepted and pins nothing (as OVS).
+    ok(&dir, &["set-port", "vm1", "pmd-rxq-affinity=0:999"]);
     ok(&dir, &["config", "set", "pmd-auto-lb", "true"]);
     // One PMD: its queues listed with the usage measured so far.
     let st = cli_json(&dir, &["pmd-stats"]);

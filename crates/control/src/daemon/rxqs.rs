@@ -1,7 +1,8 @@
 //! Rx queue assignment (`pmd-rxq-assign`), its measured loads, `pmd-rebalance` and the auto
 //! load balancer (`pmd-auto-lb`), as OVS's dpif-netdev does them.
 //!
-//! The assignment is made when the set of rx queues or the number of PMDs changes, on
+//! The assignment is made when the set of rx queues, the number of PMDs or the pins
+//! (`pmd-rxq-affinity`) change, on
 //! `pmd-rebalance`, and by the auto load balancer; every other snapshot (rules, links, a new
 //! `pmd-rxq-assign`) keeps the one in use, so queues do not move on every flow change, and a
 //! new mode applies from the next reassignment (`pmd-rebalance` applies it at once). Loads are what the PMDs
@@ -25,7 +26,7 @@ use ferrovs_proto::reply;
 pub(super) struct RxqCtl {
     /// The assignment in use, and the queues, PMD count and mode it was made for.
     current: Vec<Vec<RxqRef>>,
-    made_for: Option<(Vec<RxqRef>, usize)>,
+    made_for: Option<(Vec<RxqRef>, usize, Vec<Option<usize>>)>,
     /// The next snapshot deals the queues again (`pmd-rebalance`, the auto load balancer).
     force: bool,
     last_interval: Option<Instant>,
@@ -50,18 +51,39 @@ impl Daemon {
             .unwrap_or_default()
     }
 
-    /// Every rx queue of `ports` with its measured load (ppm of a core, 0 without history).
+    /// The PMD (index) each of `rxqs` is pinned to by its port's `pmd-rxq-affinity`; a
+    /// core without a PMD pins nothing (as OVS, the queue is dealt as the others).
+    fn rxq_pins(&self, rxqs: &[RxqRef]) -> Vec<Option<usize>> {
+        let cores = self.pmd_cores();
+        let by_id: HashMap<u32, Vec<(u16, usize)>> = self
+            .ports
+            .values()
+            .filter(|p| p.cfg.pmd_rxq_affinity.is_some())
+            .map(|p| (p.id, p.cfg.rxq_affinity()))
+            .collect();
+        rxqs.iter()
+            .map(|r| {
+                let (_, core) = by_id.get(&r.port)?.iter().find(|(q, _)| *q == r.pair)?;
+                cores.iter().position(|c| c == core)
+            })
+            .collect()
+    }
+
+    /// Every rx queue of `ports` with its measured load (ppm of a core, 0 without history)
+    /// and its pin.
     fn rxq_infos(&self, ports: &[Option<Arc<Port>>]) -> Vec<RxqInfo> {
         let now = os::rdtsc();
-        dp::all_rxqs(ports)
-            .into_iter()
-            .map(|rxq| RxqInfo {
+        let rxqs = dp::all_rxqs(ports);
+        let pins = self.rxq_pins(&rxqs);
+        rxqs.into_iter()
+            .zip(pins)
+            .map(|(rxq, pin)| RxqInfo {
                 rxq,
                 load: ports[rxq.port as usize]
                     .as_ref()
                     .and_then(|p| p.rxq_load.load_ppm(rxq.pair, now))
                     .unwrap_or(0),
-                pin: None,
+                pin,
             })
             .collect()
     }
@@ -71,7 +93,9 @@ impl Daemon {
     pub(super) fn rxq_assignment(&mut self, ports: &[Option<Arc<Port>>]) -> Vec<Vec<RxqRef>> {
         let mode = self.rxq_assign_mode();
         let pmds = self.pmds.len().max(1);
-        let key = (dp::all_rxqs(ports), pmds);
+        let rxqs = dp::all_rxqs(ports);
+        let pins = self.rxq_pins(&rxqs);
+        let key = (rxqs, pmds, pins);
         if !self.rxq.force && self.rxq.made_for.as_ref() == Some(&key) {
             return self.rxq.current.clone();
         }
