@@ -246,6 +246,22 @@ pub fn variance(loads: &[u64]) -> f64 {
         / n
 }
 
+/// The auto load balancer's decision (OVS `pmd-auto-lb`): given each PMD's load now and
+/// under a dry-run assignment (ppm of a core), whether to apply it: some PMD is at or over
+/// `load_pct`, and the variance of the loads falls by `improve_pct` % or more. Returns the
+/// improvement (%) when it applies.
+pub fn worth_rebalancing(now: &[u64], dry: &[u64], load_pct: u32, improve_pct: u32) -> Option<f64> {
+    if now.iter().all(|l| *l < u64::from(load_pct) * 10_000) {
+        return None;
+    }
+    let before = variance(now);
+    if before <= 0.0 {
+        return None;
+    }
+    let gain = (before - variance(dry)) * 100.0 / before;
+    (gain >= f64::from(improve_pct)).then_some(gain)
+}
+
 /// Parses `pmd-rxq-affinity` ("QUEUE:CORE,...", as OVS's Interface option): the core each
 /// listed queue pair is pinned to. Queue ids must be below `pairs`, each listed once.
 pub fn parse_affinity(s: &str, pairs: usize) -> Result<Vec<(u16, usize)>, String> {
@@ -400,6 +416,33 @@ mod tests {
         assert!(variance(&pmd_loads(&cy, &qs)) < variance(&pmd_loads(&rr, &qs)));
         assert_eq!(variance(&[]), 0.0);
         assert_eq!(variance(&[5, 5]), 0.0);
+    }
+
+    #[test]
+    fn the_auto_load_balancer_needs_an_overloaded_pmd_and_enough_gain() {
+        // 98 % and 20 %: over 95, and even 59/59 is a 100 % gain.
+        assert_eq!(
+            worth_rebalancing(&[980_000, 200_000], &[590_000, 590_000], 95, 25),
+            Some(100.0)
+        );
+        // Nobody over the threshold: nothing, however unbalanced.
+        assert_eq!(
+            worth_rebalancing(&[900_000, 0], &[450_000, 450_000], 95, 25),
+            None
+        );
+        // Over, and the dry run helps by 1 - (0.32 / 0.38)^2 = 29 %: enough for 25, not 30.
+        let g = worth_rebalancing(&[960_000, 200_000], &[900_000, 260_000], 95, 25);
+        assert_eq!(g.map(|g| g.round()), Some(29.0));
+        assert_eq!(
+            worth_rebalancing(&[960_000, 200_000], &[900_000, 260_000], 95, 30),
+            None
+        );
+        // Balanced already (variance 0) or a single PMD: nothing to gain.
+        assert_eq!(
+            worth_rebalancing(&[990_000, 990_000], &[990_000, 990_000], 95, 0),
+            None
+        );
+        assert_eq!(worth_rebalancing(&[990_000], &[990_000], 95, 0), None);
     }
 
     #[test]

@@ -218,22 +218,15 @@ impl Daemon {
             AUTO_LB_IMPROVEMENT_THRESHOLD,
         );
         let now = rq::pmd_loads(&snap.pmd_rxqs, &infos);
-        if now.iter().all(|l| *l < u64::from(threshold) * 10_000) {
-            return;
-        }
         let dry = rq::assign(mode, &infos, self.pmds.len());
-        let (before, after) = (
-            rq::variance(&now),
-            rq::variance(&rq::pmd_loads(&dry, &infos)),
-        );
-        if dry == snap.pmd_rxqs || before <= 0.0 {
+        if dry == snap.pmd_rxqs {
             return;
         }
-        let gain = (before - after) * 100.0 / before;
-        if gain < f64::from(improve) {
-            log::debug!("auto load balance: variance would improve {gain:.0} %, not enough");
+        let Some(gain) =
+            rq::worth_rebalancing(&now, &rq::pmd_loads(&dry, &infos), threshold, improve)
+        else {
             return;
-        }
+        };
         log::info!(
             "auto load balance: a PMD is over {threshold} % (loads {:?} %), variance improves \
              {gain:.0} %: reassigning",
