@@ -119,6 +119,10 @@ pub struct PortConfig {
     /// gives it when no other port of the bridge has it, else the lowest free number.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ofport: Option<u16>,
+    /// Rx queues pinned to PMD cores, "QUEUE:CORE,..." (OVS's Interface
+    /// `other_config:pmd-rxq-affinity`; docs/pmd.md, "Rx queue assignment").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pmd_rxq_affinity: Option<String>,
 }
 
 /// Highest OpenFlow port number a port may ask for (OpenFlow's `OFPP_MAX`, 0xff00, is the
@@ -154,6 +158,24 @@ impl PortConfig {
             csum: None,
             dst_port: None,
             ofport: None,
+            pmd_rxq_affinity: None,
+        }
+    }
+
+    /// The queue pairs pinned to cores by `pmd-rxq-affinity` (validated when set).
+    pub fn rxq_affinity(&self) -> Vec<(u16, usize)> {
+        self.pmd_rxq_affinity
+            .as_deref()
+            .and_then(|a| ferrovs_datapath::rxq::parse_affinity(a, self.rx_pairs()).ok())
+            .unwrap_or_default()
+    }
+
+    /// Rx queue pairs the datapath polls for this port (kernel ports: one).
+    pub fn rx_pairs(&self) -> usize {
+        if self.kind.is_kernel() {
+            1
+        } else {
+            self.queues as usize
         }
     }
 
@@ -373,6 +395,30 @@ pub const SETTINGS: &[(&str, &str)] = &[
         "pmd-priority",
         "PMD thread scheduling: normal (default), nice:N (-20..=19) or fifo:N (SCHED_FIFO \
          priority 1..=99; needs CAP_SYS_NICE)",
+    ),
+    (
+        "pmd-rxq-assign",
+        "how rx queues are dealt over PMDs: cycles (by measured load, busiest first, in \
+         turn; default), roundrobin (in port order) or group (each to the least loaded PMD); \
+         as OVS pmd-rxq-assign",
+    ),
+    (
+        "pmd-auto-lb",
+        "true: reassign rx queues by load when a PMD is overloaded and it helps (default \
+         false; as OVS pmd-auto-lb)",
+    ),
+    (
+        "pmd-auto-lb-load-threshold",
+        "auto load balance: PMD load % that counts as overloaded (0..=100, default 95)",
+    ),
+    (
+        "pmd-auto-lb-improvement-threshold",
+        "auto load balance: least % by which the PMDs' load variance must improve \
+         (0..=100, default 25)",
+    ),
+    (
+        "pmd-auto-lb-rebal-interval",
+        "auto load balance: least minutes between two reassignments (0..=20000, default 1)",
     ),
     (
         "mac-aging",
@@ -610,6 +656,11 @@ pub fn validate_name(what: &str, n: &str) -> Result<(), ConfigError> {
 pub fn validate_port(p: &PortConfig) -> Result<(), ConfigError> {
     let bad = |s: String| Err(ConfigError::Invalid(format!("port {}: {s}", p.name)));
     validate_name("port", &p.name)?;
+    if let Some(a) = &p.pmd_rxq_affinity {
+        if let Err(e) = ferrovs_datapath::rxq::parse_affinity(a, p.rx_pairs()) {
+            return bad(e);
+        }
+    }
     if p.queues == 0 || p.queues as usize > ferrovs_vhost::features::MAX_QUEUE_PAIRS {
         return bad(format!(
             "queues={} out of range 1..={}",
@@ -777,6 +828,20 @@ pub fn validate_setting(k: &str, v: &str) -> Result<(), ConfigError> {
             }
         }
         "pmd-priority" => parse_priority(v).map(|_| ()),
+        "pmd-rxq-assign" => match ferrovs_datapath::rxq::AssignMode::parse(v) {
+            Some(_) => Ok(()),
+            None => Err(ConfigError::Invalid(format!(
+                "{k}={v}: expected cycles, roundrobin or group"
+            ))),
+        },
+        "pmd-auto-lb" => match v {
+            "true" | "false" => Ok(()),
+            _ => Err(ConfigError::Invalid(format!(
+                "{k}={v}: expected true or false"
+            ))),
+        },
+        "pmd-auto-lb-load-threshold" | "pmd-auto-lb-improvement-threshold" => range(0, 100),
+        "pmd-auto-lb-rebal-interval" => range(0, 20_000),
         "pmd-rx-mode" => match v {
             "adaptive" | "poll" | "interrupt" => Ok(()),
             _ => Err(ConfigError::Invalid(format!(
@@ -969,6 +1034,28 @@ mod tests {
         let e = set(&mut p, "tag=5").unwrap_err();
         assert!(e.contains("cannot be changed on a live port"), "{e}");
 
+        // Rx queue pins: add-port and set-port, checked against the port's queues.
+        let q = opts(&[
+            "type=vhost-user",
+            "path=/tmp/q",
+            "queues=2",
+            "pmd-rxq-affinity=0:1,1:0",
+        ])
+        .unwrap();
+        assert_eq!(q.rxq_affinity(), vec![(0, 1), (1, 0)]);
+        let e = opts(&["type=vhost-user", "path=/tmp/q", "pmd-rxq-affinity=1:0"]).unwrap_err();
+        assert_eq!(
+            e,
+            "port p: pmd-rxq-affinity: queue 1 in '1:0' does not exist (the port has 1)"
+        );
+        let e = opts(&["type=tap", "dev=t0", "pmd-rxq-affinity=0-1"]).unwrap_err();
+        assert_eq!(e, "port p: pmd-rxq-affinity: '0-1' is not QUEUE:CORE");
+        let mut q = q;
+        let e = set(&mut q, "pmd-rxq-affinity=0:x").unwrap_err();
+        assert!(e.contains("core 'x' in '0:x' is not a number"), "{e}");
+        set(&mut q, "pmd-rxq-affinity=").unwrap();
+        assert_eq!(q.pmd_rxq_affinity, None);
+
         use ferrovs_sys::os::ThreadPriority;
         assert_eq!(parse_priority("normal").unwrap(), None);
         assert_eq!(
@@ -985,6 +1072,18 @@ mod tests {
         }
         assert!(validate_setting("pmd-sleep-max-us", "500").is_ok());
         assert!(validate_setting("pmd-sleep-max-us", "10001").is_err());
+        for m in ["cycles", "roundrobin", "group"] {
+            assert!(validate_setting("pmd-rxq-assign", m).is_ok());
+        }
+        assert_eq!(
+            validate_setting("pmd-rxq-assign", "busiest")
+                .unwrap_err()
+                .to_string(),
+            "pmd-rxq-assign=busiest: expected cycles, roundrobin or group"
+        );
+        assert!(validate_setting("pmd-auto-lb", "yes").is_err());
+        assert!(validate_setting("pmd-auto-lb-load-threshold", "101").is_err());
+        assert!(validate_setting("pmd-auto-lb-rebal-interval", "20000").is_ok());
     }
 
     #[test]

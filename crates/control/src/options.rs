@@ -28,10 +28,13 @@ pub fn port_set_options(p: &mut PortConfig, opts: &[String]) -> Result<(), Confi
         })?;
         match k {
             "coalesce-usecs" | "coalesce-frames" => set_coalesce(p, k, v)?,
+            // Empty: no pins.
+            "pmd-rxq-affinity" => p.pmd_rxq_affinity = (!v.is_empty()).then(|| v.to_string()),
             _ => {
                 return Err(ConfigError::Invalid(format!(
                     "port {}: '{k}' cannot be changed on a live port (settable: \
-                     coalesce-usecs, coalesce-frames; for others delete and add the port)",
+                     coalesce-usecs, coalesce-frames, pmd-rxq-affinity; for others delete \
+                     and add the port)",
                     p.name
                 )))
             }
@@ -66,6 +69,7 @@ pub fn port_from_options(name: &str, opts: &[String]) -> Result<PortConfig, Conf
                 p.mode = Some(crate::config::UplinkMode::parse(v).map_err(|e| bad(e.to_string()))?)
             }
             "coalesce-usecs" | "coalesce-frames" => set_coalesce(&mut p, k, v)?,
+            "pmd-rxq-affinity" => p.pmd_rxq_affinity = Some(v.to_string()),
             "remote_ip" | "local_ip" => {
                 let a: std::net::Ipv4Addr = v
                     .parse()

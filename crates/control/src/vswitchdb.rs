@@ -155,6 +155,10 @@ pub struct InterfaceRow {
     /// `type`.
     pub kind: String,
     pub options: BTreeMap<String, String>,
+    /// `other_config` (ferrovs reads `pmd-rxq-affinity`). Not monitored yet: the monitored
+    /// columns are part of the OVSDB session a hot upgrade hands over, and adding one needs
+    /// the new daemon to extend a restored session's monitor (docs/pmd.md).
+    pub other_config: BTreeMap<String, String>,
     pub ofport_request: Option<i64>,
     /// What ferrovs last wrote (kept across restarts as OVS does when nothing is requested).
     pub ofport: Option<i64>,
@@ -230,6 +234,18 @@ fn map_setting(key: &str, value: &str) -> Option<Result<(&'static str, String), 
         // OVS takes milliseconds; our megaflows age in seconds.
         "max-idle" => num(value).map(|ms| ("flow-max-idle", ms.div_ceil(1000).max(1).to_string())),
         "emc-insert-inv-prob" => num(value).map(|n| ("emc-insert-inv-prob", n.to_string())),
+        // Rx queue assignment: the same names and values as OVS.
+        "pmd-rxq-assign" => Ok(("pmd-rxq-assign", value.trim().to_string())),
+        "pmd-auto-lb" => Ok(("pmd-auto-lb", value.trim().to_string())),
+        "pmd-auto-lb-load-threshold" => {
+            num(value).map(|n| ("pmd-auto-lb-load-threshold", n.to_string()))
+        }
+        "pmd-auto-lb-improvement-threshold" => {
+            num(value).map(|n| ("pmd-auto-lb-improvement-threshold", n.to_string()))
+        }
+        "pmd-auto-lb-rebal-interval" => {
+            num(value).map(|n| ("pmd-auto-lb-rebal-interval", n.to_string()))
+        }
         _ => return None,
     })
 }
@@ -535,7 +551,18 @@ pub fn desired(t: &Tables, run_dir: &Path) -> Desired {
                     port.name
                 ))
             } else {
-                map_interface(i, port, &sock_dir)
+                map_interface(i, port, &sock_dir).map(|mut p| {
+                    // A bad pin list is left out with a warning; the port runs unpinned.
+                    if let Some(a) = i.other_config.get("pmd-rxq-affinity") {
+                        match ferrovs_datapath::rxq::parse_affinity(a, p.rx_pairs()) {
+                            Ok(_) => p.pmd_rxq_affinity = Some(a.clone()),
+                            Err(e) => d
+                                .warnings
+                                .push(format!("interface {}: other_config:{e}", i.name)),
+                        }
+                    }
+                    p
+                })
             };
             let checked = mapped.and_then(|p| {
                 if let Some(r) = p.ofport {
@@ -1036,6 +1063,65 @@ mod tests {
         assert_eq!(d.settings["flow-max-idle"], "3");
         assert!(!d.settings.contains_key("flow-limit"));
         assert_eq!(d.warnings.len(), 2, "{:?}", d.warnings);
+    }
+
+    #[test]
+    fn interface_rxq_affinity_pins_or_warns() {
+        let mut t = db(&[
+            ("a", "dpdkvhostuser", &[("n_rxq", "2")]),
+            ("b", "dpdkvhostuser", &[]),
+        ]);
+        for (_, i) in t.interfaces.iter_mut() {
+            let a = if i.name == "a" { "0:3,1:1" } else { "1:0" };
+            i.other_config = map(&[("pmd-rxq-affinity", a)]);
+        }
+        let d = desired(&t, Path::new("/run"));
+        let ps = ports(&d);
+        let by = |n: &str| ps.iter().find(|p| p.name == n).copied().unwrap();
+        assert_eq!(by("a").pmd_rxq_affinity.as_deref(), Some("0:3,1:1"));
+        assert_eq!(by("a").rxq_affinity(), vec![(0, 3), (1, 1)]);
+        // b has one queue: its pin list is refused, the port still runs.
+        assert_eq!(by("b").pmd_rxq_affinity, None);
+        assert_eq!(
+            d.warnings,
+            vec![
+                "interface b: other_config:pmd-rxq-affinity: queue 1 in '1:0' does not exist \
+                  (the port has 1)"
+                    .to_string()
+            ]
+        );
+    }
+
+    #[test]
+    fn rxq_assignment_settings_map_as_ovs_names_them() {
+        let mut t = db(&[]);
+        t.root.as_mut().unwrap().1.other_config = map(&[
+            ("pmd-rxq-assign", "group"),
+            ("pmd-auto-lb", "true"),
+            ("pmd-auto-lb-load-threshold", "80"),
+            ("pmd-auto-lb-improvement-threshold", "10"),
+            ("pmd-auto-lb-rebal-interval", "5"),
+        ]);
+        let d = desired(&t, Path::new("/run"));
+        assert_eq!(d.settings["pmd-rxq-assign"], "group");
+        assert_eq!(d.settings["pmd-auto-lb"], "true");
+        assert_eq!(d.settings["pmd-auto-lb-load-threshold"], "80");
+        assert_eq!(d.settings["pmd-auto-lb-improvement-threshold"], "10");
+        assert_eq!(d.settings["pmd-auto-lb-rebal-interval"], "5");
+        assert!(d.warnings.is_empty(), "{:?}", d.warnings);
+        // A mode OVS does not have is refused with a warning, the rest still applies.
+        t.root.as_mut().unwrap().1.other_config =
+            map(&[("pmd-rxq-assign", "busiest"), ("pmd-auto-lb", "true")]);
+        let d = desired(&t, Path::new("/run"));
+        assert!(!d.settings.contains_key("pmd-rxq-assign"));
+        assert_eq!(
+            d.warnings,
+            vec![
+                "other_config:pmd-rxq-assign=busiest: pmd-rxq-assign=busiest: expected \
+                  cycles, roundrobin or group"
+                    .to_string()
+            ]
+        );
     }
 
     #[test]

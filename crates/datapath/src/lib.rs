@@ -18,6 +18,7 @@
 //! * `output`: the output stage of a burst: per-port lists, VLAN-edited copies, software
 //!   offloads, one transmit per port.
 //! * [`pmd`]: the poll-mode thread loop and its cycle accounting.
+//! * [`rxq`]: rx queues' measured load and their assignment to PMDs (`pmd-rxq-assign`).
 //! * [`Datapath`]: what the control plane publishes, RCU-style through `arc-swap`: a new
 //!   [`Snapshot`] replaces the old one atomically; PMDs pick it up at the next iteration and
 //!   the old one is freed when the last PMD lets go of it.
@@ -39,6 +40,7 @@ mod output;
 pub mod packet_io;
 pub mod pmd;
 pub mod port;
+pub mod rxq;
 #[cfg(test)]
 mod testutil;
 pub mod tunnel;
@@ -244,20 +246,30 @@ impl Datapath {
     }
 }
 
-/// Spreads rx queues over `pmds` PMDs round-robin, as OVS does by default
-/// (`pmd-rxq-assign=roundrobin`).
-pub fn assign_rxqs(ports: &[Option<Arc<Port>>], pmds: usize) -> Vec<Vec<RxqRef>> {
-    let pmds = pmds.max(1);
-    let mut out = vec![Vec::new(); pmds];
-    let mut next = 0;
-    for p in ports.iter().flatten() {
-        for pair in 0..p.rx_queues() {
-            out[next % pmds].push(RxqRef {
+/// Every rx queue of `ports`, in port order.
+pub fn all_rxqs(ports: &[Option<Arc<Port>>]) -> Vec<RxqRef> {
+    ports
+        .iter()
+        .flatten()
+        .flat_map(|p| {
+            (0..p.rx_queues()).map(|pair| RxqRef {
                 port: p.id,
                 pair: pair as u16,
-            });
-            next += 1;
-        }
-    }
-    out
+            })
+        })
+        .collect()
+}
+
+/// Spreads rx queues over `pmds` PMDs round-robin (`pmd-rxq-assign=roundrobin`; the control
+/// plane deals them by load with [`rxq::assign`]).
+pub fn assign_rxqs(ports: &[Option<Arc<Port>>], pmds: usize) -> Vec<Vec<RxqRef>> {
+    let qs: Vec<rxq::RxqInfo> = all_rxqs(ports)
+        .into_iter()
+        .map(|rxq| rxq::RxqInfo {
+            rxq,
+            load: 0,
+            pin: None,
+        })
+        .collect();
+    rxq::assign(rxq::AssignMode::RoundRobin, &qs, pmds)
 }

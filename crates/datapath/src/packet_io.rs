@@ -225,6 +225,7 @@ pub fn controller_port(bridge: u32) -> Port {
         offload: Default::default(),
         inject: Default::default(),
         capture: Default::default(),
+        rxq_load: Default::default(),
     }
 }
 

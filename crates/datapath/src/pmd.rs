@@ -11,7 +11,9 @@
 //! caches, notification timers) is allocated once at start; the loop allocates nothing.
 //!
 //! Accounting: TSC cycles of iterations that moved packets are *busy*, the rest *idle*;
-//! cycles per packet = busy cycles / packets, as OVS's `pmd-stats-show` reports.
+//! cycles per packet = busy cycles / packets, as OVS's `pmd-stats-show` reports. Each rx
+//! queue that gave packets is charged its burst's cycles in its port ([`crate::rxq`]), for
+//! the assignment of queues by load.
 //!
 //! Thread-safety: counters are single-writer (this thread), published with relaxed stores.
 
@@ -469,13 +471,22 @@ impl<'p> Worker<'p> {
         }
     }
 
-    /// Polls every rx queue of `rxqs` once (one PMD iteration's packet work).
+    /// Polls every rx queue of `rxqs` once (one PMD iteration's packet work). A queue that
+    /// gave packets is charged the cycles since the last one that did ([`crate::rxq`]).
     #[inline]
     pub(crate) fn poll(&mut self, snap: &Snapshot, rxqs: &[RxqRef], now: u32) -> Iteration {
         let mut it = Iteration::default();
         self.probes.start(rxqs.len());
+        let mut mark = os::rdtsc();
         for (i, rxq) in rxqs.iter().enumerate() {
             let (r, t, d) = self.poll_rxq(snap, i, *rxq, now);
+            if r > 0 {
+                let t = os::rdtsc();
+                if let Some(p) = snap.port(rxq.port) {
+                    p.rxq_load.charge(rxq.pair, t.wrapping_sub(mark));
+                }
+                mark = t;
+            }
             it.rx += r;
             it.max_batch = it.max_batch.max(r);
             it.tx += t;

@@ -196,6 +196,8 @@ pub struct Port {
     pub inject: Inject,
     /// Packet capture (`ferrovs capture`): one relaxed load per burst while off.
     pub capture: crate::capture::CaptureHook,
+    /// Processing cycles of each rx queue, charged by the PMD polling it ([`crate::rxq`]).
+    pub rxq_load: crate::rxq::RxqLoads,
 }
 
 /// Frames injected as if received from a port (the RARP announcing a guest that migrated

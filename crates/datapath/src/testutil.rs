@@ -19,6 +19,7 @@ pub(crate) fn dummy_port(id: u32, vlan: VlanMode, caps: u8) -> Port {
         offload: Default::default(),
         inject: Default::default(),
         capture: Default::default(),
+        rxq_load: Default::default(),
     }
 }
 

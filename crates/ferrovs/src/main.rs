@@ -39,8 +39,15 @@ commands:
   set-port PORT coalesce-usecs=US [coalesce-frames=N]
                                          guest notification coalescing of a vhost-user port
                                          (also add-port options; 0 turns it off)
+  set-port PORT pmd-rxq-affinity=QUEUE:CORE[,...]
+                                         pin rx queues to PMD cores (also an add-port
+                                         option; empty: no pins)
   port-stats [PORT]                      packets, bytes and drops by reason, per queue
-  pmd-stats | pmd-stats-clear            PMD busy/idle cycles, cycles per packet
+  pmd-stats | pmd-stats-clear            PMD busy/idle cycles, cycles per packet, and each
+                                         PMD's rx queues with their measured usage
+  pmd-rebalance                          deal the rx queues over the PMDs again by their
+                                         measured load (pmd-rxq-assign; as ovs-appctl
+                                         dpif-netdev/pmd-rxq-rebalance)
   mac-table BRIDGE                       learned addresses
   add-flow BRIDGE FLOW                   install a rule, ovs-ofctl syntax, e.g.
                                          'priority=100,in_port=vm1,tcp,tp_dst=80 actions=drop'
@@ -76,7 +83,11 @@ commands:
   log-level [[MODULE] LEVEL]             show log levels, or set the default or a module's
                                          (off, error, warn, info, debug, trace), no restart
   config get [KEY] | config set KEY VALUE    pmd-cores, pmd-rx-mode, pmd-sleep-after-us,
-                                         pmd-sleep-max-us, pmd-priority, mac-aging,
+                                         pmd-sleep-max-us, pmd-priority, pmd-rxq-assign
+                                         (cycles, roundrobin, group), pmd-auto-lb,
+                                         pmd-auto-lb-load-threshold,
+                                         pmd-auto-lb-improvement-threshold,
+                                         pmd-auto-lb-rebal-interval, mac-aging,
                                          mac-table-size, flow-limit, flow-max-idle,
                                          emc-insert-inv-prob, ct-max-entries,
                                          ct-zone-default-limit, ct-zone-limit:ZONE,
@@ -290,6 +301,7 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         filter: Vec<String>,
     },
+    PmdRebalance,
 }
 
 /// `dump-conntrack`'s and `flush-conntrack`'s filter: `zone=N` (N in 0..=65535), or none.
@@ -600,6 +612,17 @@ fn print_pmd_stats(v: &Vec<PmdStats>) {
             p.kick_wakeups,
             p.load_sleeps
         );
+        // As ovs-appctl dpif-netdev/pmd-rxq-show.
+        for q in &p.rxqs {
+            println!(
+                "  port: {:<16} queue-id: {:>2} ({})  pmd usage: {}",
+                q.port,
+                q.queue,
+                if q.enabled { "enabled" } else { "disabled" },
+                q.usage_pct
+                    .map_or("NOT AVAIL".to_string(), |u| format!("{:>2} %", u.round()))
+            );
+        }
         let f = &p.flow;
         if f.packets > 0 {
             let n = f.packets.max(1) as f64;
@@ -1183,6 +1206,7 @@ fn run() -> Result<(), String> {
                 filter,
             },
         ),
+        Cmd::PmdRebalance => cli.show(Request::PmdRebalance, done),
     }
 }
 

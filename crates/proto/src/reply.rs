@@ -494,6 +494,22 @@ pub struct PmdStats {
     pub sleeps: u64,
     pub tsc_hz: u64,
     pub tx_packets: u64,
+    /// The rx queues this PMD polls, with their measured usage (absent when it polls none,
+    /// and from older daemons).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rxqs: Vec<RxqUsage>,
+}
+
+/// One rx queue of a PMD, as `ovs-appctl dpif-netdev/pmd-rxq-show` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RxqUsage {
+    pub port: String,
+    /// The queue pair.
+    pub queue: u16,
+    /// Whether the guest enabled the queue (kernel ports: always).
+    pub enabled: bool,
+    /// Share of a core its bursts took over the measured window (`None`: not measured yet).
+    pub usage_pct: Option<f64>,
 }
 
 /// A PMD's flow lookups.
@@ -567,17 +583,21 @@ pub struct Settings {
     pub pmd_rx_mode: String,
     pub pmd_sleep_after_us: String,
     pub pmd_sleep_max_us: String,
+    /// Absent from older daemons.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub pmd_rxq_assign: String,
 }
 
 impl Settings {
     /// `(name, value)` in name order.
-    pub fn pairs(&self) -> [(&'static str, &str); 7] {
+    pub fn pairs(&self) -> [(&'static str, &str); 8] {
         [
             ("mac-aging", &self.mac_aging),
             ("mac-table-size", &self.mac_table_size),
             ("pmd-cores", &self.pmd_cores),
             ("pmd-priority", &self.pmd_priority),
             ("pmd-rx-mode", &self.pmd_rx_mode),
+            ("pmd-rxq-assign", &self.pmd_rxq_assign),
             ("pmd-sleep-after-us", &self.pmd_sleep_after_us),
             ("pmd-sleep-max-us", &self.pmd_sleep_max_us),
         ]

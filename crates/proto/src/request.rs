@@ -202,6 +202,9 @@ pub enum Request {
         #[serde(default)]
         filter: Option<String>,
     },
+    /// Deals the rx queues over the PMDs again by their measured loads (as `ovs-appctl
+    /// dpif-netdev/pmd-rxq-rebalance`).
+    PmdRebalance,
 }
 
 /// A response: `{"ok": true, "result": ...}` or `{"ok": false, "error": "message"}`. The
@@ -432,6 +435,7 @@ mod tests {
                 },
                 "log-level",
             ),
+            (Request::PmdRebalance, "pmd-rebalance"),
         ];
         for (req, cmd) in all {
             let line = serde_json::to_string(&req).unwrap();

@@ -243,6 +243,7 @@ impl Daemon {
             }
             Request::PortStats { port } => self.port_stats(port.as_deref()).map(Reply::PortStats),
             Request::PmdStats => Ok(Reply::PmdStats(self.pmd_stats())),
+            Request::PmdRebalance => self.pmd_rebalance().map(|_| Reply::Done),
             Request::PmdStatsClear => {
                 self.pmd_baseline = self.pmds.iter().map(|p| Self::pmd_raw(&p.stats)).collect();
                 Ok(Reply::Done)

@@ -14,7 +14,8 @@
 //! revalidator), `pmds` (PMD threads and snapshot publication), `handover` (hot upgrade),
 //! `openflow` (the management sockets and every OpenFlow connection's messages),
 //! `controllers` (OpenFlow controllers: connections, backoff, roles, fail-open),
-//! `conntrack` (the connection tracker's settings, expiry sweep, dump and hot upgrade)
+//! `conntrack` (the connection tracker's settings, expiry sweep, dump and hot upgrade),
+//! `rxqs` (rx queues over PMDs by measured load, `pmd-rebalance`, the auto load balancer)
 //! and `ovsdb` (`--ovsdb`: the database connection, its changes applied as a diff, and
 //! what ferrovs writes back).
 //! This file holds the state, start-up, the event loop and its tick.
@@ -72,6 +73,7 @@ mod packet_io;
 mod pmds;
 mod ports;
 mod report;
+mod rxqs;
 mod service;
 mod sessions;
 mod trace;
@@ -282,6 +284,8 @@ pub struct Daemon {
 
     /// Running packet captures (`capture.rs`).
     captures: Vec<capture::CaptureRun>,
+    /// Rx queue assignment and loads (`rxqs.rs`).
+    rxq: rxqs::RxqCtl,
 }
 
 /// Takes slot `id` (a takeover restores the old daemon's ids).
@@ -479,6 +483,7 @@ impl Daemon {
             service: Default::default(),
 
             captures: Vec::new(),
+            rxq: Default::default(),
         };
         d.apply_conntrack_config();
         let t = d.token(Source::CtlListener, "");
@@ -551,6 +556,7 @@ impl Daemon {
         self.service_tick();
 
         self.capture_tick();
+        self.rxq_tick();
     }
 
     /// Runs the control loop until `stop` is set.

@@ -412,6 +412,9 @@ fn tables(s: &Session) -> Tables {
                 name: text(row, "name"),
                 kind: text(row, "type"),
                 options: smap(row, "options"),
+                // Not monitored: the monitored columns are part of the session a hot
+                // upgrade hands over (`the_captured_connection_restores`).
+                other_config: Default::default(),
                 ofport_request: int(row, "ofport_request"),
                 ofport: int(row, "ofport"),
             },
@@ -978,7 +981,7 @@ impl Daemon {
             })
             .collect();
         // Ports that go: not asked for, moved to another bridge, or changed (beyond the
-        // OpenFlow number asked for, which changes in place).
+        // OpenFlow number asked for and the rx queue pins, which change in place).
         let gone: Vec<(String, String)> = self
             .ports
             .values()
@@ -989,6 +992,7 @@ impl Daemon {
                         || **cfg
                             != PortConfig {
                                 ofport: cfg.ofport,
+                                pmd_rxq_affinity: cfg.pmd_rxq_affinity.clone(),
                                 ..st.cfg.clone()
                             }
                 }
@@ -1061,8 +1065,15 @@ impl Daemon {
             ports.sort_by_key(|p| p.name != b.name);
             for p in ports {
                 if let Some(st) = self.ports.get(&p.name) {
+                    let repin = st.cfg.pmd_rxq_affinity != p.pmd_rxq_affinity;
                     if st.cfg.ofport != p.ofport {
                         self.renumber(&p.name, p.ofport);
+                    }
+                    if repin {
+                        let a = p.pmd_rxq_affinity.clone().unwrap_or_default();
+                        if let Err(e) = self.set_port(&p.name, &[format!("pmd-rxq-affinity={a}")]) {
+                            limited!(self.logs, Error, &p.name, "ovsdb-apply-error", "ovsdb: {e}");
+                        }
                     }
                     continue;
                 }

@@ -268,7 +268,7 @@ impl Daemon {
                 default_rule,
             }));
         }
-        let pmd_rxqs = dp::assign_rxqs(&ports, self.pmds.len());
+        let pmd_rxqs = self.rxq_assignment(&ports);
         self.datapath.publish(Snapshot {
             bridges,
             ports,

@@ -465,6 +465,7 @@ impl Daemon {
             offload: Default::default(),
             inject: Default::default(),
             capture: Default::default(),
+            rxq_load: Default::default(),
         });
         let listener = match listener {
             Some(l) => {
@@ -566,6 +567,7 @@ impl Daemon {
         if let Some(d) = &p.device {
             d.set_coalesce(cfg.coalesce());
         }
+        let repin = cfg.pmd_rxq_affinity != p.cfg.pmd_rxq_affinity;
         // The saved configuration lists ports under their bridges.
         for b in &mut self.config.bridges {
             for c in &mut b.ports {
@@ -575,6 +577,10 @@ impl Daemon {
             }
         }
         p.cfg = cfg;
+        if repin {
+            // New pins: the queues are dealt again (`rxqs.rs`).
+            self.publish_snapshot();
+        }
         Ok(())
     }
 

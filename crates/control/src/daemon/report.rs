@@ -30,6 +30,7 @@ impl Daemon {
             pmd_rx_mode: self.datapath.rx_mode().0.name().into(),
             pmd_sleep_after_us: (self.datapath.rx_mode().1 / 1000).to_string(),
             pmd_sleep_max_us: (self.datapath.sleep_max_ns() / 1000).to_string(),
+            pmd_rxq_assign: self.rxq_assign_mode().name().into(),
         };
         let Some(k) = key else {
             return Ok(ConfigGet::All(all));
@@ -155,6 +156,7 @@ impl Daemon {
     pub(super) fn pmd_stats(&self) -> Vec<PmdStats> {
         let hz = os::tsc_hz();
         let caches = self.megaflow_caches();
+        let mut rxqs = self.pmd_rxq_usage().into_iter();
         self.pmds
             .iter()
             .zip(&self.pmd_baseline)
@@ -206,6 +208,7 @@ impl Daemon {
                     sleeps: s.sleeps.load(Ordering::Relaxed),
                     tsc_hz: hz,
                     tx_packets: tx,
+                    rxqs: rxqs.next().unwrap_or_default(),
                 }
             })
             .collect()

@@ -31,6 +31,7 @@ pub(super) fn port(id: u32) -> Option<Arc<Port>> {
         offload: Default::default(),
         inject: Default::default(),
         capture: Default::default(),
+        rxq_load: Default::default(),
     }))
 }
 

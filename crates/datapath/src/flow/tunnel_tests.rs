@@ -39,6 +39,7 @@ fn switch(rules: &[&str]) -> Snapshot {
                 offload: Default::default(),
                 inject: Default::default(),
                 capture: Default::default(),
+                rxq_load: Default::default(),
             }))
         })
         .collect();
