@@ -110,7 +110,7 @@ pub enum DeviceError {
     Userfault(#[source] std::io::Error),
     /// SET_VRING_BASE of a packed ring: a slot not below the ring size, or a used position
     /// that differs from the available one (in-flight buffers we cannot take over).
-    #[error("packed ring base {0:#x} invalid (slot past the ring, or used position differs from available)")]
+    #[error("packed ring base {0:#x}: slot past the ring, or used differs from available")]
     BadPackedBase(u32),
 }
 

@@ -13,10 +13,11 @@
 //! * At the next available slot a descriptor is either available in this lap (AVAIL = wrap,
 //!   USED ≠ wrap) or left from the previous lap (AVAIL ≠ wrap). AVAIL = USED = wrap (used in
 //!   a lap the device has not reached: flags that lie) breaks the queue
-//!   (`packed_desc_bad_flags`), as does a later descriptor of a chain that is not available, a chain longer than the
-//!   ring (`desc_chain_loop`) and a buffer id not below the ring size
-//!   (`packed_bad_buffer_id`). Indirect tables are supported as the split ring's: only as the
-//!   sole descriptor of a chain, when negotiated, unnested, inside guest memory.
+//!   (`packed_desc_bad_flags`), as does a later descriptor of a chain that is not
+//!   available, a chain longer than the ring (`desc_chain_loop`) and a buffer id not below
+//!   the ring size (`packed_bad_buffer_id`). Indirect tables are supported as the split
+//!   ring's: only as the sole descriptor of a chain, when negotiated, unnested, inside guest
+//!   memory.
 //! * Guest RX: the used descriptors of one packet (several with mergeable buffers) are kept
 //!   in a shadow list and written once the packet is whole, the first one's flags last, so
 //!   the guest never sees part of a packet and a packet rolled back (too few buffers,
