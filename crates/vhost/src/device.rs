@@ -303,7 +303,9 @@ impl Device {
         } else {
             OFFERED & !features::VIRTIO_NET_F_MQ
         };
-        if self.packed_rings {
+        // Also once negotiated (a restored device, the setting turned off since): a frontend
+        // re-sending its features (dirty logging on and off) must not be refused.
+        if self.packed_rings || self.features & features::VIRTIO_F_RING_PACKED != 0 {
             f | features::VIRTIO_F_RING_PACKED
         } else {
             f
