@@ -618,3 +618,43 @@ fn random_packed_rings_never_panic_or_overrun() {
     }
     assert!(broken > 100 && broken < 2000, "broken {broken} of 2000");
 }
+
+#[test]
+fn dirty_log_marks_used_descriptors_buffers_and_the_device_event() {
+    use ferrovs_sys::guest::dirty_log::{DirtyLog, PAGE_SIZE};
+    // MEM is 256 pages: a log of 32 bytes covers it.
+    let log = Arc::new(DirtyLog::map(memfd("log", 4096, false).unwrap(), 32, 0).unwrap());
+    let (mut vq, mut d) = queue(F);
+    vq.set_log(Some(log.clone()));
+    vq.set_features(F | features::VHOST_F_LOG_ALL);
+    // Starting marked nothing yet (the log arrived after); re-start marks the device event.
+    let mem = vq.mem().cloned();
+    vq.start(mem.as_ref()).unwrap();
+    assert!(log.is_marked(32772 / PAGE_SIZE), "device event structure");
+    for w in 0..4 {
+        let _ = log.take_word(w);
+    }
+    // Guest RX: the buffer's page and the used descriptor's page.
+    let rx_buf = DATA + 20 * PAGE_SIZE;
+    d.post(&[(rx_buf, 2048)], 0, true);
+    let stats = QueueStats::default();
+    let p = [7u8; 100];
+    assert_eq!(
+        vq.enqueue(std::iter::once((&p[..], VnetHdr::default())), &stats, "t"),
+        1
+    );
+    assert!(log.is_marked(rx_buf / PAGE_SIZE), "packet data");
+    assert!(log.is_marked(0), "used descriptor in the ring");
+    assert!(stats.dirty_pages.load(std::sync::atomic::Ordering::Relaxed) >= 2);
+    for w in 0..4 {
+        let _ = log.take_word(w);
+    }
+    // Guest TX: nothing is written but the used descriptor.
+    d.mem.write(DATA, &frame(0, 60)).unwrap();
+    d.post(&[(DATA, 72)], 1, false);
+    let pool = Pool::new(8).unwrap();
+    let mut out = Vec::with_capacity(BURST);
+    assert_eq!(vq.dequeue(&pool, &mut out, BURST, &stats, "t"), 1);
+    assert!(log.is_marked(0), "used descriptor in the ring");
+    assert!(!log.is_marked(DATA / PAGE_SIZE), "a TX buffer is only read");
+}
