@@ -78,3 +78,56 @@ fn forwards_on_packed_rings_in_order_and_intact() {
     let base = a.fe.get_vring_base(1).unwrap();
     assert_eq!(base >> 16, base & 0xffff, "{base:#x}");
 }
+
+/// A frontend that gives a packed ring a bad base (a slot past the ring, a used position
+/// that differs from the available one) is refused with a nonzero ack; the other port goes
+/// on forwarding.
+#[test]
+fn a_bad_packed_ring_base_is_refused() {
+    use ferrovs_vhost::msg::{self, payload, Code};
+    let sw = Switch::start("packed-base");
+    wait_until("sockets", || {
+        sw.sock("vm1").exists() && sw.sock("vm2").exists()
+    });
+    sw.req(Request::ConfigSet {
+        key: "vhost-packed-rings".into(),
+        value: "true".into(),
+    })
+    .unwrap();
+    let mut a = attach(&sw.sock("vm1"), 0x0200_0000_0001, packed_cfg());
+    let mut b = attach(&sw.sock("vm2"), 0x0200_0000_0002, packed_cfg());
+    // vm1's frontend stops its TX queue, then offers bad bases for it.
+    let base = a.fe.get_vring_base(1).unwrap();
+    assert_eq!(
+        base, 0x8000_8000,
+        "nothing sent yet: slot 0, wrap counters 1"
+    );
+    let ack = |fe: &mut ferrovs_vhost::frontend::Frontend, num: u32| {
+        let m = msg::encode(
+            Code::SetVringBase as u32,
+            msg::FLAG_NEED_REPLY,
+            &payload::state(1, num),
+        );
+        let (_, p, _) = fe.call_raw(&m, &[]).unwrap();
+        u64::from_le_bytes(p[..8].try_into().unwrap())
+    };
+    assert_ne!(
+        ack(&mut a.fe, 0x8000 | 256),
+        0,
+        "slot past a 256-entry ring"
+    );
+    assert_ne!(
+        ack(&mut a.fe, 0x8005_8004),
+        0,
+        "used differs from available"
+    );
+    assert_eq!(ack(&mut a.fe, 0x8004_8004), 0, "a good base");
+    assert_eq!(
+        ack(&mut a.fe, 0x8004),
+        0,
+        "used omitted: the same as available"
+    );
+    // The other port is unaffected: vm2 → vm1's receive queue still works.
+    let got = exchange(&mut b, &mut a, 200, 64);
+    assert_eq!(got.len(), 200);
+}
