@@ -1,7 +1,10 @@
 //! Any bytes as a guest's descriptor table, rings and buffers: dequeue and enqueue must not
 //! panic, must not move the used index past the ring size, and must return every buffer.
 //! Half the inputs run with dirty logging on (a migrating frontend, a log with any used-ring
-//! log address): every page written must then be marked in the log.
+//! log address): every page written must then be marked in the log. Inputs with bit 0x20
+//! of the first byte run a packed ring (`VIRTIO_F_RING_PACKED`) of 1..=16 descriptors over
+//! the same bytes (descriptor ring at 0, driver event at 4096, device event at 8192) from a
+//! base the input picks: its position must stay inside the ring, used equal to available.
 #![no_main]
 use std::sync::Arc;
 
@@ -33,6 +36,11 @@ fuzz_target!(|data: &[u8]| {
         2 => VIRTIO_F_VERSION_1 | VIRTIO_RING_F_INDIRECT_DESC | OFFLOADS,
         _ => VIRTIO_F_VERSION_1 | VIRTIO_NET_F_MRG_RXBUF | OFFLOADS,
     };
+    let packed = data[0] & 0x20 != 0;
+    let features = if packed { features | VIRTIO_F_RING_PACKED } else { features };
+    let size = if packed { 1 + u32::from(data[1] >> 4) } else { 16 };
+    // Packed: slot (below the size, else the queue starts broken) and wrap counter.
+    let base = if packed { u16::from(data[1] & 0x1f) | (u16::from(data[0] & 1) << 15) } else { 0 };
     let logging = data[0] & 0x80 != 0;
     let log = logging.then(|| {
         let lfd = ferrovs_sys::os::memfd("fuzz-log", 4096, false).unwrap();
@@ -42,7 +50,8 @@ fuzz_target!(|data: &[u8]| {
     vq.set_features(if logging { features | VHOST_F_LOG_ALL } else { features });
     vq.set_log(log.clone());
     vq.configure(VringState {
-        size: 16,
+        size,
+        last_avail: base,
         addrs: Some(RingAddrs { desc: BASE, avail: BASE + 4096, used: BASE + 8192 }),
         kicked: true,
         enabled: true,
@@ -70,8 +79,18 @@ fuzz_target!(|data: &[u8]| {
             vq.enqueue((0..8).map(|_| (pkt.as_slice(), hdr)), &stats, "fuzz");
         }
     }
-    assert!(vq.state().used_idx.wrapping_sub(before) <= 16);
-    if let (Some(log), false) = (&log, vq.state().used_idx == before) {
+    if packed {
+        let st = vq.state();
+        assert_eq!(st.last_avail, st.used_idx, "packed: used position is the available one");
+        assert!(vq.broken().is_some() || u32::from(st.last_avail & 0x7fff) < size);
+        if let (Some(log), false) = (&log, st.used_idx == before) {
+            // Used descriptors are written in the descriptor ring (guest-physical page 0).
+            assert!(log.is_marked(0), "used descriptors written, page 0 not logged");
+        }
+    } else {
+        assert!(vq.state().used_idx.wrapping_sub(before) <= 16);
+    }
+    if let (Some(log), false) = (&log, packed || vq.state().used_idx == before) {
         // Used entries were written: the page of `used.idx` (guest-physical 8192, or where the
         // frontend claimed the used ring is) is marked, when the log covers it.
         let page = vq.state().log_addr.unwrap_or(8192) >> 12;

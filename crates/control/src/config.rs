@@ -463,6 +463,12 @@ pub const SETTINGS: &[(&str, &str)] = &[
          tcp-last-ack, tcp-time-wait, tcp-close, tcp-syn-sent2, tcp-retrans, tcp-unack, \
          udp-unreplied, udp-replied, icmp or generic (defaults: Linux's)",
     ),
+    (
+        "vhost-packed-rings",
+        "offer packed virtqueues (VIRTIO_F_RING_PACKED) to vhost-user frontends that connect \
+         from now on: true or false (default false, until QEMU guests pass the guest suite \
+         with packed=on)",
+    ),
 ];
 
 /// Largest `ct-max-entries`.
@@ -573,6 +579,13 @@ impl Config {
             }
         }
         Ok(())
+    }
+
+    /// `vhost-packed-rings`: whether vhost-user ports offer packed rings.
+    pub fn packed_rings(&self) -> bool {
+        self.other
+            .get("vhost-packed-rings")
+            .is_some_and(|v| v == "true")
     }
 
     pub fn setting_u32(&self, key: &str, default: u32) -> u32 {
@@ -834,7 +847,7 @@ pub fn validate_setting(k: &str, v: &str) -> Result<(), ConfigError> {
                 "{k}={v}: expected cycles, roundrobin or group"
             ))),
         },
-        "pmd-auto-lb" => match v {
+        "pmd-auto-lb" | "vhost-packed-rings" => match v {
             "true" | "false" => Ok(()),
             _ => Err(ConfigError::Invalid(format!(
                 "{k}={v}: expected true or false"

@@ -70,6 +70,11 @@ reasons! {
     // A Geneve header that does not check (version, lengths, payload, OAM, an unknown
     // critical option: RFC 8926 says drop).
     TunnelBadHeader => "tunnel_bad_header",
+    // Packed rings: a descriptor whose AVAIL/USED flags fit neither "available" nor "used" in
+    // the lap the device expects (a wrong wrap counter), or a chain that runs into one.
+    PackedBadFlags => "packed_desc_bad_flags",
+    // Packed rings: a buffer id not below the queue size.
+    PackedBadBufferId => "packed_bad_buffer_id",
 }
 
 pub const NUM_REASONS: usize = DropReason::ALL.len();

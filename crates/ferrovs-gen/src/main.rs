@@ -106,6 +106,10 @@ struct Cli {
     /// --log-level.
     #[arg(long)]
     log: bool,
+    /// Packed virtqueues (VIRTIO_F_RING_PACKED): fail if the backend does not offer them
+    /// (ferrovs offers them after `ferrovs set vhost-packed-rings true`).
+    #[arg(long)]
+    packed: bool,
     /// Log level for everything FERROVS_LOG does not name [default: info, or FERROVS_LOG's].
     #[arg(long, value_name = "LEVEL", ignore_case = true, value_parser = level_parser())]
     log_level: Option<log::LevelFilter>,
@@ -190,14 +194,22 @@ struct Args {
     fc: FrontendConfig,
     p: Params,
     log: bool,
+    packed: bool,
 }
 
 impl From<Cli> for Args {
     fn from(c: Cli) -> Args {
+        let d = FrontendConfig::default();
+        let want_features = if c.packed {
+            d.want_features | ferrovs_vhost::features::VIRTIO_F_RING_PACKED
+        } else {
+            d.want_features
+        };
         let fc = FrontendConfig {
             queue_pairs: usize::from(c.queues),
             ring_size: c.ring,
-            ..FrontendConfig::default()
+            want_features,
+            ..d
         };
         let p = Params {
             mode: c.mode.into(),
@@ -223,6 +235,7 @@ impl From<Cli> for Args {
             fc,
             p,
             log: c.log,
+            packed: c.packed,
         }
     }
 }
@@ -263,6 +276,7 @@ fn main() -> ExitCode {
         fc,
         p,
         log,
+        packed,
     } = {
         // Usage errors exit 2 with clap's message on stderr; --help prints to stdout, exits 0.
         let cli = Cli::parse();
@@ -326,6 +340,17 @@ fn main() -> ExitCode {
         },
         None => None,
     };
+    if packed {
+        for (f, at) in std::iter::once((&fe, &path)).chain(sink.as_ref().zip(sink_path.as_ref())) {
+            if !f.packed() {
+                log::error!(
+                    "{} did not offer packed rings (ferrovs: `ferrovs set vhost-packed-rings true`)",
+                    at.display()
+                );
+                return ExitCode::FAILURE;
+            }
+        }
+    }
     let log_stop = Arc::new(AtomicBool::new(false));
     let logger = if log {
         let mut fes: Vec<&mut Frontend> = vec![&mut fe];

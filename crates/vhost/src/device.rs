@@ -123,6 +123,10 @@ pub enum DeviceError {
     Postcopy(&'static str),
     #[error("cannot open a userfaultfd")]
     Userfault(#[source] std::io::Error),
+    /// SET_VRING_BASE of a packed ring: a slot not below the ring size, or a used position
+    /// that differs from the available one (in-flight buffers we cannot take over).
+    #[error("packed ring base {0:#x}: slot past the ring, or used differs from available")]
+    BadPackedBase(u32),
 }
 
 /// A reply to send: its bytes and the fds that go with them.
@@ -183,6 +187,8 @@ pub struct Device {
     announce: Option<[u8; 6]>,
     rarps: u64,
     postcopy_listens: u64,
+    /// Offer `VIRTIO_F_RING_PACKED` (the `vhost-packed-rings` setting; off by default).
+    packed_rings: bool,
     /// The last request refused, for the daemon to log through its rate limiter (a
     /// frontend repeating a bad request must not flood the log): taken by
     /// [`Device::take_refusal`].
@@ -211,7 +217,14 @@ impl Device {
             announce: None,
             rarps: 0,
             postcopy_listens: 0,
+            packed_rings: false,
         }
+    }
+
+    /// Whether to offer packed rings (`VIRTIO_F_RING_PACKED`) to the next frontend that
+    /// negotiates features (a frontend connected now keeps what it negotiated).
+    pub fn set_packed_rings(&mut self, on: bool) {
+        self.packed_rings = on;
     }
 
     /// The MAC a SEND_RARP asked to announce, once.
@@ -300,10 +313,17 @@ impl Device {
     }
 
     fn offered(&self) -> u64 {
-        if self.queue_pairs > 1 {
+        let f = if self.queue_pairs > 1 {
             OFFERED
         } else {
             OFFERED & !features::VIRTIO_NET_F_MQ
+        };
+        // Also once negotiated (a restored device, the setting turned off since): a frontend
+        // re-sending its features (dirty logging on and off) must not be refused.
+        if self.packed_rings || self.features & features::VIRTIO_F_RING_PACKED != 0 {
+            f | features::VIRTIO_F_RING_PACKED
+        } else {
+            f
         }
     }
 
@@ -471,7 +491,8 @@ impl Device {
                 self.install_memory(mem)?;
             }
             Request::SetVringNum { index, num } => {
-                if num == 0 || num > MAX_QUEUE_SIZE as u32 || !num.is_power_of_two() {
+                let packed = self.features & features::VIRTIO_F_RING_PACKED != 0;
+                if num == 0 || num > MAX_QUEUE_SIZE as u32 || !(packed || num.is_power_of_two()) {
                     return Err(DeviceError::BadQueueSize(num));
                 }
                 let q = self.queue(index)?;
@@ -508,6 +529,16 @@ impl Device {
                 if vq.ready() {
                     return Err(DeviceError::RingRunning);
                 }
+                if vq.packed_negotiated() {
+                    // Bits 0–15: available slot and wrap counter; 16–31: the used ones (0 from
+                    // a frontend that sends only the first: then the same). We complete in
+                    // order, so they must be equal.
+                    let (avail, used) = (num as u16, (num >> 16) as u16);
+                    let slot_ok = u32::from(avail & 0x7fff) < vq.state.size.max(1);
+                    if !slot_ok || (used != 0 && used != avail) {
+                        return Err(DeviceError::BadPackedBase(num));
+                    }
+                }
                 vq.state.last_avail = num as u16;
             }
             Request::GetVringBase { index } => {
@@ -515,7 +546,12 @@ impl Device {
                 let mut vq = q.lock();
                 let st = vq.stop(&q.stats);
                 q.publish_ready(&vq);
-                return Ok(Some(msg::payload::state(index, st.last_avail as u32)));
+                let mut num = st.last_avail as u32;
+                if vq.packed_negotiated() {
+                    // Packed: the used position (equal: in order) in bits 16–31.
+                    num |= (st.used_idx as u32) << 16;
+                }
+                return Ok(Some(msg::payload::state(index, num)));
             }
             Request::SetVringKick { index, fd } => {
                 let mem = self.mem.clone();

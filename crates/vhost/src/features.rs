@@ -143,6 +143,7 @@ pub fn names(features: u64) -> Vec<&'static str> {
         (VIRTIO_RING_F_EVENT_IDX, "event_idx"),
         (VHOST_USER_F_PROTOCOL_FEATURES, "protocol_features"),
         (VIRTIO_F_VERSION_1, "version_1"),
+        (VIRTIO_F_RING_PACKED, "ring_packed"),
     ];
     NAMES
         .iter()

@@ -6,6 +6,11 @@
 //! those rings. `ferrovs-gen` is built on it, and tests use it as a mock guest — including a
 //! hostile one, since every ring field and descriptor is reachable through [`Frontend::ring`]
 //! and [`Frontend::memory`].
+//!
+//! With `VIRTIO_F_RING_PACKED` in `want_features` (and offered by the backend) the queues
+//! are packed rings (`crate::frontend_packed`), placed in the same layout (descriptor ring,
+//! driver event structure at the split ring's available address, device event structure at
+//! its used address); [`TxQueue::ring`]/[`RxQueue::ring`] then only give the size and memory.
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -18,7 +23,9 @@ use ferrovs_sys::os;
 
 use crate::conn::{Conn, ConnError};
 use crate::features::*;
+use crate::frontend_packed::{PackedDriver, START_BASE};
 use crate::msg::{self, payload, Code};
+use ferrovs_sys::guest::packed::PackedRing;
 
 /// Frontend-virtual base of our single memory region (any consistent value works).
 const UADDR_BASE: u64 = 0x7f00_0000_0000;
@@ -239,7 +246,12 @@ impl Frontend {
                 used: UADDR_BASE + l.used,
             };
             self.send(Code::SetVringAddr, &payload::addr(q as u32, addrs), &[])?;
-            self.send(Code::SetVringBase, &payload::state(q as u32, 0), &[])?;
+            let base = if self.features & VIRTIO_F_RING_PACKED != 0 {
+                START_BASE
+            } else {
+                0
+            };
+            self.send(Code::SetVringBase, &payload::state(q as u32, base), &[])?;
             let call = os::eventfd()?;
             self.send(
                 Code::SetVringCall,
@@ -478,6 +490,29 @@ impl Frontend {
         Ok(u32::from_le_bytes([p[4], p[5], p[6], p[7]]))
     }
 
+    /// Whether the queues are packed rings (negotiated `VIRTIO_F_RING_PACKED`).
+    pub fn packed(&self) -> bool {
+        self.features & VIRTIO_F_RING_PACKED != 0
+    }
+
+    /// Queue `q` as a packed ring, when negotiated.
+    fn packed_ring(&self, q: usize) -> Result<Option<PackedRing>, FrontendError> {
+        if !self.packed() {
+            return Ok(None);
+        }
+        let l = self.layouts[q];
+        let addrs = RingAddrs {
+            desc: UADDR_BASE + l.desc,
+            avail: UADDR_BASE + l.avail,
+            used: UADDR_BASE + l.used,
+        };
+        Ok(Some(PackedRing::new(
+            self.mem.clone(),
+            addrs,
+            self.cfg.ring_size as u32,
+        )?))
+    }
+
     /// Driver for guest TX queue of pair `pair`.
     pub fn tx_queue(&self, pair: usize) -> Result<TxQueue, FrontendError> {
         let q = 2 * pair + 1;
@@ -487,6 +522,7 @@ impl Frontend {
             self.cfg.buf_size,
             self.features,
             self.kicks[q].try_clone()?,
+            self.packed_ring(q)?,
         )
     }
 
@@ -499,6 +535,7 @@ impl Frontend {
             self.cfg.buf_size,
             self.features,
             self.kicks[q].try_clone()?,
+            self.packed_ring(q)?,
         )
     }
 
@@ -579,6 +616,8 @@ pub struct TxQueue {
     free: std::collections::VecDeque<u16>,
     avail_idx: u16,
     used_seen: u16,
+    /// The ring is packed: this drives it (`ring` then only gives size and memory).
+    packed: Option<PackedDriver>,
 }
 
 impl TxQueue {
@@ -588,12 +627,16 @@ impl TxQueue {
         buf_size: u32,
         features: u64,
         kick: OwnedFd,
+        packed: Option<PackedRing>,
     ) -> Result<TxQueue, FrontendError> {
         let bufs = ring
             .mem()
             .claim_buffers(bufs, buf_size as usize, ring.size() as usize)?;
         let n = ring.size();
-        if features & VIRTIO_RING_F_EVENT_IDX != 0 {
+        let packed = packed.map(|r| PackedDriver::new(r, false));
+        if packed.is_some() {
+            // The split ring's fields are not there: nothing to set.
+        } else if features & VIRTIO_RING_F_EVENT_IDX != 0 {
             ring.set_used_event(u16::MAX / 2);
         } else {
             ring.set_avail_flags(vring::VRING_AVAIL_F_NO_INTERRUPT);
@@ -607,12 +650,23 @@ impl TxQueue {
             free: (0..n).collect(),
             avail_idx: 0,
             used_seen: 0,
+            packed,
         })
     }
 
     /// Reclaims buffers the backend has consumed; returns how many.
     #[inline]
     pub fn reclaim(&mut self) -> usize {
+        if let Some(p) = &mut self.packed {
+            let mut n = 0;
+            while let Some((id, _)) = p.take_used() {
+                if id < p.ring.size() {
+                    self.free.push_back(id);
+                }
+                n += 1;
+            }
+            return n;
+        }
         let used = self.ring.used_idx();
         let n = used.wrapping_sub(self.used_seen);
         for i in 0..n {
@@ -645,7 +699,11 @@ impl TxQueue {
         let old = self.avail_idx;
         let hdr_len = self.hdr_len;
         let mut n = 0;
+        let mut batch = [(0u64, 0u32, 0u16); 64];
         while n < max {
+            if self.packed.is_some() && n == batch.len() {
+                break;
+            }
             let Some(id) = self.free.pop_front() else {
                 break;
             };
@@ -653,6 +711,11 @@ impl TxQueue {
             let (hdr, body) = buf.split_at_mut(hdr_len);
             hdr.fill(0);
             let len = fill(n, body).min(body.len());
+            if self.packed.is_some() {
+                batch[n] = (self.bufs.gpa(id as usize), (hdr_len + len) as u32, id);
+                n += 1;
+                continue;
+            }
             self.ring.write_desc(
                 id,
                 Descriptor {
@@ -665,6 +728,11 @@ impl TxQueue {
             self.ring.write_avail_entry(self.avail_idx, id);
             self.avail_idx = self.avail_idx.wrapping_add(1);
             n += 1;
+        }
+        if let (Some(p), true) = (&mut self.packed, n > 0) {
+            let old = p.post(&batch[..n], false);
+            p.kick_if_needed(&self.kick, old);
+            return n;
         }
         if n > 0 {
             self.ring.publish_avail(self.avail_idx);
@@ -690,6 +758,12 @@ impl TxQueue {
         buf[ferrovs_sys::kernel::vnet::HDR_LEN..hdr_len].fill(0);
         buf[hdr_len..hdr_len + pkt.len()].copy_from_slice(pkt);
         self.free.pop_front();
+        if let Some(p) = &mut self.packed {
+            let b = (self.bufs.gpa(id as usize), (hdr_len + pkt.len()) as u32, id);
+            let old = p.post(&[b], false);
+            p.kick_if_needed(&self.kick, old);
+            return true;
+        }
         let old = self.avail_idx;
         self.ring.write_desc(
             id,
@@ -745,6 +819,8 @@ pub struct RxQueue {
     interrupts: bool,
     /// Malformed completions seen (bad id or length from the backend).
     pub errors: u64,
+    /// The ring is packed: this drives it (`ring` then only gives size and memory).
+    packed: Option<PackedDriver>,
 }
 
 impl RxQueue {
@@ -756,6 +832,10 @@ impl RxQueue {
     }
 
     fn arm(&self) {
+        if let Some(p) = &self.packed {
+            p.set_interrupts(self.interrupts);
+            return;
+        }
         let event_idx = self.features & VIRTIO_RING_F_EVENT_IDX != 0;
         match (event_idx, self.interrupts) {
             (true, true) => self.ring.set_used_event(self.used_seen),
@@ -773,10 +853,30 @@ impl RxQueue {
         buf_size: u32,
         features: u64,
         kick: OwnedFd,
+        packed: Option<PackedRing>,
     ) -> Result<RxQueue, FrontendError> {
         let bufs = ring
             .mem()
             .claim_buffers(bufs, buf_size as usize, ring.size() as usize)?;
+        if let Some(p) = packed {
+            let mut p = PackedDriver::new(p, false);
+            let all: Vec<_> = (0..ring.size())
+                .map(|id| (bufs.gpa(id as usize), bufs.slot_size() as u32, id))
+                .collect();
+            p.post(&all, true);
+            return Ok(RxQueue {
+                ring,
+                bufs,
+                hdr_len: net_hdr_len(features),
+                features,
+                kick,
+                avail_idx: 0,
+                used_seen: 0,
+                interrupts: false,
+                errors: 0,
+                packed: Some(p),
+            });
+        }
         if features & VIRTIO_RING_F_EVENT_IDX != 0 {
             ring.set_used_event(u16::MAX / 2);
         } else {
@@ -792,6 +892,7 @@ impl RxQueue {
             used_seen: 0,
             interrupts: false,
             errors: 0,
+            packed: None,
         };
         for id in 0..q.ring.size() {
             q.post(id);
@@ -828,6 +929,9 @@ impl RxQueue {
         max: usize,
         mut f: impl FnMut(ferrovs_sys::kernel::vnet::VnetHdr, &[u8]),
     ) -> usize {
+        if self.packed.is_some() {
+            return self.recv_packed(max, f);
+        }
         let used = self.ring.used_idx();
         let n = (used.wrapping_sub(self.used_seen) as usize).min(max);
         if n == 0 {
@@ -864,5 +968,50 @@ impl RxQueue {
 
     pub fn ring(&self) -> &SplitRing {
         &self.ring
+    }
+
+    /// [`RxQueue::recv_with_hdr`] on a packed ring: each used buffer is re-posted at once.
+    fn recv_packed(
+        &mut self,
+        max: usize,
+        mut f: impl FnMut(ferrovs_sys::kernel::vnet::VnetHdr, &[u8]),
+    ) -> usize {
+        let Some(p) = &mut self.packed else { return 0 };
+        let size = p.ring.size();
+        let mut repost = [(0u64, 0u32, 0u16); 64];
+        let mut n = 0;
+        // Bounded however the backend writes the ring: at most one lap per call.
+        for _ in 0..size {
+            if n == max.min(repost.len()) {
+                break;
+            }
+            let Some((id, len)) = p.take_used() else {
+                break;
+            };
+            let len = len as usize;
+            if id >= size {
+                // Not ours to re-post: the slot's buffer is lost to this driver.
+                self.errors += 1;
+                continue;
+            }
+            if len < self.hdr_len || len > self.bufs.slot_size() {
+                self.errors += 1;
+            } else {
+                let slot = self.bufs.slot(id as usize);
+                let mut h = [0u8; ferrovs_sys::kernel::vnet::HDR_LEN];
+                h.copy_from_slice(&slot[..ferrovs_sys::kernel::vnet::HDR_LEN]);
+                f(
+                    ferrovs_sys::kernel::vnet::VnetHdr::from_bytes(&h),
+                    &slot[self.hdr_len..len],
+                );
+            }
+            repost[n] = (self.bufs.gpa(id as usize), self.bufs.slot_size() as u32, id);
+            n += 1;
+        }
+        if n > 0 {
+            let old = p.post(&repost[..n], true);
+            p.kick_if_needed(&self.kick, old);
+        }
+        n
     }
 }

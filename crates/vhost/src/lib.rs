@@ -16,6 +16,7 @@ pub mod conn;
 pub mod device;
 pub mod features;
 pub mod frontend;
+mod frontend_packed;
 pub mod msg;
 pub mod state;
 pub mod stats;

@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 use ferrovs_sys::guest::dirty_log::{DirtyLog, LogError};
 use ferrovs_sys::guest::memory::{GuestMemory, MemoryError, RegionDesc, MAX_REGIONS};
+use ferrovs_sys::guest::packed::MAX_PACKED_SIZE;
 use ferrovs_sys::guest::vring::{RingAddrs, MAX_QUEUE_SIZE};
 use ferrovs_sys::os;
 
@@ -192,6 +193,18 @@ pub enum StateError {
         #[source]
         source: DeviceError,
     },
+    #[error("queue {queue}: packed ring size {size} (1 to {MAX_PACKED_SIZE})")]
+    PackedQueueSize { queue: usize, size: u32 },
+    #[error(
+        "queue {queue}: packed ring position {last_avail:#x} (used {used_idx:#x}): the slot \
+         must be below the size {size} and used equal to available"
+    )]
+    PackedPosition {
+        queue: usize,
+        last_avail: u16,
+        used_idx: u16,
+        size: u32,
+    },
 }
 
 /// Where [`Device::restore`] takes the fds a state names (by index, each exactly once).
@@ -227,7 +240,9 @@ impl DeviceState {
                 pairs: self.queue_pairs,
             });
         }
-        let unoffered = self.features & !features::OFFERED;
+        // Packed rings are offered only when configured, but a device that negotiated them
+        // is carried on (`docs/upgrade.md`, "Packed rings").
+        let unoffered = self.features & !(features::OFFERED | features::VIRTIO_F_RING_PACKED);
         if unoffered != 0 {
             return Err(StateError::Features(unoffered));
         }
@@ -266,6 +281,56 @@ impl DeviceState {
         Ok(())
     }
 
+    /// A packed ring: any size up to 32768; the position is a slot below the size with its
+    /// wrap counter in bit 15, used equal to available (we complete in order); the driver and
+    /// device event structures are 4 bytes each.
+    fn validate_packed_queue(&self, queue: usize, q: &QueueState) -> Result<(), StateError> {
+        let configured = q.size != 0 || q.addrs.is_some();
+        if configured && (q.size == 0 || q.size > MAX_PACKED_SIZE) {
+            return Err(StateError::PackedQueueSize {
+                queue,
+                size: q.size,
+            });
+        }
+        if let Some(error) = q.broken {
+            if !ChainError::ALL.contains(&error) {
+                return Err(StateError::NotBreaking { queue, error });
+            }
+        }
+        if q.size != 0 && (q.last_avail != q.used_idx || u32::from(q.last_avail & 0x7fff) >= q.size)
+        {
+            return Err(StateError::PackedPosition {
+                queue,
+                last_avail: q.last_avail,
+                used_idx: q.used_idx,
+                size: q.size,
+            });
+        }
+        let Some([desc, avail, used]) = q.addrs else {
+            if q.kicked && !self.regions.is_empty() && q.size != 0 {
+                return Err(StateError::StartedWithoutRing { queue });
+            }
+            return Ok(());
+        };
+        if self.regions.is_empty() {
+            return Ok(());
+        }
+        let areas = [
+            (RingArea::Descriptors, desc, 16 * u64::from(q.size), 16),
+            (RingArea::Available, avail, 4, 4),
+            (RingArea::Used, used, 4, 4),
+        ];
+        for (area, addr, len, align) in areas {
+            if !addr.is_multiple_of(align) {
+                return Err(StateError::RingMisaligned { queue, area, addr });
+            }
+            if !self.in_memory(addr, len) {
+                return Err(StateError::RingOutsideMemory { queue, area, addr });
+            }
+        }
+        Ok(())
+    }
+
     /// Whether `[addr, addr + len)` lies in one region (frontend addresses).
     fn in_memory(&self, addr: u64, len: u64) -> bool {
         self.regions.iter().any(|r| {
@@ -277,6 +342,9 @@ impl DeviceState {
     }
 
     fn validate_queue(&self, queue: usize, q: &QueueState) -> Result<(), StateError> {
+        if self.features & features::VIRTIO_F_RING_PACKED != 0 {
+            return self.validate_packed_queue(queue, q);
+        }
         let configured = q.size != 0 || q.addrs.is_some();
         if configured && (q.size > MAX_QUEUE_SIZE as u32 || !q.size.is_power_of_two()) {
             return Err(StateError::QueueSize {
@@ -705,6 +773,66 @@ mod tests {
         let mut fds: Vec<Option<OwnedFd>> = vec![Some(os::memfd("kick", 8, false).unwrap())];
         let e = Device::restore("t", &s, &mut fds).unwrap_err();
         assert!(matches!(e, StateError::MissingFd(5)), "{e}");
+    }
+
+    /// A device on packed rings (any size, 4-byte event structures, positions with their
+    /// wrap counters) is carried on; a position past the ring or with used behind available
+    /// is refused, each with its own error.
+    #[test]
+    fn packed_rings_validate_and_round_trip() {
+        let u = 0x7f00_0000_0000;
+        let packed = |base: u64| QueueState {
+            size: 300,
+            addrs: Some([base, base + 0x2000, base + 0x2004]),
+            last_avail: 0x8000 | 299,
+            used_idx: 0x8000 | 299,
+            enabled: true,
+            kicked: true,
+            ..Default::default()
+        };
+        let good = DeviceState {
+            features: features::VIRTIO_F_VERSION_1 | features::VIRTIO_F_RING_PACKED,
+            queues: vec![packed(u), packed(u + MB)],
+            ..good()
+        };
+        good.validate().unwrap();
+        let mut s = good.clone();
+        s.queues[1].last_avail = 300;
+        s.queues[1].used_idx = 300;
+        assert!(matches!(
+            s.validate(),
+            Err(StateError::PackedPosition { queue: 1, .. })
+        ));
+        let mut s = good.clone();
+        s.queues[0].used_idx = 0x8000 | 298;
+        assert!(matches!(
+            s.validate(),
+            Err(StateError::PackedPosition { queue: 0, .. })
+        ));
+        let mut s = good.clone();
+        s.queues[0].size = 32769;
+        assert!(matches!(
+            s.validate(),
+            Err(StateError::PackedQueueSize {
+                queue: 0,
+                size: 32769
+            })
+        ));
+        let mut s = good.clone();
+        s.queues[0].addrs = Some([u, u + 0x2002, u + 0x2004]);
+        assert!(matches!(
+            s.validate(),
+            Err(StateError::RingMisaligned {
+                queue: 0,
+                area: RingArea::Available,
+                ..
+            })
+        ));
+        // Without memory, restore and export give the same plain data back.
+        let mut s = good;
+        s.regions.clear();
+        let d = Device::restore("t", &s, &mut Vec::new()).unwrap();
+        assert_eq!(d.export(&mut Vec::new()), s);
     }
 
     #[test]

@@ -382,6 +382,14 @@ impl Daemon {
         if key.starts_with("ct-") {
             self.apply_conntrack_config();
         }
+        if key == "vhost-packed-rings" {
+            let on = self.config.packed_rings();
+            for p in self.ports.values_mut() {
+                if let Some(d) = &mut p.device {
+                    d.set_packed_rings(on);
+                }
+            }
+        }
         if key == "mac-aging" {
             let secs = self.config.setting_u32("mac-aging", 300);
             for b in self.bridges.values() {

@@ -929,7 +929,8 @@ impl Daemon {
             return self.restore_kernel_port(p, fds);
         }
         let name = p.cfg.name.clone();
-        let dev = Device::restore(&name, &p.device, fds)?;
+        let mut dev = Device::restore(&name, &p.device, fds)?;
+        dev.set_packed_rings(self.config.packed_rings());
         let listener = match p.listener {
             Some(i) => {
                 let l = UnixListener::from(fds.take(i)?);

@@ -266,7 +266,8 @@ impl Daemon {
             None
         };
         let id = alloc_slot(&mut self.port_slots);
-        let device = Device::new(&cfg.name, cfg.queues as usize);
+        let mut device = Device::new(&cfg.name, cfg.queues as usize);
+        device.set_packed_rings(self.config.packed_rings());
         let link = if listener.is_some() {
             Link::Listening
         } else {

@@ -1,9 +1,9 @@
 //! Guest memory: the trust domain of a VM that may be hostile.
 //!
 //! Everything here maps or reads memory that a vhost-user frontend shares with us and that
-//! its guest writes concurrently: the guest's RAM ([`memory`]), the split rings laid over it
-//! ([`vring`]), the frontend's dirty-page log during a live migration ([`dirty_log`]), the
-//! userfaultfd through which postcopy pages guest RAM in ([`userfault`]), and the SIGBUS
+//! its guest writes concurrently: the guest's RAM ([`memory`]), the split and packed rings
+//! laid over it ([`vring`], [`packed`]), the frontend's dirty-page log during a live
+//! migration ([`dirty_log`]), the userfaultfd through which postcopy pages guest RAM in ([`userfault`]), and the SIGBUS
 //! guard that keeps a frontend that truncates a shared file from killing us ([`sigbus`]).
 //!
 //! Invariants every module here keeps (the threat model, `docs/threat-model.md`, assumes the
@@ -30,6 +30,7 @@
 
 pub mod dirty_log;
 pub mod memory;
+pub mod packed;
 pub mod sigbus;
 pub mod userfault;
 pub mod vring;

@@ -39,6 +39,12 @@ pub enum ChainError {
     /// is being fetched and the chain is tried again; never breaks a queue.
     #[error("guest page not arrived yet (postcopy)")]
     NotArrived,
+    /// Packed rings: AVAIL/USED flags that are neither available nor used in this lap.
+    #[error("packed descriptor flags fit neither the ring's wrap counter nor a used entry")]
+    PackedBadFlags,
+    /// Packed rings: a buffer id the queue cannot have given out.
+    #[error("packed buffer id not below the queue size")]
+    PackedBadBufferId,
 }
 
 impl ChainError {
@@ -53,13 +59,15 @@ impl ChainError {
             ChainError::MemoryFault => DropReason::GuestMemoryFault,
             ChainError::LogFault => DropReason::DirtyLogFault,
             ChainError::NotArrived => DropReason::PostcopyPending,
+            ChainError::PackedBadFlags => DropReason::PackedBadFlags,
+            ChainError::PackedBadBufferId => DropReason::PackedBadBufferId,
         }
     }
 }
 
 impl ChainError {
     /// Every error that breaks a queue, for mapping to and from plain data (hot upgrade).
-    pub const ALL: [ChainError; 8] = [
+    pub const ALL: [ChainError; 10] = [
         ChainError::BadIndex,
         ChainError::Loop,
         ChainError::BadIndirect,
@@ -68,6 +76,8 @@ impl ChainError {
         ChainError::BadAvailIdx,
         ChainError::MemoryFault,
         ChainError::LogFault,
+        ChainError::PackedBadFlags,
+        ChainError::PackedBadBufferId,
     ];
 
     /// Stable name (the drop reason's name).
@@ -112,6 +122,20 @@ pub(super) struct Chain<'a> {
     budget: u32,
     first: bool,
     indirect_ok: bool,
+}
+
+/// A walk of one descriptor chain, split or packed: what the copy routines take.
+pub(super) trait Walk {
+    /// The next descriptor of the chain (only its address, length and WRITE flag are
+    /// meaningful), `None` at its end.
+    fn next(&mut self) -> Result<Option<Descriptor>, ChainError>;
+}
+
+impl Walk for Chain<'_> {
+    #[inline(always)]
+    fn next(&mut self) -> Result<Option<Descriptor>, ChainError> {
+        Chain::next(self)
+    }
 }
 
 impl<'a> Chain<'a> {

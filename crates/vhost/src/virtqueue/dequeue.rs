@@ -11,18 +11,19 @@
 //!
 //! Thread-safety: runs on the PMD that holds the queue's lock for the burst.
 
+use ferrovs_sys::guest::memory::GuestMemory;
 use ferrovs_sys::guest::vring::{SplitRing, VRING_DESC_F_WRITE};
 use ferrovs_sys::kernel::vnet::{self, caps, VnetHdr};
 use ferrovs_sys::pool::{Mbuf, Pool};
 
-use super::chain::{Chain, ChainError};
+use super::chain::{Chain, ChainError, Walk};
 use super::dirty_log::{mark_used_entries, Logging, Marker, NoLog};
 use super::prefetch::{prefetch_ahead, prefetch_burst, BURST_PREFETCH_BYTES};
 use super::VirtQueue;
 use crate::stats::{DropReason, QueueStats};
 
 /// What became of one chain the guest sent.
-enum Taken {
+pub(super) enum Taken {
     /// A packet of this many bytes is in the buffer.
     Packet(usize),
     /// Larger than the buffer can hold.
@@ -45,6 +46,16 @@ impl VirtQueue {
         // The port's name (unused since guest errors are logged by the control thread).
         _name: &str,
     ) -> usize {
+        if let Some(ring) = self.packed.take() {
+            let r = if self.packed_usable(&ring) {
+                self.dequeue_packed(&ring, pool, out, max, stats)
+            } else {
+                0
+            };
+            self.check_fault(ring.mem(), stats);
+            self.packed = Some(ring);
+            return r;
+        }
         let Some(ring) = self.ring.take() else {
             return 0;
         };
@@ -56,7 +67,7 @@ impl VirtQueue {
         } else {
             self.dequeue_ring(&ring, pool, out, max, stats, &mut NoLog)
         };
-        self.check_fault(&ring, stats);
+        self.check_fault(ring.mem(), stats);
         self.ring = Some(ring);
         r
     }
@@ -97,7 +108,14 @@ impl VirtQueue {
             if ahead {
                 prefetch_ahead(ring, self.state.last_avail.wrapping_add(1), u64::MAX, false);
             }
-            let res = self.copy_chain_out(ring, head, pool, &mut m);
+            let indirect_ok = self.indirect_ok();
+            let res = self.copy_chain_out(
+                ring.mem(),
+                || Chain::new(ring, head, indirect_ok),
+                &mut Chain::new(ring, head, indirect_ok),
+                pool,
+                &mut m,
+            );
             if matches!(res, Err(ChainError::NotArrived)) {
                 // Postcopy: the chain stays available; its page is being fetched.
                 break;
@@ -133,12 +151,10 @@ impl VirtQueue {
         pkts as usize
     }
 
-    /// Reads the virtio-net header of chain `head` (its first bytes, usually all in the first
+    /// Reads the virtio-net header of a chain (its first bytes, usually all in the first
     /// descriptor). Errors are left to the copy that follows, which walks the same chain.
     #[inline(always)]
-    fn peek_header(&self, ring: &SplitRing, head: u16) -> Option<VnetHdr> {
-        let mem = ring.mem();
-        let mut chain = Chain::new(ring, head, self.indirect_ok());
+    fn peek_header<W: Walk>(&self, mem: &GuestMemory, mut chain: W) -> Option<VnetHdr> {
         let mut b = [0u8; vnet::HDR_LEN];
         let mut got = 0;
         while got < vnet::HDR_LEN {
@@ -168,21 +184,23 @@ impl VirtQueue {
         (h.needs_csum() && h.gso_size != 0 && caps::accepts(self.tx_caps, &h)).then_some(h)
     }
 
-    /// Copies the packet of chain `head` (after the virtio-net header) into `m`, with the
-    /// offload metadata of its header; a TSO packet goes into a large buffer instead.
+    /// Copies the packet of a chain (after the virtio-net header) into `m`, with the
+    /// offload metadata of its header; a TSO packet goes into a large buffer instead. `chain`
+    /// is walked to its end unless an error stops it; `peek` makes a second walker of the
+    /// same chain for the header (split and packed rings share this copy).
     #[inline(always)]
-    fn copy_chain_out<'p>(
+    pub(super) fn copy_chain_out<'p, W: Walk>(
         &self,
-        ring: &SplitRing,
-        head: u16,
+        mem: &GuestMemory,
+        peek: impl FnOnce() -> W,
+        chain: &mut W,
         pool: &'p Pool,
         m: &mut Mbuf<'p>,
     ) -> Result<Taken, ChainError> {
-        let mem = ring.mem();
         let mut hdr = VnetHdr::default();
         let mut refused = false;
         if self.tx_caps != 0 {
-            match self.peek_header(ring, head).map(|h| self.accept_header(h)) {
+            match self.peek_header(mem, peek()).map(|h| self.accept_header(h)) {
                 Some(Some(h)) => hdr = h,
                 Some(None) => refused = true,
                 None => {}
@@ -196,7 +214,6 @@ impl VirtQueue {
         }
         let max = m.max_data();
         let buf = m.fill(max).ok_or(ChainError::BadIndex)?;
-        let mut chain = Chain::new(ring, head, self.indirect_ok());
         let mut skip = self.hdr_len as u64;
         let mut len = 0usize;
         let mut too_big = false;

@@ -12,10 +12,11 @@
 //!
 //! Thread-safety: runs on the PMD that holds the queue's lock for the burst.
 
+use ferrovs_sys::guest::memory::GuestMemory;
 use ferrovs_sys::guest::vring::{SplitRing, VRING_DESC_F_WRITE};
 use ferrovs_sys::kernel::vnet::{self, caps, VnetHdr};
 
-use super::chain::{Chain, ChainError};
+use super::chain::{Chain, ChainError, Walk};
 use super::dirty_log::{mark_used_entries, Logging, Marker, NoLog};
 use super::prefetch::{prefetch_ahead, prefetch_burst, BURST_PREFETCH_BYTES};
 use super::{VirtQueue, BURST};
@@ -40,6 +41,17 @@ impl VirtQueue {
         I: IntoIterator<Item = (&'a [u8], VnetHdr)>,
     {
         self.shortfall = None;
+        if let Some(ring) = self.packed.take() {
+            let r = if self.packed_usable(&ring) {
+                self.enqueue_packed(&ring, pkts, stats)
+            } else {
+                self.shortfall = Some(DropReason::PostcopyPending);
+                0
+            };
+            self.check_fault(ring.mem(), stats);
+            self.packed = Some(ring);
+            return r;
+        }
         let Some(ring) = self.ring.take() else {
             return 0;
         };
@@ -52,7 +64,7 @@ impl VirtQueue {
         } else {
             self.enqueue_ring(&ring, pkts, stats, &mut NoLog)
         };
-        self.check_fault(&ring, stats);
+        self.check_fault(ring.mem(), stats);
         self.ring = Some(ring);
         r
     }
@@ -172,11 +184,9 @@ impl VirtQueue {
         if vnet.is_offload() {
             hdr[..vnet::HDR_LEN].copy_from_slice(&vnet.to_bytes());
         }
-        let mut single = false;
-        let mut written = 0usize;
+        let mut fill = Fill::default();
         let mut nbufs = 0u16;
-        let mut hdr_addr = None;
-        while written < total {
+        while fill.written < total {
             if self.pending(ring)? == 0 {
                 self.roll_back(ring, saved_avail, saved_used, marker);
                 return Ok(false);
@@ -184,53 +194,8 @@ impl VirtQueue {
             let head = ring.avail_entry(self.state.last_avail);
             self.state.last_avail = self.state.last_avail.wrapping_add(1);
             let mut chain = Chain::new(ring, head, self.indirect_ok());
-            let mut in_buf = 0usize;
-            while let Some(d) = chain.next()? {
-                if d.flags & VRING_DESC_F_WRITE == 0 {
-                    return Err(ChainError::WrongDirection);
-                }
-                let mut addr = d.addr;
-                let mut room = d.len as usize;
-                if hdr_addr.is_none() {
-                    if room < hdr_len {
-                        return Err(ChainError::OutOfMemory);
-                    }
-                    if mrg && room >= total {
-                        // The common case: one buffer; num_buffers = 1 goes out with the header.
-                        hdr[10] = 1;
-                        single = true;
-                    }
-                    hdr_addr = Some(addr);
-                }
-                if written == 0 && room >= total {
-                    // The common case: header and packet in one buffer, one translation.
-                    mem.write_pair(addr, &hdr[..hdr_len], pkt)?;
-                    marker.mark(addr, total as u64);
-                    written = total;
-                    in_buf = total;
-                    room = 0;
-                }
-                while room > 0 && written < total {
-                    let n = if written < hdr_len {
-                        let n = (hdr_len - written).min(room);
-                        mem.write(addr, &hdr[written..written + n])?;
-                        n
-                    } else {
-                        let off = written - hdr_len;
-                        let n = (pkt.len() - off).min(room);
-                        mem.write(addr, &pkt[off..off + n])?;
-                        n
-                    };
-                    marker.mark(addr, n as u64);
-                    written += n;
-                    in_buf += n;
-                    room -= n;
-                    addr += n as u64;
-                }
-                if written == total && mrg {
-                    break;
-                }
-            }
+            let in_buf = self.fill_chain(mem, &mut chain, &mut hdr, pkt, &mut fill, marker)?;
+            let written = fill.written;
             if !mrg && written < total {
                 // One chain must hold the whole packet without mergeable buffers.
                 self.roll_back(ring, saved_avail, saved_used, marker);
@@ -240,12 +205,91 @@ impl VirtQueue {
             self.state.used_idx = self.state.used_idx.wrapping_add(1);
             nbufs += 1;
         }
-        if mrg && !single {
-            if let Some(a) = hdr_addr {
+        if mrg && !fill.single {
+            if let Some(a) = fill.hdr_addr {
                 mem.write(a + 10, &nbufs.to_le_bytes())?;
                 marker.mark(a + 10, 2);
             }
         }
         Ok(true)
     }
+    /// Writes as much of the header and packet as fits into the buffers of one chain, from
+    /// `fill.written` on (all of the chain's buffers are walked without mergeable buffers: one
+    /// chain must then hold the packet; with them the walk stops once the packet is placed).
+    /// Returns the bytes written into this chain. Split and packed rings share it.
+    #[inline(always)]
+    pub(super) fn fill_chain<W: Walk, M: Marker>(
+        &self,
+        mem: &GuestMemory,
+        chain: &mut W,
+        hdr: &mut [u8; 12],
+        pkt: &[u8],
+        fill: &mut Fill,
+        marker: &mut M,
+    ) -> Result<usize, ChainError> {
+        let mrg = self.mrg();
+        let hdr_len = self.hdr_len;
+        let total = hdr_len + pkt.len();
+        let mut in_buf = 0usize;
+        while let Some(d) = chain.next()? {
+            if d.flags & VRING_DESC_F_WRITE == 0 {
+                return Err(ChainError::WrongDirection);
+            }
+            let mut addr = d.addr;
+            let mut room = d.len as usize;
+            if fill.hdr_addr.is_none() {
+                if room < hdr_len {
+                    return Err(ChainError::OutOfMemory);
+                }
+                if mrg && room >= total {
+                    // The common case: one buffer; num_buffers = 1 goes out with the header.
+                    hdr[10] = 1;
+                    fill.single = true;
+                }
+                fill.hdr_addr = Some(addr);
+            }
+            if fill.written == 0 && room >= total {
+                // The common case: header and packet in one buffer, one translation.
+                mem.write_pair(addr, &hdr[..hdr_len], pkt)?;
+                marker.mark(addr, total as u64);
+                fill.written = total;
+                in_buf = total;
+                room = 0;
+            }
+            while room > 0 && fill.written < total {
+                let written = fill.written;
+                let n = if written < hdr_len {
+                    let n = (hdr_len - written).min(room);
+                    mem.write(addr, &hdr[written..written + n])?;
+                    n
+                } else {
+                    let off = written - hdr_len;
+                    let n = (pkt.len() - off).min(room);
+                    mem.write(addr, &pkt[off..off + n])?;
+                    n
+                };
+                marker.mark(addr, n as u64);
+                fill.written += n;
+                in_buf += n;
+                room -= n;
+                addr += n as u64;
+            }
+            if fill.written == total && mrg {
+                break;
+            }
+        }
+        Ok(in_buf)
+    }
+}
+
+/// Where the placing of one packet stands, across the buffers it takes.
+#[derive(Default)]
+pub(super) struct Fill {
+    /// Bytes of header and packet written so far.
+    pub(super) written: usize,
+    /// Mergeable buffers: the packet fits the first buffer (`num_buffers` = 1 went with the
+    /// header).
+    pub(super) single: bool,
+    /// Guest address of the header (its `num_buffers` is written last).
+    pub(super) hdr_addr: Option<u64>,
 }

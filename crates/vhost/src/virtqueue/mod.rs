@@ -43,9 +43,12 @@
 //!   calls, with coalescing ([`Coalesce`]);
 //! * `dequeue`: guest TX, chains into packet buffers, offload headers checked;
 //! * `enqueue`: guest RX, packets into chains, mergeable buffers, postcopy roll-back.
+//! * `packed`: packed rings (`VIRTIO_F_RING_PACKED`): both directions and their
+//!   notifications, on the copy routines of `dequeue` and `enqueue`.
 //!
-//! Files only call down this list's arrows: `dequeue`, `enqueue` → `chain`, `prefetch`,
-//! `dirty_log`, `notify`; `notify` → `dirty_log`; all of them use this file's queue.
+//! Files only call down this list's arrows: `packed` → `dequeue`, `enqueue`; `dequeue`,
+//! `enqueue` → `chain`, `prefetch`, `dirty_log`, `notify`; `notify` → `dirty_log`,
+//! `packed` (its signal); all of them use this file's queue.
 //!
 //! Hot path: the burst functions carry `#[inline]`/`#[inline(always)]` so that each
 //! [`Marker`] instantiation of a burst is one function with its marks inlined (or compiled
@@ -57,6 +60,7 @@ use std::sync::Arc;
 
 use ferrovs_sys::guest::dirty_log::DirtyLog;
 use ferrovs_sys::guest::memory::GuestMemory;
+use ferrovs_sys::guest::packed::PackedRing;
 use ferrovs_sys::guest::vring::{
     AvailProbe, RingAddrs, RingError, SplitRing, VRING_USED_F_NO_NOTIFY,
 };
@@ -69,6 +73,9 @@ mod dequeue;
 mod dirty_log;
 mod enqueue;
 mod notify;
+mod packed;
+#[cfg(test)]
+mod packed_tests;
 mod prefetch;
 #[cfg(test)]
 mod tests;
@@ -84,6 +91,8 @@ pub const BURST: usize = 32;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct VringState {
     pub size: u32,
+    /// Split rings: free-running indices. Packed rings: slot in bits 0–14 and wrap counter in
+    /// bit 15 (the vhost-user encoding); `used_idx == last_avail` at every burst boundary.
     pub addrs: Option<RingAddrs>,
     pub last_avail: u16,
     pub used_idx: u16,
@@ -100,6 +109,14 @@ pub struct VringState {
 pub struct VirtQueue {
     pub(crate) state: VringState,
     ring: Option<SplitRing>,
+    /// The ring when `VIRTIO_F_RING_PACKED` was negotiated (then `ring` is `None`).
+    packed: Option<PackedRing>,
+    /// Packed rings: guest-physical address of the descriptor ring (used descriptors are
+    /// written there: the dirty log marks them).
+    desc_gpa: Option<u64>,
+    /// Packed rings, guest RX: the used descriptors of the packet being placed (slot, id,
+    /// length), written once it is whole. Capacity reserved when the ring starts.
+    shadow: Vec<(packed::Pos, u16, u32)>,
     pub(crate) kick: Option<OwnedFd>,
     pub(crate) call: Option<OwnedFd>,
     pub(crate) err: Option<OwnedFd>,
@@ -195,7 +212,7 @@ impl VirtQueue {
     /// given us a usable log.
     #[inline]
     pub fn ready(&self) -> bool {
-        self.ring.is_some()
+        (self.ring.is_some() || self.packed.is_some())
             && self.state.enabled
             && self.broken.is_none()
             && (!self.log_all || self.log.is_some())
@@ -205,9 +222,13 @@ impl VirtQueue {
     /// arrives and when the memory table changes.
     pub fn start(&mut self, mem: Option<&Arc<GuestMemory>>) -> Result<(), RingError> {
         self.ring = None;
+        self.packed = None;
         let (Some(mem), Some(addrs), true) = (mem, self.state.addrs, self.state.kicked) else {
             return Ok(());
         };
+        if self.packed_negotiated() {
+            return self.start_packed(mem, addrs);
+        }
         let ring = SplitRing::new(mem.clone(), addrs, self.state.size)?;
         self.used_gpa = mem.uaddr_to_gpa(addrs.used);
         self.deferred_since = 0;
@@ -220,6 +241,59 @@ impl VirtQueue {
         }
         self.ring = Some(ring);
         Ok(())
+    }
+
+    /// Whether the frontend negotiated packed rings.
+    pub fn packed_negotiated(&self) -> bool {
+        self.features & features::VIRTIO_F_RING_PACKED != 0
+    }
+
+    /// [`VirtQueue::start`] for a packed ring. A base whose slot is not below the ring size
+    /// (SET_VRING_BASE or restored state) breaks the queue (`bad_avail_idx`).
+    fn start_packed(&mut self, mem: &Arc<GuestMemory>, addrs: RingAddrs) -> Result<(), RingError> {
+        let ring = PackedRing::new(mem.clone(), addrs, self.state.size)?;
+        self.used_gpa = mem.uaddr_to_gpa(addrs.used);
+        self.desc_gpa = mem.uaddr_to_gpa(addrs.desc);
+        self.deferred_since = 0;
+        self.deferred_pkts = 0;
+        self.broken = None;
+        if packed::Pos::decode(self.state.last_avail).slot >= ring.size() {
+            self.broken = Some(ChainError::BadAvailIdx);
+        }
+        if self.shadow.capacity() < ring.size() as usize {
+            self.shadow = Vec::with_capacity(ring.size() as usize);
+        }
+        self.pending_sync = mem.in_postcopy();
+        if !self.pending_sync {
+            self.packed_sync(&ring);
+        }
+        self.packed = Some(ring);
+        Ok(())
+    }
+
+    /// Postcopy, packed ring: whether its pages are present (asking for those that are not),
+    /// and its deferred start done.
+    #[inline]
+    fn packed_usable(&mut self, ring: &PackedRing) -> bool {
+        let mem = ring.mem();
+        if !self.pending_sync && !mem.in_postcopy() {
+            return true;
+        }
+        let Some(a) = self.state.addrs else {
+            return false;
+        };
+        let present = mem
+            .check_resident_uaddr(a.desc, 16 * u64::from(ring.size()))
+            .is_ok()
+            && mem.check_resident_uaddr(a.avail, 4).is_ok()
+            && mem.check_resident_uaddr(a.used, 4).is_ok();
+        if !present {
+            return false;
+        }
+        if self.pending_sync {
+            self.packed_sync(ring);
+        }
+        true
     }
 
     /// Takes the ring's position from guest memory when it starts.
@@ -286,7 +360,7 @@ impl VirtQueue {
 
     /// Whether the ring is placed (started) in guest memory.
     pub fn started(&self) -> bool {
-        self.ring.is_some()
+        self.ring.is_some() || self.packed.is_some()
     }
 
     /// Stops the ring (GET_VRING_BASE, reset, disconnect) and returns its plain state.
@@ -295,6 +369,7 @@ impl VirtQueue {
         // will no longer run for this ring.
         self.flush(stats);
         self.ring = None;
+        self.packed = None;
         self.kick = None;
         self.state.kicked = false;
         self.broken = None;
@@ -315,8 +390,8 @@ impl VirtQueue {
     /// zero page by `ferrovs_sys::guest::sigbus`), the data of this burst is garbage and the ring
     /// cannot be trusted: break the queue.
     #[inline]
-    fn check_fault(&mut self, ring: &SplitRing, stats: &QueueStats) {
-        if self.broken.is_none() && ring.mem().faulted() {
+    fn check_fault(&mut self, mem: &GuestMemory, stats: &QueueStats) {
+        if self.broken.is_none() && mem.faulted() {
             self.mark_broken(ChainError::MemoryFault, stats);
         }
         if self.broken.is_none() && self.logging().is_some_and(|l| l.faulted()) {
@@ -357,6 +432,9 @@ impl VirtQueue {
 
     /// The guest-memory the ring lives in.
     pub fn mem(&self) -> Option<&Arc<GuestMemory>> {
-        self.ring.as_ref().map(|r| r.mem())
+        self.ring
+            .as_ref()
+            .map(|r| r.mem())
+            .or(self.packed.as_ref().map(|r| r.mem()))
     }
 }

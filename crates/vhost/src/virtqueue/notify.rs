@@ -46,11 +46,15 @@ impl VirtQueue {
     /// fences, reads our request; we write the request, fence, read its index: one of the two
     /// sees the other's write).
     pub fn enable_kicks(&self) -> bool {
-        let Some(ring) = &self.ring else { return false };
         if self.pending_sync {
             // Postcopy, ring pages not seen yet: keep polling (`has_pending` says so).
             return false;
         }
+        if let Some(ring) = &self.packed {
+            self.packed_kicks(ring, true);
+            return true;
+        }
+        let Some(ring) = &self.ring else { return false };
         if self.event_idx() {
             ring.set_avail_event(self.state.last_avail);
             self.log_used_now(4 + 8 * u64::from(ring.size()), 2);
@@ -63,6 +67,11 @@ impl VirtQueue {
 
     /// Back to polling: no kicks wanted.
     pub fn disable_kicks(&self) {
+        if let Some(ring) = &self.packed {
+            if !self.pending_sync {
+                self.packed_kicks(ring, false);
+            }
+        }
         if let Some(ring) = &self.ring {
             if self.pending_sync {
                 return;
@@ -80,6 +89,9 @@ impl VirtQueue {
     /// Whether the guest made buffers available that we have not consumed (or, in postcopy,
     /// the ring's pages have not been seen yet: it must be polled, not slept on).
     pub fn has_pending(&self) -> bool {
+        if let Some(ring) = &self.packed {
+            return self.pending_sync || self.packed_has_pending(ring);
+        }
         self.ring
             .as_ref()
             .is_some_and(|r| self.pending_sync || r.avail_idx() != self.state.last_avail)
@@ -107,24 +119,32 @@ impl VirtQueue {
         if old == new {
             return;
         }
+        if self.defer_notification(u32::from(new.wrapping_sub(old)), stats) {
+            return;
+        }
+        self.signal(ring, stats);
+    }
+
+    /// Coalescing: whether the notification of `n` more used entries is deferred (counted)
+    /// rather than made now.
+    #[inline]
+    pub(super) fn defer_notification(&mut self, n: u32, stats: &QueueStats) -> bool {
         if self.coalesce.is_on() {
             let now = os::rdtsc();
             if self.deferred_since == 0 {
                 self.deferred_since = now.max(1);
             }
-            self.deferred_pkts = self
-                .deferred_pkts
-                .saturating_add(u32::from(new.wrapping_sub(old)));
+            self.deferred_pkts = self.deferred_pkts.saturating_add(n);
             let frames_due =
                 self.coalesce.frames != 0 && self.deferred_pkts >= self.coalesce.frames;
             if !frames_due && now.wrapping_sub(self.deferred_since) < self.coalesce_tsc {
                 stats
                     .calls_coalesced
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                return;
+                return true;
             }
         }
-        self.signal(ring, stats);
+        false
     }
 
     /// Notifies the guest of every used entry since the last notification decision, if it
@@ -179,6 +199,10 @@ impl VirtQueue {
     /// Makes a deferred notification now (before a PMD sleeps, when the ring stops).
     pub fn flush(&mut self, stats: &QueueStats) {
         if self.deferred_since != 0 {
+            if let Some(ring) = self.packed.take() {
+                self.packed_signal(&ring, stats);
+                self.packed = Some(ring);
+            }
             if let Some(ring) = self.ring.take() {
                 self.signal(&ring, stats);
                 self.ring = Some(ring);
