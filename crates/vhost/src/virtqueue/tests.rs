@@ -313,7 +313,7 @@ fn coalesced_notifications_honour_used_event_and_no_interrupt() {
 /// sees the guest's next buffer, and it is withheld from a broken ring or one whose position
 /// waits for a resync; every lock of the queue moves its lock count.
 #[test]
-fn an_idle_probe_sees_what_the_queue_would_and_is_withheld_when_unsafe() {
+fn an_idle_probe_sees_what_the_queue_would_and_is_withheld_when_not_quiet() {
     let (mut vq, mem) = queue(0);
     let stats = QueueStats::default();
     let pool = Pool::new(64).unwrap();
