@@ -976,7 +976,10 @@ fn group_desc_reply_1_5_decodes_its_own_layout() {
     assert_eq!(wire.len(), 1);
     let (h, m) = decode(&wire[0]).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(h.version, VERSION_1_5);
-    assert_eq!(m, Message::MultipartReply(MultipartReply { flags: 0, body }));
+    assert_eq!(
+        m,
+        Message::MultipartReply(MultipartReply { flags: 0, body })
+    );
     // The fuzzer's input: a 1.5 entry shorter than its fixed part is refused, not misread.
     refused("06 13 00 20 1c 01 00 f7 00 07 0d 00 01 59 04 15 00 08 01 06 bc 09 f5 ff 00 08 00 00 01 3d ff 00");
 }
