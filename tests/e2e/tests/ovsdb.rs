@@ -199,11 +199,11 @@ fn the_ovs_dpdk_documentation_sequence() {
     assert_eq!(sent["sent"], 20000, "{sent}");
     let drops = path_drops(&dir, "dpdkvhostuser0", "vhu0");
     assert_eq!(got["corrupt"], 0, "{got}");
-    assert_eq!(
-        got["received"].as_u64().unwrap() + drops,
-        20000,
-        "{got}, drops {drops}"
-    );
+    // Every generated packet is received or a counted drop. The counters may also hold the
+    // generators' own announce frames (one each, flooded before the other side posted its
+    // receive buffers): at most two counted drops beyond the 20 000.
+    let accounted = got["received"].as_u64().unwrap() + drops;
+    assert!((20000..=20002).contains(&accounted), "{got}, drops {drops}");
     // What ovs-vswitchd would show and list.
     let show = db.vsctl(&["show"]).unwrap();
     for want in [
