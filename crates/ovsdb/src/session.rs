@@ -319,8 +319,12 @@ enum Pending {
     Schema,
     MonitorCond,
     Monitor,
-    Transact { n_ops: usize },
+    Transact {
+        n_ops: usize,
+    },
     Echo,
+    /// The cancel of a restored session's monitor, before it monitors again.
+    MonitorCancel,
 }
 
 impl Pending {
@@ -331,6 +335,7 @@ impl Pending {
             Pending::Monitor => "monitor",
             Pending::Transact { .. } => "transact",
             Pending::Echo => "echo",
+            Pending::MonitorCancel => "monitor_cancel",
         }
     }
 }
@@ -376,6 +381,10 @@ pub struct Session {
     events: VecDeque<Event>,
     /// The schema as the server sent it (a hot upgrade hands it over with the replica).
     schema: Option<Value>,
+    /// A restored session is moving its monitor to this version's columns
+    /// ([`Session::restore`]): the old monitor's notifications are ignored, and the new
+    /// monitor's reply replaces the replica.
+    remonitoring: bool,
 }
 
 impl Session {
@@ -396,6 +405,7 @@ impl Session {
             next_id: 1,
             events: VecDeque::new(),
             schema: None,
+            remonitoring: false,
         }
     }
 
@@ -432,6 +442,7 @@ impl Session {
     }
 
     fn lose_connection(&mut self) {
+        self.remonitoring = false;
         let mut lost: Vec<u64> = self
             .pending
             .iter()
@@ -659,6 +670,11 @@ impl Session {
                 return Ok(());
             }
         };
+        if self.remonitoring && matches!(self.phase, Phase::Monitoring { .. }) {
+            // The old monitor's, until the server has handled its cancel: the new
+            // monitor's reply carries every row.
+            return Ok(());
+        }
         if self.phase != (Phase::Synced { cond }) {
             return Err(SessionError::UnexpectedNotification {
                 method,
@@ -718,7 +734,7 @@ impl Session {
             reason,
         };
         match kind {
-            Pending::Echo => Ok(()),
+            Pending::Echo | Pending::MonitorCancel => Ok(()),
             Pending::Schema => {
                 let schema = Schema::parse(&result).map_err(|reason| SessionError::BadSchema {
                     db: self.db.clone(),
@@ -731,6 +747,9 @@ impl Session {
             }
             Pending::MonitorCond | Pending::Monitor => {
                 let cond = kind == Pending::MonitorCond;
+                if std::mem::take(&mut self.remonitoring) {
+                    self.replica = Replica::default();
+                }
                 self.apply_updates(&result, cond, true)?;
                 for t in self.columns.keys() {
                     self.replica.tables.entry(t.clone()).or_default();

@@ -768,6 +768,83 @@ fn a_session_hands_over_mid_message() {
     assert!(r.is_synced() && !r.uses_monitor_cond());
 }
 
+/// A session handed over by a version that monitored fewer columns (or other ones) goes on
+/// on the same connection: restored with the columns the server monitors, it cancels that
+/// monitor and makes this version's under the same id, ignores the old monitor's
+/// notifications until the reply, and the reply replaces the replica (`Synced`, as after a
+/// new connection). Transactions in flight keep their ids.
+#[test]
+fn a_session_from_a_version_with_other_columns_monitors_again() {
+    let mut old = synced();
+    let txn = old.transact(vec![json!({"op": "comment", "comment": "x"})]);
+    drain(&mut old);
+    let mut st = old.export().unwrap();
+    // The old version read no Interface options.
+    st.monitored
+        .get_mut("Interface")
+        .unwrap()
+        .retain(|c| c != "options");
+    for u in [U2, U3] {
+        let row = st.replica["Interface"][u]["initial"]
+            .as_object_mut()
+            .unwrap();
+        row.remove("options");
+    }
+    let mut r = Session::restore(DB, monitor(), &st).unwrap();
+    assert!(!r.is_synced() && r.awaiting_reply());
+    assert_eq!(iface(&r, U2).get("options"), None);
+    let req = drain(&mut r);
+    assert_eq!(req.len(), 2, "{req:?}");
+    assert_eq!(req[0]["method"], "monitor_cancel");
+    assert_eq!(req[0]["params"], json!([MONITOR_ID]));
+    assert_eq!(req[1]["method"], "monitor_cond");
+    assert_eq!(
+        req[1]["params"],
+        json!([DB, MONITOR_ID, {
+            "Bridge": [{"columns": ["name", "ports"]}],
+            "Interface": [{"columns": ["name", "ofport", "options"]}],
+        }])
+    );
+    assert!(req[0]["id"].as_u64().unwrap() > txn);
+    // The old monitor's notification, sent before the server handled the cancel.
+    feed(
+        &mut r,
+        json!({"method": "update2", "params": [MONITOR_ID, {
+            "Interface": {U3: {"modify": {"ofport": 9}}}
+        }], "id": null}),
+    );
+    assert!(events(&mut r).is_empty());
+    feed(
+        &mut r,
+        json!({"id": req[0]["id"], "result": {}, "error": null}),
+    );
+    feed(&mut r, json!({"id": txn, "result": [{}], "error": null}));
+    assert!(matches!(one(&mut r), Event::TxnReply { id, result: Ok(_) } if id == txn));
+    feed(
+        &mut r,
+        json!({"id": req[1]["id"], "result": initial(), "error": null}),
+    );
+    assert_eq!(events(&mut r), vec![Event::Synced]);
+    assert!(r.is_synced() && r.uses_monitor_cond() && !r.awaiting_reply());
+    assert_eq!(r.replica(), synced().replica());
+    r.check_consistency().unwrap();
+    // Now it is this version's session: handed over again, it restores as is.
+    let again = r.export().unwrap();
+    assert_eq!(again.monitored, synced().export().unwrap().monitored);
+    assert!(Session::restore(DB, monitor(), &again).unwrap().is_synced());
+    // Notifications of the new monitor apply.
+    feed(
+        &mut r,
+        json!({"method": "update2", "params": [MONITOR_ID, {
+            "Interface": {U3: {"modify": {"ofport": 9}}}
+        }], "id": null}),
+    );
+    assert_eq!(
+        changed(&mut r).modified,
+        vec![("Interface".to_string(), u(U3))]
+    );
+}
+
 /// Only a synchronised session is exported.
 #[test]
 fn only_a_synced_session_is_exported() {
@@ -796,9 +873,12 @@ fn a_corrupt_session_state_is_refused() {
     });
     refuse(
         &|s| {
-            s.monitored.get_mut("Bridge").unwrap().pop();
+            s.monitored
+                .get_mut("Bridge")
+                .unwrap()
+                .push("no_such_column".into());
         },
-        &|e| matches!(e, RestoreError::Monitor(m) if m.contains("Bridge")),
+        &|e| matches!(e, RestoreError::Monitor(m) if m.contains("Bridge.no_such_column")),
     );
     refuse(
         &|s| s.replica["Interface"][U3]["initial"]["ofport"] = json!("five"),

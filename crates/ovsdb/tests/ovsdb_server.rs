@@ -634,3 +634,82 @@ fn unknown_database_is_a_server_error() {
     assert!(error.contains("unknown database"), "{error}");
     assert!(!s.is_synced());
 }
+
+/// A session handed over by a version that monitored fewer columns moves the monitor to this
+/// version's columns on the same connection (ovsdb-server cannot change a monitor's columns:
+/// `monitor_cancel`, then `monitor_cond` under the same id), and then follows the database.
+#[test]
+fn a_restored_session_with_fewer_columns_monitors_again() {
+    if !require_ovs() {
+        return;
+    }
+    let server = Server::new("remonitor");
+    server.vsctl(&["init"]);
+    server.vsctl(&[
+        "add-br",
+        "br0",
+        "--",
+        "set",
+        "bridge",
+        "br0",
+        "datapath_type=netdev",
+    ]);
+    server.vsctl(&[
+        "add-port",
+        "br0",
+        "p1",
+        "--",
+        "set",
+        "Interface",
+        "p1",
+        "type=dpdkvhostuserclient",
+        "options:vhost-server-path=/tmp/p1.sock",
+    ]);
+    // The old version: Interface without options and external_ids.
+    let narrow = Monitor::new()
+        .table("Bridge", &["name", "ports"])
+        .table("Port", &["name", "interfaces"])
+        .table("Interface", &["name", "type"]);
+    let stream = Stream::connect(&server.remote()).unwrap();
+    stream.set_nonblocking(false).unwrap();
+    if let Stream::Unix(s) = &stream {
+        s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+    }
+    let mut session = Session::new(DB, narrow);
+    session.connected();
+    let mut c = Client {
+        stream,
+        session,
+        events: VecDeque::new(),
+        eof: false,
+    };
+    c.wait_event("Synced", |e| matches!(e, Event::Synced));
+    assert!(iface(c.session.replica(), "p1")
+        .unwrap()
+        .get("options")
+        .is_none());
+    let st = c.session.export().unwrap();
+    // The new version goes on with the same connection.
+    c.session = Session::restore(DB, monitor(), &st).unwrap();
+    assert!(!c.session.is_synced());
+    c.wait_event("Synced again", |e| matches!(e, Event::Synced));
+    let r = c.session.replica();
+    assert_eq!(
+        iface(r, "p1").unwrap()["options"],
+        Datum::map([(
+            ferrovs_ovsdb::Atom::String("vhost-server-path".into()),
+            ferrovs_ovsdb::Atom::String("/tmp/p1.sock".into())
+        )])
+    );
+    assert_eq!(
+        r.len("Open_vSwitch"),
+        1,
+        "a table the old version did not monitor"
+    );
+    // Notifications of the new monitor follow the database.
+    server.vsctl(&["set", "Interface", "p1", "external_ids:vm=a"]);
+    c.wait_replica("external_ids", |r| {
+        iface(r, "p1").is_some_and(|i| i["external_ids"].to_json().to_string().contains("vm"))
+    });
+    assert!(!c.eof);
+}

@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::{Monitor, Pending, Phase, Session, SessionError};
-use crate::schema::Schema;
+use crate::schema::{ColumnType, Schema};
 
 /// The most requests awaiting a reply a restored session takes (the daemon has one
 /// write-back, one statistics transaction and one echo out at a time).
@@ -142,7 +142,10 @@ impl Session {
                 Pending::Transact { n_ops } => Some(PendingState::Transact { id, n_ops }),
                 Pending::Echo => Some(PendingState::Echo { id }),
                 // Not while synced.
-                Pending::Schema | Pending::Monitor | Pending::MonitorCond => None,
+                Pending::Schema
+                | Pending::Monitor
+                | Pending::MonitorCond
+                | Pending::MonitorCancel => None,
             })
             .collect();
         pending.sort_by_key(|p| p.id());
@@ -179,21 +182,25 @@ impl Session {
         }
         let mut s = Session::new(db, monitor);
         let schema = Schema::parse(&st.schema).map_err(RestoreError::Schema)?;
-        s.columns = s.select_columns(&schema);
-        let ours = s.monitored();
-        if ours != st.monitored {
-            let differ: Vec<&String> = ours
-                .keys()
-                .chain(st.monitored.keys())
-                .filter(|t| ours.get(*t) != st.monitored.get(*t))
-                .collect();
-            let mut differ: Vec<&str> = differ.into_iter().map(String::as_str).collect();
-            differ.dedup();
-            return Err(RestoreError::Monitor(format!(
-                "tables {}",
-                differ.join(", ")
-            )));
+        let ours = s.select_columns(&schema);
+        // The columns the server monitors for this connection: the old version's, which
+        // may differ from this version's. The replica is restored with those, then the
+        // monitor is moved to ours on the same connection (`remonitor`).
+        s.columns = BTreeMap::new();
+        for (t, cols) in &st.monitored {
+            let mut typed = BTreeMap::new();
+            for c in cols {
+                let ty = schema.tables.get(t).and_then(|have| have.get(c));
+                let Some(ty) = ty.filter(|_| !c.starts_with('_')) else {
+                    return Err(RestoreError::Monitor(format!(
+                        "column {t}.{c} is not in the schema"
+                    )));
+                };
+                typed.insert(c.clone(), ty.clone());
+            }
+            s.columns.insert(t.clone(), typed);
         }
+        let widen = s.columns != ours;
         for (what, len) in [
             ("unhandled input", st.input.len()),
             ("output", st.output.len()),
@@ -230,7 +237,32 @@ impl Session {
         s.next_id = st.next_id;
         s.out = st.output.clone();
         s.feed(&st.input).map_err(RestoreError::Input)?;
+        if widen {
+            s.remonitor(ours);
+        }
         Ok(s)
+    }
+
+    /// Moves a restored session's monitor to `columns` (this version's) on the same
+    /// connection: ovsdb-server cannot change a monitor's columns, so the monitor is
+    /// cancelled and made again under the same id (the server handles the two in order).
+    /// Until the reply, the session is not synchronised and the old monitor's notifications
+    /// are ignored; the reply replaces the replica and says [`Event::Synced`](super::Event),
+    /// as a new connection's does.
+    fn remonitor(&mut self, columns: BTreeMap<String, BTreeMap<String, ColumnType>>) {
+        let cond = self.uses_monitor_cond();
+        log::info!(
+            "ovsdb: the handed-over monitor has other columns than this version reads; \
+             monitoring again on the same connection"
+        );
+        self.request(
+            Pending::MonitorCancel,
+            "monitor_cancel",
+            serde_json::json!([super::MONITOR_ID]),
+        );
+        self.columns = columns;
+        self.remonitoring = true;
+        self.send_monitor(cond);
     }
 }
 
