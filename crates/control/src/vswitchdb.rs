@@ -155,9 +155,7 @@ pub struct InterfaceRow {
     /// `type`.
     pub kind: String,
     pub options: BTreeMap<String, String>,
-    /// `other_config` (ferrovs reads `pmd-rxq-affinity`). Not monitored yet: the monitored
-    /// columns are part of the OVSDB session a hot upgrade hands over, and adding one needs
-    /// the new daemon to extend a restored session's monitor (docs/pmd.md).
+    /// `other_config` (ferrovs reads `pmd-rxq-affinity`).
     pub other_config: BTreeMap<String, String>,
     pub ofport_request: Option<i64>,
     /// What ferrovs last wrote (kept across restarts as OVS does when nothing is requested).

@@ -1078,3 +1078,96 @@ fn openflow_settings_through_ovsdb_as_ovs_vswitchd() {
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(e.contains("use ovs-vsctl set-controller"), "{e}");
 }
+
+/// The PMD (core) polling `port`'s queue 0, and everything that PMD polls, from `pmd-stats`.
+fn pmd_polling(dir: &Path, port: &str) -> Option<(u64, Vec<String>)> {
+    let st = cli_json(dir, &["pmd-stats"]);
+    st.as_array()?.iter().find_map(|p| {
+        let rxqs = p["rxqs"].as_array()?;
+        rxqs.iter()
+            .any(|q| q["port"] == port && q["queue"] == 0)
+            .then(|| {
+                let all = rxqs.iter().map(|q| q["port"].as_str().unwrap().to_string());
+                (p["core"].as_u64().unwrap(), all.collect())
+            })
+    })
+}
+
+/// `Interface other_config:pmd-rxq-affinity` set, changed and removed with ovs-vsctl pins and
+/// unpins the queue as OVS does (the pinned PMD polls nothing else); a bad list is a warning
+/// and the port runs unpinned.
+#[test]
+fn pmd_rxq_affinity_through_ovs_vsctl() {
+    if !ready() {
+        return;
+    }
+    let (dir, db, _sw) = setup("ovsdb-rxq-affinity");
+    db.vsctl(&["set", "Open_vSwitch", ".", "other_config:pmd-cpu-mask=0x3"])
+        .unwrap();
+    db.vsctl(&[
+        "add-br",
+        "br0",
+        "--",
+        "set",
+        "bridge",
+        "br0",
+        "datapath_type=netdev",
+    ])
+    .unwrap();
+    wait_until("two PMDs", 10, || {
+        cli_json(&dir, &["pmd-stats"]).as_array().map(Vec::len) == Some(2)
+    });
+    for name in ["vhu1", "vhu2", "vhu3"] {
+        db.add_port("br0", name, &["type=dpdkvhostuser"]).unwrap();
+    }
+    db.vsctl(&[
+        "set",
+        "Interface",
+        "vhu1",
+        "other_config:pmd-rxq-affinity=0:1",
+    ])
+    .unwrap();
+    wait_until("vhu1 pinned to core 1 alone", 10, || {
+        pmd_polling(&dir, "vhu1") == Some((1, vec!["vhu1".to_string()]))
+    });
+    // Moved to core 0: that PMD is isolated now, the others go to core 1.
+    db.vsctl(&[
+        "set",
+        "Interface",
+        "vhu1",
+        "other_config:pmd-rxq-affinity=0:0",
+    ])
+    .unwrap();
+    wait_until("vhu1 pinned to core 0 alone", 10, || {
+        pmd_polling(&dir, "vhu1") == Some((0, vec!["vhu1".to_string()]))
+    });
+    assert_eq!(pmd_polling(&dir, "vhu2").unwrap().0, 1);
+    assert_eq!(pmd_polling(&dir, "vhu3").unwrap().0, 1);
+    // Removed: no PMD is isolated.
+    db.vsctl(&[
+        "remove",
+        "Interface",
+        "vhu1",
+        "other_config",
+        "pmd-rxq-affinity",
+    ])
+    .unwrap();
+    wait_until("vhu1 unpinned", 10, || {
+        pmd_polling(&dir, "vhu1").is_some_and(|(_, all)| all.len() > 1)
+    });
+    // A bad list: a warning, the port stays up and unpinned.
+    db.vsctl(&[
+        "set",
+        "Interface",
+        "vhu2",
+        "other_config:pmd-rxq-affinity=0-1",
+    ])
+    .unwrap();
+    wait_until("the warning logged", 10, || {
+        std::fs::read_to_string(dir.join("ferrovsd.err"))
+            .unwrap_or_default()
+            .contains("interface vhu2: other_config:pmd-rxq-affinity: '0-1' is not QUEUE:CORE")
+    });
+    assert!(port(&dir, "vhu2").is_some());
+    assert!(pmd_polling(&dir, "vhu2").is_some_and(|(_, all)| all.len() > 1));
+}

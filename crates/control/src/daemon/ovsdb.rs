@@ -100,6 +100,7 @@ fn monitor() -> Monitor {
                 "name",
                 "type",
                 "options",
+                "other_config",
                 "ofport_request",
                 "ofport",
                 "error",
@@ -412,9 +413,7 @@ fn tables(s: &Session) -> Tables {
                 name: text(row, "name"),
                 kind: text(row, "type"),
                 options: smap(row, "options"),
-                // Not monitored: the monitored columns are part of the session a hot
-                // upgrade hands over (`the_captured_connection_restores`).
-                other_config: Default::default(),
+                other_config: smap(row, "other_config"),
                 ofport_request: int(row, "ofport_request"),
                 ofport: int(row, "ofport"),
             },
@@ -1591,6 +1590,7 @@ mod tests {
                 "vlan_mode": opt("string"), "interfaces": refs("Interface")}},
             "Interface": {"columns": {
                 "name": s("string"), "type": s("string"), "options": smap(),
+                "other_config": smap(),
                 "ofport_request": opt("integer"), "ofport": opt("integer"),
                 "error": opt("string"), "admin_state": opt("string"),
                 "link_state": opt("string"), "mac_in_use": opt("string"),
@@ -1846,8 +1846,9 @@ mod tests {
 
     /// The fixture captured from a live daemon (`tests/ovsdb.rs`'s
     /// `the_database_connection_is_handed_over_at_an_upgrade`, `FERROVS_WRITE_FIXTURE=1`)
-    /// restores: this version monitors exactly what that one did, and its replica is the
-    /// database the test built.
+    /// restores: its replica is the database the test built. That version did not monitor
+    /// `Interface.other_config`, so the restored session monitors again on the same
+    /// connection (cancel, then this version's monitor), and is synchronised by its reply.
     #[test]
     fn the_captured_connection_restores() {
         const FIXTURE: &str =
@@ -1856,11 +1857,47 @@ mod tests {
         assert_eq!(st.schema, 3);
         let o = st.ovsdb.unwrap();
         let c = o.conn.unwrap().0.unwrap();
-        let s = Session::restore(DB, monitor(), &c.session).unwrap();
-        assert!(s.is_synced());
+        assert!(!c.session.monitored["Interface"].contains(&"other_config".to_string()));
+        let mut s = Session::restore(DB, monitor(), &c.session).unwrap();
         let t = tables(&s);
         assert_eq!(t.bridges.len(), 1);
         assert_eq!(t.interfaces.len(), 3, "br0, p1, p2");
-        assert_eq!(s.export().unwrap(), c.session);
+        assert!(!s.is_synced());
+        let out = String::from_utf8(s.pending_output().to_vec()).unwrap();
+        let reqs: Vec<Value> = serde_json::Deserializer::from_str(&out)
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+        let methods: Vec<&str> = reqs.iter().filter_map(|r| r["method"].as_str()).collect();
+        assert_eq!(
+            &methods[methods.len() - 2..],
+            ["monitor_cancel", "monitor_cond"]
+        );
+        let m = &reqs[reqs.len() - 1];
+        assert!(m["params"][2]["Interface"][0]["columns"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("other_config")));
+        // The server's replies: the cancel, then the new monitor's rows (the old replica
+        // with an other_config on one interface).
+        let mut rows = c.session.replica.clone();
+        for (_, r) in rows["Interface"].as_object_mut().unwrap().iter_mut() {
+            r["initial"]["other_config"] = json!(["map", [["pmd-rxq-affinity", "0:1"]]]);
+        }
+        for reply in [
+            json!({"id": reqs[reqs.len() - 2]["id"], "result": {}, "error": null}),
+            json!({"id": m["id"], "result": rows, "error": null}),
+        ] {
+            s.feed(reply.to_string().as_bytes()).unwrap();
+        }
+        while s.poll_event().is_some_and(|e| e != Event::Synced) {}
+        assert!(s.is_synced());
+        let t = tables(&s);
+        assert_eq!(t.interfaces.len(), 3);
+        assert!(t.interfaces.values().all(|i| i
+            .other_config
+            .get("pmd-rxq-affinity")
+            .map(String::as_str)
+            == Some("0:1")));
     }
 }
