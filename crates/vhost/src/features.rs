@@ -24,6 +24,11 @@ pub const VHOST_USER_F_PROTOCOL_FEATURES: u64 = 1 << 30;
 pub const VIRTIO_F_VERSION_1: u64 = 1 << 32;
 pub const VIRTIO_F_ACCESS_PLATFORM: u64 = 1 << 33;
 pub const VIRTIO_F_RING_PACKED: u64 = 1 << 34;
+/// The device uses buffers in the order they were made available (virtio 1.1 §6.3). Ours
+/// always does, on both ring layouts: chains are taken, completed and their used entries
+/// written in available order, a packet that does not fit is taken back whole, and a
+/// broken queue stops. A driver that knows it (DPDK's) then runs its in-order paths.
+pub const VIRTIO_F_IN_ORDER: u64 = 1 << 35;
 
 /// Offload features: checksum and TCP segmentation, both directions.
 pub const OFFLOADS: u64 = VIRTIO_NET_F_CSUM
@@ -49,6 +54,7 @@ pub const OFFERED: u64 = OFFLOADS
     | VIRTIO_NET_F_MQ
     | VIRTIO_F_NOTIFY_ON_EMPTY
     | VIRTIO_F_ANY_LAYOUT
+    | VIRTIO_F_IN_ORDER
     | VHOST_USER_F_PROTOCOL_FEATURES;
 
 pub const PROTOCOL_F_MQ: u64 = 1 << 0;
@@ -144,6 +150,7 @@ pub fn names(features: u64) -> Vec<&'static str> {
         (VHOST_USER_F_PROTOCOL_FEATURES, "protocol_features"),
         (VIRTIO_F_VERSION_1, "version_1"),
         (VIRTIO_F_RING_PACKED, "ring_packed"),
+        (VIRTIO_F_IN_ORDER, "in_order"),
     ];
     NAMES
         .iter()
