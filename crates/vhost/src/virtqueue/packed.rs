@@ -43,7 +43,8 @@ use super::chain::{ChainError, Walk};
 use super::dequeue::Taken;
 use super::dirty_log::{Logging, Marker, NoLog};
 use super::enqueue::Fill;
-use super::VirtQueue;
+use super::prefetch::{prefetch_ahead_packed, prefetch_burst_packed, BURST_PREFETCH_BYTES};
+use super::{VirtQueue, BURST};
 use crate::stats::{DropReason, QueueStats};
 
 const WRAP_BIT: u16 = 1 << 15;
@@ -72,7 +73,7 @@ impl Pos {
 
     /// `n` slots on (`n <= size`), flipping the wrap counter past the end.
     #[inline]
-    fn advance(self, n: u16, size: u16) -> Pos {
+    pub(super) fn advance(self, n: u16, size: u16) -> Pos {
         let s = u32::from(self.slot) + u32::from(n);
         if s >= u32::from(size) {
             Pos {
@@ -100,7 +101,7 @@ impl Pos {
 /// previous lap's and are not taken (it stalls only its own queue). USED == AVAIL == wrap
 /// says "used by the device in this lap", which the device has not reached: a lie.
 #[derive(Debug, PartialEq, Eq)]
-enum Slot {
+pub(super) enum Slot {
     Available,
     /// Not made available yet (still the previous lap's used entry, or never written).
     NotYet,
@@ -119,6 +120,14 @@ fn slot_state(flags: u16, wrap: bool) -> Slot {
         // available in the previous lap that no used entry overwrote (a later slot of a
         // chain: the used descriptor goes to the chain's first slot only).
         (false, _) => Slot::NotYet,
+    }
+}
+
+impl Slot {
+    /// The state of a descriptor with `flags` at a position of the lap of `wrap`.
+    #[inline(always)]
+    pub(super) fn of(flags: u16, wrap: bool) -> Slot {
+        slot_state(flags, wrap)
     }
 }
 
@@ -323,6 +332,9 @@ impl VirtQueue {
         let indirect_ok = self.indirect_ok();
         let (mut pkts, mut bytes, mut chains) = (0u64, 0u64, 0u32);
         let (mut oversize, mut runts, mut bad_offload, mut no_large) = (0u64, 0u64, 0u64, 0u64);
+        // Start loading the burst's buffers at once (as on split rings), and a large packet's
+        // rest one chain ahead of its copy.
+        let ahead = prefetch_burst_packed(ring, pos, n, false) as u64 > BURST_PREFETCH_BYTES;
         for _ in 0..n {
             match slot_state(ring.desc_flags(pos.slot), pos.wrap) {
                 Slot::Available => {}
@@ -336,6 +348,9 @@ impl VirtQueue {
                 stats.drop(DropReason::NoMbuf, 1);
                 break;
             };
+            if ahead {
+                prefetch_ahead_packed(ring, pos.advance(1, size), u64::MAX, false);
+            }
             let mut chain = PackedChain::new(ring, pos, indirect_ok);
             let res = self.copy_chain_out(
                 ring.mem(),
@@ -417,7 +432,21 @@ impl VirtQueue {
             return 0;
         }
         let (mut sent, mut bytes, mut chains) = (0u64, 0u64, 0u32);
-        for (pkt, hdr) in pkts {
+        let mut pkts = pkts.into_iter().peekable();
+        let n = pkts.size_hint().1.unwrap_or(BURST).min(BURST);
+        prefetch_burst_packed(ring, Pos::decode(self.state.last_avail), n, true);
+        // Large packets (judged by the first) are prefetched one ahead of their copy.
+        let ahead = pkts
+            .peek()
+            .is_some_and(|(p, _)| (self.hdr_len + p.len()) as u64 > BURST_PREFETCH_BYTES);
+        while let Some((pkt, hdr)) = pkts.next() {
+            if ahead {
+                if let Some((next, _)) = pkts.peek() {
+                    let len = (self.hdr_len + next.len()) as u64;
+                    let next_pos = Pos::decode(self.state.last_avail).advance(1, ring.size());
+                    prefetch_ahead_packed(ring, next_pos, len, true);
+                }
+            }
             if hdr.is_offload() && !caps::accepts(self.rx_caps, &hdr) {
                 stats.drop(DropReason::OffloadRefused, 1);
                 break;
