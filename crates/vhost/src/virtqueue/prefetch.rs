@@ -1,7 +1,8 @@
-//! Prefetching of guest buffers, for both directions: a burst starts loading the descriptors
-//! and first lines of all its chains at once, and a large packet's copy overlaps the loading of
-//! the next chain's buffer. Only hints: a wrong guess costs a few useless loads, never a wrong
-//! result, and addresses are translated (checked) before anything is touched.
+//! Prefetching of guest buffers, for both directions, on split and packed rings: a burst starts
+//! loading the descriptors and first lines of all its chains at once, and a large packet's copy
+//! overlaps the loading of the next chain's buffer. Only hints: a wrong guess costs a few
+//! useless loads, never a wrong result, and addresses are translated (checked) before anything
+//! is touched; on a packed ring only descriptors the driver made available are looked at.
 //!
 //! Thread-safety: reads the ring of a queue its caller holds locked; `FERROVS_NO_PREFETCH` is
 //! read once per process.
