@@ -183,10 +183,12 @@ run_ferrovs() {
     # Warm up (MAC learning), then measure with clean PMD counters.
     [ "$frontend" = gen ] && { gen_run "$d/vm1.sock" "$d/vm2.sock" "$size" >/dev/null 2>&1 || true; }
     "$bin/ferrovs" --run-dir "$d" pmd-stats-clear
-    # The frontend runs in the background while `show` is asked which rings its ports took.
+    # The frontend runs in the background while `show` is asked which rings its ports took
+    # (both ports attach within a second or two; at most 8 s of asking, so that a build whose
+    # `show` lists no features is not polled for the whole measurement).
     fe_run "$d/vm1.sock" "$d/vm2.sock" "$size" >"$d/fe.json" &
-    local fp=$! got=unknown
-    while kill -0 "$fp" 2>/dev/null; do
+    local fp=$! got=unknown tries=0
+    while kill -0 "$fp" 2>/dev/null && [ $((tries += 1)) -le 40 ]; do
         got=$(ferrovs_rings "$d" "$bin/ferrovs")
         [ "$got" = unknown ] || break
         sleep 0.2
