@@ -22,6 +22,9 @@
 //!   in a shadow list and written once the packet is whole, the first one's flags last, so
 //!   the guest never sees part of a packet and a packet rolled back (too few buffers,
 //!   postcopy) left nothing behind.
+//! * Guest TX: the used descriptors of a burst are written as its chains are taken, except
+//!   the first one's, written at the end of the burst (also when a broken chain cut it
+//!   short): the driver, which reads used descriptors in order, sees the burst at once.
 //! * A broken chain is not returned to the guest (its length is not known): the queue is
 //!   broken and stays so until the frontend re-initialises it.
 //!
@@ -335,6 +338,10 @@ impl VirtQueue {
         // Start loading the burst's buffers at once (as on split rings), and a large packet's
         // rest one chain ahead of its copy.
         let ahead = prefetch_burst_packed(ring, pos, n, false) as u64 > BURST_PREFETCH_BYTES;
+        // The burst's first used descriptor is written last (as DPDK's shadow used ring
+        // does): the driver reads used descriptors in order from that one, so it sees the
+        // whole burst at once instead of reading lines we are still writing.
+        let mut first: Option<(Pos, u16)> = None;
         for _ in 0..n {
             match slot_state(ring.desc_flags(pos.slot), pos.wrap) {
                 Slot::Available => {}
@@ -371,8 +378,12 @@ impl VirtQueue {
                 }
                 Ok(t) => t,
             };
-            ring.write_used(pos.slot, chain.id, 0, used_flags(pos.wrap, false));
-            self.mark_used_desc(marker, pos.slot);
+            if first.is_none() {
+                first = Some((pos, chain.id));
+            } else {
+                ring.write_used(pos.slot, chain.id, 0, used_flags(pos.wrap, false));
+                self.mark_used_desc(marker, pos.slot);
+            }
             pos = pos.advance(chain.slots, size);
             chains += 1;
             match res {
@@ -387,6 +398,11 @@ impl VirtQueue {
                 Taken::BadOffload => bad_offload += 1,
                 Taken::NoLargeBuffer => no_large += 1,
             }
+        }
+        // Every chain taken gets its used descriptor, a burst cut short by a broken chain too.
+        if let Some((p, id)) = first {
+            ring.write_used(p.slot, id, 0, used_flags(p.wrap, false));
+            self.mark_used_desc(marker, p.slot);
         }
         self.state.last_avail = pos.encode();
         self.state.used_idx = pos.encode();

@@ -720,3 +720,33 @@ fn burst_prefetch_walks_only_available_descriptors_across_laps() {
         assert_eq!(m.data(), &frame(i as u32, 60 + 10 * i)[12..]);
     }
 }
+
+/// Guest TX writes a burst's first used descriptor last, and a burst cut short by a broken
+/// chain still returns every chain taken before it (the first one included), in order.
+#[test]
+fn guest_tx_burst_cut_short_returns_every_chain_taken() {
+    let (mut vq, mut d) = queue(F);
+    for i in 0..3u16 {
+        let f = frame(u32::from(i), 60);
+        d.mem.write(DATA + 4096 * u64::from(i), &f).unwrap();
+        d.post(&[(DATA + 4096 * u64::from(i), f.len() as u32)], i, false);
+    }
+    d.post(&[(DATA, 72)], 16, false); // buffer id out of range: breaks the queue
+    let pool = Pool::new(64).unwrap();
+    let stats = QueueStats::default();
+    let mut out = Vec::with_capacity(BURST);
+    assert_eq!(vq.dequeue(&pool, &mut out, BURST, &stats, "t"), 3);
+    assert_eq!(vq.broken(), Some(ChainError::PackedBadBufferId));
+    for i in 0..3u16 {
+        assert_eq!(d.take_used(1), Some((i, 0)), "chain {i}");
+        assert_eq!(out[usize::from(i)].data(), &frame(u32::from(i), 60)[12..]);
+    }
+    assert_eq!(d.take_used(1), None, "the broken chain is not returned");
+    // One chain alone: its used descriptor is the burst's first, written at the end.
+    let (mut vq, mut d) = queue(F);
+    d.mem.write(DATA, &frame(9, 60)).unwrap();
+    d.post(&[(DATA, 72)], 5, false);
+    let mut out = Vec::with_capacity(BURST);
+    assert_eq!(vq.dequeue(&pool, &mut out, BURST, &stats, "t"), 1);
+    assert_eq!(d.take_used(1), Some((5, 0)));
+}
