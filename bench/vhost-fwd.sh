@@ -18,16 +18,28 @@
 # (ferrovs: pmd-stats; OVS: pmd-stats-show) and all cycles of the PMD core per packet
 # (ferrovs: busy + idle; testpmd: --record-core-cycles).
 #
+# --rings "split packed" measures packed virtqueues (VIRTIO_F_RING_PACKED) too (default: split
+# only). On packed rings the testpmd frontend's ports get packed_vq=1 and ferrovs-gen runs with
+# --packed; ferrovs (and ferrovs-base) offer them (`ferrovs config set vhost-packed-rings
+# true`), testpmd's net_vhost and OVS-DPDK's dpdkvhostuser ports offer them by default (DPDK's
+# vhost library). Every result carries the ring layout the backend really negotiated on both
+# ports (ferrovs: `ferrovs show` lists ring_packed; testpmd and OVS: bit 34 of the
+# "negotiated Virtio features" DPDK's vhost library logs): a packed run that negotiated
+# anything else stops the benchmark with an error instead of reporting a split-ring figure as
+# packed. In the JSON, each (frontend, ring) pair is one entry of "frontends" with its ring
+# layout, its ratios to testpmd's backend on the same rings, and on packed rings the ratio of
+# each backend's packed to its split figure (ratio_to_split) when both were measured.
+#
 # --base REV adds a second ferrovs backend, "ferrovs-base": ferrovsd and ferrovs built at REV
 # in their own worktree, interleaved with this tree's build round by round (an A/B test of a
 # change; the JSON then carries ratio_to_base).
 #
 #   bench/vhost-fwd.sh [--rounds N] [--seconds S] [--sizes "64 1518"] [--peers "testpmd ovs"]
-#                      [--frontend "testpmd gen"] [--base REV]
+#                      [--frontend "testpmd gen"] [--rings "split packed"] [--base REV]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-rounds=3 secs=5 sizes="64 1518" peers="testpmd ovs" frontends="testpmd gen" base_rev=
+rounds=3 secs=5 sizes="64 1518" peers="testpmd ovs" frontends="testpmd gen" rings=split base_rev=
 while [ $# -gt 0 ]; do
     case $1 in
         --rounds) rounds=$2; shift 2 ;;
@@ -36,8 +48,12 @@ while [ $# -gt 0 ]; do
         --peers) peers=$2; shift 2 ;;
         --frontend) frontends=$2; shift 2 ;;
         --base) base_rev=$2; shift 2 ;;
+        --rings) rings=$2; shift 2 ;;
         *) echo "unknown argument $1" >&2; exit 2 ;;
     esac
+done
+for ring in $rings; do
+    case $ring in split|packed) ;; *) echo "--rings: split or packed, not $ring" >&2; exit 2 ;; esac
 done
 bash scripts/deps.sh >/dev/null
 cargo build --release --quiet
@@ -62,9 +78,56 @@ cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 
 trap cleanup EXIT INT TERM
 log() { echo "bench: $*" >&2; }
 
+# The ring layout a DPDK vhost backend (testpmd's net_vhost, OVS-DPDK) negotiated on the
+# sockets $2...: the last "negotiated Virtio features" line its vhost library logged for each
+# (in log file $1), bit 34 (VIRTIO_F_RING_PACKED). Prints split, packed, mixed or unknown.
+dpdk_rings() {
+    local logf=$1 sock f seen=
+    shift
+    for sock in "$@"; do
+        f=$(grep -a "/$(basename "$sock")) negotiated Virtio features: 0x" "$logf" | tail -1 | sed 's/.*features: \(0x[0-9a-fA-F]*\).*/\1/')
+        [ -n "$f" ] || { echo unknown; return; }
+        if (( (f >> 34) & 1 )); then seen="$seen packed"; else seen="$seen split"; fi
+    done
+    rings_of $seen
+}
+
+# The ring layout of ferrovs's ports vm1 and vm2 ($2: the ferrovs CLI, $1 its run directory)
+# while a frontend is attached: ring_packed among a port's negotiated features, or not.
+# Prints split, packed, mixed, or unknown while a port has no frontend.
+ferrovs_rings() {
+    local d=$1 cli=$2 show
+    show=$("$cli" --run-dir "$d" show --json 2>/dev/null) || { echo unknown; return; }
+    # shellcheck disable=SC2046
+    rings_of $(jq -r '[.bridges[].ports[] | select(.name == "vm1" or .name == "vm2")]
+        | if length < 2 or any(.[]; (.features // []) | length == 0) then "unknown"
+          else .[] | if any(.features[]; . == "ring_packed") then "packed" else "split" end end' <<<"$show")
+}
+
+rings_of() {
+    local r out=
+    for r in "$@"; do
+        case $r in unknown) echo unknown; return ;; esac
+        if [ -z "$out" ]; then out=$r; elif [ "$out" != "$r" ]; then out=mixed; fi
+    done
+    echo "${out:-unknown}"
+}
+
+# Stops the benchmark when the backend $1 negotiated ring layout $2 where $ring was asked for.
+check_ring() {
+    local who=$1 got=$2
+    [ "$got" = "$ring" ] && return 0
+    # A split run whose backend does not say (an older DPDK log format) is still split: only
+    # the frontends' packed_vq=1 / --packed can make it packed.
+    [ "$ring" = split ] && [ "$got" = unknown ] && return 0
+    log "FAIL: $who negotiated '$got' rings where '$ring' was asked for (frontend $frontend): not reporting it"
+    exit 1
+}
+
 # Runs ferrovs-gen through the backend whose sockets are $1 and $2; prints its JSON.
 gen_run() {
     local a=$1 b=$2 size=$3 extra=${4:-}
+    [ "$ring" = packed ] && extra="$extra --packed"
     # shellcheck disable=SC2086
     setsid taskset -c "$gen" "$bin/ferrovs-gen" --socket "$a" --sink "$b" --size "$size" \
         --duration "$secs" --quiet --ring 1024 $extra txonly
@@ -79,15 +142,16 @@ gen_run() {
 # bridge's internal (TAP) port whenever that is up (measured 2026-11-28: 0.6 Mpps flooding,
 # 337 instead of ~7 000 cycles per packet with learned addresses).
 testpmd_fe_run() {
-    local a=$1 b=$2 size=$3 d; d=$(dirname "$a")/fe
+    local a=$1 b=$2 size=$3 d vq=; d=$(dirname "$a")/fe
+    [ "$ring" = packed ] && vq=,packed_vq=1
     mkdir -p "$d"
     {
         sleep 2; echo "start tx_first 32"; sleep 1; echo "show port stats all"
         sleep "$secs"; echo "show port stats all"; echo "stop"; sleep 0.5; echo "quit"
     } | setsid dpdk-testpmd -l "$gen,$pmd" --main-lcore "$pmd" --no-pci --no-huge -m 1024 \
         --single-file-segments --file-prefix "fbfe$$" \
-        --vdev "net_virtio_user0,path=$a,queues=1,queue_size=1024,mac=02:00:00:00:00:01" \
-        --vdev "net_virtio_user1,path=$b,queues=1,queue_size=1024,mac=02:00:00:00:00:00" -- \
+        --vdev "net_virtio_user0,path=$a,queues=1,queue_size=1024,mac=02:00:00:00:00:01$vq" \
+        --vdev "net_virtio_user1,path=$b,queues=1,queue_size=1024,mac=02:00:00:00:00:00$vq" -- \
         -i --forward-mode=mac \
         --nb-cores=1 --rxd=1024 --txd=1024 --txpkts="$size" --total-num-mbufs=32768 \
         >"$d/log" 2>&1 || true
@@ -114,16 +178,29 @@ run_ferrovs() {
     setsid "$bin/ferrovsd" --run-dir "$d" --pmd-cores "$pmd" >"$d/log" 2>&1 &
     local p=$!; pids+=("$p")
     wait_sock "$d/vm2.sock"
+    # Packed rings are offered only when asked (to frontends that connect from then on).
+    [ "$ring" = packed ] && "$bin/ferrovs" --run-dir "$d" config set vhost-packed-rings true >/dev/null
     # Warm up (MAC learning), then measure with clean PMD counters.
     [ "$frontend" = gen ] && { gen_run "$d/vm1.sock" "$d/vm2.sock" "$size" >/dev/null 2>&1 || true; }
     "$bin/ferrovs" --run-dir "$d" pmd-stats-clear
-    local r; r=$(fe_run "$d/vm1.sock" "$d/vm2.sock" "$size")
+    # The frontend runs in the background while `show` is asked which rings its ports took
+    # (both ports attach within a second or two; at most 8 s of asking, so that a build whose
+    # `show` lists no features is not polled for the whole measurement).
+    fe_run "$d/vm1.sock" "$d/vm2.sock" "$size" >"$d/fe.json" &
+    local fp=$! got=unknown tries=0
+    while kill -0 "$fp" 2>/dev/null && [ $((tries += 1)) -le 40 ]; do
+        got=$(ferrovs_rings "$d" "$bin/ferrovs")
+        [ "$got" = unknown ] || break
+        sleep 0.2
+    done
+    wait "$fp" || true
+    local r; r=$(cat "$d/fe.json")
     local st; st=$("$bin/ferrovs" --run-dir "$d" pmd-stats --json)
     local cpp; cpp=$(jq '.[0].cycles_per_packet' <<<"$st")
     # Busy + idle cycles per packet: the figure testpmd's --record-core-cycles reports.
     local tpp; tpp=$(jq '.[0] | if .rx_packets > 0 then ((.busy_cycles + .idle_cycles) / .rx_packets * 10 | round / 10) else null end' <<<"$st")
     kill "$p"; wait "$p" 2>/dev/null || true
-    jq -c --argjson cpp "$cpp" --argjson tpp "$tpp" '{mpps, lost, cycles_per_packet: $cpp, total_cycles_per_packet: $tpp}' <<<"$r"
+    jq -c --argjson cpp "$cpp" --argjson tpp "$tpp" --arg ring "$got" '{mpps, lost, cycles_per_packet: $cpp, total_cycles_per_packet: $tpp, ring: $ring}' <<<"$r"
 }
 
 run_testpmd() {
@@ -131,7 +208,8 @@ run_testpmd() {
     rm -rf "$d"; mkdir -p "$d"
     setsid dpdk-testpmd -l "$gen,$pmd" --main-lcore "$gen" --no-pci --no-huge -m 1024 \
         --file-prefix "fbench$$" --vdev "net_vhost0,iface=$d/a.sock,queues=1" \
-        --vdev "net_vhost1,iface=$d/b.sock,queues=1" -- --forward-mode=io --nb-cores=1 \
+        --vdev "net_vhost1,iface=$d/b.sock,queues=1" --log-level=lib.vhost.config:info \
+        -- --forward-mode=io --nb-cores=1 \
         --total-num-mbufs=32768 --stats-period 1 --auto-start --record-core-cycles >"$d/log" 2>&1 &
     local p=$!; pids+=("$p")
     wait_sock "$d/b.sock"
@@ -140,7 +218,8 @@ run_testpmd() {
     pgrep -f "fbench$$" >/dev/null && { sleep 1; pkill -9 -f "fbench$$" || true; }
     # testpmd's own figure: all cycles of the forwarding core (busy and idle) per packet.
     local tpp; tpp=$(sed -n 's/.*CPU cycles\/packet=\([0-9.]*\).*/\1/p' "$d/log" | tail -1)
-    jq -c --argjson tpp "${tpp:-null}" '{mpps, lost, total_cycles_per_packet: $tpp}' <<<"$r"
+    local got; got=$(dpdk_rings "$d/log" "$d/a.sock" "$d/b.sock")
+    jq -c --argjson tpp "${tpp:-null}" --arg ring "$got" '{mpps, lost, total_cycles_per_packet: $tpp, ring: $ring}' <<<"$r"
 }
 
 ovs_available() { [ -f scripts/peers/ovs-dpdk.sh ]; }
@@ -157,26 +236,31 @@ run_ovs() {
     local r; r=$(fe_run "$a" "$b" "$size")
     local cpp; cpp=$(ovs_cycles_per_packet "$ovs_dir")
     local tpp; tpp=$(ovs_total_cycles_per_packet "$ovs_dir")
+    # OVS logs DPDK's vhost library messages in its own log (module dpdk, INFO).
+    local got; got=$(dpdk_rings "$ovs_dir/ovs-vswitchd.log" "$a" "$b")
     ovs_stop; ovs_dir=
-    jq -c --argjson cpp "${cpp:-null}" --argjson tpp "${tpp:-null}" '{mpps, lost, cycles_per_packet: $cpp, total_cycles_per_packet: $tpp}' <<<"$r"
+    jq -c --argjson cpp "${cpp:-null}" --argjson tpp "${tpp:-null}" --arg ring "$got" '{mpps, lost, cycles_per_packet: $cpp, total_cycles_per_packet: $tpp, ring: $ring}' <<<"$r"
 }
 
 results=$work/results.jsonl
 : >"$results"
 for round in $(seq "$rounds"); do
     for frontend in $frontends; do
-        for size in $sizes; do
-            for who in ferrovs $peers; do
-                case $who in
-                    ferrovs) r=$(run_ferrovs "$size") ;;
-                    base) r=$(run_ferrovs "$size" "$base_dir/target/release"); who=ferrovs-base ;;
-                    testpmd) r=$(run_testpmd "$size") ;;
-                    ovs) ovs_available || { log "scripts/peers/ovs-dpdk.sh missing: skipping OVS"; continue; }
-                         r=$(run_ovs "$size") ;;
-                esac
-                log "round $round frontend $frontend size $size $who: $r"
-                jq -c --arg who "$who" --arg fe "$frontend" --argjson size "$size" --argjson round "$round" \
-                    '. + {who: $who, frontend: $fe, size: $size, round: $round}' <<<"$r" >>"$results"
+        for ring in $rings; do
+            for size in $sizes; do
+                for who in ferrovs $peers; do
+                    case $who in
+                        ferrovs) r=$(run_ferrovs "$size") ;;
+                        base) r=$(run_ferrovs "$size" "$base_dir/target/release"); who=ferrovs-base ;;
+                        testpmd) r=$(run_testpmd "$size") ;;
+                        ovs) ovs_available || { log "scripts/peers/ovs-dpdk.sh missing: skipping OVS"; continue; }
+                             r=$(run_ovs "$size") ;;
+                    esac
+                    log "round $round frontend $frontend ring $ring size $size $who: $r"
+                    check_ring "$who" "$(jq -r '.ring' <<<"$r")"
+                    jq -c --arg who "$who" --arg fe "$frontend" --arg ring "$ring" --argjson size "$size" --argjson round "$round" \
+                        '. + {who: $who, frontend: $fe, ring: $ring, size: $size, round: $round}' <<<"$r" >>"$results"
+                done
             done
         done
     done
@@ -185,10 +269,13 @@ done
 jq -s --argjson rounds "$rounds" --argjson secs "$secs" --arg base "${base_rev:+$(git rev-parse --short "$base_rev")}" '
   def median: sort | if length == 0 then null else .[(length - 1) / 2 | floor] end;
   def ratio($a; $b): if $a and $b then (($a / $b) * 1000 | round / 1000) else null end;
-  group_by(.frontend) | map(
-    (.[0].frontend) as $fe
-    | {frontend: $fe,
-       source: (if $fe == "testpmd" then "DPDK testpmd, two net_virtio_user ports, --forward-mode=mac, start tx_first 32 (one core)" else "ferrovs-gen txonly --sink (one core)" end),
+  def medians($rows): $rows | map(.mpps) | median;
+  . as $all
+  | group_by([.frontend, ((.ring // "split") != "split")]) | map(
+    (.[0].frontend) as $fe | (.[0].ring // "split") as $ring
+    | {frontend: $fe, ring: $ring,
+       source: ((if $fe == "testpmd" then "DPDK testpmd, two net_virtio_user ports, --forward-mode=mac, start tx_first 32 (one core)" else "ferrovs-gen txonly --sink (one core)" end)
+                + (if $ring == "packed" then (if $fe == "testpmd" then ", packed_vq=1" else ", --packed" end) else "" end)),
        sizes: (group_by(.size) | map(
          (.[0].size) as $size
          | (group_by(.who) | map({key: .[0].who, value: {
@@ -196,11 +283,18 @@ jq -s --argjson rounds "$rounds" --argjson secs "$secs" --arg base "${base_rev:+
                cycles_per_packet: (map(.cycles_per_packet // empty) | median),
                total_cycles_per_packet: (map(.total_cycles_per_packet // empty) | median),
                lost: (map(.lost // empty) | add),
+               ring: (map(.ring) | unique | if length == 1 then .[0] else join(",") end),
                runs: map(.mpps)}}) | from_entries) as $by
          | {size: $size, results: $by,
             ratio_to_testpmd: ($by | to_entries | map({key: .key, value: ratio(.value.mpps; $by.testpmd.mpps)}) | from_entries)}
            + (if $by["ferrovs-base"] then {ratio_to_base: {median: ratio($by.ferrovs.mpps; $by["ferrovs-base"].mpps),
                   per_round: [range(0; [($by.ferrovs.runs | length), ($by["ferrovs-base"].runs | length)] | min) as $i
-                               | ratio($by.ferrovs.runs[$i]; $by["ferrovs-base"].runs[$i])]}} else {} end)))})
+                               | ratio($by.ferrovs.runs[$i]; $by["ferrovs-base"].runs[$i])]}} else {} end)
+           + (if $ring == "packed" then
+                ($all | map(select(.frontend == $fe and (.ring // "split") == "split" and .size == $size))) as $split
+                | if ($split | length) > 0 then {ratio_to_split: ($by | to_entries | map(
+                      .key as $who | {key: $who, value: ratio(.value.mpps; medians($split | map(select(.who == $who))))}) | from_entries)}
+                  else {} end
+              else {} end)))})
   | {benchmark: "vhost-fwd", rounds: $rounds, seconds: $secs, base: (if $base == "" then null else $base end), frontends: .}
 ' "$results"

@@ -22,6 +22,9 @@
 //!   in a shadow list and written once the packet is whole, the first one's flags last, so
 //!   the guest never sees part of a packet and a packet rolled back (too few buffers,
 //!   postcopy) left nothing behind.
+//! * Guest TX: the used descriptors of a burst are written as its chains are taken, except
+//!   the first one's, written at the end of the burst (also when a broken chain cut it
+//!   short): the driver, which reads used descriptors in order, sees the burst at once.
 //! * A broken chain is not returned to the guest (its length is not known): the queue is
 //!   broken and stays so until the frontend re-initialises it.
 //!
@@ -43,7 +46,8 @@ use super::chain::{ChainError, Walk};
 use super::dequeue::Taken;
 use super::dirty_log::{Logging, Marker, NoLog};
 use super::enqueue::Fill;
-use super::VirtQueue;
+use super::prefetch::{prefetch_ahead_packed, prefetch_burst_packed, BURST_PREFETCH_BYTES};
+use super::{VirtQueue, BURST};
 use crate::stats::{DropReason, QueueStats};
 
 const WRAP_BIT: u16 = 1 << 15;
@@ -72,7 +76,7 @@ impl Pos {
 
     /// `n` slots on (`n <= size`), flipping the wrap counter past the end.
     #[inline]
-    fn advance(self, n: u16, size: u16) -> Pos {
+    pub(super) fn advance(self, n: u16, size: u16) -> Pos {
         let s = u32::from(self.slot) + u32::from(n);
         if s >= u32::from(size) {
             Pos {
@@ -100,7 +104,7 @@ impl Pos {
 /// previous lap's and are not taken (it stalls only its own queue). USED == AVAIL == wrap
 /// says "used by the device in this lap", which the device has not reached: a lie.
 #[derive(Debug, PartialEq, Eq)]
-enum Slot {
+pub(super) enum Slot {
     Available,
     /// Not made available yet (still the previous lap's used entry, or never written).
     NotYet,
@@ -119,6 +123,14 @@ fn slot_state(flags: u16, wrap: bool) -> Slot {
         // available in the previous lap that no used entry overwrote (a later slot of a
         // chain: the used descriptor goes to the chain's first slot only).
         (false, _) => Slot::NotYet,
+    }
+}
+
+impl Slot {
+    /// The state of a descriptor with `flags` at a position of the lap of `wrap`.
+    #[inline(always)]
+    pub(super) fn of(flags: u16, wrap: bool) -> Slot {
+        slot_state(flags, wrap)
     }
 }
 
@@ -323,6 +335,13 @@ impl VirtQueue {
         let indirect_ok = self.indirect_ok();
         let (mut pkts, mut bytes, mut chains) = (0u64, 0u64, 0u32);
         let (mut oversize, mut runts, mut bad_offload, mut no_large) = (0u64, 0u64, 0u64, 0u64);
+        // Start loading the burst's buffers at once (as on split rings), and a large packet's
+        // rest one chain ahead of its copy.
+        let ahead = prefetch_burst_packed(ring, pos, n, false) as u64 > BURST_PREFETCH_BYTES;
+        // The burst's first used descriptor is written last (as DPDK's shadow used ring
+        // does): the driver reads used descriptors in order from that one, so it sees the
+        // whole burst at once instead of reading lines we are still writing.
+        let mut first: Option<(Pos, u16)> = None;
         for _ in 0..n {
             match slot_state(ring.desc_flags(pos.slot), pos.wrap) {
                 Slot::Available => {}
@@ -336,6 +355,9 @@ impl VirtQueue {
                 stats.drop(DropReason::NoMbuf, 1);
                 break;
             };
+            if ahead {
+                prefetch_ahead_packed(ring, pos.advance(1, size), u64::MAX, false);
+            }
             let mut chain = PackedChain::new(ring, pos, indirect_ok);
             let res = self.copy_chain_out(
                 ring.mem(),
@@ -356,8 +378,12 @@ impl VirtQueue {
                 }
                 Ok(t) => t,
             };
-            ring.write_used(pos.slot, chain.id, 0, used_flags(pos.wrap, false));
-            self.mark_used_desc(marker, pos.slot);
+            if first.is_none() {
+                first = Some((pos, chain.id));
+            } else {
+                ring.write_used(pos.slot, chain.id, 0, used_flags(pos.wrap, false));
+                self.mark_used_desc(marker, pos.slot);
+            }
             pos = pos.advance(chain.slots, size);
             chains += 1;
             match res {
@@ -372,6 +398,11 @@ impl VirtQueue {
                 Taken::BadOffload => bad_offload += 1,
                 Taken::NoLargeBuffer => no_large += 1,
             }
+        }
+        // Every chain taken gets its used descriptor, a burst cut short by a broken chain too.
+        if let Some((p, id)) = first {
+            ring.write_used(p.slot, id, 0, used_flags(p.wrap, false));
+            self.mark_used_desc(marker, p.slot);
         }
         self.state.last_avail = pos.encode();
         self.state.used_idx = pos.encode();
@@ -417,7 +448,21 @@ impl VirtQueue {
             return 0;
         }
         let (mut sent, mut bytes, mut chains) = (0u64, 0u64, 0u32);
-        for (pkt, hdr) in pkts {
+        let mut pkts = pkts.into_iter().peekable();
+        let n = pkts.size_hint().1.unwrap_or(BURST).min(BURST);
+        prefetch_burst_packed(ring, Pos::decode(self.state.last_avail), n, true);
+        // Large packets (judged by the first) are prefetched one ahead of their copy.
+        let ahead = pkts
+            .peek()
+            .is_some_and(|(p, _)| (self.hdr_len + p.len()) as u64 > BURST_PREFETCH_BYTES);
+        while let Some((pkt, hdr)) = pkts.next() {
+            if ahead {
+                if let Some((next, _)) = pkts.peek() {
+                    let len = (self.hdr_len + next.len()) as u64;
+                    let next_pos = Pos::decode(self.state.last_avail).advance(1, ring.size());
+                    prefetch_ahead_packed(ring, next_pos, len, true);
+                }
+            }
             if hdr.is_offload() && !caps::accepts(self.rx_caps, &hdr) {
                 stats.drop(DropReason::OffloadRefused, 1);
                 break;

@@ -1,12 +1,16 @@
-//! Prefetching of guest buffers, for both directions: a burst starts loading the descriptors
-//! and first lines of all its chains at once, and a large packet's copy overlaps the loading of
-//! the next chain's buffer. Only hints: a wrong guess costs a few useless loads, never a wrong
-//! result, and addresses are translated (checked) before anything is touched.
+//! Prefetching of guest buffers, for both directions, on split and packed rings: a burst starts
+//! loading the descriptors and first lines of all its chains at once, and a large packet's copy
+//! overlaps the loading of the next chain's buffer. Only hints: a wrong guess costs a few
+//! useless loads, never a wrong result, and addresses are translated (checked) before anything
+//! is touched; on a packed ring only descriptors the driver made available are looked at.
 //!
 //! Thread-safety: reads the ring of a queue its caller holds locked; `FERROVS_NO_PREFETCH` is
 //! read once per process.
 
+use ferrovs_sys::guest::packed::PackedRing;
 use ferrovs_sys::guest::vring::SplitRing;
+
+use super::packed::{Pos, Slot};
 
 /// Whether burst prefetching is on (`FERROVS_NO_PREFETCH` turns it off, for A/B benches).
 fn prefetch_on() -> bool {
@@ -36,6 +40,54 @@ pub(super) fn prefetch_burst(ring: &SplitRing, from: u16, n: usize, write: bool)
         }
     }
     longest
+}
+
+/// [`prefetch_burst`] for a packed ring: from position `from`, the buffers of up to `n`
+/// descriptors the driver made available (stopping at the first that is not), in ring order
+/// (a chain of several descriptors has each of its buffers prefetched, the chain counted as
+/// several). The descriptors themselves are consecutive 16-byte entries (four a line), which
+/// the walk loads anyway. Returns the longest buffer seen.
+#[inline(always)]
+pub(super) fn prefetch_burst_packed(ring: &PackedRing, from: Pos, n: usize, write: bool) -> u32 {
+    if !prefetch_on() {
+        return 0;
+    }
+    let (mem, size) = (ring.mem(), ring.size());
+    let mut pos = from;
+    let mut longest = 0;
+    for _ in 0..n.min(usize::from(size)) {
+        let Some(d) = ring.desc(pos.slot) else { break };
+        if Slot::of(d.flags, pos.wrap) != Slot::Available {
+            break;
+        }
+        mem.prefetch_range(d.addr, u64::from(d.len), BURST_PREFETCH_BYTES / 64, write);
+        longest = longest.max(d.len);
+        pos = pos.advance(1, size);
+    }
+    longest
+}
+
+/// [`prefetch_ahead`] for a packed ring: the rest of the buffer at position `pos` (guessed to
+/// be the next chain's first), if the driver made it available.
+#[inline(always)]
+pub(super) fn prefetch_ahead_packed(ring: &PackedRing, pos: Pos, len: u64, write: bool) {
+    if len <= BURST_PREFETCH_BYTES || !prefetch_on() {
+        return;
+    }
+    if let Some(d) = ring.desc(pos.slot) {
+        if Slot::of(d.flags, pos.wrap) != Slot::Available {
+            return;
+        }
+        let len = len.min(u64::from(d.len)).min(AHEAD_PREFETCH_BYTES);
+        if len > BURST_PREFETCH_BYTES {
+            ring.mem().prefetch_range(
+                d.addr.saturating_add(BURST_PREFETCH_BYTES),
+                len - BURST_PREFETCH_BYTES,
+                AHEAD_PREFETCH_BYTES / 64,
+                write,
+            );
+        }
+    }
 }
 
 /// Bytes of a chain's first buffer the burst prefetch covers (two lines).
