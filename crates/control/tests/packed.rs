@@ -184,3 +184,26 @@ fn in_order_is_offered_on_both_layouts() {
         "{f:?}"
     );
 }
+
+/// `config get` reads back `vhost-packed-rings` (and any other setting `config set` took).
+#[test]
+fn config_get_reads_back_what_config_set_took() {
+    let sw = Switch::start("config-get");
+    let get = |k: &str| {
+        sw.req(Request::ConfigGet {
+            key: Some(k.into()),
+        })
+    };
+    assert_eq!(get("vhost-packed-rings").unwrap(), "false");
+    for (k, v) in [("vhost-packed-rings", "true"), ("ct-max-entries", "5000")] {
+        sw.req(Request::ConfigSet {
+            key: k.into(),
+            value: v.into(),
+        })
+        .unwrap();
+        assert_eq!(get(k).unwrap(), v, "{k}");
+    }
+    let all = sw.req(Request::ConfigGet { key: None }).unwrap();
+    assert_eq!(all["vhost-packed-rings"], "true", "{all}");
+    assert!(get("no-such-setting").is_err());
+}

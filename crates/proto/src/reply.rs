@@ -586,11 +586,14 @@ pub struct Settings {
     /// Absent from older daemons.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub pmd_rxq_assign: String,
+    /// Absent from older daemons.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub vhost_packed_rings: String,
 }
 
 impl Settings {
     /// `(name, value)` in name order.
-    pub fn pairs(&self) -> [(&'static str, &str); 8] {
+    pub fn pairs(&self) -> [(&'static str, &str); 9] {
         [
             ("mac-aging", &self.mac_aging),
             ("mac-table-size", &self.mac_table_size),
@@ -600,6 +603,7 @@ impl Settings {
             ("pmd-rxq-assign", &self.pmd_rxq_assign),
             ("pmd-sleep-after-us", &self.pmd_sleep_after_us),
             ("pmd-sleep-max-us", &self.pmd_sleep_max_us),
+            ("vhost-packed-rings", &self.vhost_packed_rings),
         ]
     }
 }

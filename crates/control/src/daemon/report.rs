@@ -31,6 +31,7 @@ impl Daemon {
             pmd_sleep_after_us: (self.datapath.rx_mode().1 / 1000).to_string(),
             pmd_sleep_max_us: (self.datapath.sleep_max_ns() / 1000).to_string(),
             pmd_rxq_assign: self.rxq_assign_mode().name().into(),
+            vhost_packed_rings: self.config.packed_rings().to_string(),
         };
         let Some(k) = key else {
             return Ok(ConfigGet::All(all));
@@ -38,6 +39,10 @@ impl Daemon {
         let pairs = all.pairs();
         match pairs.iter().find(|(n, _)| *n == k) {
             Some((_, v)) => Ok(ConfigGet::One(v.to_string())),
+            // Any other setting `config set` took (ct-*, emc-*, flow-*, ...): as it was set.
+            None if self.config.other.contains_key(k) => {
+                Ok(ConfigGet::One(self.config.other[k].clone()))
+            }
             None => Err(ConfigError::Invalid(format!(
                 "unknown setting '{k}' (known: {})",
                 pairs.map(|(n, _)| n).join(", ")
