@@ -49,7 +49,8 @@ fn a_packed_on_guest_runs_on_split_rings_when_the_switch_does_not_offer_them() {
         assert!(g.args(&dir, &img).iter().any(|a| a.contains(",packed=on")));
         procs.push(g.start(&dir, &img));
     }
-    for (name, port) in [("b", "vm2"), ("a", "vm1")] {
+    // A first: it powers off once its pings are done (B idles).
+    for (name, port) in [("a", "vm1"), ("b", "vm2")] {
         wait_console(&dir, name, &["FERROVS-NIC "], 120);
         let bits = nic_features(&console(&dir, name)).expect("FERROVS-NIC line");
         assert_eq!(
