@@ -66,6 +66,14 @@ export FERROVS_BIN_DIR=$PWD/target/release
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 cargo test --workspace --release --no-fail-fast -- --test-threads=1 2>&1 | tee "$log"
+
+# Packed rings with real guests (issue 16, packed-ring guests part): the same guest tests
+# again, every guest's NIC with packed=on and the switch offering packed rings
+# (tests/e2e/src/guest.rs, FERROVS_GUEST_RING); each test asserts that both the switch
+# (`show`: ring_packed) and the guest's driver (feature bit 34) negotiated them.
+step "QEMU guests on packed rings (FERROVS_GUEST_RING=packed)"
+FERROVS_GUEST_RING=packed cargo test --release -p ferrovs-e2e --no-fail-fast \
+    --test guests --test migration --test migration_tx -- --test-threads=1 2>&1 | tee -a "$log"
 passed=$(awk '/^test result:/ {s += $4} END {print s + 0}' "$log")
 failed=$(awk '/^test result:/ {s += $6} END {print s + 0}' "$log")
 

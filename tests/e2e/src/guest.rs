@@ -9,6 +9,12 @@
 //! TCG loses guest stores during a migration when RAM is a multiple of 256 KiB). A migration
 //! destination is the same command line plus `-incoming URI` (and `-S` to keep it paused
 //! after the migration).
+//!
+//! The ring layout: `FERROVS_GUEST_RING=packed` runs every guest with `packed=on` on its
+//! NIC and every switch [`crate::start_switch`] starts with `vhost-packed-rings=true`, so the
+//! same guest tests run a second time on packed virtqueues (scripts/test.sh does);
+//! [`assert_ring`] checks that the switch and the guest's driver both negotiated the layout
+//! the run asked for. Unset or `split`: split rings, as QEMU and the switch default to.
 
 use std::hash::Hasher;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -74,6 +80,81 @@ pub fn which(cmd: &str) -> PathBuf {
     PathBuf::from(String::from_utf8_lossy(&o.stdout).trim())
 }
 
+/// The virtqueue layout of the guests' NICs (`FERROVS_GUEST_RING`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ring {
+    Split,
+    /// `packed=on` on the NIC (VIRTIO_F_RING_PACKED, bit 34), the switch offering it.
+    Packed,
+}
+
+/// The ring layout this run's guests use: `FERROVS_GUEST_RING` = `split` (or unset) or
+/// `packed`; anything else is a mistake in the command line and panics.
+pub fn guest_ring() -> Ring {
+    match std::env::var("FERROVS_GUEST_RING").as_deref() {
+        Err(_) | Ok("") | Ok("split") => Ring::Split,
+        Ok("packed") => Ring::Packed,
+        Ok(other) => panic!("FERROVS_GUEST_RING={other}: expected split or packed"),
+    }
+}
+
+/// VIRTIO_F_RING_PACKED.
+pub const RING_PACKED_BIT: usize = 34;
+
+/// Asserts that switch port `port` and the driver of guest `guest` (its `FERROVS-NIC` line,
+/// waited for up to `secs`) negotiated the layout of [`guest_ring`]: `ring_packed` among the
+/// port's features in `ferrovs show` and bit 34 of `/sys/class/net/eth0/device/features` in
+/// the guest, both or neither. Returns the layout's name for the test's log.
+pub fn assert_ring(dir: &Path, port: &str, guest: &str, secs: u64) -> &'static str {
+    assert_guest_ring(dir, guest, secs);
+    assert_port_ring(dir, port)
+}
+
+/// The guest half of [`assert_ring`] (a guest on no switch port, or whose console no longer
+/// shows its driver's probe: a migration destination).
+pub fn assert_guest_ring(dir: &Path, guest: &str, secs: u64) -> &'static str {
+    wait_console(dir, guest, &["FERROVS-NIC "], secs);
+    let bits = nic_features(&console(dir, guest)).expect("FERROVS-NIC line");
+    let packed = bits.as_bytes().get(RING_PACKED_BIT) == Some(&b'1');
+    assert_eq!(
+        packed,
+        guest_ring() == Ring::Packed,
+        "{:?} rings asked for; guest {guest} negotiated features {bits}",
+        guest_ring()
+    );
+    ring_name()
+}
+
+/// The switch half of [`assert_ring`]: `ring_packed` among port `port`'s features in
+/// `ferrovs show` exactly when the run is on packed rings.
+pub fn assert_port_ring(dir: &Path, port: &str) -> &'static str {
+    let show = crate::cli_json(dir, &["show"]);
+    let features: Vec<String> = show["bridges"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|b| b["ports"].as_array().into_iter().flatten())
+        .filter(|p| p["name"] == port)
+        .flat_map(|p| p["features"].as_array().into_iter().flatten())
+        .filter_map(|f| f.as_str().map(String::from))
+        .collect();
+    assert!(!features.is_empty(), "port {port}: no features in {show}");
+    assert_eq!(
+        features.iter().any(|f| f == "ring_packed"),
+        guest_ring() == Ring::Packed,
+        "{:?} rings asked for; port {port} features {features:?}",
+        guest_ring()
+    );
+    ring_name()
+}
+
+fn ring_name() -> &'static str {
+    match guest_ring() {
+        Ring::Split => "split",
+        Ring::Packed => "packed",
+    }
+}
+
 /// The guest's NIC.
 #[derive(Debug, Clone)]
 pub enum Nic {
@@ -113,6 +194,8 @@ pub struct Guest {
     /// `-S`: the vCPUs do not start (a destination then stays paused after the migration
     /// until `cont`).
     pub paused: bool,
+    /// The NIC's virtqueue layout (`packed=on` when packed); [`guest_ring`] by default.
+    pub ring: Ring,
 }
 
 impl Guest {
@@ -131,6 +214,7 @@ impl Guest {
             qmp: false,
             incoming: None,
             paused: false,
+            ring: guest_ring(),
         }
     }
 
@@ -197,6 +281,9 @@ impl Guest {
         let mut device = format!("virtio-net-pci,netdev=n0,mac={},vectors=0", self.mac);
         if !self.guest_announce {
             device.push_str(",guest_announce=off");
+        }
+        if self.ring == Ring::Packed {
+            device.push_str(",packed=on");
         }
         match &self.nic {
             Nic::VhostUser(chardev) => {

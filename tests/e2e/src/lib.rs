@@ -217,6 +217,11 @@ pub fn start_switch(dir: &Path, core: usize, extra: &[&str]) -> Proc {
     wait_until("control socket", 10, || {
         dir.join("ferrovs.ctl").exists() && cli(dir, &["show"]).status.success()
     });
+    // A guest run on packed rings (guest.rs, `FERROVS_GUEST_RING=packed`): offer them.
+    if guest::guest_ring() == guest::Ring::Packed {
+        let o = cli(dir, &["config", "set", "vhost-packed-rings", "true"]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
     p
 }
 

@@ -77,9 +77,13 @@ fn two_guests_ping_through_ferrovs_in_both_socket_modes() {
         "ferrovs.ip=10.0.0.1/24 ferrovs.cmd=ping ferrovs.peer=10.0.0.2 ferrovs.count=5",
     );
     wait_console(&dir, "b", &["FERROVS-GUEST-READY 52:54:00:00:00:02"], 90);
+    assert_ring(&dir, "vm3", "b", 10);
+    // (A powers off once its pings are done: its layout is checked while it pings.)
+    let ring = assert_ring(&dir, "vm1", "a", 120);
     let verdict = wait_console(&dir, "a", &["FERROVS-PING-OK", "FERROVS-PING-FAIL"], 120);
     let st = cli_json(&dir, &["port-stats"]);
     assert_eq!(verdict, "FERROVS-PING-OK", "port stats: {st}");
+    eprintln!("both socket modes on {ring} rings");
     let show = cli_json(&dir, &["show"]);
     let ports = show["bridges"][0]["ports"].as_array().unwrap();
     let vm3 = ports.iter().find(|p| p["name"] == "vm3").unwrap();
@@ -131,6 +135,8 @@ fn guests_ping_without_loss_across_hot_upgrades() {
          ferrovs.interval=0.1 ferrovs.wait=60",
     );
     wait_console(&dir, "a", &["FERROVS-PEER-UP"], 120);
+    assert_ring(&dir, "vm1", "a", 10);
+    assert_ring(&dir, "vm3", "b", 10);
     let pid0 = cli_json(&dir, &["show"])["pid"].clone();
     let mut last_pid = pid0.clone();
     for _ in 0..5 {
@@ -139,7 +145,11 @@ fn guests_ping_without_loss_across_hot_upgrades() {
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         last_pid = cli_json(&dir, &["show"])["pid"].clone();
     }
-    // (Before guest A powers off at the end of its pings.)
+    // (Before guest A powers off at the end of its pings.) The new daemon goes on with the
+    // layout the guests negotiated.
+    let ring = assert_port_ring(&dir, "vm1");
+    assert_port_ring(&dir, "vm3");
+    eprintln!("5 upgrades on {ring} rings");
     let show = cli_json(&dir, &["show"]);
     let verdict = wait_console(&dir, "a", &["FERROVS-PING-OK", "FERROVS-PING-FAIL"], 120);
     let console = std::fs::read_to_string(dir.join("a.console")).unwrap();
@@ -185,6 +195,8 @@ fn guest_tcp_and_udp_streams_survive_hot_upgrades() {
     );
     wait_console(&dir, "b", &["FERROVS-LISTENING"], 120);
     wait_console(&dir, "a", &["FERROVS-PEER-UP"], 120);
+    assert_ring(&dir, "vm1", "a", 10);
+    assert_ring(&dir, "vm3", "b", 10);
     // Drops from here on: before b's NIC is up, a's ARP requests for it (a waits for its
     // peer) are flooded to b's port and counted there as `queue_not_ready`.
     let drops_before = dropped_by_port(&cli_json(&dir, &["port-stats"]));
@@ -198,11 +210,14 @@ fn guest_tcp_and_udp_streams_survive_hot_upgrades() {
     }
     wait_console(&dir, "a", &["FERROVS-TOOL-DONE", "FERROVS-ERROR"], 120);
     wait_console(&dir, "b", &["FERROVS-TOOL-DONE", "FERROVS-ERROR"], 120);
+    let ring = assert_port_ring(&dir, "vm1");
+    assert_port_ring(&dir, "vm3");
     let show = cli_json(&dir, &["show"]);
     let stats = cli_json(&dir, &["port-stats"]);
     if let Some(pid) = show["pid"].as_u64() {
         let _ = Command::new("kill").arg(pid.to_string()).status();
     }
+    eprintln!("streams on {ring} rings");
     let (ra, rb) = (results(&dir, "a"), results(&dir, "b"));
     assert_eq!((ra.len(), rb.len()), (2, 2), "a: {ra:?} b: {rb:?}");
     // Where frames were dropped, if anywhere (a retransmission's cause).
@@ -383,6 +398,8 @@ fn reboot_and_reset(mode: &str) {
          ferrovs.args=udp-send,10.0.0.2,5001,200,60000,64",
     );
     wait_console(&dir, "a", &["FERROVS-PEER-UP"], 120);
+    assert_ring(&dir, "vm1", "a", 10);
+    assert_ring(&dir, port_b, "b", 10);
 
     // Boot 1: the stream flows without loss (A starts when B answers pings, which may be
     // before B's receiver is bound: loss counts from the first datagram received).
@@ -436,6 +453,22 @@ fn reboot_and_reset(mode: &str) {
         "nothing lost once the stream resumed after the reset: {resumed} .. {later}"
     );
     assert_eq!(boots(&dir, "b").len(), 2, "no third boot");
+    // The driver set the device up again on the same layout, after the reboot and the reset.
+    for text in boots(&dir, "b") {
+        for part in text.split("FERROVS-NIC-RESET-DONE") {
+            if let Some(bits) = nic_features(part) {
+                assert_eq!(
+                    bits.as_bytes().get(RING_PACKED_BIT) == Some(&b'1'),
+                    guest_ring() == Ring::Packed,
+                    "b re-negotiated {bits}"
+                );
+            }
+        }
+    }
+    eprintln!(
+        "{mode}: reboot and reset on {} rings",
+        assert_port_ring(&dir, port_b)
+    );
 
     let show = cli_json(&dir, &["show"]);
     let stats = cli_json(&dir, &["port-stats"]);
@@ -567,6 +600,8 @@ fn multiqueue_guests_spread_flows_over_queue_pairs_without_loss() {
     for name in ["a", "b"] {
         wait_console(&dir, name, &["FERROVS-TOOL-DONE", "FERROVS-ERROR"], 120);
     }
+    assert_ring(&dir, "mqa", "a", 10);
+    assert_ring(&dir, "mqb", "b", 10);
     let stats = cli_json(&dir, &["port-stats"]);
     let show = cli_json(&dir, &["show"]);
     drop(procs);
@@ -692,6 +727,7 @@ fn guest_tso_to_an_uplink_without_offloads_is_segmented_on_the_wire() {
          ferrovs.args=tcp-send,10.0.0.9,5000,4",
     );
     wait_console(&dir, "a", &["FERROVS-TOOL-DONE", "FERROVS-ERROR"], 180);
+    let ring = assert_ring(&dir, "vm1", "a", 10);
     let show = cli_json(&dir, &["show"]);
     let u1 = cli_json(&dir, &["port-stats", "u1"])[0].clone();
     let _ = wait_status(recv, Duration::from_secs(10));
@@ -744,7 +780,8 @@ fn guest_tso_to_an_uplink_without_offloads_is_segmented_on_the_wire() {
         );
     }
     eprintln!(
-        "guest -> uplink: {} ({} TSO packets cut into {} segments; {} wire frames checked)",
+        "guest -> uplink on {ring} rings: {} ({} TSO packets cut into {} segments; {} wire \
+         frames checked)",
         rb[0],
         tso,
         segs,

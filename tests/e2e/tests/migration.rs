@@ -108,6 +108,7 @@ fn harness_migrates_a_guest_without_a_switch_port_precopy_then_postcopy() {
     g.qmp = true;
     let _h0 = g.start(&dir, &img);
     let mut q0 = g.qmp(&dir);
+    eprintln!("h0 on {} rings", assert_guest_ring(&dir, "h0", 120));
     wait_until("the stream inside h0", 120, || {
         progress(&console(&dir, "h0"))
             .last()
@@ -327,6 +328,8 @@ fn migration_under_traffic(name: &str, postcopy: bool, guest_announce: bool) {
         "{before}"
     );
     assert_eq!(mac_port(&dir, M_MAC).as_deref(), Some("vma"));
+    assert_ring(&dir, "vma", "m-src", 10);
+    assert_ring(&dir, "vm1", "p", 10);
 
     // The destination, on vmb; paused after a precopy migration (RAM compared first).
     let chardev = format!("socket,id=c0,path={vmb},reconnect=1");
@@ -536,6 +539,9 @@ fn migration_under_traffic(name: &str, postcopy: bool, guest_announce: bool) {
     } else {
         assert!(rarps >= Some(1), "{}", port(&stats1, "vmb"));
     }
+    // The destination's port goes on with the layout the source negotiated (QEMU sets the
+    // destination's rings up from the migrated device state).
+    eprintln!("{name}: on {} rings", assert_port_ring(&dir, "vmb"));
     let b = port_state(&dir, "vmb");
     assert_eq!(
         (&b["state"], &b["connects"]),
