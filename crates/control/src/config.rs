@@ -466,8 +466,8 @@ pub const SETTINGS: &[(&str, &str)] = &[
     (
         "vhost-packed-rings",
         "offer packed virtqueues (VIRTIO_F_RING_PACKED) to vhost-user frontends that connect \
-         from now on: true or false (default false, until QEMU guests pass the guest suite \
-         with packed=on)",
+         from now on: true or false (default true; a frontend takes them only when it asks: \
+         QEMU packed=on, DPDK virtio-user packed_vq=1)",
     ),
 ];
 
@@ -581,11 +581,13 @@ impl Config {
         Ok(())
     }
 
-    /// `vhost-packed-rings`: whether vhost-user ports offer packed rings.
+    /// `vhost-packed-rings`: whether vhost-user ports offer packed rings (default: yes, as
+    /// DPDK's vhost library does; a frontend takes them only when it asks, QEMU with
+    /// `packed=on`, DPDK virtio-user with `packed_vq=1`).
     pub fn packed_rings(&self) -> bool {
         self.other
             .get("vhost-packed-rings")
-            .is_some_and(|v| v == "true")
+            .is_none_or(|v| v == "true")
     }
 
     pub fn setting_u32(&self, key: &str, default: u32) -> u32 {

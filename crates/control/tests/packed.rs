@@ -28,14 +28,22 @@ fn features_of(sw: &Switch, i: usize) -> Vec<String> {
 }
 
 #[test]
-fn packed_rings_are_off_by_default() {
+fn packed_rings_are_offered_by_default_and_can_be_turned_off() {
     let sw = Switch::start("packed-off");
     wait_until("sockets", || {
         sw.sock("vm1").exists() && sw.sock("vm2").exists()
     });
+    let a = attach(&sw.sock("vm1"), 0x0200_0000_0001, packed_cfg());
+    assert!(a.fe.packed(), "offered by default");
+    drop(a);
+    sw.req(Request::ConfigSet {
+        key: "vhost-packed-rings".into(),
+        value: "false".into(),
+    })
+    .unwrap();
     let mut a = attach(&sw.sock("vm1"), 0x0200_0000_0001, packed_cfg());
     let mut b = attach(&sw.sock("vm2"), 0x0200_0000_0002, packed_cfg());
-    assert!(!a.fe.packed(), "not offered unless vhost-packed-rings=true");
+    assert!(!a.fe.packed(), "not offered with vhost-packed-rings=false");
     assert_eq!(exchange(&mut a, &mut b, 300, 64).len(), 300);
     assert!(!features_of(&sw, 0).iter().any(|f| f == "ring_packed"));
 }
@@ -194,8 +202,8 @@ fn config_get_reads_back_what_config_set_took() {
             key: Some(k.into()),
         })
     };
-    assert_eq!(get("vhost-packed-rings").unwrap(), "false");
-    for (k, v) in [("vhost-packed-rings", "true"), ("ct-max-entries", "5000")] {
+    assert_eq!(get("vhost-packed-rings").unwrap(), "true");
+    for (k, v) in [("vhost-packed-rings", "false"), ("ct-max-entries", "5000")] {
         sw.req(Request::ConfigSet {
             key: k.into(),
             value: v.into(),
@@ -204,6 +212,6 @@ fn config_get_reads_back_what_config_set_took() {
         assert_eq!(get(k).unwrap(), v, "{k}");
     }
     let all = sw.req(Request::ConfigGet { key: None }).unwrap();
-    assert_eq!(all["vhost-packed-rings"], "true", "{all}");
+    assert_eq!(all["vhost-packed-rings"], "false", "{all}");
     assert!(get("no-such-setting").is_err());
 }

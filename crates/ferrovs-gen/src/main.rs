@@ -107,7 +107,7 @@ struct Cli {
     #[arg(long)]
     log: bool,
     /// Packed virtqueues (VIRTIO_F_RING_PACKED): fail if the backend does not offer them
-    /// (ferrovs offers them after `ferrovs set vhost-packed-rings true`).
+    /// (ferrovs offers them unless `vhost-packed-rings` is false).
     #[arg(long)]
     packed: bool,
     /// Log level for everything FERROVS_LOG does not name [default: info, or FERROVS_LOG's].
@@ -344,7 +344,7 @@ fn main() -> ExitCode {
         for (f, at) in std::iter::once((&fe, &path)).chain(sink.as_ref().zip(sink_path.as_ref())) {
             if !f.packed() {
                 log::error!(
-                    "{} did not offer packed rings (ferrovs: `ferrovs set vhost-packed-rings true`)",
+                    "{} did not offer packed rings (ferrovs: `ferrovs config set vhost-packed-rings true`)",
                     at.display()
                 );
                 return ExitCode::FAILURE;

@@ -187,7 +187,7 @@ pub struct Device {
     announce: Option<[u8; 6]>,
     rarps: u64,
     postcopy_listens: u64,
-    /// Offer `VIRTIO_F_RING_PACKED` (the `vhost-packed-rings` setting; off by default).
+    /// Offer `VIRTIO_F_RING_PACKED` (the `vhost-packed-rings` setting; on by default).
     packed_rings: bool,
     /// The last request refused, for the daemon to log through its rate limiter (a
     /// frontend repeating a bad request must not flood the log): taken by

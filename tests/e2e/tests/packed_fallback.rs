@@ -1,5 +1,5 @@
 //! A real QEMU guest that asks for packed rings (`-device virtio-net-pci,packed=on`) from a
-//! switch that does not offer them (`vhost-packed-rings` off, the default): QEMU leaves
+//! switch that does not offer them (`vhost-packed-rings` turned off): QEMU leaves
 //! VIRTIO_F_RING_PACKED out of what it offers the guest, whose driver then runs on split
 //! rings, and the guests talk through the switch as usual. What an operator sees who turns
 //! `packed=on` on before the switch.
@@ -18,7 +18,7 @@ fn a_packed_on_guest_runs_on_split_rings_when_the_switch_does_not_offer_them() {
     let dir = run_dir("packed-fallback");
     let (pmd, _) = cores();
     let _sw = start_switch(&dir, pmd, &[]);
-    // Off whatever the run (a FERROVS_GUEST_RING=packed run turns it on in start_switch).
+    // Off whatever the run (on by default; a FERROVS_GUEST_RING=packed run sets it too).
     let o = cli(&dir, &["config", "set", "vhost-packed-rings", "false"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let mut procs = Vec::new();
