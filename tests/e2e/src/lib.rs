@@ -516,3 +516,32 @@ pub fn ping(ns: &str, to: &str, count: u32) -> u64 {
         .parse()
         .unwrap()
 }
+
+/// `ferrovs add-port br0 NAME type=vhost-user path=DIR/NAME.sock`; waits for the socket and
+/// returns its path.
+pub fn add_vhost_user_port(dir: &Path, name: &str) -> String {
+    let sock = dir.join(format!("{name}.sock")).display().to_string();
+    let o = cli(
+        dir,
+        &[
+            "add-port",
+            "br0",
+            name,
+            "type=vhost-user",
+            &format!("path={sock}"),
+        ],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    wait_until("port socket", 10, || Path::new(&sock).exists());
+    sock
+}
+
+/// Port `name`'s stats from a `port-stats` array.
+pub fn port_stats_of<'a>(stats: &'a Value, name: &str) -> &'a Value {
+    stats
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["port"] == name)
+        .unwrap_or_else(|| panic!("no port {name}: {stats}"))
+}

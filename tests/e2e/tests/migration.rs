@@ -186,30 +186,24 @@ fn postcopy_under_receive_traffic_then_announce_by_rarp() {
     migration_under_traffic("migration-postcopy", true, false);
 }
 
-/// Port `name`'s stats from a `port-stats` array.
-fn port<'a>(stats: &'a Value, name: &str) -> &'a Value {
-    stats
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["port"] == name)
-        .unwrap_or_else(|| panic!("no port {name}: {stats}"))
-}
-
 /// `after - before` of a port counter (`dir`: "rx" from the guest, "tx" to it).
 fn delta(before: &Value, after: &Value, name: &str, dir: &str, key: &str) -> u64 {
-    let v = |s: &Value| port(s, name)[dir][key].as_u64().unwrap_or(0);
+    let v = |s: &Value| port_stats_of(s, name)[dir][key].as_u64().unwrap_or(0);
     v(after) - v(before)
 }
 
 /// Drops by reason, `after - before`, of one direction of a port (reasons that moved).
 fn drop_delta(before: &Value, after: &Value, name: &str, dir: &str) -> Vec<(String, u64)> {
-    let reasons = port(after, name)[dir]["drops"].as_object().cloned();
+    let reasons = port_stats_of(after, name)[dir]["drops"]
+        .as_object()
+        .cloned();
     reasons
         .unwrap_or_default()
         .iter()
         .filter_map(|(k, v)| {
-            let was = port(before, name)[dir]["drops"][k].as_u64().unwrap_or(0);
+            let was = port_stats_of(before, name)[dir]["drops"][k]
+                .as_u64()
+                .unwrap_or(0);
             let d = v.as_u64().unwrap_or(0) - was;
             (d > 0).then(|| (k.clone(), d))
         })
@@ -218,7 +212,7 @@ fn drop_delta(before: &Value, after: &Value, name: &str, dir: &str) -> Vec<(Stri
 
 /// A port's migration counters: its `migration` object and pages logged each way.
 fn migration_counters(stats: &Value, name: &str) -> Value {
-    let p = port(stats, name);
+    let p = port_stats_of(stats, name);
     json!({
         "migration": p["migration"],
         "dirty_pages_logged": {"to_guest": p["tx"]["dirty_pages_logged"],
@@ -233,23 +227,6 @@ fn mac_port(dir: &Path, mac: &str) -> Option<String> {
         .iter()
         .find(|e| e["mac"] == mac)
         .and_then(|e| e["port"].as_str().map(String::from))
-}
-
-fn add_port(dir: &Path, name: &str) -> String {
-    let sock = dir.join(format!("{name}.sock")).display().to_string();
-    let o = cli(
-        dir,
-        &[
-            "add-port",
-            "br0",
-            name,
-            "type=vhost-user",
-            &format!("path={sock}"),
-        ],
-    );
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    wait_until("port socket", 10, || Path::new(&sock).exists());
-    sock
 }
 
 fn port_state(dir: &Path, name: &str) -> Value {
@@ -271,7 +248,10 @@ fn migration_under_traffic(name: &str, postcopy: bool, guest_announce: bool) {
     let dir = run_dir(name);
     let (pmd, _) = cores();
     let _sw = start_switch(&dir, pmd, &[]);
-    let (vma, vmb) = (add_port(&dir, "vma"), add_port(&dir, "vmb"));
+    let (vma, vmb) = (
+        add_vhost_user_port(&dir, "vma"),
+        add_vhost_user_port(&dir, "vmb"),
+    );
     let vm1 = dir.join("vm1.sock").display().to_string();
 
     // The migrating guest receives only; it knows its peer's MAC (no ARP of its own) and
@@ -519,7 +499,7 @@ fn migration_under_traffic(name: &str, postcopy: bool, guest_announce: bool) {
     // runs with none). It announced the guest itself only when asked to (SEND_RARP, a
     // guest without GUEST_ANNOUNCE).
     if postcopy {
-        let m = &port(&stats1, "vmb")["migration"];
+        let m = &port_stats_of(&stats1, "vmb")["migration"];
         assert_eq!(m["postcopy_listens"].as_u64(), Some(1), "{m}");
         assert_eq!(m["postcopy"].as_bool(), Some(false), "postcopy ended: {m}");
         let missing = m["postcopy_pages_missing"].as_u64().unwrap_or(0);
@@ -530,14 +510,14 @@ fn migration_under_traffic(name: &str, postcopy: bool, guest_announce: bool) {
         assert!(
             delta(&stats0, &stats1, "vma", "tx", "dirty_pages_logged") > 0,
             "pages logged: {}",
-            port(&stats1, "vma")
+            port_stats_of(&stats1, "vma")
         );
     }
-    let rarps = port(&stats1, "vmb")["migration"]["rarp_announces"].as_u64();
+    let rarps = port_stats_of(&stats1, "vmb")["migration"]["rarp_announces"].as_u64();
     if guest_announce {
-        assert_eq!(rarps, Some(0), "{}", port(&stats1, "vmb"));
+        assert_eq!(rarps, Some(0), "{}", port_stats_of(&stats1, "vmb"));
     } else {
-        assert!(rarps >= Some(1), "{}", port(&stats1, "vmb"));
+        assert!(rarps >= Some(1), "{}", port_stats_of(&stats1, "vmb"));
     }
     // The destination's port goes on with the layout the source negotiated (QEMU sets the
     // destination's rings up from the migrated device state).

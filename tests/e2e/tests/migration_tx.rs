@@ -23,32 +23,6 @@ const PPS: u64 = 2000;
 const COUNT: u64 = 60_000;
 const SIZE: u64 = 256;
 
-fn add_port(dir: &Path, name: &str) -> String {
-    let sock = dir.join(format!("{name}.sock")).display().to_string();
-    let o = cli(
-        dir,
-        &[
-            "add-port",
-            "br0",
-            name,
-            "type=vhost-user",
-            &format!("path={sock}"),
-        ],
-    );
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    wait_until("port socket", 10, || Path::new(&sock).exists());
-    sock
-}
-
-fn port<'a>(stats: &'a Value, name: &str) -> &'a Value {
-    stats
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["port"] == name)
-        .unwrap_or_else(|| panic!("no port {name}: {stats}"))
-}
-
 fn connected(dir: &Path, name: &str) -> bool {
     cli_json(dir, &["show"])["bridges"][0]["ports"]
         .as_array()
@@ -67,7 +41,10 @@ fn precopy_while_the_guest_sends_keeps_guest_memory_identical() {
     let dir = run_dir("migration-tx");
     let (pmd, _) = cores();
     let _sw = start_switch(&dir, pmd, &[]);
-    let (vma, vmb) = (add_port(&dir, "vma"), add_port(&dir, "vmb"));
+    let (vma, vmb) = (
+        add_vhost_user_port(&dir, "vma"),
+        add_vhost_user_port(&dir, "vmb"),
+    );
     let vm1 = dir.join("vm1.sock").display().to_string();
 
     // The peer receives on vm1; the migrating guest sends to it from vma once it answers.
@@ -160,7 +137,7 @@ fn precopy_while_the_guest_sends_keeps_guest_memory_identical() {
         .into_iter()
         .find(|r| r.get("received").is_some())
         .unwrap_or_else(|| panic!("receiver result:\n{}", console(&dir, "p")));
-    let n = |s: &Value, p: &str, d: &str, k: &str| port(s, p)[d][k].as_u64().unwrap_or(0);
+    let n = |s: &Value, p: &str, d: &str, k: &str| port_stats_of(s, p)[d][k].as_u64().unwrap_or(0);
     let logged = n(&stats1, "vma", "rx", "dirty_pages_logged")
         - n(&stats0, "vma", "rx", "dirty_pages_logged");
     let from_dst = n(&stats2, "vmb", "rx", "packets");
@@ -168,9 +145,9 @@ fn precopy_while_the_guest_sends_keeps_guest_memory_identical() {
         "migration-tx ({ring} rings): stream before {before}; sender {tx}; receiver {rx}; \
          pages logged for the guest's transmit ring during the migration {logged}; \
          packets from the destination {from_dst}; vma rx {}; vmb rx {}; vm1 tx {}",
-        port(&stats2, "vma")["rx"],
-        port(&stats2, "vmb")["rx"],
-        port(&stats2, "vm1")["tx"],
+        port_stats_of(&stats2, "vma")["rx"],
+        port_stats_of(&stats2, "vmb")["rx"],
+        port_stats_of(&stats2, "vm1")["tx"],
     );
     assert_eq!(tx["send_errors"], 0, "{tx}");
     assert_eq!(tx["sent"], COUNT, "{tx}");
