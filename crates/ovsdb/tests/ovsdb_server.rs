@@ -208,13 +208,18 @@ impl Client {
     }
 
     fn connect_to(remote: &Remote) -> Client {
+        Client::connect_with(remote, monitor())
+    }
+
+    /// A client of `remote` replicating `monitor`, synchronised.
+    fn connect_with(remote: &Remote, monitor: Monitor) -> Client {
         let stream = Stream::connect(remote).unwrap();
         stream.set_nonblocking(false).unwrap();
         match &stream {
             Stream::Unix(s) => s.set_read_timeout(Some(Duration::from_millis(50))).unwrap(),
             Stream::Tcp(s) => s.set_read_timeout(Some(Duration::from_millis(50))).unwrap(),
         }
-        let mut session = Session::new(DB, monitor());
+        let mut session = Session::new(DB, monitor);
         session.connected();
         let mut c = Client {
             stream,
@@ -670,20 +675,7 @@ fn a_restored_session_with_fewer_columns_monitors_again() {
         .table("Bridge", &["name", "ports"])
         .table("Port", &["name", "interfaces"])
         .table("Interface", &["name", "type"]);
-    let stream = Stream::connect(&server.remote()).unwrap();
-    stream.set_nonblocking(false).unwrap();
-    if let Stream::Unix(s) = &stream {
-        s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
-    }
-    let mut session = Session::new(DB, narrow);
-    session.connected();
-    let mut c = Client {
-        stream,
-        session,
-        events: VecDeque::new(),
-        eof: false,
-    };
-    c.wait_event("Synced", |e| matches!(e, Event::Synced));
+    let mut c = Client::connect_with(&server.remote(), narrow);
     assert!(iface(c.session.replica(), "p1")
         .unwrap()
         .get("options")
