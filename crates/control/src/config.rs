@@ -392,6 +392,11 @@ pub const SETTINGS: &[(&str, &str)] = &[
          many microseconds per iteration (0..=10000, default 0: off; as OVS pmd-maxsleep)",
     ),
     (
+        "pmd-quiet-rxq-poll-us",
+        "while a PMD is busy, how often it polls its rx queues that had no packet for 1 ms \
+         (0..=1000 microseconds, default 20; 0: every queue every iteration)",
+    ),
+    (
         "pmd-priority",
         "PMD thread scheduling: normal (default), nice:N (-20..=19) or fifo:N (SCHED_FIFO \
          priority 1..=99; needs CAP_SYS_NICE)",
@@ -822,6 +827,7 @@ pub fn validate_setting(k: &str, v: &str) -> Result<(), ConfigError> {
         "mac-table-size" => range(64, 1 << 20),
         "pmd-sleep-after-us" => range(0, 1_000_000),
         "pmd-sleep-max-us" => range(0, 10_000),
+        "pmd-quiet-rxq-poll-us" => range(0, 1000),
         "flow-limit" => range(1, 10_000_000),
         "flow-max-idle" => range(1, 3600),
         "emc-insert-inv-prob" => range(0, u32::MAX),
@@ -1087,6 +1093,10 @@ mod tests {
         }
         assert!(validate_setting("pmd-sleep-max-us", "500").is_ok());
         assert!(validate_setting("pmd-sleep-max-us", "10001").is_err());
+        assert!(validate_setting("pmd-quiet-rxq-poll-us", "0").is_ok());
+        assert!(validate_setting("pmd-quiet-rxq-poll-us", "1000").is_ok());
+        assert!(validate_setting("pmd-quiet-rxq-poll-us", "1001").is_err());
+        assert!(validate_setting("pmd-quiet-rxq-poll-us", "-1").is_err());
         for m in ["cycles", "roundrobin", "group"] {
             assert!(validate_setting("pmd-rxq-assign", m).is_ok());
         }

@@ -40,6 +40,7 @@ mod output;
 pub mod packet_io;
 pub mod pmd;
 pub mod port;
+pub mod quiet;
 pub mod rxq;
 #[cfg(test)]
 mod testutil;
@@ -114,6 +115,9 @@ pub struct Datapath {
     sleep_after_ns: std::sync::atomic::AtomicU64,
     /// Load-based sleep maximum in ns (0: off), as OVS `pmd-maxsleep`.
     sleep_max_ns: std::sync::atomic::AtomicU64,
+    /// Interval between polls of quiet rx queues while a PMD is busy, in ns (0: every queue
+    /// every iteration; the daemon sets its default, [`quiet::DEFAULT_POLL_US`]).
+    quiet_poll_ns: std::sync::atomic::AtomicU64,
     /// EMC insertion probability: 1 in this, plus one (0: the default, 100).
     emc_inv_prob: std::sync::atomic::AtomicU64,
     /// Packet-outs waiting for a PMD ([`packet_io`]).
@@ -222,6 +226,20 @@ impl Datapath {
     #[inline]
     pub fn sleep_max_ns(&self) -> u64 {
         self.sleep_max_ns.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Sets how often a busy PMD polls its quiet rx queues (`quiet.rs`), in µs; 0 polls
+    /// every queue every iteration.
+    pub fn set_quiet_rxq_poll_us(&self, us: u64) {
+        self.quiet_poll_ns
+            .store(us * 1000, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The quiet-queue poll interval in ns (0: off).
+    #[inline]
+    pub fn quiet_rxq_poll_ns(&self) -> u64 {
+        self.quiet_poll_ns
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Enters or leaves standby (see the field).

@@ -233,9 +233,11 @@ fn run(
             .get(index)
             .map(|v| v.as_slice())
             .unwrap_or(&[]);
-        let mut it = worker.poll(&snap, mine, now);
+        worker.quiet.configure(dp.quiet_rxq_poll_ns(), hz);
+        let mut it = worker.poll_at(&snap, mine, now, os::rdtsc());
         it.tx += worker.packet_outs(&snap, dp.packet_out(), now);
         let (moved, max_batch) = (it.rx, it.max_batch);
+        worker.quiet.end(moved > 0);
         rx += it.rx;
         tx += it.tx;
         drops += it.dropped;
@@ -456,6 +458,8 @@ pub(crate) struct Worker<'p> {
     pouts: Vec<crate::packet_io::PacketOut>,
     /// What the last full poll of each idle rx queue saw (`idle_probe.rs`).
     probes: crate::idle_probe::IdleProbes,
+    /// Which rx queues are quiet, polled at an interval while busy (`quiet.rs`).
+    pub(crate) quiet: crate::quiet::QuietQueues,
 }
 
 impl<'p> Worker<'p> {
@@ -468,18 +472,37 @@ impl<'p> Worker<'p> {
             fx: FlowCtx::default(),
             pouts: Vec::with_capacity(crate::packet_io::PacketOutQueue::BATCH),
             probes: Default::default(),
+            quiet: Default::default(),
         }
     }
 
     /// Polls every rx queue of `rxqs` once (one PMD iteration's packet work). A queue that
     /// gave packets is charged the cycles since the last one that did ([`crate::rxq`]).
-    #[inline]
+    #[cfg(test)]
     pub(crate) fn poll(&mut self, snap: &Snapshot, rxqs: &[RxqRef], now: u32) -> Iteration {
+        self.poll_at(snap, rxqs, now, os::rdtsc())
+    }
+
+    /// [`Self::poll`] for an iteration that started at TSC `tsc`: quiet queues
+    /// (`quiet.rs`) are skipped unless this iteration is a sweep.
+    #[inline]
+    pub(crate) fn poll_at(
+        &mut self,
+        snap: &Snapshot,
+        rxqs: &[RxqRef],
+        now: u32,
+        tsc: u64,
+    ) -> Iteration {
         let mut it = Iteration::default();
         self.probes.start(rxqs.len());
-        let mut mark = os::rdtsc();
+        self.quiet.start(rxqs.len(), tsc);
+        let mut mark = tsc;
         for (i, rxq) in rxqs.iter().enumerate() {
+            if self.quiet.skip(i, *rxq, tsc) {
+                continue;
+            }
             let (r, t, d) = self.poll_rxq(snap, i, *rxq, now);
+            self.quiet.polled(i, *rxq, r > 0, tsc);
             if r > 0 {
                 let t = os::rdtsc();
                 if let Some(p) = snap.port(rxq.port) {

@@ -83,7 +83,8 @@ commands:
   log-level [[MODULE] LEVEL]             show log levels, or set the default or a module's
                                          (off, error, warn, info, debug, trace), no restart
   config get [KEY] | config set KEY VALUE    pmd-cores, pmd-rx-mode, pmd-sleep-after-us,
-                                         pmd-sleep-max-us, pmd-priority, pmd-rxq-assign
+                                         pmd-sleep-max-us, pmd-quiet-rxq-poll-us,
+                                         pmd-priority, pmd-rxq-assign
                                          (cycles, roundrobin, group), pmd-auto-lb,
                                          pmd-auto-lb-load-threshold,
                                          pmd-auto-lb-improvement-threshold,

@@ -589,16 +589,20 @@ pub struct Settings {
     /// Absent from older daemons.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub vhost_packed_rings: String,
+    /// Absent from older daemons.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub pmd_quiet_rxq_poll_us: String,
 }
 
 impl Settings {
     /// `(name, value)` in name order.
-    pub fn pairs(&self) -> [(&'static str, &str); 9] {
+    pub fn pairs(&self) -> [(&'static str, &str); 10] {
         [
             ("mac-aging", &self.mac_aging),
             ("mac-table-size", &self.mac_table_size),
             ("pmd-cores", &self.pmd_cores),
             ("pmd-priority", &self.pmd_priority),
+            ("pmd-quiet-rxq-poll-us", &self.pmd_quiet_rxq_poll_us),
             ("pmd-rx-mode", &self.pmd_rx_mode),
             ("pmd-rxq-assign", &self.pmd_rxq_assign),
             ("pmd-sleep-after-us", &self.pmd_sleep_after_us),

@@ -366,7 +366,11 @@ impl Daemon {
         }
         config::validate_setting(key, value)?;
         self.config.other.insert(key.into(), value.into());
-        if key == "pmd-rx-mode" || key == "pmd-sleep-after-us" || key == "pmd-sleep-max-us" {
+        if key == "pmd-rx-mode"
+            || key == "pmd-sleep-after-us"
+            || key == "pmd-sleep-max-us"
+            || key == "pmd-quiet-rxq-poll-us"
+        {
             self.apply_rx_mode();
         }
         if key == "pmd-priority" {

@@ -52,7 +52,8 @@ impl Daemon {
         Ok(())
     }
 
-    /// Applies `pmd-rx-mode` and `pmd-sleep-after-us` to the PMDs.
+    /// Applies `pmd-rx-mode`, `pmd-sleep-after-us`, `pmd-sleep-max-us`,
+    /// `pmd-quiet-rxq-poll-us` and `emc-insert-inv-prob` to the PMDs.
     pub(super) fn apply_rx_mode(&self) {
         let mode = self
             .config
@@ -66,6 +67,11 @@ impl Daemon {
         self.datapath.set_rx_mode(mode, after as u64);
         self.datapath
             .set_sleep_max_us(self.config.setting_u32("pmd-sleep-max-us", 0) as u64);
+        self.datapath.set_quiet_rxq_poll_us(
+            self.config
+                .setting_u32("pmd-quiet-rxq-poll-us", dp::quiet::DEFAULT_POLL_US as u32)
+                as u64,
+        );
         self.datapath
             .set_emc_insert_inv_prob(self.config.setting_u32(
                 "emc-insert-inv-prob",

@@ -32,6 +32,7 @@ impl Daemon {
             pmd_sleep_max_us: (self.datapath.sleep_max_ns() / 1000).to_string(),
             pmd_rxq_assign: self.rxq_assign_mode().name().into(),
             vhost_packed_rings: self.config.packed_rings().to_string(),
+            pmd_quiet_rxq_poll_us: (self.datapath.quiet_rxq_poll_ns() / 1000).to_string(),
         };
         let Some(k) = key else {
             return Ok(ConfigGet::All(all));
