@@ -828,6 +828,60 @@ mod tests {
     }
 
     #[test]
+    fn a_quiet_queue_of_a_busy_pmd_is_served_at_the_next_sweep_and_then_every_iteration() {
+        let pool = Pool::new(256).unwrap();
+        let mut w = Worker::new(0, &pool);
+        // 1 TSC cycle = 1 ns; sweeps every 20 us while busy.
+        w.quiet.configure(20_000, 1_000_000_000);
+        let snap = l2_switch(&[VlanMode::Trunk, VlanMode::Trunk, VlanMode::Trunk]);
+        let rxqs = snap.pmd_rxqs[0].clone();
+        // Iterations every 5 us; port 0 always busy, ports 1 and 2 silent for 2 ms.
+        let mut t = 1_000u64;
+        let step = |w: &mut Worker<'_>, t: &mut u64| {
+            dummy(&snap, 0).push_rx(&frame(mac(9), mac(1), None, 0));
+            let it = w.poll_at(&snap, &rxqs, 10, *t);
+            w.quiet.end(it.rx > 0);
+            *t += 5_000;
+            it
+        };
+        while t < 2_000_000 {
+            step(&mut w, &mut t);
+        }
+        assert!(w.quiet.skipped > 0, "ports 1 and 2 are quiet by now");
+        // A frame arrives on quiet port 2: served within four iterations (20 us), not later.
+        let f = frame(BCAST, mac(2), None, 7);
+        dummy(&snap, 2).push_rx(&f);
+        let mut waited = 0;
+        loop {
+            let it = step(&mut w, &mut t);
+            if it.rx == 2 {
+                break;
+            }
+            assert_eq!(it.rx, 1, "only port 0 until the sweep");
+            waited += 1;
+            assert!(waited < 4, "a quiet queue waited {waited} iterations");
+        }
+        // Port 2 is busy again: its next frames go out in the iteration they arrive.
+        for k in 0..10 {
+            dummy(&snap, 2).push_rx(&frame(BCAST, mac(2), None, k));
+            assert_eq!(step(&mut w, &mut t).rx, 2, "iteration {k}");
+        }
+        // Nothing was lost on the way: every frame from port 2 reached port 1.
+        let to1 = dummy(&snap, 1).take_sent();
+        assert_eq!(to1.iter().filter(|s| s[6..12] == mac(2)).count(), 11);
+        // An idle PMD (the previous iteration moved nothing) polls everything at once.
+        for _ in 0..300 {
+            let it = w.poll_at(&snap, &rxqs, 10, t);
+            w.quiet.end(it.rx > 0);
+            t += 5_000;
+        }
+        dummy(&snap, 1).push_rx(&frame(BCAST, mac(3), None, 1));
+        let it = w.poll_at(&snap, &rxqs, 10, t);
+        assert_eq!(it.rx, 1);
+        assert_eq!(pool.available(), 256);
+    }
+
+    #[test]
     fn a_pmd_thread_forwards_between_dummy_ports() {
         let dp = Arc::new(Datapath::new());
         dp.set_rx_mode(RxMode::Poll, 0);
