@@ -70,6 +70,8 @@ pub struct PmdStats {
     /// Load-based sleeps (`pmd-sleep-max-us`): short sleeps while lightly loaded; their
     /// cycles are in `sleep_cycles` too.
     pub load_sleeps: AtomicU64,
+    /// Polls of quiet rx queues skipped while busy (`quiet.rs`).
+    pub quiet_skips: AtomicU64,
     /// Why the configured thread priority could not be applied (empty: applied or none).
     pub priority_error: std::sync::OnceLock<String>,
     /// The flow path's cache levels.
@@ -315,6 +317,9 @@ fn run(
             stats.tx_packets.store(tx, Ordering::Relaxed);
             stats.drops.store(drops, Ordering::Relaxed);
             stats.rxqs.store(assigned as u64, Ordering::Relaxed);
+            stats
+                .quiet_skips
+                .store(worker.quiet.skipped, Ordering::Relaxed);
             stats.flow.publish(&worker.fx.counters);
         }
         if assigned == 0 {

@@ -613,6 +613,15 @@ fn print_pmd_stats(v: &Vec<PmdStats>) {
             p.kick_wakeups,
             p.load_sleeps
         );
+        println!(
+            "  quiet rx queues: polled every {} while busy, {} polls skipped",
+            if p.quiet_rxq_poll_us == 0 {
+                "iteration".to_string()
+            } else {
+                format!("{} us", p.quiet_rxq_poll_us)
+            },
+            p.quiet_skips
+        );
         // As ovs-appctl dpif-netdev/pmd-rxq-show.
         for q in &p.rxqs {
             println!(

@@ -478,6 +478,12 @@ pub struct PmdStats {
     pub iterations: u64,
     pub kick_wakeups: u64,
     pub load_sleeps: u64,
+    /// Polls of quiet rx queues skipped while busy, and the interval between the polls
+    /// that were not (µs; 0: every queue every iteration). Absent from older daemons.
+    #[serde(default)]
+    pub quiet_skips: u64,
+    #[serde(default)]
+    pub quiet_rxq_poll_us: u64,
     /// Shared by every PMD (each reports the same list).
     pub megaflow_caches: Vec<MegaflowCacheStats>,
     pub pmd: usize,

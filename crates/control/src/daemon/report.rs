@@ -196,6 +196,8 @@ impl Daemon {
                     iterations: s.iterations.load(Ordering::Relaxed),
                     kick_wakeups: s.kick_wakeups.load(Ordering::Relaxed),
                     load_sleeps: s.load_sleeps.load(Ordering::Relaxed),
+                    quiet_skips: s.quiet_skips.load(Ordering::Relaxed),
+                    quiet_rxq_poll_us: self.datapath.quiet_rxq_poll_ns() / 1000,
                     megaflow_caches: caches.clone(),
                     pmd: s.index,
                     priority: self
