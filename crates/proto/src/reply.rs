@@ -574,7 +574,7 @@ pub struct MacEntry {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum ConfigGet {
-    All(Settings),
+    All(Box<Settings>),
     One(String),
 }
 

@@ -35,7 +35,7 @@ impl Daemon {
             pmd_quiet_rxq_poll_us: (self.datapath.quiet_rxq_poll_ns() / 1000).to_string(),
         };
         let Some(k) = key else {
-            return Ok(ConfigGet::All(all));
+            return Ok(ConfigGet::All(Box::new(all)));
         };
         let pairs = all.pairs();
         match pairs.iter().find(|(n, _)| *n == k) {
