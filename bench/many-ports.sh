@@ -22,13 +22,15 @@
 #
 # --base REV adds "ferrovs-base": ferrovsd and ferrovs built at REV in their own worktree,
 # interleaved with this tree's build (an A/B test of a PMD change).
+# --quiet-us US sets this tree's pmd-quiet-rxq-poll-us (docs/pmd.md, "Quiet rx queues"); each
+# ferrovs result reports the polls skipped and the measured gaps between sweeps.
 #
 #   bench/many-ports.sh [--rounds N] [--seconds S] [--ports "2 16 64 256"] [--size 64]
-#                       [--peers "ovs"] [--base REV]
+#                       [--peers "ovs"] [--base REV] [--quiet-us US]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-rounds=3 secs=5 counts="2 16 64 256" size=64 peers="ovs" base_rev=
+rounds=3 secs=5 counts="2 16 64 256" size=64 peers="ovs" base_rev= quiet_us=
 while [ $# -gt 0 ]; do
     case $1 in
         --rounds) rounds=$2; shift 2 ;;
@@ -37,6 +39,7 @@ while [ $# -gt 0 ]; do
         --size) size=$2; shift 2 ;;
         --peers) peers=$2; shift 2 ;;
         --base) base_rev=$2; shift 2 ;;
+        --quiet-us) quiet_us=$2; shift 2 ;;
         *) echo "unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -124,12 +127,21 @@ run_ferrovs() {
         done
         idle_wait "$d/idle"
     fi
+    # This tree's ferrovs only (the baseline may predate the setting).
+    if [ -n "$quiet_us" ] && [ "$bin_sw" = "$bin" ]; then
+        "$bin_sw/ferrovs" --run-dir "$d" config set pmd-quiet-rxq-poll-us "$quiet_us" >/dev/null
+    fi
     "$bin_sw/ferrovs" --run-dir "$d" pmd-stats-clear
     local r; r=$(testpmd_fe_run "$d/vm1.sock" "$d/vm2.sock")
     local st; st=$("$bin_sw/ferrovs" --run-dir "$d" pmd-stats --json)
     stop_all
     jq -c --argjson st "$st" '. + {
         cycles_per_packet: $st[0].cycles_per_packet,
+        quiet_skips: $st[0].quiet_skips,
+        quiet_sweeps: $st[0].quiet_sweeps,
+        quiet_gap_p99_us: $st[0].quiet_gap_p99_us,
+        quiet_gap_p999_us: $st[0].quiet_gap_p999_us,
+        quiet_gap_max_us: $st[0].quiet_gap_max_us,
         total_cycles_per_packet: ($st[0] | if .rx_packets > 0 then ((.busy_cycles + .idle_cycles) / .rx_packets * 10 | round / 10) else null end),
         rxqs: $st[0].rx_queues}' <<<"$r"
 }

@@ -394,7 +394,7 @@ pub const SETTINGS: &[(&str, &str)] = &[
     (
         "pmd-quiet-rxq-poll-us",
         "while a PMD is busy, how often it polls its rx queues that had no packet for 1 ms \
-         (0..=1000 microseconds, default 20; 0: every queue every iteration)",
+         (0..=1000 microseconds, default 50; 0: every queue every iteration)",
     ),
     (
         "pmd-priority",

@@ -13,7 +13,8 @@
 //! queue's lock count ([`Queue::locks`]) read under the lock, the ring's `avail.idx` handle
 //! and the next available index. The next polls of that queue, while nobody has locked it
 //! since (same lock count: no control-plane change, no other PMD's burst, no hot-upgrade
-//! resync) and no frame waits to be injected, only read `avail.idx`: equal to the index we
+//! resync, no injected frame: [`Port::inject_frame`] moves the count), only read
+//! `avail.idx`: equal to the index we
 //! would take next, the queue is still empty and the poll ends there. Anything else (the
 //! guest posted a buffer, the count moved, another port in this slot) runs the full poll in
 //! the same iteration, so a queue that becomes busy is served exactly as before: the probe
@@ -50,23 +51,19 @@ struct Seen {
     next: u16,
     /// Probes left before the next full poll.
     left: u16,
-    /// Address of the port's inject flag (for the prefetch only).
-    inject: usize,
 }
 
 impl Seen {
-    /// Starts loading the three lines a probe reads: the lock count, `avail.idx`, the
-    /// port's inject flag.
+    /// Starts loading the two lines a probe reads: the lock count and `avail.idx`.
     #[inline]
     fn prefetch(&self) {
         os::prefetch(&self.queue.locks as *const std::sync::atomic::AtomicU64 as *const u8);
         self.avail.prefetch();
-        os::prefetch(self.inject as *const u8);
     }
 }
 
 /// Probes prefetch the lines of the queue this many positions ahead.
-const AHEAD: usize = 4;
+const AHEAD: usize = 12;
 
 /// One PMD's probes, by position of the rx queue in its list.
 #[derive(Default)]
@@ -119,9 +116,6 @@ impl IdleProbes {
             *slot = None;
             return false;
         }
-        if rxq.pair == 0 && port.inject.pending() {
-            return false;
-        }
         s.left -= 1;
         let empty = s.avail.avail_idx() == s.next;
         self.hits += empty as u64;
@@ -158,7 +152,6 @@ impl IdleProbes {
                 avail,
                 next,
                 left: FULL_EVERY,
-                inject: &port.inject as *const crate::port::Inject as usize,
             });
         }
     }

@@ -70,8 +70,14 @@ pub struct PmdStats {
     /// Load-based sleeps (`pmd-sleep-max-us`): short sleeps while lightly loaded; their
     /// cycles are in `sleep_cycles` too.
     pub load_sleeps: AtomicU64,
-    /// Polls of quiet rx queues skipped while busy (`quiet.rs`).
+    /// Polls of quiet rx queues skipped while busy (`quiet.rs`), and the longest time
+    /// (TSC cycles) between two polls of them while busy; `quiet_gap_clear` asks the PMD to
+    /// start that maximum again.
     pub quiet_skips: AtomicU64,
+    pub quiet_gap_max: AtomicU64,
+    /// Sweeps of a busy PMD by their gap ([`crate::quiet::gap_bucket`]).
+    pub quiet_gaps: [AtomicU64; crate::quiet::GAP_BUCKETS],
+    pub quiet_gap_clear: AtomicBool,
     /// Why the configured thread priority could not be applied (empty: applied or none).
     pub priority_error: std::sync::OnceLock<String>,
     /// The flow path's cache levels.
@@ -320,6 +326,15 @@ fn run(
             stats
                 .quiet_skips
                 .store(worker.quiet.skipped, Ordering::Relaxed);
+            if stats.quiet_gap_clear.swap(false, Ordering::Relaxed) {
+                worker.quiet.clear_gaps();
+            }
+            for (a, n) in stats.quiet_gaps.iter().zip(worker.quiet.gaps) {
+                a.store(n, Ordering::Relaxed);
+            }
+            stats
+                .quiet_gap_max
+                .store(worker.quiet.gap_max, Ordering::Relaxed);
             stats.flow.publish(&worker.fx.counters);
         }
         if assigned == 0 {
@@ -500,12 +515,24 @@ impl<'p> Worker<'p> {
     ) -> Iteration {
         let mut it = Iteration::default();
         self.probes.start(rxqs.len());
-        self.quiet.start(rxqs.len(), tsc);
+        self.quiet.start(rxqs, tsc);
+        let sweep = self.quiet.sweeping();
         let mut mark = tsc;
-        for (i, rxq) in rxqs.iter().enumerate() {
-            if self.quiet.skip(i, *rxq, tsc) {
-                continue;
-            }
+        let mut k = 0;
+        loop {
+            // A sweep polls every queue; between sweeps, only those not quiet at the last.
+            let i = if sweep {
+                k
+            } else {
+                match self.quiet.hot(k, rxqs.len()) {
+                    Some(i) => i,
+                    None => break,
+                }
+            };
+            k += 1;
+            let Some(rxq) = rxqs.get(i) else {
+                break;
+            };
             let (r, t, d) = self.poll_rxq(snap, i, *rxq, now);
             self.quiet.polled(i, *rxq, r > 0, tsc);
             if r > 0 {

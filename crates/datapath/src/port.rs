@@ -210,12 +210,6 @@ pub struct Inject {
 }
 
 impl Inject {
-    /// Whether frames wait (one relaxed load).
-    #[inline]
-    pub(crate) fn pending(&self) -> bool {
-        self.pending.load(Ordering::Relaxed)
-    }
-
     /// Most frames waiting at a time (more are dropped).
     const MAX: usize = 16;
 
@@ -290,6 +284,20 @@ impl OffloadStats {
 }
 
 impl Port {
+    /// Injects `frame` as if received from this port (control plane: the RARP announcing a
+    /// guest that migrated here). The first rx queue's lock is taken and released once after
+    /// queuing it: the lock count moves, so a PMD whose idle probe (`idle_probe.rs`) knew
+    /// the queue empty runs a full poll next, and that poll takes the frame. The probe does
+    /// not read the inject flag itself (one cache line less per idle queue).
+    pub fn inject_frame(&self, frame: &[u8]) {
+        self.inject.push(frame);
+        if let PortIo::Vhost { queues } = &self.io {
+            if let Some(q) = queues.get(1) {
+                drop(q.lock());
+            }
+        }
+    }
+
     /// Tunnel metadata of what this port receives (tunnel ports).
     #[inline]
     pub fn tunnel_key(&self) -> Option<ferrovs_flow::TunnelKey> {

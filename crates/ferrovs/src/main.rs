@@ -614,13 +614,18 @@ fn print_pmd_stats(v: &Vec<PmdStats>) {
             p.load_sleeps
         );
         println!(
-            "  quiet rx queues: polled every {} while busy, {} polls skipped",
+            "  quiet rx queues: polled every {} while busy, {} polls skipped; {} sweeps, \
+             gap p99 {} p99.9 {} max {} us",
             if p.quiet_rxq_poll_us == 0 {
                 "iteration".to_string()
             } else {
                 format!("{} us", p.quiet_rxq_poll_us)
             },
-            p.quiet_skips
+            p.quiet_skips,
+            p.quiet_sweeps,
+            p.quiet_gap_p99_us.map_or("-".into(), |u| format!("<{u}")),
+            p.quiet_gap_p999_us.map_or("-".into(), |u| format!("<{u}")),
+            num(p.quiet_gap_max_us)
         );
         // As ovs-appctl dpif-netdev/pmd-rxq-show.
         for q in &p.rxqs {

@@ -484,6 +484,19 @@ pub struct PmdStats {
     pub quiet_skips: u64,
     #[serde(default)]
     pub quiet_rxq_poll_us: u64,
+    /// The longest a quiet rx queue went unpolled while the PMD was busy, in µs, since the
+    /// PMD started or `pmd-stats-clear` (the measured bound of what quiet polling adds).
+    #[serde(default)]
+    pub quiet_gap_max_us: f64,
+    /// Sweeps of quiet rx queues while busy (since the same start), and the gap between
+    /// sweeps that 99 % and 99.9 % of them stayed under (µs, the upper bound of a
+    /// power-of-two bucket; null when there was none or past 16 ms).
+    #[serde(default)]
+    pub quiet_sweeps: u64,
+    #[serde(default)]
+    pub quiet_gap_p99_us: Option<u64>,
+    #[serde(default)]
+    pub quiet_gap_p999_us: Option<u64>,
     /// Shared by every PMD (each reports the same list).
     pub megaflow_caches: Vec<MegaflowCacheStats>,
     pub pmd: usize,

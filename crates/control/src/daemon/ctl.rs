@@ -246,6 +246,11 @@ impl Daemon {
             Request::PmdRebalance => self.pmd_rebalance().map(|_| Reply::Done),
             Request::PmdStatsClear => {
                 self.pmd_baseline = self.pmds.iter().map(|p| Self::pmd_raw(&p.stats)).collect();
+                for p in &self.pmds {
+                    p.stats
+                        .quiet_gap_clear
+                        .store(true, std::sync::atomic::Ordering::Relaxed);
+                }
                 Ok(Reply::Done)
             }
             Request::MacTable { bridge } => self.mac_table(&bridge).map(Reply::MacTable),

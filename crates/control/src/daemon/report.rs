@@ -173,6 +173,7 @@ impl Daemon {
                 let total = (busy + idle).max(1);
                 let f = s.flow.load();
                 let sleep_cycles = s.sleep_cycles.load(Ordering::Relaxed);
+                let gaps = s.quiet_gaps.each_ref().map(|a| a.load(Ordering::Relaxed));
                 PmdStats {
                     busy_cycles: busy,
                     busy_pct: (busy as f64 * 100.0 / total as f64 * 10.0).round() / 10.0,
@@ -198,6 +199,13 @@ impl Daemon {
                     load_sleeps: s.load_sleeps.load(Ordering::Relaxed),
                     quiet_skips: s.quiet_skips.load(Ordering::Relaxed),
                     quiet_rxq_poll_us: self.datapath.quiet_rxq_poll_ns() / 1000,
+                    quiet_gap_max_us: (s.quiet_gap_max.load(Ordering::Relaxed) as f64 * 1e7
+                        / hz.max(1) as f64)
+                        .round()
+                        / 10.0,
+                    quiet_sweeps: gaps.iter().sum(),
+                    quiet_gap_p99_us: gap_quantile(&gaps, 0.99),
+                    quiet_gap_p999_us: gap_quantile(&gaps, 0.999),
                     megaflow_caches: caches.clone(),
                     pmd: s.index,
                     priority: self
@@ -528,5 +536,43 @@ mod tests {
             let _ = tx.send_to(&[0u8; 1000], to);
         }
         assert!(udp_socket_drops(table, rx.as_raw_fd()) > 0);
+    }
+}
+
+/// The upper bound (µs) of the histogram bucket that holds quantile `q` of the sweep gaps
+/// (`ferrovs_datapath::quiet`); None without sweeps, or in the open last bucket.
+fn gap_quantile(gaps: &[u64], q: f64) -> Option<u64> {
+    let total: u64 = gaps.iter().sum();
+    if total == 0 {
+        return None;
+    }
+    let want = (total as f64 * q).ceil() as u64;
+    let mut seen = 0;
+    for (k, n) in gaps.iter().enumerate() {
+        seen += n;
+        if seen >= want {
+            let limit = dp::quiet::gap_bucket_limit(k);
+            return (limit != u64::MAX).then_some(limit);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod gap_tests {
+    use super::gap_quantile;
+
+    #[test]
+    fn quantiles_are_bucket_upper_bounds() {
+        assert_eq!(gap_quantile(&[0; 16], 0.99), None);
+        let mut g = [0u64; 16];
+        g[5] = 990; // 16..32 us
+        g[7] = 9; // 64..128 us
+        g[12] = 1; // 2048..4096 us
+        assert_eq!(gap_quantile(&g, 0.99), Some(32));
+        assert_eq!(gap_quantile(&g, 0.999), Some(128));
+        assert_eq!(gap_quantile(&g, 1.0), Some(4096));
+        g[15] = 10;
+        assert_eq!(gap_quantile(&g, 1.0), None);
     }
 }

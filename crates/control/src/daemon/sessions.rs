@@ -247,7 +247,7 @@ impl Daemon {
 /// itself) asks us to announce `mac` from its port: a RARP enters the datapath as if the
 /// guest had sent it, so every bridge and switch on the way learns where the guest now is.
 pub(super) fn announce(port: &Port, mac: [u8; 6], logs: &mut LogLimiter) {
-    port.inject.push(&ferrovs_packet::rarp_announce(mac));
+    port.inject_frame(&ferrovs_packet::rarp_announce(mac));
     limited!(
         logs,
         Info,
