@@ -168,7 +168,11 @@ impl QuietQueues {
         if !got && s.since == 0 {
             s.since = now.max(1);
         }
-        if self.sweep && (s.since == 0 || now.wrapping_sub(s.since) < self.quiet_after) {
+        // (Off, every iteration is a sweep: no list to keep.)
+        if self.sweep
+            && self.interval != 0
+            && (s.since == 0 || now.wrapping_sub(s.since) < self.quiet_after)
+        {
             self.hot.push(i as u32);
         }
     }
@@ -243,6 +247,17 @@ mod tests {
         polled.contains(&1)
     }
 
+    /// Iterations every 5 us for 2 ms in which Q gives nothing (quiet by then); returns
+    /// the time of the next one.
+    fn quiet_by_now(q: &mut QuietQueues) -> u64 {
+        let mut t = 1;
+        while t <= 2 * QUIET_AFTER_NS {
+            iterate(q, t, false);
+            t += 5_000;
+        }
+        t
+    }
+
     #[test]
     fn a_queue_empty_for_a_millisecond_is_polled_once_per_interval_while_busy() {
         let mut q = on(20_000);
@@ -283,11 +298,7 @@ mod tests {
     #[test]
     fn a_packet_on_a_quiet_queue_makes_it_polled_every_iteration_again() {
         let mut q = on(20_000);
-        let mut t = 1;
-        while t <= 2 * QUIET_AFTER_NS {
-            iterate(&mut q, t, false);
-            t += 5_000;
-        }
+        let mut t = quiet_by_now(&mut q);
         // The next sweep finds a packet.
         while !iterate(&mut q, t, true) {
             t += 5_000;
@@ -337,11 +348,7 @@ mod tests {
     #[test]
     fn another_list_is_swept_at_once_and_its_queues_are_not_quiet() {
         let mut q = on(20_000);
-        let mut t = 1;
-        while t <= 2 * QUIET_AFTER_NS {
-            iterate(&mut q, t, false);
-            t += 5_000;
-        }
+        let mut t = quiet_by_now(&mut q);
         // Q is quiet: the iteration right after a sweep polls B only.
         while run(&mut q, &LIST, t, |i| i == 0).len() != 2 {
             t += 1_000;
