@@ -195,9 +195,16 @@ inside rm -r /etc/systemd/system/ferrovsd.service.d
 inside systemctl daemon-reload
 
 step "stop and purge"
+# The daemon's last line and systemd's own lines about the stop reach journald by
+# different sockets, in no set order (and systemd may add "Consumed ... CPU time"):
+# look for the daemon's "stopped" among the lines the stop added, waiting for
+# journald to read them.
+before=$(journal | wc -l)
 inside systemctl stop ferrovsd.service
 [ "$(prop ActiveState)" = inactive ] || fail "not inactive after stop"
-journal | tail -n 3 | grep -q 'stopped' || fail "no clean stop in the journal"
+clean_stop() { journal | tail -n "+$((before + 1))" | grep -q 'stopped$'; }
+for _ in $(seq 50); do clean_stop && break; sleep 0.1; done
+clean_stop || { journal | tail -n 20; fail "no clean stop in the journal"; }
 inside test ! -e /run/ferrovs/ferrovs.ctl || fail "control socket left behind"
 inside dpkg --purge ferrovs >/dev/null
 inside test ! -e /usr/bin/ferrovsd || fail "ferrovsd left after purge"
