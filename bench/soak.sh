@@ -93,7 +93,8 @@ start_round() {
     setsid nice -n 5 taskset -c "$gen" "$bin/ferrovs-gen" --socket "$d/vm1.sock" --sink "$d/vm2.sock" \
         --ring 1024 --rate "$rate" --duration "$round" --quiet txonly >"$work/round.json" 2>"$work/round.err" &
     gen_pid=$!; track "$gen_pid"
-    round_end=$(($(now) + round + 5))
+    round_sending_until=$(($(now) + round))
+    round_end=$((round_sending_until + 5))
 }
 : >"$work/rounds.jsonl"
 finish_round() {
@@ -196,6 +197,10 @@ op() {
         capture)
             # (An older ferrovs has no `ferrovs capture`: the step is then skipped.)
             if [ "$have_capture" = 0 ]; then ops[capture-skipped]=$((ops[capture-skipped] + 1)); return 0; fi
+            # The capture waits for 100 packets of the round's traffic, and the loop waits
+            # for it: near the end of a round's sending (or after it) there may be none until
+            # the next round, which this loop would start only after the capture: not now.
+            [ $((round_sending_until - $(now))) -ge 3 ] || return 0
             timeout 20 "$bin/ferrovs" --run-dir "$d" capture vm1 --count 100 -w /dev/null >/dev/null 2>"$work/cap.err" ||
                 { violate "capture failed: $(tail -c 300 "$work/cap.err")"; return; } ;;
     esac
