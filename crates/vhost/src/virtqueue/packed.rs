@@ -18,10 +18,10 @@
 //!   the ring size (`packed_bad_buffer_id`). Indirect tables are supported as the split
 //!   ring's: only as the sole descriptor of a chain, when negotiated, unnested, inside guest
 //!   memory.
-//! * Guest RX: the used descriptors of one packet (several with mergeable buffers) are kept
-//!   in a shadow list and written once the packet is whole, the first one's flags last, so
-//!   the guest never sees part of a packet and a packet rolled back (too few buffers,
-//!   postcopy) left nothing behind.
+//! * Guest RX: the used descriptors of a burst's packets (several per packet with mergeable
+//!   buffers) are kept in a shadow list and written at the end of the burst, the first one's
+//!   flags last, so the guest never sees part of a packet, sees the burst at once, and a
+//!   packet rolled back (too few buffers, postcopy) leaves nothing behind.
 //! * Guest TX: the used descriptors of a burst are written as its chains are taken, except
 //!   the first one's, written at the end of the burst (also when a broken chain cut it
 //!   short): the driver, which reads used descriptors in order, sees the burst at once.
@@ -448,6 +448,9 @@ impl VirtQueue {
             return 0;
         }
         let (mut sent, mut bytes, mut chains) = (0u64, 0u64, 0u32);
+        // The burst's used descriptors, written once the burst is placed (below).
+        self.shadow.clear();
+        let mut burst_slots = 0u32;
         let mut pkts = pkts.into_iter().peekable();
         let n = pkts.size_hint().1.unwrap_or(BURST).min(BURST);
         prefetch_burst_packed(ring, Pos::decode(self.state.last_avail), n, true);
@@ -467,30 +470,58 @@ impl VirtQueue {
                 stats.drop(DropReason::OffloadRefused, 1);
                 break;
             }
-            match self.place_packed(ring, pkt, &hdr, marker) {
+            let placed = self.shadow.len();
+            match self.place_packed(ring, pkt, &hdr, marker, &mut burst_slots) {
                 Ok(Some(n)) => {
                     sent += 1;
                     bytes += pkt.len() as u64;
                     chains += n;
                 }
-                Ok(None) => break,
+                // A packet not placed leaves nothing behind: the chains it took are not
+                // returned, they stay the guest's available buffers.
+                Ok(None) => {
+                    self.shadow.truncate(placed);
+                    break;
+                }
                 Err(ChainError::NotArrived) => {
+                    self.shadow.truncate(placed);
                     self.shortfall = Some(DropReason::PostcopyPending);
                     break;
                 }
                 Err(e) => {
+                    self.shadow.truncate(placed);
                     self.mark_broken(e, stats);
                     break;
                 }
             }
         }
+        self.flush_used_packed(ring, marker);
         self.packed_notify(ring, chains, stats);
         stats.add(sent, bytes);
         sent as usize
     }
 
-    /// Places one packet: `Some(buffers used)`, or `None` when the guest has too few buffers
-    /// (nothing consumed, nothing visible to the guest).
+    /// Writes the used descriptors of the packets placed in this burst, the first one's
+    /// flags last (as DPDK's shadow used ring does for the packed ring): the driver reads
+    /// used descriptors in order from that one, so it sees the whole burst at once, and
+    /// does not pull a descriptor line to its core between two of our writes to it (four
+    /// descriptors share a line).
+    #[inline]
+    fn flush_used_packed<M: Marker>(&mut self, ring: &PackedRing, marker: &mut M) {
+        for &(p, id, len) in self.shadow.iter().skip(1) {
+            ring.write_used(p.slot, id, len, used_flags(p.wrap, true));
+            self.mark_used_desc(marker, p.slot);
+        }
+        if let Some(&(p, id, len)) = self.shadow.first() {
+            ring.write_used(p.slot, id, len, used_flags(p.wrap, true));
+            self.mark_used_desc(marker, p.slot);
+        }
+        self.shadow.clear();
+    }
+
+    /// Places one packet: `Some(buffers used)`, its used descriptors added to the burst's
+    /// shadow list; or `None` when the guest has too few buffers (nothing consumed, nothing
+    /// added). An error adds nothing either.
     #[inline(always)]
     fn place_packed<M: Marker>(
         &mut self,
@@ -498,6 +529,7 @@ impl VirtQueue {
         pkt: &[u8],
         vnet: &VnetHdr,
         marker: &mut M,
+        burst_slots: &mut u32,
     ) -> Result<Option<u32>, ChainError> {
         let mem = ring.mem();
         let size = ring.size();
@@ -510,12 +542,12 @@ impl VirtQueue {
             hdr[..vnet::HDR_LEN].copy_from_slice(&vnet.to_bytes());
         }
         let mut fill = Fill::default();
-        let mut taken = 0u32;
-        self.shadow.clear();
+        let base = self.shadow.len();
+        let mut taken = *burst_slots;
         while fill.written < total {
             if taken >= u32::from(size) {
-                // Every slot of the ring holds a buffer of this packet and it still does not
-                // fit: never walk into our own unpublished entries.
+                // Every slot of the ring holds a buffer of this burst and the packet still
+                // does not fit: never walk into our own unpublished entries.
                 return Ok(None);
             }
             match slot_state(ring.desc_flags(pos.slot), pos.wrap) {
@@ -537,22 +569,16 @@ impl VirtQueue {
             self.shadow.push((pos, chain.id, in_buf as u32));
             pos = pos.advance(chain.slots, size);
         }
-        let nbufs = self.shadow.len() as u16;
+        let nbufs = (self.shadow.len() - base) as u16;
         if mrg && !fill.single {
             if let Some(a) = fill.hdr_addr {
                 mem.write(a + 10, &nbufs.to_le_bytes())?;
                 marker.mark(a + 10, 2);
             }
         }
-        // The packet is whole: its used descriptors, the first one's flags last.
-        for &(p, id, len) in self.shadow.iter().skip(1) {
-            ring.write_used(p.slot, id, len, used_flags(p.wrap, true));
-            self.mark_used_desc(marker, p.slot);
-        }
-        if let Some(&(p, id, len)) = self.shadow.first() {
-            ring.write_used(p.slot, id, len, used_flags(p.wrap, true));
-            self.mark_used_desc(marker, p.slot);
-        }
+        // The packet is whole; its used descriptors wait in the shadow list for the end of
+        // the burst.
+        *burst_slots = taken;
         self.state.last_avail = pos.encode();
         self.state.used_idx = pos.encode();
         Ok(Some(u32::from(nbufs)))

@@ -230,6 +230,48 @@ fn guest_rx_single_and_mergeable_buffers() {
     assert!(vq.broken().is_none());
 }
 
+/// The used descriptors of a burst are written at its end: the packets placed before one
+/// that is rolled back, or before a broken chain, are still returned, and nothing of the
+/// packet that was not placed is.
+#[test]
+fn guest_rx_burst_returns_the_packets_placed_before_one_that_is_not() {
+    let (mut vq, mut d) = queue(F | features::VIRTIO_NET_F_MRG_RXBUF);
+    let stats = QueueStats::default();
+    for i in 0..4u16 {
+        d.post(&[(DATA + 2048 * u64::from(i), 2048)], i, true);
+    }
+    let small = vec![0x11u8; 100];
+    let big = vec![0x22u8; 5000]; // three buffers, one is left
+    let pkts = [small.as_slice(), small.as_slice(), big.as_slice()];
+    let sent = vq.enqueue(pkts.iter().map(|p| (*p, VnetHdr::default())), &stats, "t");
+    assert_eq!(sent, 2);
+    assert_eq!(d.take_used(1), Some((0, 112)));
+    assert_eq!(d.take_used(1), Some((1, 112)));
+    assert_eq!(d.take_used(1), None, "the rolled-back packet left nothing");
+    // Its buffers are still available: with one more it is placed in the next burst.
+    d.post(&[(DATA + 2048 * 4, 2048)], 4, true);
+    let sent = vq.enqueue(std::iter::once((big.as_slice(), VnetHdr::default())), &stats, "t");
+    assert_eq!(sent, 1);
+    assert_eq!(d.take_used(1), Some((2, 2048)));
+    assert_eq!(d.take_used(1), Some((3, 2048)));
+    assert_eq!(d.take_used(1), Some((4, 5012 - 4096)));
+    assert_eq!(d.take_used(1), None);
+    // A broken chain after two good ones: the two are returned, the queue is broken.
+    d.post(&[(DATA, 2048)], 0, true);
+    d.post(&[(DATA + 2048, 2048)], 1, true);
+    d.post(&[(DATA + 4096, 2048)], 999, true);
+    let sent = vq.enqueue(
+        (0..3).map(|_| (small.as_slice(), VnetHdr::default())),
+        &stats,
+        "t",
+    );
+    assert_eq!(sent, 2);
+    assert_eq!(vq.broken(), Some(ChainError::PackedBadBufferId));
+    assert_eq!(d.take_used(1), Some((0, 112)));
+    assert_eq!(d.take_used(1), Some((1, 112)));
+    assert_eq!(d.take_used(1), None);
+}
+
 #[test]
 fn guest_rx_without_buffers_or_wrap_stops_cleanly() {
     let (mut vq, mut d) = queue(F);
