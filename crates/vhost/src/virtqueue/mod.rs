@@ -204,6 +204,11 @@ impl VirtQueue {
         self.features & features::VIRTIO_NET_F_MRG_RXBUF != 0
     }
 
+    /// `VIRTIO_F_IN_ORDER`: the driver may read one used entry for a batch of buffers.
+    fn in_order(&self) -> bool {
+        self.features & features::VIRTIO_F_IN_ORDER != 0
+    }
+
     fn indirect_ok(&self) -> bool {
         self.features & features::VIRTIO_RING_F_INDIRECT_DESC != 0
     }

@@ -25,6 +25,9 @@
 //! * Guest TX: the used descriptors of a burst are written as its chains are taken, except
 //!   the first one's, written at the end of the burst (also when a broken chain cut it
 //!   short): the driver, which reads used descriptors in order, sees the burst at once.
+//!   With `VIRTIO_F_IN_ORDER` the first one is the only one: it carries the last chain's
+//!   buffer id and stands for the whole burst (virtio 1.1, packed virtqueues, "In-order use
+//!   of descriptors"; DPDK's vhost library does the same on packed rings).
 //! * A broken chain is not returned to the guest (its length is not known): the queue is
 //!   broken and stays so until the frontend re-initialises it.
 //!
@@ -340,7 +343,11 @@ impl VirtQueue {
         let ahead = prefetch_burst_packed(ring, pos, n, false) as u64 > BURST_PREFETCH_BYTES;
         // The burst's first used descriptor is written last (as DPDK's shadow used ring
         // does): the driver reads used descriptors in order from that one, so it sees the
-        // whole burst at once instead of reading lines we are still writing.
+        // whole burst at once instead of reading lines we are still writing. With IN_ORDER
+        // it is the only one, with the last chain's buffer id: the driver skips the batch
+        // (virtio 1.1, packed virtqueues, "In-order use of descriptors"), and the lines of
+        // the driver's descriptors are only read here, but one.
+        let batch = self.in_order();
         let mut first: Option<(Pos, u16)> = None;
         for _ in 0..n {
             match slot_state(ring.desc_flags(pos.slot), pos.wrap) {
@@ -378,11 +385,13 @@ impl VirtQueue {
                 }
                 Ok(t) => t,
             };
-            if first.is_none() {
-                first = Some((pos, chain.id));
-            } else {
-                ring.write_used(pos.slot, chain.id, 0, used_flags(pos.wrap, false));
-                self.mark_used_desc(marker, pos.slot);
+            match &mut first {
+                None => first = Some((pos, chain.id)),
+                Some((_, id)) if batch => *id = chain.id,
+                Some(_) => {
+                    ring.write_used(pos.slot, chain.id, 0, used_flags(pos.wrap, false));
+                    self.mark_used_desc(marker, pos.slot);
+                }
             }
             pos = pos.advance(chain.slots, size);
             chains += 1;

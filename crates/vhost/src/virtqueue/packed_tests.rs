@@ -191,6 +191,80 @@ fn guest_tx_over_several_laps_in_order_with_chains() {
     assert_eq!((vq.state.last_avail, vq.state.used_idx), (enc, enc));
 }
 
+/// With IN_ORDER, a guest-TX burst is returned as one used descriptor at the burst's first
+/// slot, carrying the last chain's buffer id; the driver skips the batch (as DPDK's in-order
+/// virtio driver does) and no other slot of the burst is written.
+#[test]
+fn guest_tx_in_order_returns_a_burst_as_one_used_descriptor() {
+    let (mut vq, mut d) = queue_sized(F | features::VIRTIO_F_IN_ORDER, 7);
+    let pool = Pool::new(64).unwrap();
+    let stats = QueueStats::default();
+    let mut got = Vec::new();
+    let mut seq = 0u32;
+    // In flight: (first slot, buffer id, slots).
+    let mut inflight: std::collections::VecDeque<(u16, u16, u16)> = Default::default();
+    let mut bursts = 0;
+    while got.len() < 40 {
+        loop {
+            let two = seq.is_multiple_of(3);
+            let need = if two { 2 } else { 1 };
+            let used: u16 = inflight.iter().map(|x| x.2).sum();
+            if used + need > d.size || seq >= 40 {
+                break;
+            }
+            let f = frame(seq, 60 + seq as usize);
+            let at = DATA + 4096 * u64::from(seq % 32);
+            d.mem.write(at, &f).unwrap();
+            let id = (seq % 7) as u16;
+            let slot = d.next;
+            if two {
+                d.post(&[(at, 12), (at + 12, f.len() as u32 - 12)], id, false);
+            } else {
+                d.post(&[(at, f.len() as u32)], id, false);
+            }
+            inflight.push_back((slot, id, need));
+            seq += 1;
+        }
+        let mut out = Vec::with_capacity(BURST);
+        let n = vq.dequeue(&pool, &mut out, BURST, &stats, "t");
+        assert!(vq.broken().is_none(), "{:?}", vq.broken());
+        for m in out {
+            got.push(m.data().to_vec());
+        }
+        if n == 0 {
+            continue;
+        }
+        bursts += 1;
+        // The slots of the burst after its first still hold the driver's descriptors.
+        let first = inflight.front().unwrap().0;
+        let (uid, len) = d.take_used(0).expect("one used descriptor for the burst");
+        assert_eq!(len, 0);
+        let mut slots = 0;
+        let mut chains = 0;
+        while let Some((slot, id, s)) = inflight.pop_front() {
+            if slot != first {
+                let raw = d.mem.read_obj::<16>(16 * u64::from(slot)).unwrap();
+                let f = PackedDescriptor::from_bytes(&raw).flags;
+                assert_eq!(f & USED != 0, f & AVAIL == 0, "slot {slot} was written");
+            }
+            slots += s;
+            chains += 1;
+            if id == uid {
+                break;
+            }
+        }
+        assert_eq!(chains, n, "the used descriptor stands for the whole burst");
+        d.take_used(slots);
+    }
+    for (i, p) in got.iter().enumerate() {
+        assert_eq!(p.as_slice(), &frame(i as u32, 60 + i)[12..], "packet {i}");
+    }
+    assert!(bursts >= 6, "{bursts} bursts");
+    let enc = d.next | if d.wrap { 0x8000 } else { 0 };
+    assert_eq!((vq.state.last_avail, vq.state.used_idx), (enc, enc));
+    assert_eq!(d.used, d.next);
+}
+
 #[test]
 fn guest_rx_single_and_mergeable_buffers() {
     let (mut vq, mut d) = queue(F | features::VIRTIO_NET_F_MRG_RXBUF);
@@ -250,7 +324,11 @@ fn guest_rx_burst_returns_the_packets_placed_before_one_that_is_not() {
     assert_eq!(d.take_used(1), None, "the rolled-back packet left nothing");
     // Its buffers are still available: with one more it is placed in the next burst.
     d.post(&[(DATA + 2048 * 4, 2048)], 4, true);
-    let sent = vq.enqueue(std::iter::once((big.as_slice(), VnetHdr::default())), &stats, "t");
+    let sent = vq.enqueue(
+        std::iter::once((big.as_slice(), VnetHdr::default())),
+        &stats,
+        "t",
+    );
     assert_eq!(sent, 1);
     assert_eq!(d.take_used(1), Some((2, 2048)));
     assert_eq!(d.take_used(1), Some((3, 2048)));
