@@ -8,7 +8,7 @@
 //! output port by [`egress_edit`].
 
 use ferrovs_counters::DropReason;
-use ferrovs_packet::{is_multicast, EthView};
+use ferrovs_packet::{is_multicast, EthView, ETH_P_8021Q};
 
 use crate::port::{Port, VlanMode};
 use crate::{Bridge, Snapshot};
@@ -27,6 +27,23 @@ pub struct Classified {
     pub vlan: u16,
     pub tagged: bool,
     pub decision: Decision,
+}
+
+/// The bytes of a frame [`decide`] reads, as a key: both addresses, the ethertype and, for
+/// an 802.1Q frame, its tag. Two frames of one burst with the same key get the same
+/// decision (same port, snapshot and time; learning the first one's source again changes
+/// nothing), so a burst decides once per run of equal keys. `None` below 16 bytes.
+#[inline]
+pub fn header_key(frame: &[u8]) -> Option<[u64; 2]> {
+    let h: &[u8; 16] = frame.get(..16)?.try_into().ok()?;
+    let (lo, hi) = h.split_at(8);
+    let a = u64::from_le_bytes(lo.try_into().ok()?);
+    let mut b = u64::from_le_bytes(hi.try_into().ok()?);
+    if u16::from_be_bytes([h[12], h[13]]) != ETH_P_8021Q {
+        // Untagged: bytes 14 and 15 are payload.
+        b &= 0x0000_ffff_ffff_ffff;
+    }
+    Some([a, b])
 }
 
 /// Decides for one frame received on `inp`. `now` is in seconds (MAC aging).
@@ -169,6 +186,27 @@ mod tests {
         let c = decide_on(&snap, 2, &frame(mac(2), mac(1), None, 0));
         assert_eq!(c.decision, Decision::Unicast(1));
         assert_eq!(macs.lookup(key(1), 0, 10), Some(2));
+    }
+
+    /// The key covers what `decide` reads and nothing else.
+    #[test]
+    fn header_key_is_the_addresses_ethertype_and_tag() {
+        let k = |f: &[u8]| header_key(f).unwrap();
+        let a = frame(mac(2), mac(1), None, 1);
+        let mut b = frame(mac(2), mac(1), None, 2);
+        b[14] = 0x45;
+        b[15] = 0x10;
+        assert_eq!(k(&a), k(&b), "an untagged frame's payload is not in the key");
+        assert_ne!(k(&a), k(&frame(mac(3), mac(1), None, 1)));
+        assert_ne!(k(&a), k(&frame(mac(2), mac(4), None, 1)));
+        let mut arp = a.clone();
+        arp[12..14].copy_from_slice(&[0x08, 0x06]);
+        assert_ne!(k(&a), k(&arp));
+        let t10 = frame(mac(2), mac(1), Some(10), 1);
+        assert_ne!(k(&t10), k(&frame(mac(2), mac(1), Some(11), 1)));
+        assert_ne!(k(&t10), k(&a));
+        assert_eq!(k(&t10), k(&frame(mac(2), mac(1), Some(10), 2)));
+        assert_eq!(header_key(&a[..15]), None);
     }
 
     #[test]

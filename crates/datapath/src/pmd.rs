@@ -671,8 +671,22 @@ fn plain_l2<'p>(b: &Burst<'_, 'p>, sc: &mut Scratch<'p>) -> u64 {
         now,
     } = *b;
     let mut dropped = 0u64;
+    // The decision of the last frame, by its header: a run of frames with one header (one
+    // flow, the common case in a burst) is decided once.
+    let mut last: Option<([u64; 2], l2::Classified)> = None;
     for i in 0..sc.batch.len() {
-        let c = l2::decide(snap, bridge, inp, sc.batch[i].data(), now);
+        let frame = sc.batch[i].data();
+        let c = match l2::header_key(frame) {
+            Some(k) => match last {
+                Some((lk, lc)) if lk == k => lc,
+                _ => {
+                    let c = l2::decide(snap, bridge, inp, frame, now);
+                    last = Some((k, c));
+                    c
+                }
+            },
+            None => l2::decide(snap, bridge, inp, frame, now),
+        };
         match c.decision {
             Decision::Drop(r) => {
                 inp.rx_drops.drop(r, 1);
@@ -733,6 +747,34 @@ mod tests {
         // Counted on both sides; every buffer back in the pool.
         let p0 = snap.port(0).unwrap();
         assert_eq!((p0.rx_stats().packets, p0.tx_stats().packets), (1, 1));
+        assert_eq!(pool.available(), 256);
+    }
+
+    /// A burst decides once per run of frames with one header: the run is forwarded as its
+    /// first frame, and the next header is decided afresh, with what the run learned.
+    #[test]
+    fn a_burst_decides_runs_of_one_header_once_and_others_afresh() {
+        let pool = Pool::new(256).unwrap();
+        let mut w = Worker::new(0, &pool);
+        let snap = l2_switch(&[VlanMode::Trunk, VlanMode::Trunk, VlanMode::Trunk]);
+        let f1 = frame(mac(2), mac(1), None, 1);
+        let f2 = frame(mac(2), mac(1), None, 2);
+        // To mac(1), learned on port 0 by f1: back to its own port, dropped.
+        let f3 = frame(mac(1), mac(9), None, 3);
+        let f4 = frame(mac(2), mac(1), None, 4);
+        let f5 = frame(mac(2), mac(1), Some(7), 5);
+        for f in [&f1, &f2, &f3, &f4, &f5] {
+            dummy(&snap, 0).push_rx(f);
+        }
+        let it = iterate(&mut w, &snap);
+        assert_eq!((it.rx, it.tx, it.dropped), (5, 8, 1));
+        for p in [1, 2] {
+            let got = dummy(&snap, p).take_sent();
+            assert_eq!(got.len(), 4, "port {p}");
+            assert_eq!(&got[..3], &[f1.clone(), f2.clone(), f4.clone()], "port {p}");
+            assert_eq!(vlan_of(&got[3]), Some(7));
+        }
+        assert!(dummy(&snap, 0).take_sent().is_empty());
         assert_eq!(pool.available(), 256);
     }
 
