@@ -196,7 +196,11 @@ mod tests {
         let mut b = frame(mac(2), mac(1), None, 2);
         b[14] = 0x45;
         b[15] = 0x10;
-        assert_eq!(k(&a), k(&b), "an untagged frame's payload is not in the key");
+        assert_eq!(
+            k(&a),
+            k(&b),
+            "an untagged frame's payload is not in the key"
+        );
         assert_ne!(k(&a), k(&frame(mac(3), mac(1), None, 1)));
         assert_ne!(k(&a), k(&frame(mac(2), mac(4), None, 1)));
         let mut arp = a.clone();
