@@ -5,6 +5,7 @@
 //! of the first byte run a packed ring (`VIRTIO_F_RING_PACKED`) of 1..=16 descriptors over
 //! the same bytes (descriptor ring at 0, driver event at 4096, device event at 8192) from a
 //! base the input picks: its position must stay inside the ring, used equal to available.
+//! Bit 0x10 adds `VIRTIO_F_IN_ORDER`.
 #![no_main]
 use std::sync::Arc;
 
@@ -38,6 +39,8 @@ fuzz_target!(|data: &[u8]| {
     };
     let packed = data[0] & 0x20 != 0;
     let features = if packed { features | VIRTIO_F_RING_PACKED } else { features };
+    // Bit 0x10: IN_ORDER (a packed ring's guest TX then returns a burst as one used entry).
+    let features = if data[0] & 0x10 != 0 { features | VIRTIO_F_IN_ORDER } else { features };
     let size = if packed { 1 + u32::from(data[1] >> 4) } else { 16 };
     // Packed: slot (below the size, else the queue starts broken) and wrap counter.
     let base = if packed { u16::from(data[1] & 0x1f) | (u16::from(data[0] & 1) << 15) } else { 0 };
