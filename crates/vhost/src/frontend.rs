@@ -659,11 +659,14 @@ impl TxQueue {
     pub fn reclaim(&mut self) -> usize {
         if let Some(p) = &mut self.packed {
             let mut n = 0;
-            while let Some((id, _)) = p.take_used() {
-                if id < p.ring.size() {
-                    self.free.push_back(id);
+            let size = p.ring.size();
+            let free = &mut self.free;
+            while let Some(k) = p.take_used_batch(|id| {
+                if id < size {
+                    free.push_back(id);
                 }
-                n += 1;
+            }) {
+                n += k;
             }
             return n;
         }

@@ -2,7 +2,8 @@
 //! [`TxQueue`](crate::frontend::TxQueue) and [`RxQueue`](crate::frontend::RxQueue) when
 //! `VIRTIO_F_RING_PACKED` was negotiated: one descriptor per buffer, buffer id = buffer
 //! index, a batch's first descriptor made available last, used descriptors read in ring order
-//! (one slot each: we never chain), and kicks as the device's event structure asks.
+//! (one slot each: we never chain; on the transmit side, with `IN_ORDER`, one used descriptor
+//! may stand for a batch), and kicks as the device's event structure asks.
 //!
 //! The backend is untrusted here too: a used descriptor with an id out of range is counted
 //! and skipped, never indexed.
@@ -30,16 +31,22 @@ pub(crate) struct PackedDriver {
     wrap: bool,
     used: u16,
     used_wrap: bool,
+    /// The buffer id made available at each slot, and how many slots are in flight: with
+    /// `IN_ORDER` one used descriptor may stand for a batch (below).
+    ids: Vec<u16>,
+    in_flight: u16,
 }
 
 impl PackedDriver {
     pub(crate) fn new(ring: PackedRing, interrupts: bool) -> PackedDriver {
         let d = PackedDriver {
-            ring,
             next: 0,
             wrap: true,
             used: 0,
             used_wrap: true,
+            ids: vec![0; usize::from(ring.size())],
+            in_flight: 0,
+            ring,
         };
         d.set_interrupts(interrupts);
         d
@@ -84,6 +91,10 @@ impl PackedDriver {
             } else {
                 self.ring.write_desc(self.next, d);
             }
+            if let Some(slot) = self.ids.get_mut(usize::from(self.next)) {
+                *slot = id;
+            }
+            self.in_flight = self.in_flight.saturating_add(1);
             self.next += 1;
             if self.next == self.ring.size() {
                 self.next = 0;
@@ -98,19 +109,63 @@ impl PackedDriver {
 
     /// The next used descriptor, if the device wrote it: `(id, len)`.
     pub(crate) fn take_used(&mut self) -> Option<(u16, u32)> {
+        let d = self.peek_used()?;
+        self.advance_used();
+        Some((d.id, d.len))
+    }
+
+    /// The next used descriptor, as a batch: the ids of the buffers it stands for, in ring
+    /// order, to `each`. With `IN_ORDER` the device may write one used descriptor for a
+    /// batch, with the last buffer's id, at the batch's first slot (virtio 1.1, packed
+    /// virtqueues, "In-order use of descriptors"); the slots up to the one that held that id
+    /// are then used too. An id no buffer in flight has is taken as one buffer (the caller
+    /// checks it). Returns how many buffers, or `None` when nothing is used.
+    pub(crate) fn take_used_batch(&mut self, mut each: impl FnMut(u16)) -> Option<usize> {
+        let d = self.peek_used()?;
+        let size = self.ring.size();
+        let mut span = 1;
+        let mut slot = self.used;
+        for k in 1..=self.in_flight {
+            if self.ids.get(usize::from(slot)) == Some(&d.id) {
+                span = k;
+                break;
+            }
+            slot = if slot + 1 == size { 0 } else { slot + 1 };
+        }
+        if span == 1 {
+            self.advance_used();
+            each(d.id);
+            return Some(1);
+        }
+        for _ in 0..span {
+            each(
+                self.ids
+                    .get(usize::from(self.used))
+                    .copied()
+                    .unwrap_or(u16::MAX),
+            );
+            self.advance_used();
+        }
+        Some(usize::from(span))
+    }
+
+    fn peek_used(&self) -> Option<PackedDescriptor> {
         let flags = self.ring.desc_flags(self.used);
         let a = flags & VRING_PACKED_DESC_F_AVAIL != 0;
         let u = flags & VRING_PACKED_DESC_F_USED != 0;
         if a != self.used_wrap || u != self.used_wrap {
             return None;
         }
-        let d = self.ring.desc(self.used)?;
+        self.ring.desc(self.used)
+    }
+
+    fn advance_used(&mut self) {
+        self.in_flight = self.in_flight.saturating_sub(1);
         self.used += 1;
         if self.used == self.ring.size() {
             self.used = 0;
             self.used_wrap = !self.used_wrap;
         }
-        Some((d.id, d.len))
     }
 
     /// Kicks the device after making buffers available from position `old` on, if its event
@@ -132,5 +187,63 @@ impl PackedDriver {
         if want {
             let _ = os::notify(kick.as_fd());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferrovs_sys::guest::memory::{GuestMemory, RegionDesc};
+    use ferrovs_sys::guest::vring::RingAddrs;
+    use ferrovs_sys::os::memfd;
+    use std::sync::Arc;
+
+    const BASE: u64 = 0x3000_0000;
+    const USED: u16 = VRING_PACKED_DESC_F_AVAIL | VRING_PACKED_DESC_F_USED;
+
+    fn driver() -> PackedDriver {
+        let fd = memfd("frontend-packed", 65536, false).unwrap();
+        let r = RegionDesc {
+            gpa: 0,
+            size: 65536,
+            uaddr: BASE,
+            mmap_offset: 0,
+        };
+        let mem = Arc::new(GuestMemory::map(vec![(r, fd)]).unwrap());
+        let addrs = RingAddrs {
+            desc: BASE,
+            avail: BASE + 8192,
+            used: BASE + 8196,
+        };
+        PackedDriver::new(PackedRing::new(mem, addrs, 16).unwrap(), false)
+    }
+
+    fn batch(d: &mut PackedDriver) -> Option<Vec<u16>> {
+        let mut ids = Vec::new();
+        let n = d.take_used_batch(|id| ids.push(id))?;
+        assert_eq!(n, ids.len());
+        Some(ids)
+    }
+
+    /// One used descriptor with the last buffer's id stands for the batch up to it (an
+    /// in-order device); one per buffer reads as before; an id no buffer in flight has is
+    /// one buffer, not a walk over the ring.
+    #[test]
+    fn a_used_descriptor_stands_for_the_in_order_batch_up_to_its_id() {
+        let mut d = driver();
+        let bufs: Vec<_> = (10..15)
+            .map(|id| (0x1000 * u64::from(id), 64, id))
+            .collect();
+        d.post(&bufs, false);
+        assert_eq!(batch(&mut d), None);
+        d.ring.write_used(0, 13, 0, USED);
+        assert_eq!(batch(&mut d), Some(vec![10, 11, 12, 13]));
+        assert_eq!(batch(&mut d), None);
+        d.ring.write_used(4, 14, 0, USED);
+        assert_eq!(batch(&mut d), Some(vec![14]));
+        d.post(&[(0x1000, 64, 3)], false);
+        d.ring.write_used(5, 99, 0, USED);
+        assert_eq!(batch(&mut d), Some(vec![99]));
+        assert_eq!(d.in_flight, 0);
     }
 }
