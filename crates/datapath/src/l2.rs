@@ -35,11 +35,9 @@ pub struct Classified {
 /// nothing), so a burst decides once per run of equal keys. `None` below 16 bytes.
 #[inline]
 pub fn header_key(frame: &[u8]) -> Option<[u64; 2]> {
-    let h: &[u8; 16] = frame.get(..16)?.try_into().ok()?;
-    let (lo, hi) = h.split_at(8);
-    let a = u64::from_le_bytes(lo.try_into().ok()?);
-    let mut b = u64::from_le_bytes(hi.try_into().ok()?);
-    if u16::from_be_bytes([h[12], h[13]]) != ETH_P_8021Q {
+    let a = u64::from_le_bytes(frame.get(..8)?.try_into().ok()?);
+    let mut b = u64::from_le_bytes(frame.get(8..16)?.try_into().ok()?);
+    if u16::from_be_bytes([frame[12], frame[13]]) != ETH_P_8021Q {
         // Untagged: bytes 14 and 15 are payload.
         b &= 0x0000_ffff_ffff_ffff;
     }

@@ -480,25 +480,24 @@ impl VirtQueue {
                 break;
             }
             let placed = self.shadow.len();
-            match self.place_packed(ring, pkt, &hdr, marker, &mut burst_slots) {
+            let res = self.place_packed(ring, pkt, &hdr, marker, &mut burst_slots);
+            if !matches!(res, Ok(Some(_))) {
+                // A packet not placed leaves nothing behind: the chains it took are not
+                // returned, they stay the guest's available buffers.
+                self.shadow.truncate(placed);
+            }
+            match res {
                 Ok(Some(n)) => {
                     sent += 1;
                     bytes += pkt.len() as u64;
                     chains += n;
                 }
-                // A packet not placed leaves nothing behind: the chains it took are not
-                // returned, they stay the guest's available buffers.
-                Ok(None) => {
-                    self.shadow.truncate(placed);
-                    break;
-                }
+                Ok(None) => break,
                 Err(ChainError::NotArrived) => {
-                    self.shadow.truncate(placed);
                     self.shortfall = Some(DropReason::PostcopyPending);
                     break;
                 }
                 Err(e) => {
-                    self.shadow.truncate(placed);
                     self.mark_broken(e, stats);
                     break;
                 }
@@ -529,8 +528,8 @@ impl VirtQueue {
     }
 
     /// Places one packet: `Some(buffers used)`, its used descriptors added to the burst's
-    /// shadow list; or `None` when the guest has too few buffers (nothing consumed, nothing
-    /// added). An error adds nothing either.
+    /// shadow list; or `None` when the guest has too few buffers (nothing consumed). On
+    /// `None` or an error the caller cuts what this added to the shadow list.
     #[inline(always)]
     fn place_packed<M: Marker>(
         &mut self,

@@ -138,6 +138,38 @@ fn frame(seq: u32, len: usize) -> Vec<u8> {
     f
 }
 
+/// Makes frames `*seq..total` available while the ring has room for them beside `in_flight`
+/// slots: `frame(seq, 60 + seq)`, a two-descriptor chain every third one, buffer id
+/// `seq % 7`. Returns each one's (first slot, buffer id, slots).
+fn post_frames(
+    d: &mut Driver,
+    seq: &mut u32,
+    total: u32,
+    mut in_flight: u16,
+) -> Vec<(u16, u16, u16)> {
+    let mut posted = Vec::new();
+    loop {
+        let two = seq.is_multiple_of(3);
+        let need = if two { 2 } else { 1 };
+        if in_flight + need > d.size || *seq >= total {
+            return posted;
+        }
+        let f = frame(*seq, 60 + *seq as usize);
+        let at = DATA + 4096 * u64::from(*seq % 32);
+        d.mem.write(at, &f).unwrap();
+        let id = (*seq % 7) as u16;
+        let slot = d.next;
+        if two {
+            d.post(&[(at, 12), (at + 12, f.len() as u32 - 12)], id, false);
+        } else {
+            d.post(&[(at, f.len() as u32)], id, false);
+        }
+        posted.push((slot, id, need));
+        in_flight += need;
+        *seq += 1;
+    }
+}
+
 #[test]
 fn guest_tx_over_several_laps_in_order_with_chains() {
     // A ring of 7 (not a power of two): chains of one and two descriptors, 40 packets.
@@ -148,25 +180,9 @@ fn guest_tx_over_several_laps_in_order_with_chains() {
     let mut seq = 0u32;
     let mut inflight: std::collections::VecDeque<(u16, u16)> = Default::default();
     while got.len() < 40 {
-        // Post while there is room (a two-descriptor chain every third packet).
-        loop {
-            let two = seq.is_multiple_of(3);
-            let need = if two { 2 } else { 1 };
-            let used: u16 = inflight.iter().map(|x| x.1).sum();
-            if used + need > d.size || seq >= 40 {
-                break;
-            }
-            let f = frame(seq, 60 + seq as usize);
-            let at = DATA + 4096 * u64::from(seq % 32);
-            d.mem.write(at, &f).unwrap();
-            let id = (seq % 7) as u16;
-            if two {
-                d.post(&[(at, 12), (at + 12, f.len() as u32 - 12)], id, false);
-            } else {
-                d.post(&[(at, f.len() as u32)], id, false);
-            }
+        let used = inflight.iter().map(|x| x.1).sum();
+        for (_, id, need) in post_frames(&mut d, &mut seq, 40, used) {
             inflight.push_back((id, need));
-            seq += 1;
         }
         let mut out = Vec::with_capacity(BURST);
         vq.dequeue(&pool, &mut out, BURST, &stats, "t");
@@ -205,26 +221,8 @@ fn guest_tx_in_order_returns_a_burst_as_one_used_descriptor() {
     let mut inflight: std::collections::VecDeque<(u16, u16, u16)> = Default::default();
     let mut bursts = 0;
     while got.len() < 40 {
-        loop {
-            let two = seq.is_multiple_of(3);
-            let need = if two { 2 } else { 1 };
-            let used: u16 = inflight.iter().map(|x| x.2).sum();
-            if used + need > d.size || seq >= 40 {
-                break;
-            }
-            let f = frame(seq, 60 + seq as usize);
-            let at = DATA + 4096 * u64::from(seq % 32);
-            d.mem.write(at, &f).unwrap();
-            let id = (seq % 7) as u16;
-            let slot = d.next;
-            if two {
-                d.post(&[(at, 12), (at + 12, f.len() as u32 - 12)], id, false);
-            } else {
-                d.post(&[(at, f.len() as u32)], id, false);
-            }
-            inflight.push_back((slot, id, need));
-            seq += 1;
-        }
+        let used = inflight.iter().map(|x| x.2).sum();
+        inflight.extend(post_frames(&mut d, &mut seq, 40, used));
         let mut out = Vec::with_capacity(BURST);
         let n = vq.dequeue(&pool, &mut out, BURST, &stats, "t");
         assert!(vq.broken().is_none(), "{:?}", vq.broken());
