@@ -169,7 +169,7 @@ impl VirtQueue {
     /// Checks a header the guest sent against what was negotiated: `None` if it asks for
     /// something else. Flags not negotiated are ignored (a driver may leave stale bits).
     #[inline(always)]
-    fn accept_header(&self, h: VnetHdr) -> Option<VnetHdr> {
+    pub(super) fn accept_header(&self, h: VnetHdr) -> Option<VnetHdr> {
         let mut h = h;
         if self.tx_caps & caps::CSUM == 0 {
             return Some(VnetHdr::default());

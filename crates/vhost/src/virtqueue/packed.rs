@@ -350,7 +350,10 @@ impl VirtQueue {
         let batch = self.in_order();
         let mut first: Option<(Pos, u16)> = None;
         for _ in 0..n {
-            match slot_state(ring.desc_flags(pos.slot), pos.wrap) {
+            // The descriptor, its flags read first (Acquire): the rest is what the driver
+            // wrote before making it available.
+            let Some(d) = ring.desc(pos.slot) else { break };
+            match slot_state(d.flags, pos.wrap) {
                 Slot::Available => {}
                 Slot::NotYet => break,
                 Slot::Bad => {
@@ -365,35 +368,40 @@ impl VirtQueue {
             if ahead {
                 prefetch_ahead_packed(ring, pos.advance(1, size), u64::MAX, false);
             }
-            let mut chain = PackedChain::new(ring, pos, indirect_ok);
-            let res = self.copy_chain_out(
-                ring.mem(),
-                || PackedChain::new(ring, pos, indirect_ok),
-                &mut chain,
-                pool,
-                &mut m,
-            );
-            let res = match res {
-                Err(ChainError::NotArrived) => break,
-                Err(e) => {
-                    self.mark_broken(e, stats);
-                    break;
+            let (res, id, slots) = match self.copy_single_out(ring.mem(), &d, &mut m) {
+                Some(len) if d.id < size => (Taken::Packet(len), d.id, 1),
+                _ => {
+                    let mut chain = PackedChain::new(ring, pos, indirect_ok);
+                    let res = self.copy_chain_out(
+                        ring.mem(),
+                        || PackedChain::new(ring, pos, indirect_ok),
+                        &mut chain,
+                        pool,
+                        &mut m,
+                    );
+                    match res {
+                        Err(ChainError::NotArrived) => break,
+                        Err(e) => {
+                            self.mark_broken(e, stats);
+                            break;
+                        }
+                        Ok(_) if chain.id >= size => {
+                            self.mark_broken(ChainError::PackedBadBufferId, stats);
+                            break;
+                        }
+                        Ok(t) => (t, chain.id, chain.slots),
+                    }
                 }
-                Ok(_) if chain.id >= size => {
-                    self.mark_broken(ChainError::PackedBadBufferId, stats);
-                    break;
-                }
-                Ok(t) => t,
             };
             match &mut first {
-                None => first = Some((pos, chain.id)),
-                Some((_, id)) if batch => *id = chain.id,
+                None => first = Some((pos, id)),
+                Some((_, first_id)) if batch => *first_id = id,
                 Some(_) => {
-                    ring.write_used(pos.slot, chain.id, 0, used_flags(pos.wrap, false));
+                    ring.write_used(pos.slot, id, 0, used_flags(pos.wrap, false));
                     self.mark_used_desc(marker, pos.slot);
                 }
             }
-            pos = pos.advance(chain.slots, size);
+            pos = pos.advance(slots, size);
             chains += 1;
             match res {
                 Taken::Packet(len) if len >= 14 => {
@@ -422,6 +430,46 @@ impl VirtQueue {
         stats.drop(DropReason::Oversize, oversize);
         stats.drop(DropReason::Runt, runts);
         pkts as usize
+    }
+
+    /// The fast path of guest TX for the common chain: one descriptor (no NEXT, no indirect
+    /// table, read-only) holding the virtio-net header and a whole packet that needs no
+    /// segmentation. Copies the packet into `m` and returns its length; `None` for anything
+    /// else (another shape, a header asking for segmentation or refused, a runt, too big, an
+    /// address outside guest memory or a page not arrived), which the general copy
+    /// (`copy_chain_out`) then takes from the start and judges: this path has no effect of
+    /// its own but the bytes it wrote into `m`, which that copy overwrites.
+    #[inline(always)]
+    fn copy_single_out(
+        &self,
+        mem: &GuestMemory,
+        d: &ferrovs_sys::guest::packed::PackedDescriptor,
+        m: &mut Mbuf<'_>,
+    ) -> Option<usize> {
+        if d.flags & (VRING_DESC_F_NEXT | VRING_DESC_F_INDIRECT | VRING_DESC_F_WRITE) != 0 {
+            return None;
+        }
+        let hdr_len = self.hdr_len;
+        let len = (d.len as usize).checked_sub(hdr_len)?;
+        if len < 14 || len > m.max_data() {
+            return None;
+        }
+        let mut hdr = VnetHdr::default();
+        if self.tx_caps != 0 {
+            let mut b = [0u8; vnet::HDR_LEN];
+            mem.read(d.addr, &mut b).ok()?;
+            hdr = self.accept_header(VnetHdr::from_bytes(&b))?;
+            if hdr.gso() != vnet::GSO_NONE
+                || (hdr.needs_csum()
+                    && usize::from(hdr.csum_start) + usize::from(hdr.csum_offset) + 2 > len)
+            {
+                return None;
+            }
+        }
+        let buf = m.fill(len)?;
+        mem.read(d.addr.wrapping_add(hdr_len as u64), buf).ok()?;
+        m.vnet = hdr;
+        Some(len)
     }
 
     /// Guest RX on a packed ring (see [`VirtQueue::enqueue`]).
@@ -549,9 +597,36 @@ impl VirtQueue {
         if vnet.is_offload() {
             hdr[..vnet::HDR_LEN].copy_from_slice(&vnet.to_bytes());
         }
+        let mut taken = *burst_slots;
+        // The fast path for the common buffer: one descriptor (no NEXT, no indirect table,
+        // writable) that holds header and packet. Anything else, or an error in the copy
+        // (which then recurs below and is judged there), takes the general path.
+        if taken < u32::from(size) {
+            if let Some(d) = ring.desc(start.slot) {
+                if slot_state(d.flags, start.wrap) == Slot::Available
+                    && d.flags & (VRING_DESC_F_NEXT | VRING_DESC_F_INDIRECT | VRING_DESC_F_WRITE)
+                        == VRING_DESC_F_WRITE
+                    && d.len as usize >= total
+                    && d.id < size
+                {
+                    if mrg {
+                        hdr[10] = 1;
+                    }
+                    if mem.write_pair(d.addr, &hdr[..self.hdr_len], pkt).is_ok() {
+                        marker.mark(d.addr, total as u64);
+                        self.shadow.push((start, d.id, total as u32));
+                        let next = start.advance(1, size);
+                        *burst_slots = taken + 1;
+                        self.state.last_avail = next.encode();
+                        self.state.used_idx = next.encode();
+                        return Ok(Some(1));
+                    }
+                    hdr[10] = 0;
+                }
+            }
+        }
         let mut fill = Fill::default();
         let base = self.shadow.len();
-        let mut taken = *burst_slots;
         while fill.written < total {
             if taken >= u32::from(size) {
                 // Every slot of the ring holds a buffer of this burst and the packet still

@@ -35,7 +35,7 @@ pub(super) fn prefetch_burst(ring: &SplitRing, from: u16, n: usize, write: bool)
             // Header and the start of the packet: two lines (a 64-byte frame and its
             // 12-byte header span two); the rest of a large packet is prefetched one
             // packet ahead of its copy (`prefetch_ahead`).
-            mem.prefetch_range(d.addr, u64::from(d.len), BURST_PREFETCH_BYTES / 64, write);
+            mem.prefetch_head(d.addr, u64::from(d.len), write);
             longest = longest.max(d.len);
         }
     }
@@ -60,7 +60,7 @@ pub(super) fn prefetch_burst_packed(ring: &PackedRing, from: Pos, n: usize, writ
         if Slot::of(d.flags, pos.wrap) != Slot::Available {
             break;
         }
-        mem.prefetch_range(d.addr, u64::from(d.len), BURST_PREFETCH_BYTES / 64, write);
+        mem.prefetch_head(d.addr, u64::from(d.len), write);
         longest = longest.max(d.len);
         pos = pos.advance(1, size);
     }
