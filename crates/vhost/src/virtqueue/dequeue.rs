@@ -12,7 +12,9 @@
 //! Thread-safety: runs on the PMD that holds the queue's lock for the burst.
 
 use ferrovs_sys::guest::memory::GuestMemory;
-use ferrovs_sys::guest::vring::{SplitRing, VRING_DESC_F_WRITE};
+use ferrovs_sys::guest::vring::{
+    SplitRing, VRING_DESC_F_INDIRECT, VRING_DESC_F_NEXT, VRING_DESC_F_WRITE,
+};
 use ferrovs_sys::kernel::vnet::{self, caps, VnetHdr};
 use ferrovs_sys::pool::{Mbuf, Pool};
 
@@ -109,13 +111,19 @@ impl VirtQueue {
                 prefetch_ahead(ring, self.state.last_avail.wrapping_add(1), u64::MAX, false);
             }
             let indirect_ok = self.indirect_ok();
-            let res = self.copy_chain_out(
-                ring.mem(),
-                || Chain::new(ring, head, indirect_ok),
-                &mut Chain::new(ring, head, indirect_ok),
-                pool,
-                &mut m,
-            );
+            let fast = ring
+                .desc(head)
+                .and_then(|d| self.copy_single_out(ring.mem(), d.addr, d.len, d.flags, &mut m));
+            let res = match fast {
+                Some(len) => Ok(Taken::Packet(len)),
+                None => self.copy_chain_out(
+                    ring.mem(),
+                    || Chain::new(ring, head, indirect_ok),
+                    &mut Chain::new(ring, head, indirect_ok),
+                    pool,
+                    &mut m,
+                ),
+            };
             if matches!(res, Err(ChainError::NotArrived)) {
                 // Postcopy: the chain stays available; its page is being fetched.
                 break;
@@ -149,6 +157,48 @@ impl VirtQueue {
         stats.drop(DropReason::Oversize, oversize);
         stats.drop(DropReason::Runt, runts);
         pkts as usize
+    }
+
+    /// The fast path of guest TX (split and packed rings) for the common chain: one descriptor (no NEXT, no indirect
+    /// table, read-only) holding the virtio-net header and a whole packet that needs no
+    /// segmentation. Copies the packet into `m` and returns its length; `None` for anything
+    /// else (another shape, a header asking for segmentation or refused, a runt, too big, an
+    /// address outside guest memory or a page not arrived), which the general copy
+    /// (`copy_chain_out`) then takes from the start and judges: this path has no effect of
+    /// its own but the bytes it wrote into `m`, which that copy overwrites.
+    #[inline(always)]
+    pub(super) fn copy_single_out(
+        &self,
+        mem: &GuestMemory,
+        addr: u64,
+        dlen: u32,
+        flags: u16,
+        m: &mut Mbuf<'_>,
+    ) -> Option<usize> {
+        if flags & (VRING_DESC_F_NEXT | VRING_DESC_F_INDIRECT | VRING_DESC_F_WRITE) != 0 {
+            return None;
+        }
+        let hdr_len = self.hdr_len;
+        let len = (dlen as usize).checked_sub(hdr_len)?;
+        if len < 14 || len > m.max_data() {
+            return None;
+        }
+        let mut hdr = VnetHdr::default();
+        if self.tx_caps != 0 {
+            let mut b = [0u8; vnet::HDR_LEN];
+            mem.read(addr, &mut b).ok()?;
+            hdr = self.accept_header(VnetHdr::from_bytes(&b))?;
+            if hdr.gso() != vnet::GSO_NONE
+                || (hdr.needs_csum()
+                    && usize::from(hdr.csum_start) + usize::from(hdr.csum_offset) + 2 > len)
+            {
+                return None;
+            }
+        }
+        let buf = m.fill(len)?;
+        mem.read(addr.wrapping_add(hdr_len as u64), buf).ok()?;
+        m.vnet = hdr;
+        Some(len)
     }
 
     /// Reads the virtio-net header of a chain (its first bytes, usually all in the first

@@ -13,7 +13,9 @@
 //! Thread-safety: runs on the PMD that holds the queue's lock for the burst.
 
 use ferrovs_sys::guest::memory::GuestMemory;
-use ferrovs_sys::guest::vring::{SplitRing, VRING_DESC_F_WRITE};
+use ferrovs_sys::guest::vring::{
+    SplitRing, VRING_DESC_F_INDIRECT, VRING_DESC_F_NEXT, VRING_DESC_F_WRITE,
+};
 use ferrovs_sys::kernel::vnet::{self, caps, VnetHdr};
 
 use super::chain::{Chain, ChainError, Walk};
@@ -183,6 +185,30 @@ impl VirtQueue {
         let mut hdr = [0u8; 12];
         if vnet.is_offload() {
             hdr[..vnet::HDR_LEN].copy_from_slice(&vnet.to_bytes());
+        }
+        // The fast path for the common buffer: one descriptor (no NEXT, no indirect table,
+        // writable) that holds header and packet. Anything else, or an error in the copy
+        // (which then recurs below and is judged there), takes the general path.
+        if self.pending(ring)? > 0 {
+            let head = ring.avail_entry(self.state.last_avail);
+            if let Some(d) = ring.desc(head) {
+                if d.flags & (VRING_DESC_F_NEXT | VRING_DESC_F_INDIRECT | VRING_DESC_F_WRITE)
+                    == VRING_DESC_F_WRITE
+                    && d.len as usize >= total
+                {
+                    if mrg {
+                        hdr[10] = 1;
+                    }
+                    if mem.write_pair(d.addr, &hdr[..hdr_len], pkt).is_ok() {
+                        marker.mark(d.addr, total as u64);
+                        self.state.last_avail = self.state.last_avail.wrapping_add(1);
+                        ring.write_used(self.state.used_idx, head, total as u32);
+                        self.state.used_idx = self.state.used_idx.wrapping_add(1);
+                        return Ok(true);
+                    }
+                    hdr[10] = 0;
+                }
+            }
         }
         let mut fill = Fill::default();
         let mut nbufs = 0u16;

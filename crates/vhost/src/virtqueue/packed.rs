@@ -368,31 +368,32 @@ impl VirtQueue {
             if ahead {
                 prefetch_ahead_packed(ring, pos.advance(1, size), u64::MAX, false);
             }
-            let (res, id, slots) = match self.copy_single_out(ring.mem(), &d, &mut m) {
-                Some(len) if d.id < size => (Taken::Packet(len), d.id, 1),
-                _ => {
-                    let mut chain = PackedChain::new(ring, pos, indirect_ok);
-                    let res = self.copy_chain_out(
-                        ring.mem(),
-                        || PackedChain::new(ring, pos, indirect_ok),
-                        &mut chain,
-                        pool,
-                        &mut m,
-                    );
-                    match res {
-                        Err(ChainError::NotArrived) => break,
-                        Err(e) => {
-                            self.mark_broken(e, stats);
-                            break;
+            let (res, id, slots) =
+                match self.copy_single_out(ring.mem(), d.addr, d.len, d.flags, &mut m) {
+                    Some(len) if d.id < size => (Taken::Packet(len), d.id, 1),
+                    _ => {
+                        let mut chain = PackedChain::new(ring, pos, indirect_ok);
+                        let res = self.copy_chain_out(
+                            ring.mem(),
+                            || PackedChain::new(ring, pos, indirect_ok),
+                            &mut chain,
+                            pool,
+                            &mut m,
+                        );
+                        match res {
+                            Err(ChainError::NotArrived) => break,
+                            Err(e) => {
+                                self.mark_broken(e, stats);
+                                break;
+                            }
+                            Ok(_) if chain.id >= size => {
+                                self.mark_broken(ChainError::PackedBadBufferId, stats);
+                                break;
+                            }
+                            Ok(t) => (t, chain.id, chain.slots),
                         }
-                        Ok(_) if chain.id >= size => {
-                            self.mark_broken(ChainError::PackedBadBufferId, stats);
-                            break;
-                        }
-                        Ok(t) => (t, chain.id, chain.slots),
                     }
-                }
-            };
+                };
             match &mut first {
                 None => first = Some((pos, id)),
                 Some((_, first_id)) if batch => *first_id = id,
@@ -430,46 +431,6 @@ impl VirtQueue {
         stats.drop(DropReason::Oversize, oversize);
         stats.drop(DropReason::Runt, runts);
         pkts as usize
-    }
-
-    /// The fast path of guest TX for the common chain: one descriptor (no NEXT, no indirect
-    /// table, read-only) holding the virtio-net header and a whole packet that needs no
-    /// segmentation. Copies the packet into `m` and returns its length; `None` for anything
-    /// else (another shape, a header asking for segmentation or refused, a runt, too big, an
-    /// address outside guest memory or a page not arrived), which the general copy
-    /// (`copy_chain_out`) then takes from the start and judges: this path has no effect of
-    /// its own but the bytes it wrote into `m`, which that copy overwrites.
-    #[inline(always)]
-    fn copy_single_out(
-        &self,
-        mem: &GuestMemory,
-        d: &ferrovs_sys::guest::packed::PackedDescriptor,
-        m: &mut Mbuf<'_>,
-    ) -> Option<usize> {
-        if d.flags & (VRING_DESC_F_NEXT | VRING_DESC_F_INDIRECT | VRING_DESC_F_WRITE) != 0 {
-            return None;
-        }
-        let hdr_len = self.hdr_len;
-        let len = (d.len as usize).checked_sub(hdr_len)?;
-        if len < 14 || len > m.max_data() {
-            return None;
-        }
-        let mut hdr = VnetHdr::default();
-        if self.tx_caps != 0 {
-            let mut b = [0u8; vnet::HDR_LEN];
-            mem.read(d.addr, &mut b).ok()?;
-            hdr = self.accept_header(VnetHdr::from_bytes(&b))?;
-            if hdr.gso() != vnet::GSO_NONE
-                || (hdr.needs_csum()
-                    && usize::from(hdr.csum_start) + usize::from(hdr.csum_offset) + 2 > len)
-            {
-                return None;
-            }
-        }
-        let buf = m.fill(len)?;
-        mem.read(d.addr.wrapping_add(hdr_len as u64), buf).ok()?;
-        m.vnet = hdr;
-        Some(len)
     }
 
     /// Guest RX on a packed ring (see [`VirtQueue::enqueue`]).

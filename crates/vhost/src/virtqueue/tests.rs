@@ -346,3 +346,131 @@ fn an_idle_probe_sees_what_the_queue_would_and_is_withheld_when_not_quiet() {
     drop(g);
     assert_eq!(q.locks.load(std::sync::atomic::Ordering::Relaxed), l0 + 2);
 }
+
+/// Split rings: a chain of one descriptor is taken by the fast path and anything else by the
+/// general copy, both ways. Each packet below (offload headers taken, refused and out of
+/// bounds, segmentation, a runt, one too big), sent as one descriptor, gives what the same
+/// bytes sent as two give: the same packet and metadata or the same drop; a packet placed
+/// into one receive descriptor reads back as into two.
+#[test]
+fn one_descriptor_is_judged_as_a_chain_of_two() {
+    use ferrovs_sys::guest::vring::VRING_DESC_F_NEXT;
+    use ferrovs_sys::kernel::vnet::{F_NEEDS_CSUM, GSO_TCPV4, GSO_UDP};
+    const DATA: u64 = 16384;
+    let desc = |mem: &GuestMemory, i: u64, addr: u64, len: u32, flags: u16, next: u16| {
+        let d = Descriptor {
+            addr,
+            len,
+            flags,
+            next,
+        };
+        mem.write(16 * i, &d.to_bytes()).unwrap();
+    };
+    // One chain at avail slot 0: `[0]` or `[0] -> [1]` split after the 12-byte header.
+    let post = |mem: &GuestMemory, n: u32, split: bool, write: u16| {
+        if split {
+            desc(mem, 0, DATA, 12, VRING_DESC_F_NEXT | write, 1);
+            desc(mem, 1, DATA + 12, n - 12, write, 0);
+        } else {
+            desc(mem, 0, DATA, n, write, 0);
+        }
+        mem.write(4096 + 4, &0u16.to_le_bytes()).unwrap();
+        mem.write(4096 + 2, &1u16.to_le_bytes()).unwrap();
+    };
+    let used = |mem: &GuestMemory| {
+        let u = mem.read_obj::<12>(8192).unwrap();
+        let f = |i: usize| u32::from_le_bytes(u[i..i + 4].try_into().unwrap());
+        (u16::from_le_bytes([u[2], u[3]]), f(4), f(8))
+    };
+    let csum = |start: u16, offset: u16| VnetHdr {
+        flags: F_NEEDS_CSUM,
+        csum_start: start,
+        csum_offset: offset,
+        ..VnetHdr::default()
+    };
+    let gso = |gso_type: u8| VnetHdr {
+        gso_type,
+        gso_size: 1400,
+        hdr_len: 54,
+        ..csum(34, 16)
+    };
+    let cases = [
+        (VnetHdr::default(), 60),
+        (csum(34, 16), 60),
+        (csum(50, 16), 60),
+        (gso(GSO_TCPV4), 60),
+        (gso(GSO_UDP), 60),
+        (VnetHdr::default(), 10),
+        (VnetHdr::default(), 12_000),
+    ];
+    let reasons = [
+        DropReason::Runt,
+        DropReason::Oversize,
+        DropReason::BadOffload,
+        DropReason::NoMbuf,
+    ];
+    let f = features::VIRTIO_F_VERSION_1
+        | features::VIRTIO_NET_F_CSUM
+        | features::VIRTIO_NET_F_HOST_TSO4;
+    let pool = Pool::with_large(64, 2).unwrap();
+    for (i, (hdr, len)) in cases.into_iter().enumerate() {
+        let mut seen = Vec::new();
+        for split in [false, true] {
+            let (mut vq, mem) = queue(f);
+            let mut bytes = vec![0u8; 12 + len];
+            bytes[..10].copy_from_slice(&hdr.to_bytes());
+            for (j, b) in bytes[12..].iter_mut().enumerate() {
+                *b = (i * 31 + j) as u8;
+            }
+            mem.write(DATA, &bytes).unwrap();
+            post(&mem, bytes.len() as u32, split, 0);
+            let stats = QueueStats::default();
+            let mut out = Vec::with_capacity(BURST);
+            vq.dequeue(&pool, &mut out, BURST, &stats, "t");
+            assert!(vq.broken().is_none(), "case {i}");
+            assert_eq!(used(&mem), (1, 0, 0), "case {i}: one used entry, head 0");
+            let got: Vec<_> = out
+                .iter()
+                .map(|m| (m.data().to_vec(), m.vnet, m.is_large()))
+                .collect();
+            assert!(got.iter().all(|(p, _, _)| p[..] == bytes[12..]), "case {i}");
+            let drops: Vec<_> = reasons.iter().map(|&r| stats.drops(r)).collect();
+            seen.push((got, drops));
+        }
+        assert_eq!(seen[0], seen[1], "case {i}: one descriptor against two");
+        let (got, drops) = &seen[0];
+        let outcome = got
+            .first()
+            .map(|g| Ok((g.1, g.2)))
+            .or_else(|| drops.iter().position(|&n| n == 1).map(|k| Err(reasons[k])));
+        let want = match i {
+            0 | 1 => Ok((hdr, false)),
+            3 => Ok((hdr, true)),
+            2 | 4 => Err(DropReason::BadOffload),
+            5 => Err(DropReason::Runt),
+            _ => Err(DropReason::Oversize),
+        };
+        assert_eq!(outcome, Some(want), "case {i}");
+    }
+    // Guest RX: one buffer of 2048 bytes, or the same as 12 + 2036; with and without
+    // mergeable buffers (num_buffers = 1 in the header with them).
+    for mrg in [0, features::VIRTIO_NET_F_MRG_RXBUF] {
+        let mut seen = Vec::new();
+        for split in [false, true] {
+            let (mut vq, mem) = queue(features::VIRTIO_F_VERSION_1 | mrg);
+            mem.write(DATA, &[0xee; 2048]).unwrap();
+            post(&mem, 2048, split, VRING_DESC_F_WRITE);
+            let pkt: Vec<u8> = (0..64u8).collect();
+            let stats = QueueStats::default();
+            let sent = vq.enqueue(std::iter::once((&pkt[..], VnetHdr::default())), &stats, "t");
+            assert_eq!(sent, 1);
+            let mut back = vec![0u8; 76];
+            mem.read(DATA, &mut back).unwrap();
+            assert_eq!(back[12..], pkt[..]);
+            assert_eq!(back[10], u8::from(mrg != 0), "num_buffers");
+            seen.push((used(&mem), back));
+        }
+        assert_eq!(seen[0].0, (1, 0, 76), "used entry: head 0, 76 bytes");
+        assert_eq!(seen[0], seen[1], "one descriptor against two");
+    }
+}
