@@ -280,6 +280,45 @@ pub(crate) fn add_output_tunnel<'p>(
     push_output(&mut sc.outs, &mut sc.nouts, out, idx, tun);
 }
 
+/// [`add_output`] for the first packet of a run of packets with one decision: also returns
+/// the slot of `out`'s list when `out` takes the packets of this classification as they are
+/// (no VLAN edit), for the rest of the run to [`Scratch::join`].
+#[inline]
+pub(crate) fn add_output_run<'p>(
+    sc: &mut Scratch<'p>,
+    pool: &'p Pool,
+    i: usize,
+    c: &l2::Classified,
+    inp: &Port,
+    out: &Port,
+) -> Option<usize> {
+    add_output(sc, pool, i, c, inp, out);
+    if l2::egress_edit(c, out) != Edit::None {
+        return None;
+    }
+    sc.outs[..sc.nouts].iter().position(|l| l.port == out.id)
+}
+
+impl Scratch<'_> {
+    /// Adds packet `i` of a run to the list at `slot` (from [`add_output_run`] for the run's
+    /// first packet), as [`add_output`] would for a packet sent as it is: `false`, and nothing
+    /// done, when the packet asks for an offload (which [`add_output`] must judge).
+    #[inline]
+    pub(crate) fn join(&mut self, slot: usize, i: usize) -> bool {
+        if self.at(i).vnet.is_offload() {
+            return false;
+        }
+        let list = &mut self.outs[slot];
+        if list.idx.len() < list.idx.capacity() {
+            list.idx.push(i as u16);
+            if list.meta {
+                list.tun.push(NO_TUNNEL);
+            }
+        }
+        true
+    }
+}
+
 /// [`add_output`] for several packets sent as they are (no VLAN edit) to one port: the
 /// output's list is found once and the packets join it in order; a packet asking for an
 /// offload `out` cannot take goes through [`add_output`] (software offload) in its place.

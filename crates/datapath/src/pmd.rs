@@ -31,7 +31,7 @@ use ferrovs_vhost::virtqueue::BURST;
 
 use crate::flow::input::FlowCtx;
 use crate::l2::{self, Decision};
-use crate::output::{add_output, Burst, Scratch};
+use crate::output::{add_output, add_output_run, Burst, Scratch};
 #[cfg(doc)]
 use crate::port::Port;
 use crate::port::{NotifyTimers, PortIo};
@@ -674,18 +674,30 @@ fn plain_l2<'p>(b: &Burst<'_, 'p>, sc: &mut Scratch<'p>) -> u64 {
     // The decision of the last frame, by its header: a run of frames with one header (one
     // flow, the common case in a burst) is decided once.
     let mut last: Option<([u64; 2], l2::Classified)> = None;
+    // The run's output list, when its first frame went to one port as it is: the rest of
+    // the run joins that list.
+    let mut run_slot: Option<usize> = None;
     for i in 0..sc.batch.len() {
         let frame = sc.batch[i].data();
         let c = match l2::header_key(frame) {
             Some(k) => match last {
-                Some((lk, lc)) if lk == k => lc,
+                Some((lk, lc)) if lk == k => {
+                    if run_slot.is_some_and(|s| sc.join(s, i)) {
+                        continue;
+                    }
+                    lc
+                }
                 _ => {
                     let c = l2::decide(snap, bridge, inp, frame, now);
                     last = Some((k, c));
+                    run_slot = None;
                     c
                 }
             },
-            None => l2::decide(snap, bridge, inp, frame, now),
+            None => {
+                run_slot = None;
+                l2::decide(snap, bridge, inp, frame, now)
+            }
         };
         match c.decision {
             Decision::Drop(r) => {
@@ -694,7 +706,11 @@ fn plain_l2<'p>(b: &Burst<'_, 'p>, sc: &mut Scratch<'p>) -> u64 {
             }
             Decision::Unicast(p) => {
                 if let Some(out) = snap.port(p) {
-                    add_output(sc, pool, i, &c, inp, out);
+                    if run_slot.is_none() {
+                        run_slot = add_output_run(sc, pool, i, &c, inp, out);
+                    } else {
+                        add_output(sc, pool, i, &c, inp, out);
+                    }
                 }
             }
             Decision::Flood => {
@@ -774,6 +790,39 @@ mod tests {
             assert_eq!(&got[..3], &[f1.clone(), f2.clone(), f4.clone()], "port {p}");
             assert_eq!(vlan_of(&got[3]), Some(7));
         }
+        assert!(dummy(&snap, 0).take_sent().is_empty());
+        assert_eq!(pool.available(), 256);
+    }
+
+    /// A run of frames unicast to one port as they are joins that port's list after its
+    /// first frame; a run that needs a VLAN edit takes every frame through the edit; runs
+    /// that come back later in the burst keep the order of every port's frames.
+    #[test]
+    fn unicast_runs_join_their_output_in_order_and_edits_stay_per_frame() {
+        let pool = Pool::new(256).unwrap();
+        let mut w = Worker::new(0, &pool);
+        let snap = l2_switch(&[VlanMode::Access(10), VlanMode::Trunk, VlanMode::Access(10)]);
+        // Learn mac(1) on the trunk (VLAN 10) and mac(3) on access port 2.
+        dummy(&snap, 1).push_rx(&frame(BCAST, mac(1), Some(10), 1));
+        iterate(&mut w, &snap);
+        dummy(&snap, 2).push_rx(&frame(BCAST, mac(3), None, 2));
+        iterate(&mut w, &snap);
+        for p in 0..3 {
+            dummy(&snap, p).take_sent();
+        }
+        let to3: Vec<_> = (10..14).map(|s| frame(mac(3), mac(2), None, s)).collect();
+        let to1: Vec<_> = (20..22).map(|s| frame(mac(1), mac(2), None, s)).collect();
+        for f in [&to3[0], &to3[1], &to1[0], &to1[1], &to3[2], &to3[3]] {
+            dummy(&snap, 0).push_rx(f);
+        }
+        let it = iterate(&mut w, &snap);
+        assert_eq!((it.rx, it.tx, it.dropped), (6, 6, 0));
+        assert_eq!(dummy(&snap, 2).take_sent(), to3);
+        let trunk = dummy(&snap, 1).take_sent();
+        let tagged: Vec<_> = (20..22)
+            .map(|s| frame(mac(1), mac(2), Some(10), s))
+            .collect();
+        assert_eq!(trunk, tagged);
         assert!(dummy(&snap, 0).take_sent().is_empty());
         assert_eq!(pool.available(), 256);
     }
