@@ -199,8 +199,11 @@ run_ferrovs() {
     local cpp; cpp=$(jq '.[0].cycles_per_packet' <<<"$st")
     # Busy + idle cycles per packet: the figure testpmd's --record-core-cycles reports.
     local tpp; tpp=$(jq '.[0] | if .rx_packets > 0 then ((.busy_cycles + .idle_cycles) / .rx_packets * 10 | round / 10) else null end' <<<"$st")
+    # Packets per PMD iteration (the burst fill): a PMD faster than its frontend polls
+    # more often for fewer packets each time.
+    local ppi; ppi=$(jq '.[0] | if .iterations > 0 then (.rx_packets / .iterations * 10 | round / 10) else null end' <<<"$st")
     kill "$p"; wait "$p" 2>/dev/null || true
-    jq -c --argjson cpp "$cpp" --argjson tpp "$tpp" --arg ring "$got" '{mpps, lost, cycles_per_packet: $cpp, total_cycles_per_packet: $tpp, ring: $ring}' <<<"$r"
+    jq -c --argjson cpp "$cpp" --argjson tpp "$tpp" --argjson ppi "$ppi" --arg ring "$got" '{mpps, lost, cycles_per_packet: $cpp, total_cycles_per_packet: $tpp, packets_per_iteration: $ppi, ring: $ring}' <<<"$r"
 }
 
 run_testpmd() {
@@ -282,6 +285,7 @@ jq -s --argjson rounds "$rounds" --argjson secs "$secs" --arg base "${base_rev:+
                mpps: (map(.mpps) | median),
                cycles_per_packet: (map(.cycles_per_packet // empty) | median),
                total_cycles_per_packet: (map(.total_cycles_per_packet // empty) | median),
+               packets_per_iteration: (map(.packets_per_iteration // empty) | median),
                lost: (map(.lost // empty) | add),
                ring: (map(.ring) | unique | if length == 1 then .[0] else join(",") end),
                runs: map(.mpps)}}) | from_entries) as $by

@@ -111,19 +111,16 @@ impl VirtQueue {
                 prefetch_ahead(ring, self.state.last_avail.wrapping_add(1), u64::MAX, false);
             }
             let indirect_ok = self.indirect_ok();
-            let fast = ring
-                .desc(head)
-                .and_then(|d| self.copy_single_out(ring.mem(), d.addr, d.len, d.flags, &mut m));
-            let res = match fast {
-                Some(len) => Ok(Taken::Packet(len)),
-                None => self.copy_chain_out(
-                    ring.mem(),
-                    || Chain::new(ring, head, indirect_ok),
-                    &mut Chain::new(ring, head, indirect_ok),
-                    pool,
-                    &mut m,
-                ),
-            };
+            // No one-descriptor fast path here (packed rings have one): measured with DPDK
+            // testpmd's closed loop it left the PMD polling mostly empty rings for bursts
+            // of one or two packets (docs/datapath.md, "One-descriptor fast paths").
+            let res = self.copy_chain_out(
+                ring.mem(),
+                || Chain::new(ring, head, indirect_ok),
+                &mut Chain::new(ring, head, indirect_ok),
+                pool,
+                &mut m,
+            );
             if matches!(res, Err(ChainError::NotArrived)) {
                 // Postcopy: the chain stays available; its page is being fetched.
                 break;
@@ -159,7 +156,7 @@ impl VirtQueue {
         pkts as usize
     }
 
-    /// The fast path of guest TX (split and packed rings) for the common chain: one descriptor (no NEXT, no indirect
+    /// The fast path of guest TX on packed rings for the common chain: one descriptor (no NEXT, no indirect
     /// table, read-only) holding the virtio-net header and a whole packet that needs no
     /// segmentation. Copies the packet into `m` and returns its length; `None` for anything
     /// else (another shape, a header asking for segmentation or refused, a runt, too big, an

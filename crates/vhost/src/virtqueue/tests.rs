@@ -347,11 +347,11 @@ fn an_idle_probe_sees_what_the_queue_would_and_is_withheld_when_not_quiet() {
     assert_eq!(q.locks.load(std::sync::atomic::Ordering::Relaxed), l0 + 2);
 }
 
-/// Split rings: a chain of one descriptor is taken by the fast path and anything else by the
-/// general copy, both ways. Each packet below (offload headers taken, refused and out of
-/// bounds, segmentation, a runt, one too big), sent as one descriptor, gives what the same
-/// bytes sent as two give: the same packet and metadata or the same drop; a packet placed
-/// into one receive descriptor reads back as into two.
+/// Split rings: each packet below (offload headers taken, refused and out of bounds,
+/// segmentation, a runt, one too big), sent as one descriptor, gives what the same bytes sent
+/// as two give: the same packet and metadata or the same drop. Guest RX takes a buffer of one
+/// descriptor by its fast path and anything else by the general fill: a packet placed into
+/// one receive descriptor reads back as into two.
 #[test]
 fn one_descriptor_is_judged_as_a_chain_of_two() {
     use ferrovs_sys::guest::vring::VRING_DESC_F_NEXT;
