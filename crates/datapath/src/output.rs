@@ -71,6 +71,20 @@ pub(crate) struct TxList {
     tun: Vec<u16>,
 }
 
+impl TxList {
+    /// Adds packet `idx` with tunnel metadata `tun` (kept if the port takes it); a full list
+    /// takes nothing (it holds every packet a burst can send).
+    #[inline]
+    fn add(&mut self, idx: u16, tun: u16) {
+        if self.idx.len() < self.idx.capacity() {
+            self.idx.push(idx);
+            if self.meta {
+                self.tun.push(tun);
+            }
+        }
+    }
+}
+
 /// Scratch of one PMD, allocated once.
 pub(crate) struct Scratch<'p> {
     pub(crate) batch: Vec<Mbuf<'p>>,
@@ -308,13 +322,7 @@ impl Scratch<'_> {
         if self.at(i).vnet.is_offload() {
             return false;
         }
-        let list = &mut self.outs[slot];
-        if list.idx.len() < list.idx.capacity() {
-            list.idx.push(i as u16);
-            if list.meta {
-                list.tun.push(NO_TUNNEL);
-            }
-        }
+        self.outs[slot].add(i as u16, NO_TUNNEL);
         true
     }
 }
@@ -340,13 +348,7 @@ pub(crate) fn add_outputs<'p>(
             add_output(sc, pool, i as usize, &AS_IS, inp, out);
             continue;
         }
-        let list = &mut sc.outs[slot];
-        if list.idx.len() < list.idx.capacity() {
-            list.idx.push(i);
-            if list.meta {
-                list.tun.push(NO_TUNNEL);
-            }
-        }
+        sc.outs[slot].add(i, NO_TUNNEL);
     }
 }
 
@@ -380,13 +382,7 @@ fn push_output(outs: &mut [TxList], nouts: &mut usize, out: &Port, idx: u16, tun
         out.rx_drops.drop(DropReason::NoRoute, 1);
         return;
     };
-    let list = &mut outs[slot];
-    if list.idx.len() < list.idx.capacity() {
-        list.idx.push(idx);
-        if list.meta {
-            list.tun.push(tun);
-        }
-    }
+    outs[slot].add(idx, tun);
 }
 
 /// The index of `out`'s list in `outs`, started if needed; `None` when `MAX_OUTPUTS` lists

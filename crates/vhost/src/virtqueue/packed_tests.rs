@@ -870,42 +870,15 @@ fn guest_tx_burst_cut_short_returns_every_chain_taken() {
 }
 
 /// Guest TX takes a chain of one descriptor by a fast path and anything else by the general
-/// copy: each packet below (offload headers taken, refused and out of bounds, segmentation,
-/// a runt, one too big) sent as one descriptor gives what the same bytes sent as two (the
-/// header, then the packet) give: the same packet and metadata, or the same drop counted.
+/// copy: each packet of `tests::tx_cases` (offload headers taken, refused and out of bounds,
+/// segmentation, a runt, one too big) sent as one descriptor gives what the same bytes sent as
+/// two (the header, then the packet) give, and what the case must give.
 #[test]
 fn guest_tx_one_descriptor_is_judged_as_a_chain_of_two() {
-    use ferrovs_sys::kernel::vnet::{F_NEEDS_CSUM, GSO_TCPV4, GSO_UDP};
-    let csum = |start: u16, offset: u16| VnetHdr {
-        flags: F_NEEDS_CSUM,
-        csum_start: start,
-        csum_offset: offset,
-        ..VnetHdr::default()
-    };
-    let gso = |gso_type: u8| VnetHdr {
-        gso_type,
-        gso_size: 1400,
-        hdr_len: 54,
-        ..csum(34, 16)
-    };
-    let cases = [
-        (VnetHdr::default(), 60),
-        (csum(34, 16), 60),
-        (csum(50, 16), 60),
-        (gso(GSO_TCPV4), 60),
-        (gso(GSO_UDP), 60),
-        (VnetHdr::default(), 10),
-        (VnetHdr::default(), 12_000),
-    ];
-    let reasons = [
-        DropReason::Runt,
-        DropReason::Oversize,
-        DropReason::BadOffload,
-        DropReason::NoMbuf,
-    ];
+    use super::tests::{check_tx_case, tx_cases, tx_outcome};
     let f = F | features::VIRTIO_NET_F_CSUM | features::VIRTIO_NET_F_HOST_TSO4;
     let pool = Pool::with_large(64, 2).unwrap();
-    for (i, (hdr, len)) in cases.into_iter().enumerate() {
+    for (i, (hdr, len, want)) in tx_cases().into_iter().enumerate() {
         let mut seen = Vec::new();
         for split in [false, true] {
             let (mut vq, mut d) = queue(f);
@@ -918,50 +891,13 @@ fn guest_tx_one_descriptor_is_judged_as_a_chain_of_two() {
             } else {
                 d.post(&[(DATA, n)], 3, false);
             }
-            let stats = QueueStats::default();
-            let mut out = Vec::with_capacity(BURST);
-            vq.dequeue(&pool, &mut out, BURST, &stats, "t");
-            assert!(vq.broken().is_none(), "case {i}");
+            seen.push(tx_outcome(&mut vq, &pool, &bytes, i));
             assert_eq!(
                 d.take_used(if split { 2 } else { 1 }),
                 Some((3, 0)),
                 "case {i}"
             );
-            let got: Vec<_> = out
-                .iter()
-                .map(|m| (m.data().to_vec(), m.vnet, m.is_large()))
-                .collect();
-            assert!(got.iter().all(|(p, _, _)| p[..] == bytes[12..]), "case {i}");
-            let drops: Vec<_> = reasons.iter().map(|&r| stats.drops(r)).collect();
-            seen.push((got, drops));
         }
-        assert_eq!(seen[0], seen[1], "case {i}: one descriptor against two");
-        let (got, drops) = &seen[0];
-        assert_eq!(
-            got.len() + drops.iter().sum::<u64>() as usize,
-            1,
-            "case {i}"
-        );
-        // What each case must give: a packet (large or not, with the header's metadata),
-        // or the drop reason counted.
-        let want = match i {
-            0 | 1 => Ok((hdr, false)),
-            3 => Ok((hdr, true)),
-            2 | 4 => Err(DropReason::BadOffload),
-            5 => Err(DropReason::Runt),
-            _ => Err(DropReason::Oversize),
-        };
-        match want {
-            Ok((h, large)) => assert_eq!(
-                got.first().map(|g| (g.1, g.2)),
-                Some((h, large)),
-                "case {i}"
-            ),
-            Err(r) => assert_eq!(
-                drops[reasons.iter().position(|&x| x == r).unwrap()],
-                1,
-                "case {i}"
-            ),
-        }
+        check_tx_case(&seen, want, i);
     }
 }

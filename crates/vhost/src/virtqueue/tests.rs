@@ -347,15 +347,93 @@ fn an_idle_probe_sees_what_the_queue_would_and_is_withheld_when_not_quiet() {
     assert_eq!(q.locks.load(std::sync::atomic::Ordering::Relaxed), l0 + 2);
 }
 
-/// Split rings: each packet below (offload headers taken, refused and out of bounds,
-/// segmentation, a runt, one too big), sent as one descriptor, gives what the same bytes sent
-/// as two give: the same packet and metadata or the same drop. Guest RX takes a buffer of one
-/// descriptor by its fast path and anything else by the general fill: a packet placed into
-/// one receive descriptor reads back as into two.
+/// Guest-TX packets for the one-descriptor tests of both layouts, each with what it must give:
+/// a plain packet, checksum offload taken, checksum offsets out of bounds, TSO (into a large
+/// buffer), a refused segmentation type, a runt, one too big. `Ok((header, large))` is the
+/// packet with that metadata, `Err(reason)` the drop counted.
+pub(super) fn tx_cases() -> Vec<(VnetHdr, usize, TxWant)> {
+    use ferrovs_sys::kernel::vnet::{F_NEEDS_CSUM, GSO_TCPV4, GSO_UDP};
+    let csum = |start: u16, offset: u16| VnetHdr {
+        flags: F_NEEDS_CSUM,
+        csum_start: start,
+        csum_offset: offset,
+        ..VnetHdr::default()
+    };
+    let gso = |gso_type: u8| VnetHdr {
+        gso_type,
+        gso_size: 1400,
+        hdr_len: 54,
+        ..csum(34, 16)
+    };
+    vec![
+        (VnetHdr::default(), 60, Ok((VnetHdr::default(), false))),
+        (csum(34, 16), 60, Ok((csum(34, 16), false))),
+        (csum(50, 16), 60, Err(DropReason::BadOffload)),
+        (gso(GSO_TCPV4), 60, Ok((gso(GSO_TCPV4), true))),
+        (gso(GSO_UDP), 60, Err(DropReason::BadOffload)),
+        (VnetHdr::default(), 10, Err(DropReason::Runt)),
+        (VnetHdr::default(), 12_000, Err(DropReason::Oversize)),
+    ]
+}
+
+/// What a guest-TX case must give: its packet's metadata and whether it took a large buffer,
+/// or the drop reason counted.
+pub(super) type TxWant = Result<(VnetHdr, bool), DropReason>;
+
+/// What one guest-TX burst of one chain gave: its packets (bytes, metadata, large buffer)
+/// and its drops by the reasons [`tx_cases`] can end in.
+pub(super) type TxOutcome = (Vec<(Vec<u8>, VnetHdr, bool)>, Vec<u64>);
+
+const TX_REASONS: [DropReason; 4] = [
+    DropReason::Runt,
+    DropReason::Oversize,
+    DropReason::BadOffload,
+    DropReason::NoMbuf,
+];
+
+/// One guest-TX burst of `vq` (which holds one chain of `bytes`: header, then packet): what
+/// it gave.
+pub(super) fn tx_outcome(vq: &mut VirtQueue, pool: &Pool, bytes: &[u8], case: usize) -> TxOutcome {
+    let stats = QueueStats::default();
+    let mut out = Vec::with_capacity(BURST);
+    vq.dequeue(pool, &mut out, BURST, &stats, "t");
+    assert!(vq.broken().is_none(), "case {case}");
+    let got: Vec<_> = out
+        .iter()
+        .map(|m| (m.data().to_vec(), m.vnet, m.is_large()))
+        .collect();
+    assert!(
+        got.iter().all(|(p, _, _)| p[..] == bytes[12..]),
+        "case {case}"
+    );
+    (got, TX_REASONS.iter().map(|&r| stats.drops(r)).collect())
+}
+
+/// Checks that one descriptor and two gave the same, and what the case must give.
+pub(super) fn check_tx_case(seen: &[TxOutcome], want: TxWant, case: usize) {
+    assert_eq!(seen[0], seen[1], "case {case}: one descriptor against two");
+    let (got, drops) = &seen[0];
+    assert_eq!(
+        got.len() + drops.iter().sum::<u64>() as usize,
+        1,
+        "case {case}"
+    );
+    let outcome = got.first().map(|g| Ok((g.1, g.2))).or_else(|| {
+        drops
+            .iter()
+            .position(|&n| n == 1)
+            .map(|k| Err(TX_REASONS[k]))
+    });
+    assert_eq!(outcome, Some(want), "case {case}");
+}
+
+/// Split rings: each packet of [`tx_cases`], sent as one descriptor, gives what the same bytes
+/// sent as two give: the same packet and metadata or the same drop. Guest RX takes a buffer
+/// of one descriptor by its fast path and anything else by the general fill: a packet placed
+/// into one receive descriptor reads back as into two.
 #[test]
 fn one_descriptor_is_judged_as_a_chain_of_two() {
     use ferrovs_sys::guest::vring::VRING_DESC_F_NEXT;
-    use ferrovs_sys::kernel::vnet::{F_NEEDS_CSUM, GSO_TCPV4, GSO_UDP};
     const DATA: u64 = 16384;
     let desc = |mem: &GuestMemory, i: u64, addr: u64, len: u32, flags: u16, next: u16| {
         let d = Descriptor {
@@ -382,38 +460,11 @@ fn one_descriptor_is_judged_as_a_chain_of_two() {
         let f = |i: usize| u32::from_le_bytes(u[i..i + 4].try_into().unwrap());
         (u16::from_le_bytes([u[2], u[3]]), f(4), f(8))
     };
-    let csum = |start: u16, offset: u16| VnetHdr {
-        flags: F_NEEDS_CSUM,
-        csum_start: start,
-        csum_offset: offset,
-        ..VnetHdr::default()
-    };
-    let gso = |gso_type: u8| VnetHdr {
-        gso_type,
-        gso_size: 1400,
-        hdr_len: 54,
-        ..csum(34, 16)
-    };
-    let cases = [
-        (VnetHdr::default(), 60),
-        (csum(34, 16), 60),
-        (csum(50, 16), 60),
-        (gso(GSO_TCPV4), 60),
-        (gso(GSO_UDP), 60),
-        (VnetHdr::default(), 10),
-        (VnetHdr::default(), 12_000),
-    ];
-    let reasons = [
-        DropReason::Runt,
-        DropReason::Oversize,
-        DropReason::BadOffload,
-        DropReason::NoMbuf,
-    ];
     let f = features::VIRTIO_F_VERSION_1
         | features::VIRTIO_NET_F_CSUM
         | features::VIRTIO_NET_F_HOST_TSO4;
     let pool = Pool::with_large(64, 2).unwrap();
-    for (i, (hdr, len)) in cases.into_iter().enumerate() {
+    for (i, (hdr, len, want)) in tx_cases().into_iter().enumerate() {
         let mut seen = Vec::new();
         for split in [false, true] {
             let (mut vq, mem) = queue(f);
@@ -424,33 +475,10 @@ fn one_descriptor_is_judged_as_a_chain_of_two() {
             }
             mem.write(DATA, &bytes).unwrap();
             post(&mem, bytes.len() as u32, split, 0);
-            let stats = QueueStats::default();
-            let mut out = Vec::with_capacity(BURST);
-            vq.dequeue(&pool, &mut out, BURST, &stats, "t");
-            assert!(vq.broken().is_none(), "case {i}");
+            seen.push(tx_outcome(&mut vq, &pool, &bytes, i));
             assert_eq!(used(&mem), (1, 0, 0), "case {i}: one used entry, head 0");
-            let got: Vec<_> = out
-                .iter()
-                .map(|m| (m.data().to_vec(), m.vnet, m.is_large()))
-                .collect();
-            assert!(got.iter().all(|(p, _, _)| p[..] == bytes[12..]), "case {i}");
-            let drops: Vec<_> = reasons.iter().map(|&r| stats.drops(r)).collect();
-            seen.push((got, drops));
         }
-        assert_eq!(seen[0], seen[1], "case {i}: one descriptor against two");
-        let (got, drops) = &seen[0];
-        let outcome = got
-            .first()
-            .map(|g| Ok((g.1, g.2)))
-            .or_else(|| drops.iter().position(|&n| n == 1).map(|k| Err(reasons[k])));
-        let want = match i {
-            0 | 1 => Ok((hdr, false)),
-            3 => Ok((hdr, true)),
-            2 | 4 => Err(DropReason::BadOffload),
-            5 => Err(DropReason::Runt),
-            _ => Err(DropReason::Oversize),
-        };
-        assert_eq!(outcome, Some(want), "case {i}");
+        check_tx_case(&seen, want, i);
     }
     // Guest RX: one buffer of 2048 bytes, or the same as 12 + 2036; with and without
     // mergeable buffers (num_buffers = 1 in the header with them).
