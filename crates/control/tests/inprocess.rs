@@ -946,11 +946,15 @@ fn coalescing_never_delays_a_notification_past_its_bound() {
         let mut send_and_wait = |a: &mut Guest, b: &mut Guest, n: u64| -> Duration {
             let _ = os::drain(call.as_fd());
             let first = seq;
+            // Timed from before the send: the switch cannot have deferred anything earlier,
+            // so a notification measured before the bound came early. (Timed from after it,
+            // the test thread preempted between the send and the clock read on a loaded
+            // machine measured a notification made at the bound as 270 µs.)
+            let t = Instant::now();
             for _ in 0..n {
                 assert!(a.tx.send(&frame(b.mac, a.mac, seq, 64)));
                 seq += 1;
             }
-            let t = Instant::now();
             let mut got = Vec::new();
             let mut fired = None;
             // The ring is read only once the notification came: a driver that consumed the
@@ -1015,7 +1019,7 @@ fn coalescing_never_delays_a_notification_past_its_bound() {
             lone.last().unwrap(),
             pct(&burst, 50)
         );
-        // Coalesced: never before the bound (the packet was sent before we started timing).
+        // Coalesced: never before the bound (timed from before the packet was sent).
         assert!(lone[0] >= T, "{mode}: notified after {:?} < {T:?}", lone[0]);
         // ... and at the bound: the PMD's timer, not the next packet, made it. The margin is
         // the OS's (thread wake-ups on a shared 2-core machine), not the switch's.
