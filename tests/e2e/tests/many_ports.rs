@@ -107,13 +107,28 @@ fn sixty_four_idle_frontends_attach_and_the_busy_pair_still_forwards() {
     let r = busy.wait_json(&dir, Duration::from_secs(60));
     let (sent, received) = (r["sent"].as_u64().unwrap(), r["received"].as_u64().unwrap());
     assert_eq!(sent, 50_000, "{r}");
-    // At this moderate rate with 1024-entry rings, every packet arrives, intact. (The
-    // switch's drop counters on the path are not compared: the sink's broadcast announce
-    // is flooded to the 64 idle ports as well, whose receive rings nobody empties.)
+    // At this moderate rate with 1024-entry rings, every packet arrives, intact, unless the
+    // sink's process stalls for longer than its receive ring lasts (51 ms: seen on a loaded
+    // machine, a 61 ms stall); then the switch drops what finds no receive buffer and counts
+    // it on vm2 (`guest_no_rx_buffers`), and those are the only packets missing. (Other drop
+    // counters are not compared: the sink's broadcast announce is flooded to the 64 idle
+    // ports as well, whose receive rings nobody empties.)
+    let vm2_stats = cli_json(&dir, &["port-stats", "vm2"]);
+    let no_buffers = vm2_stats[0]["tx"]["drops"]["guest_no_rx_buffers"]
+        .as_u64()
+        .unwrap_or(0);
     assert_eq!(
-        (received, r["lost"].as_u64(), r["corrupt"].as_u64()),
-        (sent, Some(0), Some(0)),
-        "{r}"
+        (
+            received + no_buffers,
+            r["lost"].as_u64(),
+            r["corrupt"].as_u64()
+        ),
+        (sent, Some(no_buffers), Some(0)),
+        "{r}\n{vm2_stats}"
+    );
+    assert!(
+        no_buffers < sent / 10,
+        "{no_buffers} of {sent} dropped for want of receive buffers: {r}"
     );
 
     // The idle frontends are still attached and saw no connection closed.
