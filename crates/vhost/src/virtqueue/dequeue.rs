@@ -156,9 +156,9 @@ impl VirtQueue {
         pkts as usize
     }
 
-    /// The fast path of guest TX on packed rings for the common chain: one descriptor (no NEXT, no indirect
-    /// table, read-only) holding the virtio-net header and a whole packet that needs no
-    /// segmentation. Copies the packet into `m` and returns its length; `None` for anything
+    /// The fast path of guest TX on packed rings for the common chain: one descriptor (no
+    /// NEXT, no indirect table, read-only) holding the virtio-net header and a whole packet
+    /// that needs no segmentation. Copies the packet into `m` and returns its length; `None` for anything
     /// else (another shape, a header asking for segmentation or refused, a runt, too big, an
     /// address outside guest memory or a page not arrived), which the general copy
     /// (`copy_chain_out`) then takes from the start and judges: this path has no effect of

@@ -192,21 +192,11 @@ impl VirtQueue {
         if self.pending(ring)? > 0 {
             let head = ring.avail_entry(self.state.last_avail);
             if let Some(d) = ring.desc(head) {
-                if d.flags & (VRING_DESC_F_NEXT | VRING_DESC_F_INDIRECT | VRING_DESC_F_WRITE)
-                    == VRING_DESC_F_WRITE
-                    && d.len as usize >= total
-                {
-                    if mrg {
-                        hdr[10] = 1;
-                    }
-                    if mem.write_pair(d.addr, &hdr[..hdr_len], pkt).is_ok() {
-                        marker.mark(d.addr, total as u64);
-                        self.state.last_avail = self.state.last_avail.wrapping_add(1);
-                        ring.write_used(self.state.used_idx, head, total as u32);
-                        self.state.used_idx = self.state.used_idx.wrapping_add(1);
-                        return Ok(true);
-                    }
-                    hdr[10] = 0;
+                if self.place_single(mem, d.addr, d.len, d.flags, &mut hdr, pkt, marker) {
+                    self.state.last_avail = self.state.last_avail.wrapping_add(1);
+                    ring.write_used(self.state.used_idx, head, total as u32);
+                    self.state.used_idx = self.state.used_idx.wrapping_add(1);
+                    return Ok(true);
                 }
             }
         }
@@ -239,6 +229,44 @@ impl VirtQueue {
         }
         Ok(true)
     }
+    /// The fast path of guest RX (split and packed rings) for the common buffer: one
+    /// descriptor (no NEXT, no indirect table, writable) that holds the header (`hdr`, with
+    /// `num_buffers` = 1 under mergeable buffers) and the packet. Returns whether it placed
+    /// them (marked in the dirty log); `false` for anything else or a failed copy, with `hdr`
+    /// as it was, for the general fill to take from the start and judge.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub(super) fn place_single<M: Marker>(
+        &self,
+        mem: &GuestMemory,
+        addr: u64,
+        len: u32,
+        flags: u16,
+        hdr: &mut [u8; 12],
+        pkt: &[u8],
+        marker: &mut M,
+    ) -> bool {
+        let total = self.hdr_len + pkt.len();
+        if flags & (VRING_DESC_F_NEXT | VRING_DESC_F_INDIRECT | VRING_DESC_F_WRITE)
+            != VRING_DESC_F_WRITE
+            || (len as usize) < total
+        {
+            return false;
+        }
+        let mrg = self.mrg();
+        if mrg {
+            hdr[10] = 1;
+        }
+        if mem.write_pair(addr, &hdr[..self.hdr_len], pkt).is_err() {
+            if mrg {
+                hdr[10] = 0;
+            }
+            return false;
+        }
+        marker.mark(addr, total as u64);
+        true
+    }
+
     /// Writes as much of the header and packet as fits into the buffers of one chain, from
     /// `fill.written` on (all of the chain's buffers are walked without mergeable buffers: one
     /// chain must then hold the packet; with them the walk stops once the packet is placed).

@@ -565,24 +565,15 @@ impl VirtQueue {
         if taken < u32::from(size) {
             if let Some(d) = ring.desc(start.slot) {
                 if slot_state(d.flags, start.wrap) == Slot::Available
-                    && d.flags & (VRING_DESC_F_NEXT | VRING_DESC_F_INDIRECT | VRING_DESC_F_WRITE)
-                        == VRING_DESC_F_WRITE
-                    && d.len as usize >= total
                     && d.id < size
+                    && self.place_single(mem, d.addr, d.len, d.flags, &mut hdr, pkt, marker)
                 {
-                    if mrg {
-                        hdr[10] = 1;
-                    }
-                    if mem.write_pair(d.addr, &hdr[..self.hdr_len], pkt).is_ok() {
-                        marker.mark(d.addr, total as u64);
-                        self.shadow.push((start, d.id, total as u32));
-                        let next = start.advance(1, size);
-                        *burst_slots = taken + 1;
-                        self.state.last_avail = next.encode();
-                        self.state.used_idx = next.encode();
-                        return Ok(Some(1));
-                    }
-                    hdr[10] = 0;
+                    self.shadow.push((start, d.id, total as u32));
+                    let next = start.advance(1, size);
+                    *burst_slots = taken + 1;
+                    self.state.last_avail = next.encode();
+                    self.state.used_idx = next.encode();
+                    return Ok(Some(1));
                 }
             }
         }
