@@ -987,63 +987,71 @@ fn coalescing_never_delays_a_notification_past_its_bound() {
             rng ^= rng << 17;
             std::thread::sleep(Duration::from_micros(rng % 1500));
         };
-        // Coalescing off: a lone packet notifies at once.
-        let mut off: Vec<Duration> = (0..50)
-            .map(|_| {
-                pause();
-                send_and_wait(&mut a, &mut b, 1)
-            })
-            .collect();
-        set_port(&["coalesce-usecs=500", "coalesce-frames=8"]).unwrap();
-        let mut lone: Vec<Duration> = (0..150)
-            .map(|_| {
-                pause();
-                send_and_wait(&mut a, &mut b, 1)
-            })
-            .collect();
-        let mut burst: Vec<Duration> = (0..30)
-            .map(|_| {
-                pause();
-                send_and_wait(&mut a, &mut b, 8)
-            })
-            .collect();
-        for v in [&mut off, &mut lone, &mut burst] {
-            v.sort();
+        // Latency is judged on up to three measurements: a host that steals the PMD's core
+        // (a shared 2-core machine under CI load showed an uncoalesced p50 of 1.2 ms) can
+        // only make notifications late, never early. So "never before the bound" and "no
+        // notification lost" fail at once, on any measurement; the upper bounds fail only
+        // when every measurement misses them.
+        let mut late = Vec::new();
+        for attempt in 1..=3 {
+            // Coalescing off: a lone packet notifies at once.
+            set_port(&["coalesce-usecs=0", "coalesce-frames=0"]).unwrap();
+            let mut off: Vec<Duration> = (0..50)
+                .map(|_| {
+                    pause();
+                    send_and_wait(&mut a, &mut b, 1)
+                })
+                .collect();
+            set_port(&["coalesce-usecs=500", "coalesce-frames=8"]).unwrap();
+            let mut lone: Vec<Duration> = (0..150)
+                .map(|_| {
+                    pause();
+                    send_and_wait(&mut a, &mut b, 1)
+                })
+                .collect();
+            let mut burst: Vec<Duration> = (0..30)
+                .map(|_| {
+                    pause();
+                    send_and_wait(&mut a, &mut b, 8)
+                })
+                .collect();
+            for v in [&mut off, &mut lone, &mut burst] {
+                v.sort();
+            }
+            let pct = |v: &[Duration], p: usize| v[(v.len() - 1) * p / 100];
+            eprintln!(
+                "{mode} #{attempt}: off p50 {:?} | lone p50 {:?} p99 {:?} max {:?} | burst of 8 \
+                 p50 {:?}",
+                pct(&off, 50),
+                pct(&lone, 50),
+                pct(&lone, 99),
+                lone.last().unwrap(),
+                pct(&burst, 50)
+            );
+            // Coalesced: never before the bound (timed from before the packet was sent).
+            assert!(lone[0] >= T, "{mode}: notified after {:?} < {T:?}", lone[0]);
+            // ... and at the bound: the PMD's timer, not the next packet, made it. The margin
+            // is the OS's (thread wake-ups on a shared 2-core machine), not the switch's.
+            let mut missed = Vec::new();
+            if pct(&lone, 50) >= T + Duration::from_micros(300) {
+                missed.push(format!("median {:?}", pct(&lone, 50)));
+            }
+            if *lone.last().unwrap() >= T + Duration::from_millis(20) {
+                missed.push(format!("worst {:?}", lone.last().unwrap()));
+            }
+            // A burst reaching the packet bound notifies without waiting for the time bound.
+            if pct(&burst, 50) >= T {
+                missed.push(format!("burst median {:?}", pct(&burst, 50)));
+            }
+            if pct(&off, 50) >= T / 2 {
+                missed.push(format!("uncoalesced median {:?}", pct(&off, 50)));
+            }
+            if missed.is_empty() {
+                break;
+            }
+            late.push(format!("#{attempt}: {}", missed.join(", ")));
+            assert!(attempt < 3, "{mode}: late on every measurement: {late:?}");
         }
-        let pct = |v: &[Duration], p: usize| v[(v.len() - 1) * p / 100];
-        eprintln!(
-            "{mode}: off p50 {:?} | lone p50 {:?} p99 {:?} max {:?} | burst of 8 p50 {:?}",
-            pct(&off, 50),
-            pct(&lone, 50),
-            pct(&lone, 99),
-            lone.last().unwrap(),
-            pct(&burst, 50)
-        );
-        // Coalesced: never before the bound (timed from before the packet was sent).
-        assert!(lone[0] >= T, "{mode}: notified after {:?} < {T:?}", lone[0]);
-        // ... and at the bound: the PMD's timer, not the next packet, made it. The margin is
-        // the OS's (thread wake-ups on a shared 2-core machine), not the switch's.
-        assert!(
-            pct(&lone, 50) < T + Duration::from_micros(300),
-            "{mode}: median {:?}",
-            pct(&lone, 50)
-        );
-        assert!(
-            *lone.last().unwrap() < T + Duration::from_millis(20),
-            "{mode}: worst {:?}",
-            lone.last().unwrap()
-        );
-        // A burst reaching the packet bound notifies without waiting for the time bound.
-        assert!(
-            pct(&burst, 50) < T,
-            "{mode}: burst median {:?}",
-            pct(&burst, 50)
-        );
-        assert!(
-            pct(&off, 50) < T / 2,
-            "{mode}: uncoalesced median {:?}",
-            pct(&off, 50)
-        );
         let tx = &sw.port_stats("vm2")["tx"];
         assert!(
             tx["notifications_coalesced"].as_u64().unwrap() >= 150,
