@@ -127,7 +127,11 @@ impl VirtQueue {
                 }
             }
         }
-        ring.publish_used(self.state.used_idx);
+        if self.state.used_idx != old_used {
+            // Only a moved index is stored: a store of the same value still takes the line
+            // from the frontend, which polls it.
+            ring.publish_used(self.state.used_idx);
+        }
         mark_used_entries(marker, ring.size(), old_used, self.state.used_idx);
         self.notify(ring, old_used, stats);
         stats.add(sent, bytes);
