@@ -34,6 +34,13 @@
 # in their own worktree, interleaved with this tree's build round by round (an A/B test of a
 # change; the JSON then carries ratio_to_base).
 #
+# Every ferrovs result carries the packets dropped on the way: by the testpmd frontend
+# (frontend_dropped: its transmit ring full) and by the switch (switch_dropped: port drops,
+# a full guest receive ring mostly). The testpmd frontend is a closed loop of the 2 x 1024
+# packets `tx_first 32` puts in; a drop leaves one fewer circulating, so these say whether a
+# slow run lost its packets or only moved them slowly. FERROVS_BENCH_KEEP=1 keeps the work
+# directory (every process's log) for a look afterwards.
+#
 #   bench/vhost-fwd.sh [--rounds N] [--seconds S] [--sizes "64 1518"] [--peers "testpmd ovs"]
 #                      [--frontend "testpmd gen"] [--rings "split packed"] [--base REV]
 set -euo pipefail
@@ -74,7 +81,7 @@ ncpu=$(nproc)
 pmd=$((ncpu - 1)); gen=0; [ "$ncpu" -gt 1 ] && gen=$((ncpu - 2))
 work=$(mktemp -d /tmp/ferrovs-bench.XXXXXX)
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; [ -n "${ovs_dir:-}" ] && ovs_stop; rm -rf "$work"; }
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; [ -n "${ovs_dir:-}" ] && ovs_stop; [ -n "${FERROVS_BENCH_KEEP:-}" ] || rm -rf "$work"; }
 trap cleanup EXIT INT TERM
 log() { echo "bench: $*" >&2; }
 
@@ -159,7 +166,11 @@ testpmd_fe_run() {
     # The second `show port stats all`: Rx-pps per port over the measured interval.
     local pps; pps=$(grep -a "Rx-pps:" "$d/log" | tail -2 | awk '{s += $2} END {print s + 0}')
     [ "$pps" -gt 0 ] || { log "testpmd frontend forwarded nothing: $(grep -a -m3 -i 'error\|cause' "$d/log" | tr '\n' ' ')"; }
-    jq -n -c --argjson pps "$pps" '{mpps: ($pps / 1e6 * 1000 | round / 1000)}'
+    # Packets the frontend itself dropped over the whole run (`stop`'s accumulated forward
+    # statistics: a transmit ring still full when testpmd forwarded into it). In this closed
+    # loop every drop, the backend's or the frontend's, leaves one packet fewer circulating.
+    local fdrop; fdrop=$(grep -a -A3 "Accumulated forward statistics" "$d/log" | sed -n 's/.*TX-dropped: *\([0-9]*\).*/\1/p' | tail -1)
+    jq -n -c --argjson pps "$pps" --argjson fdrop "${fdrop:-null}" '{mpps: ($pps / 1e6 * 1000 | round / 1000), frontend_dropped: $fdrop}'
 }
 
 # Runs the frontend $frontend through the backend whose sockets are $1 and $2; prints JSON.
@@ -202,8 +213,10 @@ run_ferrovs() {
     # Packets per PMD iteration (the burst fill): a PMD faster than its frontend polls
     # more often for fewer packets each time.
     local ppi; ppi=$(jq '.[0] | if .iterations > 0 then (.rx_packets / .iterations * 10 | round / 10) else null end' <<<"$st")
+    # Packets the switch dropped on its ports (a full guest receive ring, mostly).
+    local sdrop; sdrop=$("$bin/ferrovs" --run-dir "$d" port-stats --json 2>/dev/null | jq '[.[] | .rx.dropped + .tx.dropped] | add' 2>/dev/null || true)
     kill "$p"; wait "$p" 2>/dev/null || true
-    jq -c --argjson cpp "$cpp" --argjson tpp "$tpp" --argjson ppi "$ppi" --arg ring "$got" '{mpps, lost, cycles_per_packet: $cpp, total_cycles_per_packet: $tpp, packets_per_iteration: $ppi, ring: $ring}' <<<"$r"
+    jq -c --argjson cpp "$cpp" --argjson tpp "$tpp" --argjson ppi "$ppi" --argjson sdrop "${sdrop:-null}" --arg ring "$got" '{mpps, lost, frontend_dropped, switch_dropped: $sdrop, cycles_per_packet: $cpp, total_cycles_per_packet: $tpp, packets_per_iteration: $ppi, ring: $ring}' <<<"$r"
 }
 
 run_testpmd() {
@@ -222,7 +235,7 @@ run_testpmd() {
     # testpmd's own figure: all cycles of the forwarding core (busy and idle) per packet.
     local tpp; tpp=$(sed -n 's/.*CPU cycles\/packet=\([0-9.]*\).*/\1/p' "$d/log" | tail -1)
     local got; got=$(dpdk_rings "$d/log" "$d/a.sock" "$d/b.sock")
-    jq -c --argjson tpp "${tpp:-null}" --arg ring "$got" '{mpps, lost, total_cycles_per_packet: $tpp, ring: $ring}' <<<"$r"
+    jq -c --argjson tpp "${tpp:-null}" --arg ring "$got" '{mpps, lost, frontend_dropped, total_cycles_per_packet: $tpp, ring: $ring}' <<<"$r"
 }
 
 ovs_available() { [ -f scripts/peers/ovs-dpdk.sh ]; }
@@ -242,7 +255,7 @@ run_ovs() {
     # OVS logs DPDK's vhost library messages in its own log (module dpdk, INFO).
     local got; got=$(dpdk_rings "$ovs_dir/ovs-vswitchd.log" "$a" "$b")
     ovs_stop; ovs_dir=
-    jq -c --argjson cpp "${cpp:-null}" --argjson tpp "${tpp:-null}" --arg ring "$got" '{mpps, lost, cycles_per_packet: $cpp, total_cycles_per_packet: $tpp, ring: $ring}' <<<"$r"
+    jq -c --argjson cpp "${cpp:-null}" --argjson tpp "${tpp:-null}" --arg ring "$got" '{mpps, lost, frontend_dropped, cycles_per_packet: $cpp, total_cycles_per_packet: $tpp, ring: $ring}' <<<"$r"
 }
 
 results=$work/results.jsonl
@@ -287,6 +300,8 @@ jq -s --argjson rounds "$rounds" --argjson secs "$secs" --arg base "${base_rev:+
                total_cycles_per_packet: (map(.total_cycles_per_packet // empty) | median),
                packets_per_iteration: (map(.packets_per_iteration // empty) | median),
                lost: (map(.lost // empty) | add),
+               frontend_dropped: (map(.frontend_dropped // empty) | median),
+               switch_dropped: (map(.switch_dropped // empty) | median),
                ring: (map(.ring) | unique | if length == 1 then .[0] else join(",") end),
                runs: map(.mpps)}}) | from_entries) as $by
          | {size: $size, results: $by,
