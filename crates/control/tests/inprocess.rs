@@ -41,6 +41,15 @@ fn forwards_between_two_guests_with_every_packet_accounted() {
     assert_eq!(s2["rx"]["packets"], 500);
     assert_eq!(s1["tx"]["packets"], 500);
     assert_eq!(s1["rx"]["dropped"], 0);
+    // Ring fill: the switch took everything the guests sent (nothing waits on a from-guest
+    // queue), and the guests' receive rings hold the buffers they posted back.
+    for s in [&s1, &s2] {
+        let q = &s["queues"];
+        assert_eq!(q[1]["direction"], "from-guest");
+        assert_eq!(q[1]["available"], 0, "{q}");
+        let posted = q[0]["available"].as_u64().unwrap();
+        assert!(posted > 0 && posted <= 256, "{q}");
+    }
     let macs = sw
         .req(Request::MacTable {
             bridge: "br0".into(),

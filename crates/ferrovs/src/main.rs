@@ -565,12 +565,17 @@ fn print_port_stats(v: &Vec<PortStats>) {
                 Some(b) => format!(" BROKEN: {b}"),
                 None => String::new(),
             };
+            let available = match q.available {
+                Some(n) => format!(" available {n}"),
+                None => String::new(),
+            };
             println!(
-                "    queue {} {:<10} ready {:<5} {}{}",
+                "    queue {} {:<10} ready {:<5} {}{}{}",
                 q.queue,
                 q.direction,
                 q.ready.to_string(),
                 dir_line("", &q.stats).trim_start_matches(": "),
+                available,
                 broken
             );
         }

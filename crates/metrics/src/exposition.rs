@@ -330,6 +330,15 @@ pub fn render(s: &Scrape) -> String {
                 ql.clone(),
                 u64::from(q.ready),
             );
+            if let Some(n) = q.available {
+                b.gauge(
+                    "queue_available",
+                    "Descriptors the guest made available that the switch has not taken: \
+                     packets waiting (from-guest) or empty buffers posted (to-guest)",
+                    ql.clone(),
+                    u64::from(n),
+                );
+            }
             b.gauge(
                 "queue_broken",
                 "1 if the queue stopped on a guest's bad ring",
@@ -810,6 +819,27 @@ mod tests {
             text.contains("# TYPE ferrovs_pmd_cycles_per_packet gauge\n"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn ring_fill_is_a_gauge_only_where_the_daemon_has_one() {
+        let mut f = fixture();
+        let vm1 = f.ports.iter_mut().find(|p| p.port == "vm1").unwrap();
+        vm1.queues[0].available = Some(1021);
+        vm1.queues[1].available = Some(3);
+        let s = samples(&render(&f));
+        let q = |p: &str, q: &str| {
+            value(
+                &s,
+                "ferrovs_queue_available",
+                &[("bridge", "br0"), ("port", p), ("queue", q)],
+            )
+        };
+        assert_eq!(q("vm1", "0"), Some(1021.0));
+        assert_eq!(q("vm1", "1"), Some(3.0));
+        // Kernel queues and stopped rings have no figure, so no sample.
+        assert_eq!(q("tap0", "0"), None);
+        assert_eq!(q("vm2", "0"), None);
     }
 
     #[test]

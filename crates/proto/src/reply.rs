@@ -454,6 +454,13 @@ pub struct DirStats {
 /// One queue of a port.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct QueueStats {
+    /// How full the ring is (vhost-user, a started ring): the descriptors the guest made
+    /// available that the switch has not taken yet (split rings: chains; packed rings:
+    /// descriptor slots). On a from-guest queue, packets waiting for the switch; on a
+    /// to-guest queue, empty buffers the guest has posted (0: the guest is not keeping up).
+    /// Absent for kernel queues, stopped or broken rings, and during postcopy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub available: Option<u32>,
     /// Why the queue stopped (a guest's bad ring), else null.
     pub broken: Option<String>,
     /// `to-guest`, `from-guest`, `to-kernel`, `from-kernel`.

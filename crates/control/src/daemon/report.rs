@@ -337,6 +337,7 @@ fn dir_stats(s: &StatsSnapshot) -> DirStats {
 /// One port's `port-stats`.
 fn port_stats(p: &PortState) -> PortStats {
     let kernel_queue = |i: usize, dir: &str, s: &ferrovs_vhost::stats::QueueStats| QueueStats {
+        available: None,
         broken: None,
         direction: dir.into(),
         queue: i,
@@ -358,6 +359,7 @@ fn port_stats(p: &PortState) -> PortStats {
                 let s = q.stats.snapshot();
                 let vq = q.lock();
                 QueueStats {
+                    available: vq.available().map(u32::from),
                     broken: vq.broken().map(|e| e.to_string()),
                     direction: if i % 2 == 0 { "to-guest" } else { "from-guest" }.into(),
                     queue: i,

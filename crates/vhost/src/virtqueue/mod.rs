@@ -418,6 +418,39 @@ impl VirtQueue {
         Ok(n)
     }
 
+    /// How full the ring is, as the guest left it: the descriptors it made available that the
+    /// device has not taken yet (split rings: chains, from `avail.idx`; packed rings:
+    /// descriptor slots, from their flags). On a guest-TX queue, packets waiting for the
+    /// switch; on a guest-RX queue, empty buffers the guest has posted. None while the ring
+    /// is stopped or broken, or in postcopy (the ring's page may not have arrived: the
+    /// reader would wait for it). Reads guest memory: the caller holds the queue's lock,
+    /// and a guest that changes the ring meanwhile gives a figure as of some instant.
+    pub fn available(&self) -> Option<u16> {
+        if self.broken.is_some() {
+            return None;
+        }
+        if let Some(ring) = self.packed.as_ref() {
+            if ring.mem().in_postcopy() {
+                return None;
+            }
+            return Some(packed::available_from(
+                ring,
+                packed::Pos::decode(self.state.last_avail),
+            ));
+        }
+        let ring = self.ring.as_ref()?;
+        if ring.mem().in_postcopy() {
+            return None;
+        }
+        // A guest's avail.idx more than a ring ahead is a bad ring, which the next poll
+        // reports; the figure here is capped at the ring.
+        Some(
+            ring.avail_idx()
+                .wrapping_sub(self.state.last_avail)
+                .min(ring.size()),
+        )
+    }
+
     /// For a PMD that just found this queue empty: the ring's `avail.idx` handle and the
     /// next index we would take, when a later poll may rely on them alone (no lock) to see
     /// that the queue is still empty: a ring in use, not broken, nothing waiting for a

@@ -129,6 +129,22 @@ fn slot_state(flags: u16, wrap: bool) -> Slot {
     }
 }
 
+/// Descriptors the driver made available from `pos` on that the device has not taken: the
+/// run of slots, at most one lap, whose flags say available in their lap.
+pub(super) fn available_from(ring: &PackedRing, mut pos: Pos) -> u16 {
+    let size = ring.size();
+    let mut n = 0;
+    while n < size {
+        match ring.desc(pos.slot) {
+            Some(d) if slot_state(d.flags, pos.wrap) == Slot::Available => {}
+            _ => break,
+        }
+        n += 1;
+        pos = pos.advance(1, size);
+    }
+    n
+}
+
 impl Slot {
     /// The state of a descriptor with `flags` at a position of the lap of `wrap`.
     #[inline(always)]

@@ -901,3 +901,33 @@ fn guest_tx_one_descriptor_is_judged_as_a_chain_of_two() {
         check_tx_case(&seen, want, i);
     }
 }
+
+#[test]
+fn available_counts_the_slots_posted_and_not_taken_across_laps() {
+    let (mut vq, mut d) = queue_sized(F, 7);
+    let pool = Pool::new(64).unwrap();
+    let stats = QueueStats::default();
+    assert_eq!(vq.available(), Some(0));
+    let mut seq = 0u32;
+    let mut taken = 0;
+    // Frames 0..5: chains of 2, 1, 1, 2, 1 slots (a chain of two every third frame).
+    let chains = post_frames(&mut d, &mut seq, 5, 0);
+    let posted: u16 = chains.iter().map(|p| p.2).sum();
+    assert_eq!(posted, 7);
+    assert_eq!(vq.available(), Some(7), "a full lap");
+    let mut out = Vec::with_capacity(BURST);
+    taken += vq.dequeue(&pool, &mut out, 2, &stats, "t");
+    assert_eq!(vq.available(), Some(4), "two chains (3 slots) taken");
+    taken += vq.dequeue(&pool, &mut out, BURST, &stats, "t");
+    assert_eq!((taken, vq.available()), (5, Some(0)));
+    // The driver takes the used slots back and posts into the next lap.
+    for &(_, _, slots) in &chains {
+        assert!(d.take_used(slots).is_some());
+    }
+    let posted: u16 = post_frames(&mut d, &mut seq, 8, 0)
+        .iter()
+        .map(|p| p.2)
+        .sum();
+    assert_eq!(vq.available(), Some(posted), "the next lap's slots");
+    assert!(vq.broken().is_none());
+}

@@ -502,3 +502,33 @@ fn one_descriptor_is_judged_as_a_chain_of_two() {
         assert_eq!(seen[0], seen[1], "one descriptor against two");
     }
 }
+
+#[test]
+fn available_counts_what_the_guest_posted_and_the_switch_has_not_taken() {
+    let (mut vq, mem, _call) = rx_queue_with_buffers(features::VIRTIO_F_VERSION_1);
+    // Guest RX: all 16 buffers posted, none filled.
+    assert_eq!(vq.available(), Some(16));
+    let stats = QueueStats::default();
+    let pkt = [0x11u8; 60];
+    let sent = vq.enqueue(
+        std::iter::repeat_n((&pkt[..], VnetHdr::default()), 5),
+        &stats,
+        "t",
+    );
+    assert_eq!(sent, 5);
+    assert_eq!(vq.available(), Some(11));
+    // The guest posts the five back (avail.idx moves on by five): all 16 again.
+    mem.write(4096 + 2, &21u16.to_le_bytes()).unwrap();
+    assert_eq!(vq.available(), Some(16));
+    // A guest whose avail.idx runs more than a ring ahead: the figure is capped at the ring,
+    // and the next burst breaks the queue, after which there is no figure.
+    let (mut vq, mem, _call) = rx_queue_with_buffers(features::VIRTIO_F_VERSION_1);
+    mem.write(4096 + 2, &100u16.to_le_bytes()).unwrap();
+    assert_eq!(vq.available(), Some(16));
+    let sent = vq.enqueue(std::iter::once((&pkt[..], VnetHdr::default())), &stats, "t");
+    assert_eq!(sent, 0);
+    assert_eq!(vq.broken(), Some(ChainError::BadAvailIdx));
+    assert_eq!(vq.available(), None);
+    // A stopped ring has none either.
+    assert_eq!(VirtQueue::default().available(), None);
+}
