@@ -7,6 +7,12 @@
 #            the DPDK and OVS communities benchmark with, written by none of us. Its rate is
 #            the sum of both ports' Rx-pps over the measured interval (testpmd's own
 #            `show port stats all`), i.e. everything the backend forwarded, both directions.
+#            One testpmd process per round, ring layout and frame size serves every backend
+#            of that round in turn (it attaches its ports to one, measures, detaches them, and
+#            attaches to the next), so the backends of a round meet the same frontend memory;
+#            the JSON's ratio_to_testpmd_per_round compares them on it, and
+#            ratio_to_testpmd_median_of_rounds is the median of those. The backends take
+#            turns in an order that rotates from round to round.
 #   gen      ferrovs-gen (one process, one core: txonly on port 1 with --sink on port 2, every
 #            packet accounted for). Our own generator: it shapes the rings in a way that suits
 #            our backend (issue 16), so it is reported beside, never as the headline.
@@ -140,36 +146,96 @@ gen_run() {
         --duration "$secs" --quiet --ring 1024 $extra txonly
 }
 
-# testpmd as the frontend: two net_virtio_user ports (clients of the backend's sockets $1 and
-# $2) mac-forwarding into each other on the traffic core; 32 bursts started per port, then the
-# rate of the measured interval. Prints {mpps}. Each port's own address is the other's peer
-# address (testpmd's default peers 02:00:00:00:00:0N), so after the first packets both switches
-# have learned both and forward known unicast, as between two VMs: with random port addresses
-# every packet went to an unknown destination and was flooded, which costs OVS a write to its
-# bridge's internal (TAP) port whenever that is up (measured 2026-11-28: 0.6 Mpps flooding,
-# 337 instead of ~7 000 cycles per packet with learned addresses).
-testpmd_fe_run() {
-    local a=$1 b=$2 size=$3 d vq=; d=$(dirname "$a")/fe
-    [ "$ring" = packed ] && vq=,packed_vq=1
-    mkdir -p "$d"
-    {
-        sleep 2; echo "start tx_first 32"; sleep 1; echo "show port stats all"
-        sleep "$secs"; echo "show port stats all"; echo "stop"; sleep 0.5; echo "quit"
-    } | setsid dpdk-testpmd -l "$gen,$pmd" --main-lcore "$pmd" --no-pci --no-huge -m 1024 \
-        --single-file-segments --file-prefix "fbfe$$" \
-        --vdev "net_virtio_user0,path=$a,queues=1,queue_size=1024,mac=02:00:00:00:00:01$vq" \
-        --vdev "net_virtio_user1,path=$b,queues=1,queue_size=1024,mac=02:00:00:00:00:00$vq" -- \
-        -i --forward-mode=mac \
+# testpmd as the frontend: one dpdk-testpmd process per round, ring layout and frame size,
+# serving every backend of that round in turn. For each backend it attaches two
+# net_virtio_user ports (clients of the backend's sockets $1 and $2), mac-forwards them into
+# each other on the traffic core with 32 bursts started per port, measures, and detaches
+# them again. Its memory (the mbuf pool above all, which the backend copies every packet
+# into and out of) is placed once, when the process starts, so every backend of a round
+# meets the same placement: on this host a frontend process draws a fast or a slow state
+# with its memory (2026-11-29: one ferrovsd, consecutive frontends 5.6, 16.3 and 10.6 Mpps),
+# which with a frontend per run moved single ratios by up to 2x. Per-round ratios compare
+# backends on one frontend.
+#
+# Each port's own address is the other's peer address (testpmd's default peers
+# 02:00:00:00:00:0N; attached ports take ids 0 and 1 again), so after the first packets
+# both switches have learned both and forward known unicast, as between two VMs: with random
+# port addresses every packet went to an unknown destination and was flooded, which costs OVS
+# a write to its bridge's internal (TAP) port whenever that is up (measured 2026-11-28: 0.6
+# Mpps flooding, 337 instead of ~7 000 cycles per packet with learned addresses).
+fe_fd= fe_pid= fe_dir=
+fe_start() {
+    fe_dir=$work/fe-$round-$ring-$size
+    rm -rf "$fe_dir"; mkdir -p "$fe_dir"; mkfifo "$fe_dir/in"
+    # Line-buffered: its output must be in the log when its next prompt is (the prompt and
+    # the echoed command are written directly, the rest through stdio).
+    setsid stdbuf -oL dpdk-testpmd -l "$gen,$pmd" --main-lcore "$pmd" --no-pci --no-huge -m 1024 \
+        --single-file-segments --file-prefix "fbfe$$" -- -i --forward-mode=mac \
         --nb-cores=1 --rxd=1024 --txd=1024 --txpkts="$size" --total-num-mbufs=32768 \
-        >"$d/log" 2>&1 || true
+        <"$fe_dir/in" >"$fe_dir/log" 2>&1 &
+    fe_pid=$!; pids+=("$fe_pid")
+    exec {fe_fd}>"$fe_dir/in"
+    fe_cmd "show config fwd" || { log "testpmd frontend did not start: $(tail -3 "$fe_dir/log" | tr '\n' ' ')"; return 1; }
+}
+fe_quit() {
+    [ -n "$fe_pid" ] || return 0
+    echo quit >&"$fe_fd" 2>/dev/null || true
+    exec {fe_fd}>&-
+    for _ in $(seq 50); do kill -0 "$fe_pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$fe_pid" 2>/dev/null || true; wait "$fe_pid" 2>/dev/null || true
     pkill -9 -f "fbfe$$" 2>/dev/null || true
-    # The second `show port stats all`: Rx-pps per port over the measured interval.
-    local pps; pps=$(grep -a "Rx-pps:" "$d/log" | tail -2 | awk '{s += $2} END {print s + 0}')
-    [ "$pps" -gt 0 ] || { log "testpmd frontend forwarded nothing: $(grep -a -m3 -i 'error\|cause' "$d/log" | tr '\n' ' ')"; }
-    # Packets the frontend itself dropped over the whole run (`stop`'s accumulated forward
-    # statistics: a transmit ring still full when testpmd forwarded into it). In this closed
+    fe_pid=
+}
+# Sends one command to the frontend and waits (up to $2 s, default 20) for its next prompt.
+# The output since the command is left in $fe_out.
+fe_cmd() {
+    local cmd=$1 limit=${2:-20} off i
+    off=$(stat -c %s "$fe_dir/log")
+    echo "$cmd" >&"$fe_fd" || return 1
+    for ((i = 0; i < limit * 20; i++)); do
+        fe_out=$(tail -c +"$((off + 1))" "$fe_dir/log")
+        case $fe_out in *"testpmd> "*) return 0 ;; esac
+        kill -0 "$fe_pid" 2>/dev/null || { log "testpmd frontend exited at '$cmd'"; return 1; }
+        sleep 0.05
+    done
+    log "testpmd frontend: no answer to '$cmd' in ${limit}s"
+    return 1
+}
+# Measures through the backend at sockets $1 and $2 (size and ring: the frontend's). The
+# backend's hooks run right after the measured interval starts (fe_hook_start) and ends
+# (fe_hook_end): the PMD's counters are taken over the same interval. Prints {mpps,
+# frontend_dropped}.
+fe_hook_attached() { :; }
+fe_hook_start() { :; }
+fe_hook_end() { :; }
+testpmd_fe_run() {
+    local a=$1 b=$2 vq= dev
+    [ "$ring" = packed ] && vq=,packed_vq=1
+    local fail='{"mpps": 0, "frontend_dropped": null}'
+    fe_cmd "port attach net_virtio_user0,path=$a,queues=1,queue_size=1024,mac=02:00:00:00:00:01$vq" &&
+        fe_cmd "port attach net_virtio_user1,path=$b,queues=1,queue_size=1024,mac=02:00:00:00:00:00$vq" &&
+        fe_cmd "port start all" 30 || { echo "$fail"; return; }
+    if ! grep -aq "Port 1: 02:00:00:00:00:00" <<<"$fe_out"; then
+        log "testpmd frontend: ports did not start: $(grep -a -i 'error\|fail' <<<"$fe_out" | head -3 | tr '\n' ' ')"
+        echo "$fail"; return
+    fi
+    fe_hook_attached
+    sleep 0.5
+    fe_cmd "start tx_first 32"; sleep 1
+    # The first `show` starts the interval (after a re-attach it also resets testpmd's
+    # throughput baseline for the reused port ids); the second gives Rx-pps over it.
+    fe_cmd "show port stats all"; fe_hook_start
+    sleep "$secs"
+    fe_cmd "show port stats all"; fe_hook_end
+    local pps; pps=$(grep -a "Rx-pps:" <<<"$fe_out" | awk '{s += $2} END {print s + 0}')
+    fe_cmd "stop" 30
+    # Packets the frontend itself dropped (`stop`'s accumulated forward statistics, since
+    # `start`: a transmit ring still full when testpmd forwarded into it). In this closed
     # loop every drop, the backend's or the frontend's, leaves one packet fewer circulating.
-    local fdrop; fdrop=$(grep -a -A3 "Accumulated forward statistics" "$d/log" | sed -n 's/.*TX-dropped: *\([0-9]*\).*/\1/p' | tail -1)
+    local fdrop; fdrop=$(grep -a -A3 "Accumulated forward statistics" <<<"$fe_out" | sed -n 's/.*TX-dropped: *\([0-9]*\).*/\1/p' | tail -1)
+    fe_cmd "port stop all" 30; fe_cmd "port close all" 30
+    for dev in net_virtio_user0 net_virtio_user1; do fe_cmd "device detach $dev" 30; done
+    [ "$pps" -gt 0 ] || log "testpmd frontend forwarded nothing through $a"
     jq -n -c --argjson pps "$pps" --argjson fdrop "${fdrop:-null}" '{mpps: ($pps / 1e6 * 1000 | round / 1000), frontend_dropped: $fdrop}'
 }
 
@@ -177,7 +243,7 @@ testpmd_fe_run() {
 fe_run() {
     case $frontend in
         gen) gen_run "$@" ;;
-        testpmd) testpmd_fe_run "$@" ;;
+        testpmd) testpmd_fe_run "$1" "$2" ;;
     esac
 }
 
@@ -194,30 +260,32 @@ run_ferrovs() {
     # Warm up (MAC learning), then measure with clean PMD counters.
     [ "$frontend" = gen ] && { gen_run "$d/vm1.sock" "$d/vm2.sock" "$size" >/dev/null 2>&1 || true; }
     "$bin/ferrovs" --run-dir "$d" pmd-stats-clear
-    # The frontend runs in the background while `show` is asked which rings its ports took
-    # (both ports attach within a second or two; at most 8 s of asking, so that a build whose
-    # `show` lists no features is not polled for the whole measurement).
-    fe_run "$d/vm1.sock" "$d/vm2.sock" "$size" >"$d/fe.json" &
-    local fp=$! got=unknown tries=0 sp=
-    # testpmd's frontend measures from 3 s after its start (`start tx_first` at 2 s, its
-    # first `show port stats` at 3 s) for $secs: the PMD's counters are taken over the same
-    # interval. Over the whole run they also counted the idle seconds before the traffic,
-    # which showed a saturated PMD as one taking a few packets per iteration.
+    local got=unknown r st
     if [ "$frontend" = testpmd ]; then
-        { sleep 3.1; "$bin/ferrovs" --run-dir "$d" pmd-stats-clear >/dev/null
-          sleep "$(awk -v s="$secs" 'BEGIN {print s - 0.3}')"
-          "$bin/ferrovs" --run-dir "$d" pmd-stats --json >"$d/pmd.json"; } &
-        sp=$!
+        # The ring layout once the frontend's ports are up; the PMD's counters over the
+        # frontend's measured interval (over the whole run they also counted the idle
+        # seconds before the traffic, which showed a saturated PMD as one taking a few
+        # packets per iteration).
+        fe_hook_attached() { ferrovs_rings "$d" "$bin/ferrovs" >"$d/ring"; }
+        fe_hook_start() { "$bin/ferrovs" --run-dir "$d" pmd-stats-clear >/dev/null; }
+        fe_hook_end() { "$bin/ferrovs" --run-dir "$d" pmd-stats --json >"$d/pmd.json"; }
+        r=$(fe_run "$d/vm1.sock" "$d/vm2.sock" "$size")
+        got=$(cat "$d/ring" 2>/dev/null || echo unknown)
+    else
+        # ferrovs-gen runs in the background while `show` is asked which rings its ports
+        # took (both attach within a second or two; at most 8 s of asking, so that a build
+        # whose `show` lists no features is not polled for the whole measurement).
+        fe_run "$d/vm1.sock" "$d/vm2.sock" "$size" >"$d/fe.json" &
+        local fp=$! tries=0
+        while kill -0 "$fp" 2>/dev/null && [ $((tries += 1)) -le 40 ]; do
+            got=$(ferrovs_rings "$d" "$bin/ferrovs")
+            [ "$got" = unknown ] || break
+            sleep 0.2
+        done
+        wait "$fp" || true
+        r=$(cat "$d/fe.json")
     fi
-    while kill -0 "$fp" 2>/dev/null && [ $((tries += 1)) -le 40 ]; do
-        got=$(ferrovs_rings "$d" "$bin/ferrovs")
-        [ "$got" = unknown ] || break
-        sleep 0.2
-    done
-    wait "$fp" || true
-    local r; r=$(cat "$d/fe.json")
-    local st
-    if [ -n "$sp" ] && wait "$sp" && [ -s "$d/pmd.json" ]; then
+    if [ -s "$d/pmd.json" ]; then
         st=$(cat "$d/pmd.json")
     else
         st=$("$bin/ferrovs" --run-dir "$d" pmd-stats --json)
@@ -264,14 +332,24 @@ run_ovs() {
     wait_sock "$a"; wait_sock "$b"
     [ "$frontend" = gen ] && { gen_run "$a" "$b" "$size" >/dev/null 2>&1 || true; }
     ovs_pmd_clear "$ovs_dir"
+    # With testpmd's frontend, the PMD's counters over its measured interval (as ferrovs's).
+    fe_hook_start() { ovs_pmd_clear "$ovs_dir"; }
+    fe_hook_end() { ovs_cycles_per_packet "$ovs_dir" >"$ovs_dir/cpp"; ovs_total_cycles_per_packet "$ovs_dir" >"$ovs_dir/tpp"; }
     local r; r=$(fe_run "$a" "$b" "$size")
-    local cpp; cpp=$(ovs_cycles_per_packet "$ovs_dir")
-    local tpp; tpp=$(ovs_total_cycles_per_packet "$ovs_dir")
+    local cpp tpp
+    if [ -s "$ovs_dir/cpp" ]; then
+        cpp=$(cat "$ovs_dir/cpp"); tpp=$(cat "$ovs_dir/tpp")
+    else
+        cpp=$(ovs_cycles_per_packet "$ovs_dir"); tpp=$(ovs_total_cycles_per_packet "$ovs_dir")
+    fi
     # OVS logs DPDK's vhost library messages in its own log (module dpdk, INFO).
     local got; got=$(dpdk_rings "$ovs_dir/ovs-vswitchd.log" "$a" "$b")
     ovs_stop; ovs_dir=
     jq -c --argjson cpp "${cpp:-null}" --argjson tpp "${tpp:-null}" --arg ring "$got" '{mpps, lost, frontend_dropped, cycles_per_packet: $cpp, total_cycles_per_packet: $tpp, ring: $ring}' <<<"$r"
 }
+
+# Its arguments after the first, rotated left by the first.
+rotate() { local k=$1; shift; local a=("$@"); k=$((k % ${#a[@]})); echo "${a[@]:k}" "${a[@]:0:k}"; }
 
 results=$work/results.jsonl
 : >"$results"
@@ -279,7 +357,15 @@ for round in $(seq "$rounds"); do
     for frontend in $frontends; do
         for ring in $rings; do
             for size in $sizes; do
-                for who in ferrovs $peers; do
+                [ "$frontend" = testpmd ] && { fe_start || exit 1; }
+                # The backends take turns in a rotating order (round 2 starts with the
+                # second), so that none is always the first on a fresh frontend.
+                # shellcheck disable=SC2086
+                for who in $(rotate $((round - 1)) ferrovs $peers); do
+                    if [ "$frontend" = testpmd ] && ! kill -0 "$fe_pid" 2>/dev/null; then
+                        log "testpmd frontend gone: starting another for the rest of round $round"
+                        fe_quit; fe_start || exit 1
+                    fi
                     case $who in
                         ferrovs) r=$(run_ferrovs "$size") ;;
                         base) r=$(run_ferrovs "$size" "$base_dir/target/release"); who=ferrovs-base ;;
@@ -292,6 +378,7 @@ for round in $(seq "$rounds"); do
                     jq -c --arg who "$who" --arg fe "$frontend" --arg ring "$ring" --argjson size "$size" --argjson round "$round" \
                         '. + {who: $who, frontend: $fe, ring: $ring, size: $size, round: $round}' <<<"$r" >>"$results"
                 done
+                [ "$frontend" = testpmd ] && fe_quit
             done
         done
     done
@@ -319,8 +406,12 @@ jq -s --argjson rounds "$rounds" --argjson secs "$secs" --arg base "${base_rev:+
                switch_dropped: (map(.switch_dropped // empty) | median),
                ring: (map(.ring) | unique | if length == 1 then .[0] else join(",") end),
                runs: map(.mpps)}}) | from_entries) as $by
+         | (map(select(.who == "testpmd")) | map({key: (.round | tostring), value: .mpps}) | from_entries) as $tp
+         | (group_by(.who) | map({key: .[0].who, value: (sort_by(.round) | map(ratio(.mpps; $tp[.round | tostring])))}) | from_entries) as $per_round
          | {size: $size, results: $by,
             ratio_to_testpmd: ($by | to_entries | map({key: .key, value: ratio(.value.mpps; $by.testpmd.mpps)}) | from_entries)}
+           + (if $fe == "testpmd" and $by.testpmd then {ratio_to_testpmd_per_round: $per_round,
+                  ratio_to_testpmd_median_of_rounds: ($per_round | map_values(map(values) | median))} else {} end)
            + (if $by["ferrovs-base"] then {ratio_to_base: {median: ratio($by.ferrovs.mpps; $by["ferrovs-base"].mpps),
                   per_round: [range(0; [($by.ferrovs.runs | length), ($by["ferrovs-base"].runs | length)] | min) as $i
                                | ratio($by.ferrovs.runs[$i]; $by["ferrovs-base"].runs[$i])]}} else {} end)
