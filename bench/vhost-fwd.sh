@@ -348,6 +348,15 @@ run_ovs() {
     jq -c --argjson cpp "${cpp:-null}" --argjson tpp "${tpp:-null}" --arg ring "$got" '{mpps, lost, frontend_dropped, cycles_per_packet: $cpp, total_cycles_per_packet: $tpp, ring: $ring}' <<<"$r"
 }
 
+# The host's core-to-core round trip now (ns; a cache line bounced between a thread on the
+# traffic core and one on the PMD core, bench/tools/core-pingpong.c). Taken right before a
+# backend starts and right after it stopped, with both cores idle: on a VM the hypervisor
+# moves the two vCPUs, and a round trip of 55 ns or of 350 ns a few seconds apart moves a
+# switch whose time is cross-core misses more than anything in the switch.
+pingpong=$root/target/core-pingpong
+[ "$pingpong" -nt bench/tools/core-pingpong.c ] || cc -O2 -pthread -o "$pingpong" bench/tools/core-pingpong.c
+host_rtt() { "$pingpong" "$gen" "$pmd" 2>/dev/null | jq '.round_trip_ns' 2>/dev/null || echo null; }
+
 # Its arguments after the first, rotated left by the first.
 rotate() { local k=$1; shift; local a=("$@"); k=$((k % ${#a[@]})); echo "${a[@]:k}" "${a[@]:0:k}"; }
 
@@ -366,6 +375,7 @@ for round in $(seq "$rounds"); do
                         log "testpmd frontend gone: starting another for the rest of round $round"
                         fe_quit; fe_start || exit 1
                     fi
+                    rtt_before=$(host_rtt)
                     case $who in
                         ferrovs) r=$(run_ferrovs "$size") ;;
                         base) r=$(run_ferrovs "$size" "$base_dir/target/release"); who=ferrovs-base ;;
@@ -373,6 +383,7 @@ for round in $(seq "$rounds"); do
                         ovs) ovs_available || { log "scripts/peers/ovs-dpdk.sh missing: skipping OVS"; continue; }
                              r=$(run_ovs "$size") ;;
                     esac
+                    r=$(jq -c --argjson a "$rtt_before" --argjson b "$(host_rtt)" '. + {host_rtt_ns: [$a, $b]}' <<<"$r")
                     log "round $round frontend $frontend ring $ring size $size $who: $r"
                     check_ring "$who" "$(jq -r '.ring' <<<"$r")"
                     jq -c --arg who "$who" --arg fe "$frontend" --arg ring "$ring" --argjson size "$size" --argjson round "$round" \
@@ -389,7 +400,13 @@ jq -s --argjson rounds "$rounds" --argjson secs "$secs" --arg base "${base_rev:+
   def ratio($a; $b): if $a and $b then (($a / $b) * 1000 | round / 1000) else null end;
   def medians($rows): $rows | map(.mpps) | median;
   . as $all
-  | group_by([.frontend, ((.ring // "split") != "split")]) | map(
+  # The fast host state: runs whose round trips before and after were both within 1.3x the
+  # shortest of the whole benchmark (both vCPUs close together the whole time, as far as
+  # two samples can say).
+  | ([.[] | .host_rtt_ns // [] | .[] | values] | min) as $rtt_min
+  | (if $rtt_min then $rtt_min * 1.3 * 10 | round / 10 else null end) as $rtt_fast
+  | def fast: $rtt_fast != null and ((.host_rtt_ns // []) | length == 2 and all(.[]; . != null and . <= $rtt_fast));
+  group_by([.frontend, ((.ring // "split") != "split")]) | map(
     (.[0].frontend) as $fe | (.[0].ring // "split") as $ring
     | {frontend: $fe, ring: $ring,
        source: ((if $fe == "testpmd" then "DPDK testpmd, two net_virtio_user ports, --forward-mode=mac, start tx_first 32 (one core)" else "ferrovs-gen txonly --sink (one core)" end)
@@ -408,7 +425,10 @@ jq -s --argjson rounds "$rounds" --argjson secs "$secs" --arg base "${base_rev:+
                runs: map(.mpps)}}) | from_entries) as $by
          | (map(select(.who == "testpmd")) | map({key: (.round | tostring), value: .mpps}) | from_entries) as $tp
          | (group_by(.who) | map({key: .[0].who, value: (sort_by(.round) | map(ratio(.mpps; $tp[.round | tostring])))}) | from_entries) as $per_round
+         | (map(select(fast)) | group_by(.who) | map({key: .[0].who, value: {mpps: (map(.mpps) | median), cycles_per_packet: (map(.cycles_per_packet // empty) | median), runs: map(.mpps)}}) | from_entries) as $fast
          | {size: $size, results: $by,
+            fast_host: {results: $fast,
+                        ratio_to_testpmd: ($fast | to_entries | map({key: .key, value: ratio(.value.mpps; $fast.testpmd.mpps)}) | from_entries)},
             ratio_to_testpmd: ($by | to_entries | map({key: .key, value: ratio(.value.mpps; $by.testpmd.mpps)}) | from_entries)}
            + (if $fe == "testpmd" and $by.testpmd then {ratio_to_testpmd_per_round: $per_round,
                   ratio_to_testpmd_median_of_rounds: ($per_round | map_values(map(values) | median))} else {} end)
@@ -421,5 +441,7 @@ jq -s --argjson rounds "$rounds" --argjson secs "$secs" --arg base "${base_rev:+
                       .key as $who | {key: $who, value: ratio(.value.mpps; medians($split | map(select(.who == $who))))}) | from_entries)}
                   else {} end
               else {} end)))})
-  | {benchmark: "vhost-fwd", rounds: $rounds, seconds: $secs, base: (if $base == "" then null else $base end), frontends: .}
+  | {benchmark: "vhost-fwd", rounds: $rounds, seconds: $secs,
+     host_rtt_ns: {min: $rtt_min, fast_below: $rtt_fast, median: ([$all[] | .host_rtt_ns // [] | .[] | values] | median),
+                   max: ([$all[] | .host_rtt_ns // [] | .[] | values] | max)}, base: (if $base == "" then null else $base end), frontends: .}
 ' "$results"
