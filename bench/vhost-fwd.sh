@@ -176,6 +176,9 @@ fe_start() {
     fe_pid=$!; pids+=("$fe_pid")
     exec {fe_fd}>"$fe_dir/in"
     fe_cmd "show config fwd" || { log "testpmd frontend did not start: $(tail -3 "$fe_dir/log" | tr '\n' ' ')"; return 1; }
+    # The frontend's own cycles per packet too (its forwarding core, busy and idle: `stop`
+    # prints them): what a backend costs the other side of the rings.
+    fe_cmd "set record-core-cycles on"
 }
 fe_quit() {
     [ -n "$fe_pid" ] || return 0
@@ -233,10 +236,12 @@ testpmd_fe_run() {
     # `start`: a transmit ring still full when testpmd forwarded into it). In this closed
     # loop every drop, the backend's or the frontend's, leaves one packet fewer circulating.
     local fdrop; fdrop=$(grep -a -A3 "Accumulated forward statistics" <<<"$fe_out" | sed -n 's/.*TX-dropped: *\([0-9]*\).*/\1/p' | tail -1)
+    local fcpp; fcpp=$(sed -n 's/.*CPU cycles\/packet=\([0-9.]*\).*/\1/p' <<<"$fe_out" | tail -1)
     fe_cmd "port stop all" 30; fe_cmd "port close all" 30
     for dev in net_virtio_user0 net_virtio_user1; do fe_cmd "device detach $dev" 30; done
     [ "$pps" -gt 0 ] || log "testpmd frontend forwarded nothing through $a"
-    jq -n -c --argjson pps "$pps" --argjson fdrop "${fdrop:-null}" '{mpps: ($pps / 1e6 * 1000 | round / 1000), frontend_dropped: $fdrop}'
+    jq -n -c --argjson pps "$pps" --argjson fdrop "${fdrop:-null}" --argjson fcpp "${fcpp:-null}" \
+        '{mpps: ($pps / 1e6 * 1000 | round / 1000), frontend_dropped: $fdrop, frontend_cycles_per_packet: $fcpp}'
 }
 
 # Runs the frontend $frontend through the backend whose sockets are $1 and $2; prints JSON.
@@ -299,7 +304,7 @@ run_ferrovs() {
     # Packets the switch dropped on its ports (a full guest receive ring, mostly).
     local sdrop; sdrop=$("$bin/ferrovs" --run-dir "$d" port-stats --json 2>/dev/null | jq '[.[] | .rx.dropped + .tx.dropped] | add' 2>/dev/null || true)
     kill "$p"; wait "$p" 2>/dev/null || true
-    jq -c --argjson cpp "$cpp" --argjson tpp "$tpp" --argjson ppi "$ppi" --argjson sdrop "${sdrop:-null}" --arg ring "$got" '{mpps, lost, frontend_dropped, switch_dropped: $sdrop, cycles_per_packet: $cpp, total_cycles_per_packet: $tpp, packets_per_iteration: $ppi, ring: $ring}' <<<"$r"
+    jq -c --argjson cpp "$cpp" --argjson tpp "$tpp" --argjson ppi "$ppi" --argjson sdrop "${sdrop:-null}" --arg ring "$got" '{mpps, lost, frontend_dropped, frontend_cycles_per_packet, switch_dropped: $sdrop, cycles_per_packet: $cpp, total_cycles_per_packet: $tpp, packets_per_iteration: $ppi, ring: $ring}' <<<"$r"
 }
 
 run_testpmd() {
@@ -318,7 +323,7 @@ run_testpmd() {
     # testpmd's own figure: all cycles of the forwarding core (busy and idle) per packet.
     local tpp; tpp=$(sed -n 's/.*CPU cycles\/packet=\([0-9.]*\).*/\1/p' "$d/log" | tail -1)
     local got; got=$(dpdk_rings "$d/log" "$d/a.sock" "$d/b.sock")
-    jq -c --argjson tpp "${tpp:-null}" --arg ring "$got" '{mpps, lost, frontend_dropped, total_cycles_per_packet: $tpp, ring: $ring}' <<<"$r"
+    jq -c --argjson tpp "${tpp:-null}" --arg ring "$got" '{mpps, lost, frontend_dropped, frontend_cycles_per_packet, total_cycles_per_packet: $tpp, ring: $ring}' <<<"$r"
 }
 
 ovs_available() { [ -f scripts/peers/ovs-dpdk.sh ]; }
@@ -345,7 +350,7 @@ run_ovs() {
     # OVS logs DPDK's vhost library messages in its own log (module dpdk, INFO).
     local got; got=$(dpdk_rings "$ovs_dir/ovs-vswitchd.log" "$a" "$b")
     ovs_stop; ovs_dir=
-    jq -c --argjson cpp "${cpp:-null}" --argjson tpp "${tpp:-null}" --arg ring "$got" '{mpps, lost, frontend_dropped, cycles_per_packet: $cpp, total_cycles_per_packet: $tpp, ring: $ring}' <<<"$r"
+    jq -c --argjson cpp "${cpp:-null}" --argjson tpp "${tpp:-null}" --arg ring "$got" '{mpps, lost, frontend_dropped, frontend_cycles_per_packet, cycles_per_packet: $cpp, total_cycles_per_packet: $tpp, ring: $ring}' <<<"$r"
 }
 
 # The host's core-to-core round trip now (ns; a cache line bounced between a thread on the
@@ -420,6 +425,7 @@ jq -s --argjson rounds "$rounds" --argjson secs "$secs" --arg base "${base_rev:+
                packets_per_iteration: (map(.packets_per_iteration // empty) | median),
                lost: (map(.lost // empty) | add),
                frontend_dropped: (map(.frontend_dropped // empty) | median),
+               frontend_cycles_per_packet: (map(.frontend_cycles_per_packet // empty) | median),
                switch_dropped: (map(.switch_dropped // empty) | median),
                ring: (map(.ring) | unique | if length == 1 then .[0] else join(",") end),
                runs: map(.mpps)}}) | from_entries) as $by
