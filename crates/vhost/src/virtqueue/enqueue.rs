@@ -87,15 +87,14 @@ impl VirtQueue {
         }
         let old_used = self.state.used_idx;
         let (mut sent, mut bytes) = (0u64, 0u64);
-        if let Ok(avail) = self.pending(ring) {
-            prefetch_burst(
-                ring,
-                self.state.last_avail,
-                (avail as usize).min(BURST),
-                true,
-            );
-        }
         let mut pkts = pkts.into_iter().peekable();
+        if let Ok(avail) = self.pending(ring) {
+            // As many buffers as there are packets (as on packed rings), not a whole burst
+            // of the guest's posted buffers: with a few packets per burst the rest were
+            // prefetches for nothing, each holding a line-fill buffer.
+            let n = pkts.size_hint().1.unwrap_or(BURST).min(BURST);
+            prefetch_burst(ring, self.state.last_avail, (avail as usize).min(n), true);
+        }
         // Large packets (judged by the first) are prefetched one ahead of their copy.
         let ahead = pkts
             .peek()
