@@ -149,12 +149,13 @@ check_ring() {
     exit 1
 }
 
-# Runs ferrovs-gen through the backend whose sockets are $1 and $2; prints its JSON.
+# Runs ferrovs-gen through the backend whose sockets are $1 and $2; prints its JSON. Always
+# this tree's generator: a --base build has only ferrovsd and ferrovs.
 gen_run() {
     local a=$1 b=$2 size=$3 extra=${4:-}
     [ "$ring" = packed ] && extra="$extra --packed"
     # shellcheck disable=SC2086
-    setsid taskset -c "$gen" "$bin/ferrovs-gen" --socket "$a" --sink "$b" --size "$size" \
+    setsid taskset -c "$gen" "$root/target/release/ferrovs-gen" --socket "$a" --sink "$b" --size "$size" \
         --duration "$secs" --quiet --ring 1024 $extra txonly
 }
 
