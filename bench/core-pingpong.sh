@@ -11,7 +11,6 @@ cd "$(dirname "$0")/.."
 ncpu=$(nproc)
 [ "$ncpu" -ge 2 ] || { echo "core-pingpong: needs two cores" >&2; exit 2; }
 a=$((ncpu - 2)) b=$((ncpu - 1))
-out=target/core-pingpong
-mkdir -p target
-[ "$out" -nt bench/tools/core-pingpong.c ] || cc -O2 -pthread -o "$out" bench/tools/core-pingpong.c
-"$out" "$a" "$b"
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
+"$(pingpong_bin)" "$a" "$b"

@@ -36,3 +36,23 @@ wait_console() {
     done
     log "$1: no $2 within $3 s"; return 1
 }
+
+# The path of bench/tools/core-pingpong.c built (once, when the source is newer) under the
+# repository's target/.
+pingpong_bin() {
+    local top; top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+    local out=$top/target/core-pingpong src=$top/bench/tools/core-pingpong.c
+    mkdir -p "$top/target"
+    [ "$out" -nt "$src" ] || cc -O2 -pthread -o "$out" "$src"
+    echo "$out"
+}
+
+# The host's core-to-core round trip now (ns), between cores $1 and $2 (both idle): a cache
+# line bounced between a thread on each. On a VM the hypervisor moves the vCPUs, and a round
+# trip of 55 ns or of 350 ns a few seconds apart moves a switch whose time is cross-core misses
+# more than anything in the switch (docs/datapath.md, "One frontend per round"). null if it
+# could not be measured.
+host_rtt() {
+    local bin; bin=$(pingpong_bin) || { echo null; return; }
+    "$bin" "$1" "$2" 2>/dev/null | jq '.round_trip_ns' 2>/dev/null || echo null
+}

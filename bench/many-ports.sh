@@ -183,26 +183,23 @@ run_ovs() {
         '. + {cycles_per_packet: $cpp, total_cycles_per_packet: $tpp, rxqs: $rxqs}' <<<"$r"
 }
 
-# The host's core-to-core round trip (ns) with both cores idle, before and after each run
-# (as bench/vhost-fwd.sh): this VM's host changes a switch's cost per packet from run to run
-# (docs/datapath.md, "One frontend per round").
-pingpong=$root/target/core-pingpong
-[ "$pingpong" -nt bench/tools/core-pingpong.c ] || cc -O2 -pthread -o "$pingpong" bench/tools/core-pingpong.c
-host_rtt() { "$pingpong" "$gen" "$pmd" 2>/dev/null | jq '.round_trip_ns' 2>/dev/null || echo null; }
+# The host's core-to-core round trip (bench/lib.sh) before and after each run, both cores
+# idle, as in bench/vhost-fwd.sh.
+pingpong_bin >/dev/null
 
 results=$work/results.jsonl
 : >"$results"
 for round in $(seq "$rounds"); do
     for n in $counts; do
         for who in ferrovs $peers; do
-            rtt_before=$(host_rtt)
+            rtt_before=$(host_rtt "$gen" "$pmd")
             case $who in
                 ferrovs) r=$(run_ferrovs "$n") ;;
                 base) r=$(run_ferrovs "$n" "$base_dir/target/release"); who=ferrovs-base ;;
                 ovs) ovs_available || { log "scripts/peers/ovs-dpdk.sh missing: skipping OVS"; continue; }
                      r=$(run_ovs "$n") ;;
             esac
-            r=$(jq -c --argjson a "$rtt_before" --argjson b "$(host_rtt)" '. + {host_rtt_ns: [$a, $b]}' <<<"$r")
+            r=$(jq -c --argjson a "$rtt_before" --argjson b "$(host_rtt "$gen" "$pmd")" '. + {host_rtt_ns: [$a, $b]}' <<<"$r")
             log "round $round ports $n $who: $r"
             jq -c --arg who "$who" --argjson n "$n" --argjson round "$round" \
                 '. + {who: $who, ports: $n, round: $round}' <<<"$r" >>"$results"

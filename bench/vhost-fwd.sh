@@ -101,7 +101,8 @@ work=$(mktemp -d /tmp/ferrovs-bench.XXXXXX)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; [ -n "${ovs_dir:-}" ] && ovs_stop; [ -n "${FERROVS_BENCH_KEEP:-}" ] || rm -rf "$work"; }
 trap cleanup EXIT INT TERM
-log() { echo "bench: $*" >&2; }
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
 
 # The ring layout a DPDK vhost backend (testpmd's net_vhost, OVS-DPDK) negotiated on the
 # sockets $2...: the last "negotiated Virtio features" line its vhost library logged for each
@@ -265,7 +266,6 @@ fe_run() {
     esac
 }
 
-wait_sock() { for _ in $(seq 200); do [ -S "$1" ] && return 0; sleep 0.05; done; log "no socket $1"; return 1; }
 
 run_ferrovs() {
     local size=$1 bin=${2:-$bin} d=$work/ferrovs
@@ -366,15 +366,9 @@ run_ovs() {
     jq -c --argjson cpp "${cpp:-null}" --argjson tpp "${tpp:-null}" --arg ring "$got" '{mpps, lost, frontend_dropped, frontend_cycles_per_packet, cycles_per_packet: $cpp, total_cycles_per_packet: $tpp, ring: $ring}' <<<"$r"
 }
 
-# The host's core-to-core round trip now (ns; a cache line bounced between a thread on the
-# traffic core and one on the PMD core, bench/tools/core-pingpong.c). Taken right before a
-# backend starts and right after it stopped, with both cores idle: on a VM the hypervisor
-# moves the two vCPUs, and a round trip of 55 ns or of 350 ns a few seconds apart moves a
-# switch whose time is cross-core misses more than anything in the switch.
-pingpong=$root/target/core-pingpong
-[ "$pingpong" -nt bench/tools/core-pingpong.c ] || cc -O2 -pthread -o "$pingpong" bench/tools/core-pingpong.c
-host_rtt() { "$pingpong" "$gen" "$pmd" 2>/dev/null | jq '.round_trip_ns' 2>/dev/null || echo null; }
-
+# The host's core-to-core round trip (bench/lib.sh) is taken right before a backend starts
+# and right after it stopped, with both cores idle.
+pingpong_bin >/dev/null
 # Its arguments after the first, rotated left by the first.
 rotate() { local k=$1; shift; local a=("$@"); k=$((k % ${#a[@]})); echo "${a[@]:k}" "${a[@]:0:k}"; }
 
@@ -393,7 +387,7 @@ for round in $(seq "$rounds"); do
                         log "testpmd frontend gone: starting another for the rest of round $round"
                         fe_quit; fe_start || exit 1
                     fi
-                    rtt_before=$(host_rtt)
+                    rtt_before=$(host_rtt "$gen" "$pmd")
                     case $who in
                         ferrovs) r=$(run_ferrovs "$size") ;;
                         base) r=$(run_ferrovs "$size" "$base_dir/target/release"); who=ferrovs-base ;;
@@ -401,7 +395,7 @@ for round in $(seq "$rounds"); do
                         ovs) ovs_available || { log "scripts/peers/ovs-dpdk.sh missing: skipping OVS"; continue; }
                              r=$(run_ovs "$size") ;;
                     esac
-                    r=$(jq -c --argjson a "$rtt_before" --argjson b "$(host_rtt)" '. + {host_rtt_ns: [$a, $b]}' <<<"$r")
+                    r=$(jq -c --argjson a "$rtt_before" --argjson b "$(host_rtt "$gen" "$pmd")" '. + {host_rtt_ns: [$a, $b]}' <<<"$r")
                     log "round $round frontend $frontend ring $ring size $size $who: $r"
                     check_ring "$who" "$(jq -r '.ring' <<<"$r")"
                     jq -c --arg who "$who" --arg fe "$frontend" --arg ring "$ring" --argjson size "$size" --argjson round "$round" \
@@ -417,6 +411,8 @@ jq -s --argjson rounds "$rounds" --argjson secs "$secs" --arg base "${base_rev:+
   def median: sort | if length == 0 then null else .[(length - 1) / 2 | floor] end;
   def ratio($a; $b): if $a and $b then (($a / $b) * 1000 | round / 1000) else null end;
   def medians($rows): $rows | map(.mpps) | median;
+  # Each backend of $by against testpmd, by the figure f (.mpps, .best).
+  def to_testpmd($by; f): $by | to_entries | map({key: .key, value: ratio(.value | f; $by.testpmd | f)}) | from_entries;
   . as $all
   # The fast host state: runs whose round trips before and after were both within 1.3x the
   # shortest of the whole benchmark (both vCPUs close together the whole time, as far as
@@ -448,9 +444,9 @@ jq -s --argjson rounds "$rounds" --argjson secs "$secs" --arg base "${base_rev:+
          | (map(select(fast)) | group_by(.who) | map({key: .[0].who, value: {mpps: (map(.mpps) | median), cycles_per_packet: (map(.cycles_per_packet // empty) | median), runs: map(.mpps)}}) | from_entries) as $fast
          | {size: $size, results: $by,
             fast_host: {results: $fast,
-                        ratio_to_testpmd: ($fast | to_entries | map({key: .key, value: ratio(.value.mpps; $fast.testpmd.mpps)}) | from_entries)},
-            ratio_to_testpmd: ($by | to_entries | map({key: .key, value: ratio(.value.mpps; $by.testpmd.mpps)}) | from_entries),
-            ratio_to_testpmd_best: ($by | to_entries | map({key: .key, value: ratio(.value.best; $by.testpmd.best)}) | from_entries)}
+                        ratio_to_testpmd: to_testpmd($fast; .mpps)},
+            ratio_to_testpmd: to_testpmd($by; .mpps),
+            ratio_to_testpmd_best: to_testpmd($by; .best)}
            + (if $fe == "testpmd" and $by.testpmd then {ratio_to_testpmd_per_round: $per_round,
                   ratio_to_testpmd_median_of_rounds: ($per_round | map_values(map(values) | median))} else {} end)
            + (if $by["ferrovs-base"] then {ratio_to_base: {median: ratio($by.ferrovs.mpps; $by["ferrovs-base"].mpps),
