@@ -20,8 +20,8 @@ use ferrovs_sys::kernel::vnet::{self, caps, VnetHdr};
 
 use super::chain::{Chain, ChainError, Walk};
 use super::dirty_log::{mark_used_entries, Logging, Marker, NoLog};
-use super::prefetch::{prefetch_ahead, prefetch_burst, BURST_PREFETCH_BYTES};
-use super::{VirtQueue, BURST};
+use super::prefetch::{prefetch_ahead, prefetch_burst, rx_prefetch_len, BURST_PREFETCH_BYTES};
+use super::VirtQueue;
 use crate::stats::{DropReason, QueueStats};
 
 impl VirtQueue {
@@ -92,8 +92,8 @@ impl VirtQueue {
             // As many buffers as there are packets (as on packed rings), not a whole burst
             // of the guest's posted buffers: with a few packets per burst the rest were
             // prefetches for nothing, each holding a line-fill buffer.
-            let n = pkts.size_hint().1.unwrap_or(BURST).min(BURST);
-            prefetch_burst(ring, self.state.last_avail, (avail as usize).min(n), true);
+            let n = rx_prefetch_len(&pkts).min(avail as usize);
+            prefetch_burst(ring, self.state.last_avail, n, true);
         }
         // Large packets (judged by the first) are prefetched one ahead of their copy.
         let ahead = pkts

@@ -49,8 +49,10 @@ use super::chain::{ChainError, Walk};
 use super::dequeue::Taken;
 use super::dirty_log::{Logging, Marker, NoLog};
 use super::enqueue::Fill;
-use super::prefetch::{prefetch_ahead_packed, prefetch_burst_packed, BURST_PREFETCH_BYTES};
-use super::{VirtQueue, BURST};
+use super::prefetch::{
+    prefetch_ahead_packed, prefetch_burst_packed, rx_prefetch_len, BURST_PREFETCH_BYTES,
+};
+use super::VirtQueue;
 use crate::stats::{DropReason, QueueStats};
 
 const WRAP_BIT: u16 = 1 << 15;
@@ -486,7 +488,7 @@ impl VirtQueue {
         self.shadow.clear();
         let mut burst_slots = 0u32;
         let mut pkts = pkts.into_iter().peekable();
-        let n = pkts.size_hint().1.unwrap_or(BURST).min(BURST);
+        let n = rx_prefetch_len(&pkts);
         prefetch_burst_packed(ring, Pos::decode(self.state.last_avail), n, true);
         // Large packets (judged by the first) are prefetched one ahead of their copy.
         let ahead = pkts

@@ -11,6 +11,14 @@ use ferrovs_sys::guest::packed::PackedRing;
 use ferrovs_sys::guest::vring::SplitRing;
 
 use super::packed::{Pos, Slot};
+use super::BURST;
+
+/// How many receive buffers a guest-RX burst of `pkts` prefetches: one per packet, at most a
+/// burst (split and packed rings alike).
+#[inline(always)]
+pub(super) fn rx_prefetch_len<I: Iterator>(pkts: &I) -> usize {
+    pkts.size_hint().1.unwrap_or(BURST).min(BURST)
+}
 
 /// Whether burst prefetching is on (`FERROVS_NO_PREFETCH` turns it off, for A/B benches).
 fn prefetch_on() -> bool {
