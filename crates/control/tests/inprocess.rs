@@ -896,6 +896,55 @@ fn sleeping_pmd_never_misses_a_kick() {
     assert!(e.contains("adaptive, poll or interrupt"), "{e}");
 }
 
+/// `pmd-stats-clear` starts every PMD count again from zero: packets and cycles, and also
+/// iterations, sleeps, kick wake-ups and time asleep (before, those kept counting from the
+/// daemon's start, so a benchmark's packets per iteration and time asleep over its measured
+/// interval included the idle seconds before it).
+#[test]
+fn pmd_stats_clear_resets_every_count() {
+    let sw = Switch::start("statsclear");
+    wait_until("sockets", || {
+        sw.sock("vm1").exists() && sw.sock("vm2").exists()
+    });
+    let mut a = attach(&sw.sock("vm1"), 0x0200_0000_0001, FrontendConfig::default());
+    let mut b = attach(&sw.sock("vm2"), 0x0200_0000_0002, FrontendConfig::default());
+    assert_eq!(exchange(&mut b, &mut a, 1, 64).len(), 1);
+    // Single packets 2 ms apart: the adaptive PMD sleeps between them, kicks wake it.
+    for _ in 0..20 {
+        assert_eq!(exchange(&mut a, &mut b, 1, 64).len(), 1);
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let pmd = |sw: &Switch| sw.req(Request::PmdStats).unwrap()[0].clone();
+    let n = |v: &Value, k: &str| v[k].as_u64().unwrap_or_else(|| panic!("{k} in {v}"));
+    let before = pmd(&sw);
+    for k in [
+        "rx_packets",
+        "iterations",
+        "sleeps",
+        "kick_wakeups",
+        "sleep_cycles",
+    ] {
+        assert!(n(&before, k) > 0, "{k} counted before the clear: {before}");
+    }
+    sw.req(Request::PmdStatsClear).unwrap();
+    let after = pmd(&sw);
+    assert_eq!(n(&after, "rx_packets"), 0, "{after}");
+    // The PMD runs on: a sleep or two (100 ms at most each) may begin right after the clear.
+    for k in ["sleeps", "kick_wakeups"] {
+        assert!(n(&after, k) <= 2, "{k} cleared: {after}");
+    }
+    assert!(
+        n(&after, "sleep_us") <= 250_000,
+        "time asleep cleared: {after}"
+    );
+    assert!(
+        n(&after, "iterations") < n(&before, "iterations"),
+        "{before} {after}"
+    );
+    assert_eq!(exchange(&mut a, &mut b, 10, 64).len(), 10);
+    assert_eq!(n(&pmd(&sw), "rx_packets"), 10);
+}
+
 /// Guest notification coalescing: a lone packet's notification waits for the port's bound
 /// (never less: it was coalesced; never much more: the PMD's timer makes it, also while the
 /// PMD sleeps in interrupt mode), a burst of `frames` packets notifies at once, and no

@@ -245,7 +245,11 @@ impl Daemon {
             Request::PmdStats => Ok(Reply::PmdStats(self.pmd_stats())),
             Request::PmdRebalance => self.pmd_rebalance().map(|_| Reply::Done),
             Request::PmdStatsClear => {
-                self.pmd_baseline = self.pmds.iter().map(|p| Self::pmd_raw(&p.stats)).collect();
+                self.pmd_baseline = self
+                    .pmds
+                    .iter()
+                    .map(|p| report::PmdCounters::read(&p.stats))
+                    .collect();
                 for p in &self.pmds {
                     p.stats
                         .quiet_gap_clear

@@ -240,7 +240,7 @@ pub struct Daemon {
     clock: Arc<AtomicU32>,
     started: Instant,
     pmds: Vec<PmdHandle>,
-    pmd_baseline: Vec<[u64; 4]>,
+    pmd_baseline: Vec<report::PmdCounters>,
     epoll: Epoll,
     ctl: UnixListener,
     ctl_path: PathBuf,

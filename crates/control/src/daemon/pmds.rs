@@ -32,7 +32,7 @@ impl Daemon {
                 self.clock.clone(),
             )?);
         }
-        self.pmd_baseline = vec![[0; 4]; cores.len()];
+        self.pmd_baseline = vec![report::PmdCounters::default(); cores.len()];
         self.apply_rx_mode();
         // Keep the control thread off the PMD cores when there is another core (as OVS keeps
         // non-PMD threads outside pmd-cpu-mask): a PMD never waits behind it, and it never

@@ -121,15 +121,6 @@ impl Daemon {
             .collect())
     }
 
-    pub(super) fn pmd_raw(s: &dp::PmdStats) -> [u64; 4] {
-        [
-            s.busy_cycles.load(Ordering::Relaxed),
-            s.idle_cycles.load(Ordering::Relaxed),
-            s.rx_packets.load(Ordering::Relaxed),
-            s.tx_packets.load(Ordering::Relaxed),
-        ]
-    }
-
     /// The megaflow caches of the bridges with rules (shared by every PMD).
     pub(super) fn megaflow_caches(&self) -> Vec<MegaflowCacheStats> {
         self.bridges
@@ -168,11 +159,11 @@ impl Daemon {
             .zip(&self.pmd_baseline)
             .map(|(p, base)| {
                 let s = &p.stats;
-                let raw = Self::pmd_raw(s);
-                let [busy, idle, rx, tx] = [0, 1, 2, 3].map(|i| raw[i].saturating_sub(base[i]));
+                let c = PmdCounters::read(s).since(base);
+                let (busy, idle, rx, tx) = (c.busy, c.idle, c.rx, c.tx);
                 let total = (busy + idle).max(1);
                 let f = s.flow.load();
-                let sleep_cycles = s.sleep_cycles.load(Ordering::Relaxed);
+                let sleep_cycles = c.sleep_cycles;
                 let gaps = s.quiet_gaps.each_ref().map(|a| a.load(Ordering::Relaxed));
                 PmdStats {
                     busy_cycles: busy,
@@ -194,10 +185,10 @@ impl Daemon {
                     },
                     hugepages: s.hugepages.load(Ordering::Relaxed),
                     idle_cycles: idle,
-                    iterations: s.iterations.load(Ordering::Relaxed),
-                    kick_wakeups: s.kick_wakeups.load(Ordering::Relaxed),
-                    load_sleeps: s.load_sleeps.load(Ordering::Relaxed),
-                    quiet_skips: s.quiet_skips.load(Ordering::Relaxed),
+                    iterations: c.iterations,
+                    kick_wakeups: c.kick_wakeups,
+                    load_sleeps: c.load_sleeps,
+                    quiet_skips: c.quiet_skips,
                     quiet_rxq_poll_us: self.datapath.quiet_rxq_poll_ns() / 1000,
                     quiet_gap_max_us: (s.quiet_gap_max.load(Ordering::Relaxed) as f64 * 1e7
                         / hz.max(1) as f64)
@@ -221,7 +212,7 @@ impl Daemon {
                     sleep_cycles,
                     sleep_max_us: self.datapath.sleep_max_ns() / 1000,
                     sleep_us: (sleep_cycles as u128 * 1_000_000 / hz.max(1) as u128) as u64,
-                    sleeps: s.sleeps.load(Ordering::Relaxed),
+                    sleeps: c.sleeps,
                     tsc_hz: hz,
                     tx_packets: tx,
                     rxqs: rxqs.next().unwrap_or_default(),
@@ -576,5 +567,57 @@ mod gap_tests {
         assert_eq!(gap_quantile(&g, 1.0), Some(4096));
         g[15] = 10;
         assert_eq!(gap_quantile(&g, 1.0), None);
+    }
+}
+
+/// The cumulative counters of one PMD, which `pmd-stats-clear` rebases: every count and
+/// every figure derived from them (cycles per packet, packets per iteration, time asleep)
+/// starts again from zero, as after OVS's `dpif-netdev/pmd-stats-clear`. (The quiet-queue
+/// gap histogram is cleared by the PMD itself.)
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct PmdCounters {
+    busy: u64,
+    idle: u64,
+    rx: u64,
+    tx: u64,
+    iterations: u64,
+    sleeps: u64,
+    sleep_cycles: u64,
+    kick_wakeups: u64,
+    load_sleeps: u64,
+    quiet_skips: u64,
+}
+
+impl PmdCounters {
+    pub(super) fn read(s: &dp::PmdStats) -> PmdCounters {
+        let l = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        PmdCounters {
+            busy: l(&s.busy_cycles),
+            idle: l(&s.idle_cycles),
+            rx: l(&s.rx_packets),
+            tx: l(&s.tx_packets),
+            iterations: l(&s.iterations),
+            sleeps: l(&s.sleeps),
+            sleep_cycles: l(&s.sleep_cycles),
+            kick_wakeups: l(&s.kick_wakeups),
+            load_sleeps: l(&s.load_sleeps),
+            quiet_skips: l(&s.quiet_skips),
+        }
+    }
+
+    /// These counts since `base` (a counter behind its base, which never happens, reads 0).
+    fn since(self, base: &PmdCounters) -> PmdCounters {
+        PmdCounters {
+            busy: self.busy.saturating_sub(base.busy),
+            idle: self.idle.saturating_sub(base.idle),
+            rx: self.rx.saturating_sub(base.rx),
+            tx: self.tx.saturating_sub(base.tx),
+            iterations: self.iterations.saturating_sub(base.iterations),
+            sleeps: self.sleeps.saturating_sub(base.sleeps),
+            sleep_cycles: self.sleep_cycles.saturating_sub(base.sleep_cycles),
+            kick_wakeups: self.kick_wakeups.saturating_sub(base.kick_wakeups),
+            load_sleeps: self.load_sleeps.saturating_sub(base.load_sleeps),
+            quiet_skips: self.quiet_skips.saturating_sub(base.quiet_skips),
+        }
     }
 }
