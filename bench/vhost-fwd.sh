@@ -314,10 +314,13 @@ run_ferrovs() {
     # Packets per PMD iteration (the burst fill): a PMD faster than its frontend polls
     # more often for fewer packets each time.
     local ppi; ppi=$(jq '.[0] | if .iterations > 0 then (.rx_packets / .iterations * 10 | round / 10) else null end' <<<"$st")
+    # How often the PMD slept in the interval (adaptive mode: after an idle spell it waits
+    # for a guest's kick) and the share of the interval it spent asleep.
+    local slp; slp=$(jq -c '.[0] | (.busy_cycles + .idle_cycles + .sleep_cycles) as $all | {sleeps, asleep_pct: (if $all > 0 then (.sleep_cycles / $all * 1000 | round / 10) else null end)}' <<<"$st")
     # Packets the switch dropped on its ports (a full guest receive ring, mostly).
     local sdrop; sdrop=$("$bin/ferrovs" --run-dir "$d" port-stats --json 2>/dev/null | jq '[.[] | .rx.dropped + .tx.dropped] | add' 2>/dev/null || true)
     kill "$p"; wait "$p" 2>/dev/null || true
-    jq -c --argjson cpp "$cpp" --argjson tpp "$tpp" --argjson ppi "$ppi" --argjson sdrop "${sdrop:-null}" --arg ring "$got" '{mpps, lost, frontend_dropped, frontend_cycles_per_packet, switch_dropped: $sdrop, cycles_per_packet: $cpp, total_cycles_per_packet: $tpp, packets_per_iteration: $ppi, ring: $ring}' <<<"$r"
+    jq -c --argjson cpp "$cpp" --argjson tpp "$tpp" --argjson ppi "$ppi" --argjson slp "$slp" --argjson sdrop "${sdrop:-null}" --arg ring "$got" '{mpps, lost, frontend_dropped, frontend_cycles_per_packet, switch_dropped: $sdrop, cycles_per_packet: $cpp, total_cycles_per_packet: $tpp, packets_per_iteration: $ppi, pmd_sleeps: $slp.sleeps, pmd_asleep_pct: $slp.asleep_pct, ring: $ring}' <<<"$r"
 }
 
 run_testpmd() {

@@ -896,6 +896,78 @@ fn sleeping_pmd_never_misses_a_kick() {
     assert!(e.contains("adaptive, poll or interrupt"), "{e}");
 }
 
+/// Adaptive mode under load: bursts of 32 packets 2 ms apart (gaps longer than the 300 us idle
+/// threshold, shorter than the 9.6 ms the PMD keeps polling after a queue gave half a burst)
+/// keep the PMD awake; single packets with the same gaps let it sleep between them, as
+/// before. Before the hold, a loaded PMD slept in nearly every such gap and the frontend's
+/// next kick had to wake it (with DPDK testpmd's frontend: 20 % of a saturated run asleep).
+#[test]
+fn adaptive_pmd_keeps_polling_through_short_gaps_under_load() {
+    let sw = Switch::start("loadhold");
+    wait_until("sockets", || {
+        sw.sock("vm1").exists() && sw.sock("vm2").exists()
+    });
+    let mut a = attach(&sw.sock("vm1"), 0x0200_0000_0001, FrontendConfig::default());
+    let mut b = attach(&sw.sock("vm2"), 0x0200_0000_0002, FrontendConfig::default());
+    assert_eq!(exchange(&mut b, &mut a, 1, 64).len(), 1);
+    assert_eq!(exchange(&mut a, &mut b, 1, 64).len(), 1);
+    let pmd = |sw: &Switch| sw.req(Request::PmdStats).unwrap()[0].clone();
+    assert_eq!(pmd(&sw)["rx_mode"], "adaptive");
+    let sleeps = |sw: &Switch| pmd(sw)["sleeps"].as_u64().unwrap();
+    // Sends `n` frames from a in one publication, waits for all of them at b, then pauses.
+    let mut seq = 0u64;
+    let mut round = |a: &mut Guest, b: &mut Guest, n: usize| {
+        a.tx.reclaim();
+        let frames: Vec<Vec<u8>> = (0..n as u64)
+            .map(|i| frame(b.mac, a.mac, seq + i, 64))
+            .collect();
+        assert_eq!(
+            a.tx.send_with(n, |i, buf| {
+                buf[..64].copy_from_slice(&frames[i]);
+                64
+            }),
+            n
+        );
+        let mut got = Vec::new();
+        let t = Instant::now();
+        while got.len() < n {
+            assert!(
+                t.elapsed() < Duration::from_secs(2),
+                "burst at {seq} not delivered"
+            );
+            b.rx.recv_with(32, |p| {
+                got.extend(build::parse_udp_frame(p).ok().map(|s| s.seq))
+            });
+        }
+        assert_eq!(got, (seq..seq + n as u64).collect::<Vec<_>>());
+        seq += n as u64;
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    let s0 = sleeps(&sw);
+    for _ in 0..100 {
+        round(&mut a, &mut b, 1);
+    }
+    let light = sleeps(&sw) - s0;
+    let s1 = sleeps(&sw);
+    for _ in 0..100 {
+        round(&mut a, &mut b, 32);
+    }
+    let loaded = sleeps(&sw) - s1;
+    eprintln!("sleeps: {light} in 100 light gaps, {loaded} in 100 loaded ones");
+    assert!(
+        light >= 50,
+        "single packets 2 ms apart: the PMD sleeps between them ({light})"
+    );
+    // A few allowed: this test's thread may itself be descheduled for 10 ms on a busy host.
+    assert!(
+        loaded <= 10,
+        "bursts 2 ms apart: the PMD stays awake ({loaded} sleeps)"
+    );
+    // And it still goes to sleep once the load is over.
+    let s2 = sleeps(&sw);
+    wait_until("the PMD sleeps after the load", || sleeps(&sw) > s2);
+}
+
 /// `pmd-stats-clear` starts every PMD count again from zero: packets and cycles, and also
 /// iterations, sleeps, kick wake-ups and time asleep (before, those kept counting from the
 /// daemon's start, so a benchmark's packets per iteration and time asleep over its measured
