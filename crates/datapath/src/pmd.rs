@@ -359,12 +359,13 @@ fn run(
 /// long, counted from that iteration. A PMD under load meets gaps longer than the idle
 /// threshold: a frontend that frees a ring's worth of transmitted buffers at once, or whose
 /// vCPU the host preempts. Sleeping in such a gap costs more than it saves: the frontend's
-/// next kick is a syscall that wakes our thread (0.1-0.5 ms each on this VM host, measured
-/// with strace), and a closed loop waits on both. Measured 2026-11-29 with DPDK testpmd's
-/// virtio-user frontend (2 ports, 64 B, split rings): the adaptive PMD slept 93 times in 4 s
-/// of traffic, 20 % of the interval asleep, at 0.45-0.9x the rate of the same build in poll
-/// mode. A PMD whose queues never fill half a burst (guests sending now and then) sleeps
-/// after the idle threshold as before.
+/// next kick is a syscall that wakes our thread (0.1-0.5 ms each on this VM host, seen under
+/// strace), our vCPU halts and comes back cold, and a closed loop waits on both. Measured
+/// 2026-11-29 with DPDK testpmd's virtio-user frontend (2 ports, 64 B, split rings): the
+/// adaptive PMD slept 26-37 times in 4 s of traffic, each sleep ended by a kick, and in 4
+/// interleaved rounds made 0.45-1.01x the rate of the same build in poll mode
+/// (docs/pmd.md). A PMD whose queues never fill half a burst (guests sending now and then)
+/// sleeps after the idle threshold as before.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct IdleGate {
     /// Idle TSC cycles before sleeping, lightly loaded.
