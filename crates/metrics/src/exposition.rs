@@ -368,7 +368,7 @@ pub fn render(s: &Scrape) -> String {
         c(
             &mut b,
             "pmd_sleep_cycles",
-            "TSC cycles the PMD spent in load-based sleeps",
+            "TSC cycles the PMD spent asleep (waiting for a kick, and load-based sleeps)",
             p.sleep_cycles,
         );
         c(
@@ -377,7 +377,12 @@ pub fn render(s: &Scrape) -> String {
             "Poll loop iterations",
             p.iterations,
         );
-        c(&mut b, "pmd_sleeps", "Load-based sleeps taken", p.sleeps);
+        c(
+            &mut b,
+            "pmd_sleeps",
+            "Times the PMD slept until a kick (adaptive and interrupt mode)",
+            p.sleeps,
+        );
         c(
             &mut b,
             "pmd_rx_packets",
