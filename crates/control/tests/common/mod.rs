@@ -117,6 +117,20 @@ pub fn attach(path: &Path, mac: u64, cfg: FrontendConfig) -> Guest {
     Guest { fe, tx, rx, mac }
 }
 
+/// A switch with its two default vhost-user ports, a guest attached to each (vm1: a, vm2: b,
+/// default frontend configuration), both addresses learned by one frame each way.
+pub fn switch_with_two_guests(name: &str) -> (Switch, Guest, Guest) {
+    let sw = Switch::start(name);
+    wait_until("sockets", || {
+        sw.sock("vm1").exists() && sw.sock("vm2").exists()
+    });
+    let mut a = attach(&sw.sock("vm1"), 0x0200_0000_0001, FrontendConfig::default());
+    let mut b = attach(&sw.sock("vm2"), 0x0200_0000_0002, FrontendConfig::default());
+    assert_eq!(exchange(&mut b, &mut a, 1, 64).len(), 1);
+    assert_eq!(exchange(&mut a, &mut b, 1, 64).len(), 1);
+    (sw, a, b)
+}
+
 pub fn frame(dst: u64, src: u64, seq: u64, size: usize) -> Vec<u8> {
     let mut b = vec![0u8; size];
     let n = build::udp_frame(
