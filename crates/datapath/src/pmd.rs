@@ -387,7 +387,9 @@ impl IdleGate {
 
     /// Adaptive mode with an idle threshold of `after_ns`, TSC at `hz`.
     fn adaptive(after_ns: u64, hz: u64) -> IdleGate {
-        let after = (u128::from(after_ns) * u128::from(hz) / 1_000_000_000) as u64;
+        // Checked every idle poll: one u64 division, as before the hold (saturates only for
+        // thresholds of years).
+        let after = after_ns.saturating_mul(hz) / 1_000_000_000;
         IdleGate {
             after,
             after_loaded: after.saturating_mul(LOADED_HOLD_FACTOR),
