@@ -247,7 +247,9 @@ fn run(
         worker.quiet.configure(dp.quiet_rxq_poll_ns(), hz);
         let mut it = worker.poll_at(&snap, mine, now, os::rdtsc());
         it.tx += worker.packet_outs(&snap, dp.packet_out(), now);
-        let (moved, max_batch) = (it.rx, it.max_batch);
+        // Loaded: an rx queue gave half a burst or more. Both the adaptive hold and the
+        // load-based sleep go by it.
+        let (moved, loaded) = (it.rx, it.max_batch >= (BURST / 2) as u64);
         worker.quiet.end(moved > 0);
         rx += it.rx;
         tx += it.tx;
@@ -267,7 +269,7 @@ fn run(
             idle += t.wrapping_sub(last);
         }
         last = t;
-        if max_batch >= (BURST / 2) as u64 {
+        if loaded {
             loaded_at = t;
         }
         if moved > 0 {
@@ -300,11 +302,7 @@ fn run(
         // Load-based sleep (OVS pmd-maxsleep): while no queue fills half a burst, sleep a
         // little longer each iteration, up to the maximum; a fuller burst polls flat out again.
         let sleep_max_ns = dp.sleep_max_ns();
-        if sleep_max_ns == 0
-            || max_batch >= (BURST / 2) as u64
-            || assigned == 0
-            || dp.rx_mode().0 == RxMode::Interrupt
-        {
+        if sleep_max_ns == 0 || loaded || assigned == 0 || dp.rx_mode().0 == RxMode::Interrupt {
             load_sleep_ns = 0;
         } else {
             if load_sleep_ns > 0 {
