@@ -59,12 +59,23 @@
 # slow run lost its packets or only moved them slowly. FERROVS_BENCH_KEEP=1 keeps the work
 # directory (every process's log) for a look afterwards.
 #
+# Two options change the testpmd frontend from DPDK's defaults, to measure how much of a
+# result is the frontend's (docs/datapath.md, "The frontend's transmit cleanup"); the JSON
+# names them in frontend_options and in each source, and the headline uses neither:
+#   --frontend-txfreet N   the virtio PMD's tx_free_thresh (testpmd --txfreet). DPDK's default
+#                          (32 on a 1024 ring) frees transmitted mbufs only once more than
+#                          992 are done, then all of them at once; 992 frees them as they come.
+#   --frontend-hugepages   the frontend's memory in 2 MiB huge pages instead of --no-huge 4 KiB
+#                          pages (DPDK's usual setup; reserves the pages it needs).
+#
 #   bench/vhost-fwd.sh [--rounds N] [--seconds S] [--sizes "64 1518"] [--peers "testpmd ovs"]
 #                      [--frontend "testpmd gen"] [--rings "split packed"] [--base REV]
+#                      [--frontend-txfreet N] [--frontend-hugepages]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 rounds=3 secs=5 sizes="64 1518" peers="testpmd ovs" frontends="testpmd gen" rings=split base_rev=
+fe_txfreet= fe_huge=false
 while [ $# -gt 0 ]; do
     case $1 in
         --rounds) rounds=$2; shift 2 ;;
@@ -74,13 +85,19 @@ while [ $# -gt 0 ]; do
         --frontend) frontends=$2; shift 2 ;;
         --base) base_rev=$2; shift 2 ;;
         --rings) rings=$2; shift 2 ;;
+        --frontend-txfreet) fe_txfreet=$2; shift 2 ;;
+        --frontend-hugepages) fe_huge=true; shift ;;
         *) echo "unknown argument $1" >&2; exit 2 ;;
     esac
 done
 for ring in $rings; do
     case $ring in split|packed) ;; *) echo "--rings: split or packed, not $ring" >&2; exit 2 ;; esac
 done
+case $fe_txfreet in ''|*[!0-9]*) [ -z "$fe_txfreet" ] || { echo "--frontend-txfreet: a number, not $fe_txfreet" >&2; exit 2; } ;; esac
 bash scripts/deps.sh >/dev/null
+# OVS-DPDK takes 1 GiB of huge pages (scripts/peers/ovs-dpdk.sh); a frontend in huge pages
+# takes 512 MiB more.
+$fe_huge && bash scripts/deps.sh --hugepages 900 >/dev/null
 cargo build --release --quiet
 bin=$root/target/release
 # The A/B baseline: this repository at REV, built once per revision in its own worktree.
@@ -178,14 +195,17 @@ gen_run() {
 # a write to its bridge's internal (TAP) port whenever that is up (measured 2026-11-28: 0.6
 # Mpps flooding, 337 instead of ~7 000 cycles per packet with learned addresses).
 fe_fd= fe_pid= fe_dir=
+fe_mem=(--no-huge -m 1024) fe_opts=()
+$fe_huge && fe_mem=(-m 512)
+[ -n "$fe_txfreet" ] && fe_opts+=("--txfreet=$fe_txfreet")
 fe_start() {
     fe_dir=$work/fe-$round-$ring-$size
     rm -rf "$fe_dir"; mkdir -p "$fe_dir"; mkfifo "$fe_dir/in"
     # Line-buffered: its output must be in the log when its next prompt is (the prompt and
     # the echoed command are written directly, the rest through stdio).
-    setsid stdbuf -oL dpdk-testpmd -l "$gen,$pmd" --main-lcore "$pmd" --no-pci --no-huge -m 1024 \
+    setsid stdbuf -oL dpdk-testpmd -l "$gen,$pmd" --main-lcore "$pmd" --no-pci "${fe_mem[@]}" \
         --single-file-segments --file-prefix "fbfe$$" -- -i --forward-mode=mac \
-        --nb-cores=1 --rxd=1024 --txd=1024 --txpkts="$size" --total-num-mbufs=32768 \
+        --nb-cores=1 --rxd=1024 --txd=1024 --txpkts="$size" --total-num-mbufs=32768 "${fe_opts[@]}" \
         <"$fe_dir/in" >"$fe_dir/log" 2>&1 &
     fe_pid=$!; pids+=("$fe_pid")
     exec {fe_fd}>"$fe_dir/in"
@@ -410,7 +430,8 @@ for round in $(seq "$rounds"); do
     done
 done
 
-jq -s --argjson rounds "$rounds" --argjson secs "$secs" --arg base "${base_rev:+$(git rev-parse --short "$base_rev")}" '
+jq -s --argjson rounds "$rounds" --argjson secs "$secs" --arg base "${base_rev:+$(git rev-parse --short "$base_rev")}" \
+    --arg txfreet "$fe_txfreet" --argjson huge "$fe_huge" '
   def median: sort | if length == 0 then null else .[(length - 1) / 2 | floor] end;
   def ratio($a; $b): if $a and $b then (($a / $b) * 1000 | round / 1000) else null end;
   def medians($rows): $rows | map(.mpps) | median;
@@ -427,7 +448,9 @@ jq -s --argjson rounds "$rounds" --argjson secs "$secs" --arg base "${base_rev:+
     (.[0].frontend) as $fe | (.[0].ring // "split") as $ring
     | {frontend: $fe, ring: $ring,
        source: ((if $fe == "testpmd" then "DPDK testpmd, two net_virtio_user ports, --forward-mode=mac, start tx_first 32 (one core)" else "ferrovs-gen txonly --sink (one core)" end)
-                + (if $ring == "packed" then (if $fe == "testpmd" then ", packed_vq=1" else ", --packed" end) else "" end)),
+                + (if $ring == "packed" then (if $fe == "testpmd" then ", packed_vq=1" else ", --packed" end) else "" end)
+                + (if $fe == "testpmd" and $txfreet != "" then ", --txfreet=\($txfreet)" else "" end)
+                + (if $fe == "testpmd" and $huge then ", 2 MiB huge pages" else "" end)),
        sizes: (group_by(.size) | map(
          (.[0].size) as $size
          | (group_by(.who) | map({key: .[0].who, value: {
@@ -462,6 +485,7 @@ jq -s --argjson rounds "$rounds" --argjson secs "$secs" --arg base "${base_rev:+
                   else {} end
               else {} end)))})
   | {benchmark: "vhost-fwd", rounds: $rounds, seconds: $secs,
+     frontend_options: {txfreet: (if $txfreet == "" then null else ($txfreet | tonumber) end), hugepages: $huge},
      host_rtt_ns: {min: $rtt_min, fast_below: $rtt_fast, median: ([$all[] | .host_rtt_ns // [] | .[] | values] | median),
                    max: ([$all[] | .host_rtt_ns // [] | .[] | values] | max)}, base: (if $base == "" then null else $base end), frontends: .}
 ' "$results"
