@@ -93,7 +93,9 @@ done
 for ring in $rings; do
     case $ring in split|packed) ;; *) echo "--rings: split or packed, not $ring" >&2; exit 2 ;; esac
 done
-case $fe_txfreet in ''|*[!0-9]*) [ -z "$fe_txfreet" ] || { echo "--frontend-txfreet: a number, not $fe_txfreet" >&2; exit 2; } ;; esac
+if [ -n "$fe_txfreet" ] && ! [[ $fe_txfreet =~ ^[0-9]+$ ]]; then
+    echo "--frontend-txfreet: a number, not $fe_txfreet" >&2; exit 2
+fi
 bash scripts/deps.sh >/dev/null
 # OVS-DPDK takes 1 GiB of huge pages (scripts/peers/ovs-dpdk.sh); a frontend in huge pages
 # takes 512 MiB more.
